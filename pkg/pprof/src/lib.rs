@@ -1,0 +1,40 @@
+//! The pprof wire format: protobuf messages, decoding of untrusted bytes, encoding.
+//!
+//! Every profile that enters the system — scraped, pushed, or read from a file — passes through
+//! [`decode`]: it sniffs gzip by its magic bytes (names and headers lie), inflates with a hard
+//! limit, decodes the protobuf with prost, and checks every string index and id reference, so that
+//! code downstream can index without checks. The result, [`Pprof`], is still the wire model;
+//! `parca-profile` turns it into the normalized model that the rest of the system works on.
+//!
+//! # Design constraints
+//!
+//! - Hostile input is refused with an [`Error`] that names the fault and its place; it never
+//!   panics and never allocates more than [`DecodeOptions::max_decompressed_bytes`] for the message.
+//! - No `protoc`: the messages in [`proto`] are derived by hand from `profile.proto`.
+//! - This crate knows nothing of the profile model, storage or HTTP.
+//!
+//! # Example
+//!
+//! ```
+//! use parca_pprof::{DecodeOptions, decode, encode, proto};
+//!
+//! let profile = proto::Profile {
+//!     sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
+//!     string_table: vec!["".into(), "samples".into(), "count".into()],
+//!     ..Default::default()
+//! };
+//! let bytes = encode(&profile, true);
+//! let decoded = decode(&bytes, &DecodeOptions::default()).unwrap();
+//! assert_eq!(decoded.string(decoded.profile().sample_type[0].r#type), "samples");
+//! ```
+
+mod decode;
+mod encode;
+mod error;
+mod legacy;
+pub mod proto;
+mod wire;
+
+pub use decode::{DecodeOptions, Pprof, decode, decompress};
+pub use encode::encode;
+pub use error::Error;
