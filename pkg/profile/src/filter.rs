@@ -1,0 +1,166 @@
+//! Stack filters: keep or drop samples by the functions on their stack (the query language's
+//! `|= "x"`, `!= "x"`, `|~ "re"`, `!~ "re"`).
+
+use regex::Regex;
+
+use crate::Error;
+use crate::profile::Profile;
+use crate::tables::{LocationId, StackId, Tables};
+
+/// How a filter's pattern is tested against the function names of a stack.
+#[derive(Debug, Clone)]
+enum Pattern {
+    Substring(String),
+    Regex(Regex),
+}
+
+/// One stack filter. A sample passes when some frame matches (for `keep` filters) or no frame
+/// matches (for `drop` filters). Unsymbolized frames are tested by their display name,
+/// `binary+0xoffset`.
+#[derive(Debug, Clone)]
+pub struct StackFilter {
+    pattern: Pattern,
+    keep: bool,
+}
+
+impl StackFilter {
+    /// Keeps samples with a function whose name contains `s` (`|= "s"`).
+    pub fn contains(s: &str) -> Self {
+        StackFilter { pattern: Pattern::Substring(s.to_owned()), keep: true }
+    }
+
+    /// Keeps samples with no function whose name contains `s` (`!= "s"`).
+    pub fn not_contains(s: &str) -> Self {
+        StackFilter { pattern: Pattern::Substring(s.to_owned()), keep: false }
+    }
+
+    /// Keeps samples with a function whose whole name matches `pattern` (`|~ "re"`); the regex is
+    /// anchored at both ends, as in PromQL.
+    pub fn matches(pattern: &str) -> Result<Self, Error> {
+        Ok(StackFilter { pattern: Pattern::Regex(anchored(pattern)?), keep: true })
+    }
+
+    /// Keeps samples with no function whose whole name matches `pattern` (`!~ "re"`).
+    pub fn not_matches(pattern: &str) -> Result<Self, Error> {
+        Ok(StackFilter { pattern: Pattern::Regex(anchored(pattern)?), keep: false })
+    }
+
+    fn test(&self, name: &str) -> bool {
+        match &self.pattern {
+            Pattern::Substring(s) => name.contains(s.as_str()),
+            Pattern::Regex(re) => re.is_match(name),
+        }
+    }
+}
+
+fn anchored(pattern: &str) -> Result<Regex, Error> {
+    Regex::new(&format!("^(?:{pattern})$"))
+        .map_err(|source| Error::Regex { pattern: pattern.to_owned(), source: Box::new(source) })
+}
+
+/// Memo states of one filter over one table.
+const UNKNOWN: u8 = 0;
+const NO: u8 = 1;
+const YES: u8 = 2;
+
+/// Whether some frame of a stack matches, memoized per location and per stack node so that each
+/// function name is tested once and each stack node visited once.
+struct StackMatcher<'a> {
+    filter: &'a StackFilter,
+    tables: &'a Tables,
+    locations: Vec<u8>,
+    stacks: Vec<u8>,
+}
+
+impl StackMatcher<'_> {
+    fn location(&mut self, id: LocationId) -> bool {
+        if self.locations[id.idx()] == UNKNOWN {
+            let lines = self.tables.lines(id);
+            let hit = if lines.is_empty() {
+                self.filter.test(&self.tables.location_display_name(id))
+            } else {
+                lines.iter().any(|l| self.filter.test(self.tables.string(self.tables.function(l.function).name)))
+            };
+            self.locations[id.idx()] = if hit { YES } else { NO };
+        }
+        self.locations[id.idx()] == YES
+    }
+
+    fn stack(&mut self, id: StackId) -> bool {
+        let mut pending = Vec::new();
+        let mut node = id;
+        let mut hit = false;
+        while node != StackId::EMPTY {
+            match self.stacks[node.idx()] {
+                YES => {
+                    hit = true;
+                    break;
+                }
+                NO => break,
+                _ => {}
+            }
+            pending.push(node);
+            node = self.tables.stack_node(node).parent;
+        }
+        for &n in pending.iter().rev() {
+            hit = hit || self.location(self.tables.stack_node(n).location);
+            self.stacks[n.idx()] = if hit { YES } else { NO };
+        }
+        hit
+    }
+}
+
+/// The samples of `profile` that pass every filter; the tables stay shared.
+pub fn filter_stacks(profile: &Profile, filters: &[StackFilter]) -> Profile {
+    if filters.is_empty() {
+        return profile.clone();
+    }
+    let tables = &profile.tables;
+    let mut matchers: Vec<StackMatcher<'_>> = filters
+        .iter()
+        .map(|filter| StackMatcher {
+            filter,
+            tables,
+            locations: vec![UNKNOWN; tables.n_locations()],
+            stacks: vec![UNKNOWN; tables.n_stacks()],
+        })
+        .collect();
+    let stacks = &profile.samples.stacks;
+    profile.retain_samples(|i| matchers.iter_mut().all(|m| m.stack(stacks[i]) == m.filter.keep))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{folded, profile};
+
+    fn sample() -> Profile {
+        profile(&[("main;net/http.serve;runtime.mallocgc", 5), ("main;compute", 3), ("main;net/http.read", 2)])
+    }
+
+    #[test]
+    fn contains_keeps_stacks_with_the_function() {
+        let p = filter_stacks(&sample(), &[StackFilter::contains("mallocgc")]);
+        assert_eq!(folded(&p), "main;net/http.serve;runtime.mallocgc 5\n");
+    }
+
+    #[test]
+    fn regex_is_anchored_and_negation_drops() {
+        let p = filter_stacks(&sample(), &[StackFilter::not_matches(r"net/http\..*").expect("valid")]);
+        assert_eq!(folded(&p), "main;compute 3\n");
+        let none = filter_stacks(&sample(), &[StackFilter::matches("http").expect("valid")]);
+        assert!(none.samples.is_empty(), "anchored: `http` alone matches no full name");
+    }
+
+    #[test]
+    fn filters_combine_with_and() {
+        let filters = [StackFilter::contains("net/http"), StackFilter::not_contains("malloc")];
+        assert_eq!(folded(&filter_stacks(&sample(), &filters)), "main;net/http.read 2\n");
+    }
+
+    #[test]
+    fn bad_regex_names_the_pattern() {
+        let err = StackFilter::matches("(unclosed").expect_err("invalid");
+        assert_eq!(err.to_string(), "invalid stack filter regex `(unclosed`");
+    }
+}

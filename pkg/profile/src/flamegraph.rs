@@ -1,0 +1,307 @@
+//! The flame-graph tree: the call tree of a profile, frames merged by function, with total and
+//! self values per node (and both sides' values for a diff).
+
+use std::io::{self, Write};
+
+use rustc_hash::FxHashMap;
+
+use crate::profile::{Meta, Profile};
+use crate::tables::{FunctionId, LocationId, StackId, Tables};
+
+/// What makes two frames one node among siblings: the function when symbolized, else the location.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Frame {
+    Root,
+    Function(FunctionId),
+    Address(LocationId),
+}
+
+/// One node of the tree.
+#[derive(Debug, Clone)]
+struct Node {
+    parent: u32,
+    frame: Frame,
+    /// Source line when every merged occurrence has the same one, else 0.
+    line: i64,
+    total: i64,
+    self_value: i64,
+    base_total: i64,
+    base_self: i64,
+}
+
+/// A flame graph (icicle) tree built from a profile. Node 0 is the root.
+#[derive(Debug, Clone)]
+pub struct FlameGraph<'a> {
+    tables: &'a Tables,
+    meta: &'a Meta,
+    is_diff: bool,
+    nodes: Vec<Node>,
+    children: Vec<Vec<u32>>,
+}
+
+impl<'a> FlameGraph<'a> {
+    /// Builds the tree of `profile`. Inlined frames become nodes of their own, as in pprof.
+    pub fn build(profile: &'a Profile) -> Self {
+        let tables = &*profile.tables;
+        let samples = &profile.samples;
+        let mut graph = FlameGraph {
+            tables,
+            meta: &profile.meta,
+            is_diff: profile.is_diff(),
+            nodes: vec![Node {
+                parent: u32::MAX,
+                frame: Frame::Root,
+                line: 0,
+                total: 0,
+                self_value: 0,
+                base_total: 0,
+                base_self: 0,
+            }],
+            children: Vec::new(),
+        };
+        let mut child_of: FxHashMap<(u32, Frame), u32> = FxHashMap::default();
+        let mut node_of_stack: FxHashMap<StackId, u32> = FxHashMap::default();
+        node_of_stack.insert(StackId::EMPTY, 0);
+        let mut pending = Vec::new();
+        for i in 0..samples.len() {
+            let leaf = samples.stacks[i];
+            let node = match node_of_stack.get(&leaf) {
+                Some(&node) => node,
+                None => {
+                    // Walk up to a stack already placed, then place the rest top-down.
+                    pending.clear();
+                    let mut s = leaf;
+                    while !node_of_stack.contains_key(&s) {
+                        pending.push(s);
+                        s = tables.stack_node(s).parent;
+                    }
+                    let mut parent = node_of_stack[&s];
+                    for &s in pending.iter().rev() {
+                        let location = tables.stack_node(s).location;
+                        let lines = tables.lines(location);
+                        if lines.is_empty() {
+                            parent = graph.child(&mut child_of, parent, Frame::Address(location), 0);
+                        } else {
+                            for line in lines.iter().rev() {
+                                parent = graph.child(&mut child_of, parent, Frame::Function(line.function), line.line);
+                            }
+                        }
+                        node_of_stack.insert(s, parent);
+                    }
+                    parent
+                }
+            };
+            let n = &mut graph.nodes[node as usize];
+            n.self_value = n.self_value.wrapping_add(samples.values[i]);
+            if let Some(base) = &samples.diff_base {
+                n.base_self = n.base_self.wrapping_add(base[i]);
+            }
+        }
+        // Children always come after their parent: one backwards pass sums totals up the tree.
+        for n in &mut graph.nodes {
+            n.total = n.self_value;
+            n.base_total = n.base_self;
+        }
+        for idx in (1..graph.nodes.len()).rev() {
+            let (total, base_total, parent) =
+                (graph.nodes[idx].total, graph.nodes[idx].base_total, graph.nodes[idx].parent as usize);
+            graph.nodes[parent].total = graph.nodes[parent].total.wrapping_add(total);
+            graph.nodes[parent].base_total = graph.nodes[parent].base_total.wrapping_add(base_total);
+        }
+        let mut children = vec![Vec::new(); graph.nodes.len()];
+        for (idx, n) in graph.nodes.iter().enumerate().skip(1) {
+            children[n.parent as usize].push(idx as u32);
+        }
+        for list in &mut children {
+            list.sort_by(|&a, &b| graph.name(a).cmp(&graph.name(b)));
+        }
+        graph.children = children;
+        graph
+    }
+
+    fn child(&mut self, child_of: &mut FxHashMap<(u32, Frame), u32>, parent: u32, frame: Frame, line: i64) -> u32 {
+        let next = self.nodes.len() as u32;
+        let idx = *child_of.entry((parent, frame)).or_insert(next);
+        if idx == next {
+            self.nodes.push(Node { parent, frame, line, total: 0, self_value: 0, base_total: 0, base_self: 0 });
+        } else if self.nodes[idx as usize].line != line {
+            self.nodes[idx as usize].line = 0;
+        }
+        idx
+    }
+
+    /// Number of nodes, the root included.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the tree holds only the root.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.len() == 1
+    }
+
+    /// The total of the whole profile (the root's value).
+    pub fn total(&self) -> i64 {
+        self.nodes[0].total
+    }
+
+    fn name(&self, idx: u32) -> std::borrow::Cow<'a, str> {
+        match self.nodes[idx as usize].frame {
+            Frame::Root => "root".into(),
+            Frame::Function(f) => self.tables.string(self.tables.function(f).name).into(),
+            Frame::Address(l) => self.tables.location_display_name(l).into(),
+        }
+    }
+
+    fn file(&self, idx: u32) -> &'a str {
+        match self.nodes[idx as usize].frame {
+            Frame::Function(f) => self.tables.string(self.tables.function(f).filename),
+            _ => "",
+        }
+    }
+
+    fn binary(&self, idx: u32) -> &'a str {
+        match self.nodes[idx as usize].frame {
+            Frame::Address(l) => self.tables.location_binary(l),
+            _ => "",
+        }
+    }
+
+    /// Writes the tree as the JSON of the HTTP API (`/api/v1/query?format=json`):
+    /// `{"sample_type", "unit", "period_type", "period", "total", ["base_total",] "root": node}` where
+    /// a node is `{"name", ["file", "line", "binary",] "value", "self", ["base", "base_self",]
+    /// "children": [...]}`, children ordered by name. Written without recursion, so stack depth is
+    /// no limit.
+    pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
+        let meta = self.meta;
+        write!(out, "{{\"sample_type\":")?;
+        write_str(out, &meta.sample_type.kind)?;
+        write!(out, ",\"unit\":")?;
+        write_str(out, &meta.sample_type.unit)?;
+        write!(out, ",\"period_type\":")?;
+        write_str(out, &meta.period_type.kind)?;
+        write!(out, ",\"period_unit\":")?;
+        write_str(out, &meta.period_type.unit)?;
+        write!(out, ",\"period\":{},\"total\":{}", meta.period, self.nodes[0].total)?;
+        if self.is_diff {
+            write!(out, ",\"base_total\":{}", self.nodes[0].base_total)?;
+        }
+        write!(out, ",\"root\":")?;
+        // Explicit stack of (node, index of next child to write).
+        let mut stack: Vec<(u32, usize)> = vec![(0, 0)];
+        self.write_node_head(out, 0)?;
+        while let Some(&mut (node, ref mut next)) = stack.last_mut() {
+            let children = &self.children[node as usize];
+            if *next < children.len() {
+                let child = children[*next];
+                if *next > 0 {
+                    out.write_all(b",")?;
+                }
+                *next += 1;
+                self.write_node_head(out, child)?;
+                stack.push((child, 0));
+            } else {
+                out.write_all(b"]}")?;
+                stack.pop();
+            }
+        }
+        out.write_all(b"}")
+    }
+
+    fn write_node_head(&self, out: &mut impl Write, idx: u32) -> io::Result<()> {
+        let n = &self.nodes[idx as usize];
+        write!(out, "{{\"name\":")?;
+        write_str(out, &self.name(idx))?;
+        let file = self.file(idx);
+        if !file.is_empty() {
+            write!(out, ",\"file\":")?;
+            write_str(out, file)?;
+        }
+        if n.line != 0 {
+            write!(out, ",\"line\":{}", n.line)?;
+        }
+        let binary = self.binary(idx);
+        if !binary.is_empty() {
+            write!(out, ",\"binary\":")?;
+            write_str(out, binary)?;
+        }
+        write!(out, ",\"value\":{},\"self\":{}", n.total, n.self_value)?;
+        if self.is_diff {
+            write!(out, ",\"base\":{},\"base_self\":{}", n.base_total, n.base_self)?;
+        }
+        out.write_all(b",\"children\":[")
+    }
+
+    /// Writes folded stacks (`frame;frame;frame value`, root first, one line per distinct path),
+    /// the input of flamegraph.pl and inferno. A diff writes `base comparison`, the two-column
+    /// form of inferno's differential flame graphs.
+    pub fn write_folded(&self, out: &mut impl Write) -> io::Result<()> {
+        // Depth-first in name order, carrying the path as text: lines come out sorted.
+        let mut path = String::new();
+        let mut stack: Vec<(u32, usize, usize)> = vec![(0, 0, 0)]; // (node, next child, path length)
+        while let Some(&mut (node, ref mut next, path_len)) = stack.last_mut() {
+            let children = &self.children[node as usize];
+            if *next == 0 && node != 0 {
+                let n = &self.nodes[node as usize];
+                if n.self_value != 0 || n.base_self != 0 {
+                    out.write_all(path.as_bytes())?;
+                    if self.is_diff {
+                        writeln!(out, " {} {}", n.base_self, n.self_value)?;
+                    } else {
+                        writeln!(out, " {}", n.self_value)?;
+                    }
+                }
+            }
+            if *next < children.len() {
+                let child = children[*next];
+                *next += 1;
+                path.truncate(path_len);
+                if node != 0 {
+                    path.push(';');
+                }
+                // `;` separates frames and a newline ends the line: neither may appear in a name.
+                path.extend(self.name(child).chars().map(|c| if c == ';' || c == '\n' { ' ' } else { c }));
+                stack.push((child, 0, path.len()));
+            } else {
+                stack.pop();
+                if let Some(&(_, _, len)) = stack.last() {
+                    path.truncate(len);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write_str(out: &mut impl Write, s: &str) -> io::Result<()> {
+    serde_json::to_writer(&mut *out, s).map_err(io::Error::other)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::profile;
+
+    #[test]
+    fn json_has_totals_and_self_values() {
+        let p = profile(&[("main;work", 3), ("main", 1)]);
+        let mut out = Vec::new();
+        FlameGraph::build(&p).write_json(&mut out).expect("write");
+        let json: serde_json::Value = serde_json::from_slice(&out).expect("valid json");
+        assert_eq!(json["total"], 4);
+        let main = &json["root"]["children"][0];
+        assert_eq!((main["name"].as_str(), main["value"].as_i64(), main["self"].as_i64()), (Some("main"), Some(4), Some(1)));
+        assert_eq!(main["children"][0]["value"], 3);
+    }
+
+    #[test]
+    fn very_deep_stacks_do_not_overflow() {
+        let deep = vec!["f"; 200_000].join(";");
+        let p = profile(&[(&deep, 1)]);
+        let mut out = Vec::new();
+        let graph = FlameGraph::build(&p);
+        assert_eq!(graph.len(), 200_001);
+        graph.write_json(&mut out).expect("write");
+        assert!(out.ends_with(b"]}]}}"));
+    }
+}

@@ -1,0 +1,63 @@
+//! The normalized profile model and everything computed from it: merge, diff, stack filters,
+//! flame-graph tree, top table, folded text and pprof export.
+//!
+//! A [`Profile`] holds one sample type. Its samples are columns of (stack, labels, value) that
+//! point into [`Tables`], where each distinct string, mapping, function, location, stack and label
+//! set is stored once. Stacks form a prefix tree, so the flame graph is that tree with values, and
+//! merging profiles that share tables is an array add.
+//!
+//! # Design constraints
+//!
+//! - Frame identity (for merge): a symbolized frame is its list of (function, line), a function
+//!   being name, system name, file and start line; an unsymbolized frame is its object file (build
+//!   id, or path without one) and file-relative address, so ASLR does not split frames.
+//! - No operation recurses along a stack: hostile profiles with very deep stacks cannot overflow.
+//! - Numbers agree with google/pprof: the top table equals `pprof -top` at function granularity,
+//!   merge equals `pprof -proto a b …`; the tests check this against the real tool.
+//! - No I/O besides writing into a caller's `Write`.
+//!
+//! # Example
+//!
+//! ```
+//! use parca_profile::{FlameGraph, StackFilter, TopTable, decode, filter_stacks, merge};
+//! # use parca_pprof::proto;
+//! # let pprof = proto::Profile {
+//! #     sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
+//! #     sample: vec![proto::Sample { location_id: vec![1], value: vec![5], label: vec![] }],
+//! #     location: vec![proto::Location { id: 1, line: vec![proto::Line { function_id: 1, line: 3, column: 0 }], ..Default::default() }],
+//! #     function: vec![proto::Function { id: 1, name: 3, ..Default::default() }],
+//! #     string_table: ["", "cpu", "nanoseconds", "main"].map(String::from).to_vec(),
+//! #     ..Default::default()
+//! # };
+//! # let bytes = parca_pprof::encode(&pprof, true);
+//! let profiles = decode(&bytes, &Default::default()).unwrap(); // one per sample type
+//! let merged = merge([&profiles[0], &profiles[0]]).unwrap();
+//! assert_eq!(merged.total(), 10);
+//! let only_main = filter_stacks(&merged, &[StackFilter::contains("main")]);
+//! assert_eq!(TopTable::build(&only_main).rows[0].name, "main");
+//! let mut json = Vec::new();
+//! FlameGraph::build(&only_main).write_json(&mut json).unwrap();
+//! ```
+
+mod error;
+mod export;
+mod filter;
+mod flamegraph;
+mod merge;
+mod normalize;
+mod profile;
+pub mod tables;
+mod top;
+
+#[cfg(test)]
+mod test_support;
+
+pub use error::Error;
+pub use export::to_pprof;
+pub use filter::{StackFilter, filter_stacks};
+pub use flamegraph::FlameGraph;
+pub use merge::{DiffMode, Merger, apply_diff_mode, diff, merge};
+pub use normalize::{decode, from_pprof, select_sample_type};
+pub use profile::{Meta, Profile, Samples, ValueType};
+pub use tables::Tables;
+pub use top::{TopRow, TopTable};

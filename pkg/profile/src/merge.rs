@@ -1,0 +1,454 @@
+//! Merging profiles into one and diffing two.
+//!
+//! Profiles that share tables merge by adding values per (stack, labels): an array add. Profiles
+//! from elsewhere are first remapped into the result's tables; the remap is lazy (only what the
+//! samples use) and memoized per source table, so merging many profiles of one store remaps each
+//! stack once.
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::Error;
+use crate::profile::{Meta, Profile, Samples};
+use crate::tables::{
+    Function, FunctionId, Label, LabelSetId, LabelValue, Line, LocationId, Mapping, MappingId, StackId, StringId,
+    Tables,
+};
+
+/// Not yet remapped.
+const UNSET: u32 = u32::MAX;
+
+/// Memoized translation of ids from one source table into the destination tables.
+struct Remap {
+    source: Arc<Tables>,
+    strings: Vec<u32>,
+    mappings: Vec<u32>,
+    functions: Vec<u32>,
+    locations: Vec<u32>,
+    stacks: Vec<u32>,
+    label_sets: Vec<u32>,
+}
+
+impl Remap {
+    fn new(source: Arc<Tables>) -> Self {
+        Remap {
+            strings: vec![UNSET; source.n_strings()],
+            mappings: vec![UNSET; source.n_mappings()],
+            functions: vec![UNSET; source.n_functions()],
+            locations: vec![UNSET; source.n_locations()],
+            stacks: vec![UNSET; source.n_stacks()],
+            label_sets: vec![UNSET; source.n_label_sets()],
+            source,
+        }
+    }
+
+    fn string(&mut self, dst: &mut Tables, id: StringId) -> StringId {
+        let slot = &mut self.strings[id.idx()];
+        if *slot == UNSET {
+            *slot = dst.intern_string(self.source.string(id)).0;
+        }
+        StringId(*slot)
+    }
+
+    fn mapping(&mut self, dst: &mut Tables, id: MappingId) -> MappingId {
+        if self.mappings[id.idx()] == UNSET {
+            let m = self.source.mapping(id).clone();
+            let file = self.string(dst, m.file);
+            let build_id = self.string(dst, m.build_id);
+            self.mappings[id.idx()] = dst.intern_mapping(Mapping { file, build_id, ..m }).0;
+        }
+        MappingId(self.mappings[id.idx()])
+    }
+
+    fn function(&mut self, dst: &mut Tables, id: FunctionId) -> FunctionId {
+        if self.functions[id.idx()] == UNSET {
+            let f = *self.source.function(id);
+            let function = Function {
+                name: self.string(dst, f.name),
+                system_name: self.string(dst, f.system_name),
+                filename: self.string(dst, f.filename),
+                start_line: f.start_line,
+            };
+            self.functions[id.idx()] = dst.intern_function(function).0;
+        }
+        FunctionId(self.functions[id.idx()])
+    }
+
+    fn location(&mut self, dst: &mut Tables, id: LocationId) -> LocationId {
+        if self.locations[id.idx()] == UNSET {
+            let source = Arc::clone(&self.source);
+            let lines: Box<[Line]> = source
+                .lines(id)
+                .iter()
+                .map(|l| Line { function: self.function(dst, l.function), line: l.line })
+                .collect();
+            let address = source.location_address(id);
+            let mapping = address.mapping.map(|m| self.mapping(dst, m));
+            self.locations[id.idx()] = dst.intern_location(mapping, address.address, lines).0;
+        }
+        LocationId(self.locations[id.idx()])
+    }
+
+    fn stack(&mut self, dst: &mut Tables, id: StackId) -> StackId {
+        if id == StackId::EMPTY {
+            return StackId::EMPTY;
+        }
+        let slot = self.stacks[id.idx()];
+        if slot != UNSET {
+            return StackId(slot);
+        }
+        // Walk up to the nearest remapped ancestor, then intern back down: no recursion, so
+        // arbitrarily deep stacks cannot overflow the call stack.
+        let mut pending = Vec::new();
+        let mut node = id;
+        while node != StackId::EMPTY && self.stacks[node.idx()] == UNSET {
+            pending.push(node);
+            node = self.source.stack_node(node).parent;
+        }
+        let mut parent = if node == StackId::EMPTY { StackId::EMPTY } else { StackId(self.stacks[node.idx()]) };
+        for &node in pending.iter().rev() {
+            let location = self.location(dst, self.source.stack_node(node).location);
+            parent = dst.intern_stack(parent, location);
+            self.stacks[node.idx()] = parent.0;
+        }
+        parent
+    }
+
+    fn label_set(&mut self, dst: &mut Tables, id: LabelSetId) -> LabelSetId {
+        if id == LabelSetId::EMPTY {
+            return id;
+        }
+        if self.label_sets[id.idx()] == UNSET {
+            let source = Arc::clone(&self.source);
+            let labels = source
+                .label_set(id)
+                .iter()
+                .map(|l| Label {
+                    key: self.string(dst, l.key),
+                    value: match l.value {
+                        LabelValue::Str(s) => LabelValue::Str(self.string(dst, s)),
+                        LabelValue::Num { value, unit } => LabelValue::Num { value, unit: self.string(dst, unit) },
+                    },
+                })
+                .collect();
+            self.label_sets[id.idx()] = dst.intern_label_set(labels).0;
+        }
+        LabelSetId(self.label_sets[id.idx()])
+    }
+}
+
+/// Accumulates values per (stack, labels) as columns. Unlabelled samples, the common case, go
+/// through a dense array indexed by stack id; labelled ones through a hash map.
+#[derive(Default)]
+struct Accumulator {
+    row_of_stack: Vec<u32>,
+    row_of_labelled: FxHashMap<(StackId, LabelSetId), u32>,
+    samples: Samples,
+}
+
+impl Accumulator {
+    #[inline]
+    fn row(&mut self, stack: StackId, labels: LabelSetId) -> usize {
+        let samples = &mut self.samples;
+        let mut new_row = || {
+            samples.stacks.push(stack);
+            samples.labels.push(labels);
+            samples.values.push(0);
+            if let Some(base) = &mut samples.diff_base {
+                base.push(0);
+            }
+            (samples.values.len() - 1) as u32
+        };
+        if labels == LabelSetId::EMPTY {
+            if self.row_of_stack.len() <= stack.idx() {
+                self.row_of_stack.resize(stack.idx() + 1, UNSET);
+            }
+            let slot = &mut self.row_of_stack[stack.idx()];
+            if *slot == UNSET {
+                *slot = new_row();
+            }
+            *slot as usize
+        } else {
+            *self.row_of_labelled.entry((stack, labels)).or_insert_with(new_row) as usize
+        }
+    }
+
+    /// Adds `values` (and `base` values, for a diff) of samples already in the result's ids.
+    fn add(&mut self, stacks: &[StackId], labels: &[LabelSetId], values: &[i64], base: bool) {
+        for ((&stack, &label_set), &v) in stacks.iter().zip(labels).zip(values) {
+            let row = self.row(stack, label_set);
+            let column = if base {
+                self.samples.diff_base.as_mut().expect("base column exists in a diff")
+            } else {
+                &mut self.samples.values
+            };
+            column[row] = column[row].wrapping_add(v);
+        }
+    }
+
+    /// Drops rows whose values are all zero (a diff keeps a row if either side is non-zero).
+    fn finish(mut self) -> Samples {
+        let s = &self.samples;
+        let keep: Vec<bool> = (0..s.len())
+            .map(|i| s.values[i] != 0 || s.diff_base.as_ref().is_some_and(|b| b[i] != 0))
+            .collect();
+        if keep.iter().all(|&k| k) {
+            return self.samples;
+        }
+        let mut i = 0;
+        self.samples.stacks.retain(|_| (keep[i], i += 1).0);
+        i = 0;
+        self.samples.labels.retain(|_| (keep[i], i += 1).0);
+        i = 0;
+        self.samples.values.retain(|_| (keep[i], i += 1).0);
+        if let Some(base) = &mut self.samples.diff_base {
+            i = 0;
+            base.retain(|_| (keep[i], i += 1).0);
+        }
+        self.samples
+    }
+}
+
+/// Builds one profile out of many: feed profiles with [`Merger::add`], take the result with
+/// [`Merger::finish`].
+///
+/// Meta follows google/pprof's merge: the earliest start time, the sum of durations, the largest
+/// period.
+pub struct Merger {
+    /// Set when every profile so far shares these tables: no remapping needed.
+    shared: Option<Arc<Tables>>,
+    /// Set once profiles with different tables arrive.
+    own: Option<Tables>,
+    remaps: Vec<Remap>,
+    meta: Option<Meta>,
+    acc: Accumulator,
+    /// Whether this merger builds a diff (keeps the base column).
+    diff: bool,
+}
+
+impl Default for Merger {
+    fn default() -> Self {
+        Merger::new()
+    }
+}
+
+impl Merger {
+    /// An empty merger.
+    pub fn new() -> Self {
+        Merger { shared: None, own: None, remaps: Vec::new(), meta: None, acc: Accumulator::default(), diff: false }
+    }
+
+    fn new_diff() -> Self {
+        let mut merger = Merger::new();
+        merger.diff = true;
+        merger.acc.samples.diff_base = Some(Vec::new());
+        merger
+    }
+
+    fn check_meta(&mut self, meta: &Meta) -> Result<(), Error> {
+        match &mut self.meta {
+            None => self.meta = Some(meta.clone()),
+            Some(held) => {
+                if !held.compatible(meta) {
+                    return Err(Error::IncompatibleTypes { left: held.describe(), right: meta.describe() });
+                }
+                if meta.time_nanos != 0 && (held.time_nanos == 0 || meta.time_nanos < held.time_nanos) {
+                    held.time_nanos = meta.time_nanos;
+                }
+                held.duration_nanos = held.duration_nanos.saturating_add(meta.duration_nanos);
+                held.period = held.period.max(meta.period);
+                for c in &meta.comments {
+                    if !held.comments.contains(c) {
+                        held.comments.push(c.clone());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds a profile's samples. Fails if its sample or period type differs from the first's.
+    pub fn add(&mut self, profile: &Profile) -> Result<(), Error> {
+        self.add_side(profile, false)
+    }
+
+    fn add_side(&mut self, profile: &Profile, base: bool) -> Result<(), Error> {
+        self.check_meta(&profile.meta)?;
+        let s = &profile.samples;
+        if self.own.is_none() {
+            match &self.shared {
+                None => self.shared = Some(Arc::clone(&profile.tables)),
+                Some(shared) if Arc::ptr_eq(shared, &profile.tables) => {}
+                Some(_) => self.switch_to_own_tables(),
+            }
+        }
+        match &mut self.own {
+            None => self.acc.add(&s.stacks, &s.labels, &s.values, base),
+            Some(dst) => {
+                let remap = match self.remaps.iter().position(|r| Arc::ptr_eq(&r.source, &profile.tables)) {
+                    Some(i) => &mut self.remaps[i],
+                    None => {
+                        self.remaps.push(Remap::new(Arc::clone(&profile.tables)));
+                        self.remaps.last_mut().expect("just pushed")
+                    }
+                };
+                let stacks: Vec<StackId> = s.stacks.iter().map(|&st| remap.stack(dst, st)).collect();
+                let labels: Vec<LabelSetId> = s.labels.iter().map(|&l| remap.label_set(dst, l)).collect();
+                self.acc.add(&stacks, &labels, &s.values, base);
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves what was accumulated over shared tables into tables of our own.
+    fn switch_to_own_tables(&mut self) {
+        let shared = self.shared.take().expect("only called while sharing");
+        let mut dst = Tables::new();
+        let mut remap = Remap::new(shared);
+        let old = std::mem::take(&mut self.acc.samples);
+        self.acc = Accumulator::default();
+        self.acc.samples.diff_base = old.diff_base.as_ref().map(|_| Vec::new());
+        let stacks: Vec<StackId> = old.stacks.iter().map(|&s| remap.stack(&mut dst, s)).collect();
+        let labels: Vec<LabelSetId> = old.labels.iter().map(|&l| remap.label_set(&mut dst, l)).collect();
+        self.acc.add(&stacks, &labels, &old.values, false);
+        if let Some(base) = &old.diff_base {
+            self.acc.add(&stacks, &labels, base, true);
+        }
+        self.remaps.push(remap);
+        self.own = Some(dst);
+    }
+
+    /// The merged profile, or `None` if nothing was added.
+    pub fn finish(self) -> Option<Profile> {
+        let meta = self.meta?;
+        let tables = match (self.shared, self.own) {
+            (_, Some(own)) => Arc::new(own),
+            (Some(shared), None) => shared,
+            (None, None) => Arc::new(Tables::new()),
+        };
+        let mut samples = self.acc.finish();
+        if !self.diff {
+            samples.diff_base = None;
+        }
+        Some(Profile { tables, meta, samples })
+    }
+}
+
+/// Merges profiles of one sample type into one: values of equal stacks (and labels) add up.
+pub fn merge<'a>(profiles: impl IntoIterator<Item = &'a Profile>) -> Result<Profile, Error> {
+    let mut merger = Merger::new();
+    for p in profiles {
+        merger.add(p)?;
+    }
+    merger.finish().ok_or(Error::NothingToMerge)
+}
+
+/// Compares two profiles of one sample type: the result holds, per stack, the comparison's value
+/// in `values` and the base's in `diff_base`, so both sides (and their difference) can be shown.
+pub fn diff(base: &Profile, comparison: &Profile) -> Result<Profile, Error> {
+    let mut merger = Merger::new_diff();
+    merger.add_side(base, true)?;
+    merger.add_side(comparison, false)?;
+    let mut result = merger.finish().ok_or(Error::NothingToMerge)?;
+    result.meta = comparison.meta.clone();
+    Ok(result)
+}
+
+/// How a diff compares the two sides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DiffMode {
+    /// Raw values: a side that ran longer looks bigger everywhere.
+    #[default]
+    Absolute,
+    /// Shares of the total: the side with the smaller total is scaled up by the ratio of totals
+    /// (as Parca does), so only changes in *where* time went show.
+    Relative,
+}
+
+/// Applies `mode` to a diff profile (a no-op for absolute mode or a profile that is not a diff).
+pub fn apply_diff_mode(mut profile: Profile, mode: DiffMode) -> Profile {
+    let (Some(base_total), DiffMode::Relative) = (profile.base_total(), mode) else {
+        return profile;
+    };
+    let total = profile.total();
+    if base_total == 0 || total == 0 || base_total == total {
+        return profile;
+    }
+    let scale = |column: &mut Vec<i64>, ratio: f64| {
+        for v in column.iter_mut() {
+            *v = (*v as f64 * ratio).round() as i64;
+        }
+    };
+    let samples = &mut profile.samples;
+    if base_total.unsigned_abs() < total.unsigned_abs() {
+        let ratio = total as f64 / base_total as f64;
+        scale(samples.diff_base.as_mut().expect("is a diff"), ratio);
+    } else {
+        let ratio = base_total as f64 / total as f64;
+        scale(&mut samples.values, ratio);
+    }
+    profile
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{folded, profile};
+
+    #[test]
+    fn merge_adds_equal_stacks_across_tables() {
+        let a = profile(&[("main;work;leaf", 5), ("main;idle", 1)]);
+        let b = profile(&[("main;work;leaf", 2), ("main;other", 3)]);
+        let merged = merge([&a, &b]).expect("compatible");
+        assert_eq!(merged.total(), 11);
+        assert_eq!(folded(&merged), "main;idle 1\nmain;other 3\nmain;work;leaf 7\n");
+    }
+
+    #[test]
+    fn merge_of_shared_tables_keeps_them() {
+        let a = profile(&[("main;work", 5)]);
+        let merged = merge([&a, &a, &a]).expect("compatible");
+        assert!(Arc::ptr_eq(&merged.tables, &a.tables));
+        assert_eq!(merged.total(), 15);
+    }
+
+    #[test]
+    fn merge_switches_to_own_tables_midway() {
+        let a = profile(&[("main;work", 5)]);
+        let b = profile(&[("main;work", 1), ("main;x", 1)]);
+        let merged = merge([&a, &a, &b]).expect("compatible");
+        assert_eq!(folded(&merged), "main;work 11\nmain;x 1\n");
+    }
+
+    #[test]
+    fn merge_refuses_other_sample_types() {
+        let a = profile(&[("main", 1)]);
+        let mut b = profile(&[("main", 1)]);
+        b.meta.sample_type.kind = "alloc_space".into();
+        let err = merge([&a, &b]).expect_err("incompatible");
+        assert_eq!(
+            err.to_string(),
+            "cannot combine `cpu/nanoseconds (period cpu/nanoseconds)` with `alloc_space/nanoseconds (period cpu/nanoseconds)`: sample types differ"
+        );
+    }
+
+    #[test]
+    fn diff_keeps_both_sides() {
+        let base = profile(&[("main;work", 4), ("main;gone", 2)]);
+        let comparison = profile(&[("main;work", 6), ("main;new", 1)]);
+        let d = diff(&base, &comparison).expect("compatible");
+        assert_eq!(d.total(), 7);
+        assert_eq!(d.base_total(), Some(6));
+        assert_eq!(folded(&d), "main;gone 2 0\nmain;new 0 1\nmain;work 4 6\n");
+    }
+
+    #[test]
+    fn relative_diff_scales_the_smaller_side() {
+        let base = profile(&[("main;a", 10), ("main;b", 10)]);
+        let comparison = profile(&[("main;a", 30), ("main;b", 10)]);
+        let d = apply_diff_mode(diff(&base, &comparison).expect("compatible"), DiffMode::Relative);
+        // Base total 20 is scaled to the comparison's 40.
+        assert_eq!(folded(&d), "main;a 20 30\nmain;b 20 10\n");
+    }
+}

@@ -1,0 +1,126 @@
+//! The normalized profile: one sample type, columnar samples pointing into shared [`Tables`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::tables::{LabelSetId, StackId, Tables};
+
+/// A kind of value and its unit, e.g. `cpu` in `nanoseconds`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct ValueType {
+    /// The kind, e.g. `cpu`, `alloc_space`, `samples`.
+    pub kind: String,
+    /// The unit, e.g. `nanoseconds`, `bytes`, `count`.
+    pub unit: String,
+}
+
+impl fmt::Display for ValueType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.kind, self.unit)
+    }
+}
+
+/// What a profile measures and when: everything but the samples.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Meta {
+    /// What each sample value measures.
+    pub sample_type: ValueType,
+    /// What one sampling period measures.
+    pub period_type: ValueType,
+    /// Sampling period in units of `period_type`.
+    pub period: i64,
+    /// Start of the profile, nanoseconds since the Unix epoch (0 when unknown).
+    pub time_nanos: i64,
+    /// Length of the window the profile covers; 0 for a snapshot.
+    pub duration_nanos: i64,
+    /// The producer's comments.
+    pub comments: Vec<String>,
+}
+
+impl Meta {
+    /// Whether profiles with these metas may be merged: same sample type and period type
+    /// (google/pprof's rule).
+    pub fn compatible(&self, other: &Meta) -> bool {
+        self.sample_type == other.sample_type && self.period_type == other.period_type
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        format!("{} (period {})", self.sample_type, self.period_type)
+    }
+}
+
+/// The samples of a profile, column by column. Row `i` is the sample
+/// `(stacks[i], labels[i], values[i])`; in a normalized profile no two rows share both stack and
+/// labels, and no value is 0.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Samples {
+    /// Leaf node of each sample's stack.
+    pub stacks: Vec<StackId>,
+    /// Labels of each sample.
+    pub labels: Vec<LabelSetId>,
+    /// Value of each sample (for a diff: the comparison side).
+    pub values: Vec<i64>,
+    /// For a diff only: the base side's value of each sample.
+    pub diff_base: Option<Vec<i64>>,
+}
+
+impl Samples {
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether there are no samples.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+}
+
+/// A profile of one sample type: meta, and samples over interned tables.
+///
+/// The tables sit behind an `Arc` so that the profiles of one pprof (one per sample type), the
+/// result of a stack filter, or many profiles of one store share them; operations on profiles
+/// that share tables never touch symbols.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    /// Symbols and stacks the samples point into.
+    pub tables: Arc<Tables>,
+    /// Sample type, period, time.
+    pub meta: Meta,
+    /// The samples.
+    pub samples: Samples,
+}
+
+impl Profile {
+    /// The sum of all sample values (for a diff, of the comparison side).
+    pub fn total(&self) -> i64 {
+        self.samples.values.iter().fold(0i64, |a, &v| a.wrapping_add(v))
+    }
+
+    /// For a diff, the sum of the base side's values.
+    pub fn base_total(&self) -> Option<i64> {
+        self.samples.diff_base.as_ref().map(|b| b.iter().fold(0i64, |a, &v| a.wrapping_add(v)))
+    }
+
+    /// Whether this profile is the result of [`crate::diff`].
+    pub fn is_diff(&self) -> bool {
+        self.samples.diff_base.is_some()
+    }
+
+    /// The same profile with only the samples for which `keep(i)` holds; tables stay shared.
+    pub fn retain_samples(&self, mut keep: impl FnMut(usize) -> bool) -> Profile {
+        let s = &self.samples;
+        let mut out = Samples { diff_base: s.diff_base.as_ref().map(|_| Vec::new()), ..Samples::default() };
+        for i in 0..s.len() {
+            if keep(i) {
+                out.stacks.push(s.stacks[i]);
+                out.labels.push(s.labels[i]);
+                out.values.push(s.values[i]);
+                if let (Some(dst), Some(src)) = (&mut out.diff_base, &s.diff_base) {
+                    dst.push(src[i]);
+                }
+            }
+        }
+        Profile { tables: Arc::clone(&self.tables), meta: self.meta.clone(), samples: out }
+    }
+}

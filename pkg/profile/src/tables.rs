@@ -1,0 +1,446 @@
+//! Interned symbols and stacks: each distinct string, mapping, function, location, stack and
+//! label set is stored once and named by a dense `u32` id.
+//!
+//! Stacks are a prefix tree (a "stack table", as in samply and Firefox's profiler): a stack is
+//! its leaf node, each node holds its location and its parent (the caller). Interning a stack is
+//! one hash lookup per frame, shared prefixes are stored once, and the flame graph is the tree
+//! itself.
+
+use std::hash::Hash;
+
+use indexmap::{IndexMap, IndexSet};
+use rustc_hash::FxBuildHasher;
+
+macro_rules! id_type {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub u32);
+
+        impl $name {
+            /// The id as an index into its table.
+            #[inline]
+            pub fn idx(self) -> usize {
+                self.0 as usize
+            }
+        }
+    };
+}
+
+id_type!(
+    /// A string in [`Tables`]; id 0 is the empty string.
+    StringId
+);
+id_type!(
+    /// A mapping (object file) in [`Tables`].
+    MappingId
+);
+id_type!(
+    /// A function in [`Tables`].
+    FunctionId
+);
+id_type!(
+    /// A location (frame) in [`Tables`].
+    LocationId
+);
+id_type!(
+    /// A stack in [`Tables`], named by its leaf node; [`StackId::EMPTY`] is the stack with no frames.
+    StackId
+);
+id_type!(
+    /// A set of sample labels in [`Tables`]; [`LabelSetId::EMPTY`] is the empty set.
+    LabelSetId
+);
+
+impl StringId {
+    /// The empty string, always present.
+    pub const EMPTY: StringId = StringId(0);
+}
+
+impl StackId {
+    /// The stack with no frames (a sample pprof recorded without locations). It is node 0 of the
+    /// prefix tree, the parent of every outermost frame.
+    pub const EMPTY: StackId = StackId(0);
+}
+
+impl LabelSetId {
+    /// No labels.
+    pub const EMPTY: LabelSetId = LabelSetId(0);
+}
+
+/// Sentinel for "no parent" and "no location" in the root node of the stack tree.
+const NONE: u32 = u32::MAX;
+
+/// An object file mapped into the profiled process.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Mapping {
+    /// First address of the mapping (of the first process it was seen in).
+    pub memory_start: u64,
+    /// One past its last address.
+    pub memory_limit: u64,
+    /// File offset that `memory_start` maps to.
+    pub file_offset: u64,
+    /// Path of the object file.
+    pub file: StringId,
+    /// Build id of the object file, or empty.
+    pub build_id: StringId,
+    /// Whether the producer symbolized functions / files / lines / inlined frames.
+    pub has_functions: bool,
+    /// See `has_functions`.
+    pub has_filenames: bool,
+    /// See `has_functions`.
+    pub has_line_numbers: bool,
+    /// See `has_functions`.
+    pub has_inline_frames: bool,
+}
+
+/// What makes two mappings the same object: the build id, or the file when there is none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct MappingKey {
+    build_id: StringId,
+    file: StringId,
+}
+
+/// A function. Two functions are the same when name, system name, file and start line agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Function {
+    /// Human-readable name, e.g. `runtime.mallocgc`.
+    pub name: StringId,
+    /// Name as the system knows it (mangled), often equal to `name`.
+    pub system_name: StringId,
+    /// Source file.
+    pub filename: StringId,
+    /// First line of the function, 0 when unknown.
+    pub start_line: i64,
+}
+
+/// A source line of a location.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Line {
+    /// The function.
+    pub function: FunctionId,
+    /// Line number, 0 when unknown.
+    pub line: i64,
+}
+
+/// What makes two locations the same frame: their (function, line) list when symbolized, else
+/// their object file and file-relative address (so that ASLR does not split frames).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LocationKey {
+    /// Symbolized: source lines, innermost inlined callee first, caller last.
+    Lines(Box<[Line]>),
+    /// Unsymbolized: mapping (if any) and address relative to the object file.
+    Address {
+        /// The object file, `None` when the producer gave no mapping.
+        mapping: Option<MappingId>,
+        /// Address relative to the file (`address - memory_start + file_offset`), or the raw
+        /// address without a mapping.
+        address: u64,
+    },
+}
+
+/// Where a location lies in memory, kept for export and later symbolization.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocationAddress {
+    /// The object file, if known.
+    pub mapping: Option<MappingId>,
+    /// Address relative to the object file when `mapping` is known, else the raw address.
+    pub address: u64,
+}
+
+/// A value of a sample label: a string, or a number with a unit (pprof's numeric labels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LabelValue {
+    /// A string value.
+    Str(StringId),
+    /// A numeric value and its unit (possibly empty).
+    Num {
+        /// The number.
+        value: i64,
+        /// Its unit, e.g. `bytes`.
+        unit: StringId,
+    },
+}
+
+/// One sample label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Label {
+    /// Label name.
+    pub key: StringId,
+    /// Its value.
+    pub value: LabelValue,
+}
+
+/// A node of the stack tree: a frame and the stack of its callers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StackNode {
+    /// The callers' stack ([`StackId::EMPTY`] for an outermost frame).
+    pub parent: StackId,
+    /// This frame.
+    pub location: LocationId,
+}
+
+type Set<T> = IndexSet<T, FxBuildHasher>;
+type Map<K, V> = IndexMap<K, V, FxBuildHasher>;
+
+/// The interned symbols and stacks that profiles point into.
+///
+/// Tables only grow; ids stay valid for the tables' life. Many profiles can share one `Tables`
+/// (behind an `Arc`), which is what makes merging them an array add.
+#[derive(Debug, Clone)]
+pub struct Tables {
+    strings: Set<Box<str>>,
+    mappings: Map<MappingKey, Mapping>,
+    functions: Set<Function>,
+    locations: Map<LocationKey, LocationAddress>,
+    stacks: Set<StackNode>,
+    label_sets: Set<Box<[Label]>>,
+}
+
+impl Default for Tables {
+    fn default() -> Self {
+        let mut tables = Tables {
+            strings: Set::default(),
+            mappings: Map::default(),
+            functions: Set::default(),
+            locations: Map::default(),
+            stacks: Set::default(),
+            label_sets: Set::default(),
+        };
+        tables.strings.insert("".into());
+        tables.stacks.insert(StackNode { parent: StackId(NONE), location: LocationId(NONE) });
+        tables.label_sets.insert(Box::default());
+        tables
+    }
+}
+
+fn intern<T: Hash + Eq>(set: &mut Set<T>, value: T) -> u32 {
+    set.insert_full(value).0 as u32
+}
+
+impl Tables {
+    /// Empty tables (holding only the empty string, the empty stack and the empty label set).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Interns a string.
+    pub fn intern_string(&mut self, s: &str) -> StringId {
+        if let Some(idx) = self.strings.get_index_of(s) {
+            return StringId(idx as u32);
+        }
+        StringId(intern(&mut self.strings, s.into()))
+    }
+
+    /// Interns a mapping; one with the same build id (or, without one, the same file) is the same.
+    pub fn intern_mapping(&mut self, mapping: Mapping) -> MappingId {
+        let key = MappingKey {
+            build_id: mapping.build_id,
+            file: if mapping.build_id == StringId::EMPTY { mapping.file } else { StringId::EMPTY },
+        };
+        match self.mappings.get_index_of(&key) {
+            Some(idx) => MappingId(idx as u32),
+            None => MappingId(self.mappings.insert_full(key, mapping).0 as u32),
+        }
+    }
+
+    /// Interns a function.
+    pub fn intern_function(&mut self, function: Function) -> FunctionId {
+        FunctionId(intern(&mut self.functions, function))
+    }
+
+    /// Interns a location. `address` is relative to the mapping's object file
+    /// ([`relative_address`] of the producer's own mapping), or raw without a mapping.
+    pub fn intern_location(&mut self, mapping: Option<MappingId>, address: u64, lines: Box<[Line]>) -> LocationId {
+        let location = LocationAddress { mapping, address };
+        let key = if lines.is_empty() { LocationKey::Address { mapping, address } } else { LocationKey::Lines(lines) };
+        match self.locations.get_index_of(&key) {
+            Some(idx) => LocationId(idx as u32),
+            None => LocationId(self.locations.insert_full(key, location).0 as u32),
+        }
+    }
+
+    /// Interns the stack `location` called from `parent`.
+    #[inline]
+    pub fn intern_stack(&mut self, parent: StackId, location: LocationId) -> StackId {
+        StackId(intern(&mut self.stacks, StackNode { parent, location }))
+    }
+
+    /// Interns a label set; the labels are sorted first so that order does not matter.
+    pub fn intern_label_set(&mut self, mut labels: Vec<Label>) -> LabelSetId {
+        if labels.is_empty() {
+            return LabelSetId::EMPTY;
+        }
+        labels.sort_unstable();
+        LabelSetId(intern(&mut self.label_sets, labels.into_boxed_slice()))
+    }
+
+    /// The string with id `id`.
+    #[inline]
+    pub fn string(&self, id: StringId) -> &str {
+        &self.strings[id.idx()]
+    }
+
+    /// Looks a string up without interning it.
+    pub fn find_string(&self, s: &str) -> Option<StringId> {
+        self.strings.get_index_of(s).map(|idx| StringId(idx as u32))
+    }
+
+    /// The mapping with id `id`.
+    #[inline]
+    pub fn mapping(&self, id: MappingId) -> &Mapping {
+        &self.mappings[id.idx()]
+    }
+
+    /// The function with id `id`.
+    #[inline]
+    pub fn function(&self, id: FunctionId) -> &Function {
+        &self.functions[id.idx()]
+    }
+
+    /// The source lines of a location (empty when unsymbolized), innermost first.
+    #[inline]
+    pub fn lines(&self, id: LocationId) -> &[Line] {
+        match self.locations.get_index(id.idx()).map(|(key, _)| key) {
+            Some(LocationKey::Lines(lines)) => lines,
+            _ => &[],
+        }
+    }
+
+    /// Where a location lies: its mapping and file-relative address.
+    #[inline]
+    pub fn location_address(&self, id: LocationId) -> LocationAddress {
+        self.locations[id.idx()]
+    }
+
+    /// A stack node: its frame and its callers. Not defined for [`StackId::EMPTY`].
+    #[inline]
+    pub fn stack_node(&self, id: StackId) -> StackNode {
+        self.stacks[id.idx()]
+    }
+
+    /// The labels of a label set, sorted.
+    #[inline]
+    pub fn label_set(&self, id: LabelSetId) -> &[Label] {
+        &self.label_sets[id.idx()]
+    }
+
+    /// Iterates over a stack's locations from the leaf to the outermost caller.
+    pub fn stack_locations(&self, id: StackId) -> impl Iterator<Item = LocationId> + '_ {
+        let mut node = id;
+        std::iter::from_fn(move || {
+            if node == StackId::EMPTY {
+                return None;
+            }
+            let StackNode { parent, location } = self.stacks[node.idx()];
+            node = parent;
+            Some(location)
+        })
+    }
+
+    /// Number of strings.
+    pub fn n_strings(&self) -> usize {
+        self.strings.len()
+    }
+
+    /// Number of mappings.
+    pub fn n_mappings(&self) -> usize {
+        self.mappings.len()
+    }
+
+    /// Number of functions.
+    pub fn n_functions(&self) -> usize {
+        self.functions.len()
+    }
+
+    /// Number of locations.
+    pub fn n_locations(&self) -> usize {
+        self.locations.len()
+    }
+
+    /// Number of stack nodes, including the empty stack.
+    pub fn n_stacks(&self) -> usize {
+        self.stacks.len()
+    }
+
+    /// Number of label sets, including the empty one.
+    pub fn n_label_sets(&self) -> usize {
+        self.label_sets.len()
+    }
+
+    /// The name to show for a frame: the function's name, or for an unsymbolized frame
+    /// `binary+0xoffset` (or `0xaddress` without a mapping).
+    pub fn location_display_name(&self, id: LocationId) -> String {
+        let address = self.location_address(id);
+        match address.mapping {
+            Some(m) => format!("{}+0x{:x}", basename(self.string(self.mapping(m).file)), address.address),
+            None => format!("0x{:x}", address.address),
+        }
+    }
+
+    /// The base name of a location's object file, or `""`.
+    pub fn location_binary(&self, id: LocationId) -> &str {
+        match self.location_address(id).mapping {
+            Some(m) => basename(self.string(self.mapping(m).file)),
+            None => "",
+        }
+    }
+}
+
+/// The address of `address` relative to the object file of a mapping that starts at
+/// `memory_start` and maps file offset `file_offset` there. Relative addresses are the same in
+/// every process that loads the file, wherever ASLR puts it.
+#[inline]
+pub fn relative_address(address: u64, memory_start: u64, file_offset: u64) -> u64 {
+    address.wrapping_sub(memory_start).wrapping_add(file_offset)
+}
+
+/// The last path component of `path`.
+pub fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_prefixes_are_stored_once() {
+        let mut t = Tables::new();
+        let name = t.intern_string("main");
+        let f = t.intern_function(Function { name, system_name: name, filename: StringId::EMPTY, start_line: 0 });
+        let a = t.intern_location(None, 0, vec![Line { function: f, line: 1 }].into());
+        let b = t.intern_location(None, 0, vec![Line { function: f, line: 2 }].into());
+        let root = t.intern_stack(StackId::EMPTY, a);
+        let s1 = t.intern_stack(root, b);
+        let s2 = t.intern_stack(root, b);
+        assert_eq!(s1, s2);
+        assert_eq!(t.n_stacks(), 3);
+        assert_eq!(t.stack_locations(s1).collect::<Vec<_>>(), vec![b, a]);
+    }
+
+    #[test]
+    fn unsymbolized_frames_are_one_across_aslr() {
+        let mut t = Tables::new();
+        let file = t.intern_string("/bin/app");
+        let mapping = |start| Mapping {
+            memory_start: start,
+            memory_limit: start + 0x1000,
+            file_offset: 0x400,
+            file,
+            build_id: StringId::EMPTY,
+            has_functions: false,
+            has_filenames: false,
+            has_line_numbers: false,
+            has_inline_frames: false,
+        };
+        let m1 = t.intern_mapping(mapping(0x1000));
+        let m2 = t.intern_mapping(mapping(0x7000));
+        assert_eq!(m1, m2);
+        // The same instruction in two processes that loaded the binary at different addresses.
+        let a = t.intern_location(Some(m1), relative_address(0x1010, 0x1000, 0x400), Box::default());
+        let b = t.intern_location(Some(m2), relative_address(0x7010, 0x7000, 0x400), Box::default());
+        assert_eq!(a, b);
+        assert_eq!(t.location_display_name(a), "app+0x410");
+    }
+}
