@@ -172,7 +172,7 @@ impl<'a> FlameGraph<'a> {
     /// a node is `{"name", ["file", "line", "binary",] "value", "self", ["base", "base_self",]
     /// "children": [...]}`, children ordered by name. Written without recursion, so stack depth is
     /// no limit.
-    pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
+    pub fn write_json(&self, out: &mut (impl Write + ?Sized)) -> io::Result<()> {
         let meta = self.meta;
         write!(out, "{{\"sample_type\":")?;
         write_str(out, &meta.sample_type.kind)?;
@@ -208,7 +208,7 @@ impl<'a> FlameGraph<'a> {
         out.write_all(b"}")
     }
 
-    fn write_node_head(&self, out: &mut impl Write, idx: u32) -> io::Result<()> {
+    fn write_node_head(&self, out: &mut (impl Write + ?Sized), idx: u32) -> io::Result<()> {
         let n = &self.nodes[idx as usize];
         write!(out, "{{\"name\":")?;
         write_str(out, &self.name(idx))?;
@@ -235,7 +235,7 @@ impl<'a> FlameGraph<'a> {
     /// Writes folded stacks (`frame;frame;frame value`, root first, one line per distinct path),
     /// the input of flamegraph.pl and inferno. A diff writes `base comparison`, the two-column
     /// form of inferno's differential flame graphs.
-    pub fn write_folded(&self, out: &mut impl Write) -> io::Result<()> {
+    pub fn write_folded(&self, out: &mut (impl Write + ?Sized)) -> io::Result<()> {
         // Depth-first in name order, carrying the path as text: lines come out sorted.
         let mut path = String::new();
         let mut stack: Vec<(u32, usize, usize)> = vec![(0, 0, 0)]; // (node, next child, path length)
@@ -273,7 +273,7 @@ impl<'a> FlameGraph<'a> {
     }
 }
 
-fn write_str(out: &mut impl Write, s: &str) -> io::Result<()> {
+fn write_str(out: &mut (impl Write + ?Sized), s: &str) -> io::Result<()> {
     serde_json::to_writer(&mut *out, s).map_err(io::Error::other)
 }
 

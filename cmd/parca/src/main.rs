@@ -1,0 +1,50 @@
+//! `parca`: the continuous-profiling server's binary. Thin: flags in, library calls out.
+//!
+//! Today it carries the `profile` command, which reads pprof files for people and scripts.
+
+mod profile_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Continuous profiling: collect, store, query and compare pprof profiles.
+#[derive(Debug, Parser)]
+#[command(name = "parca", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Read pprof files: print the top table, folded stacks or flame-graph JSON, or write pprof.
+    /// Several files are merged; --diff compares them against a base.
+    Profile(profile_cmd::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Profile(args) => profile_cmd::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        // A reader that stops early (`parca profile … | head`) is not an error.
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
+        Err(err) => {
+            // The binary's edge: one line with the whole cause chain, non-zero exit.
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("parca: error: {err:#}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain()
+        .filter_map(|cause| cause.downcast_ref::<std::io::Error>())
+        .any(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}

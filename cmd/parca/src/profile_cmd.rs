@@ -1,0 +1,123 @@
+//! `parca profile FILE… [--diff BASE…] --format top|folded|json|pprof`.
+
+use std::fs;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::ValueEnum;
+use parca_pprof::DecodeOptions;
+use parca_profile::{DiffMode, FlameGraph, Profile, StackFilter, TopTable};
+
+/// What `parca profile` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Flat and cumulative value per function, largest flat first (like `pprof -top`).
+    Top,
+    /// The top table as JSON.
+    TopJson,
+    /// One line per stack, `root;…;leaf value`: input for flamegraph.pl and inferno.
+    Folded,
+    /// The flame-graph tree as JSON, as the HTTP API serves it.
+    Json,
+    /// A gzipped pprof that `go tool pprof` opens.
+    Pprof,
+}
+
+/// Flags of `parca profile`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// pprof files (gzipped or raw); several are merged into one.
+    #[arg(required = true, value_name = "FILE")]
+    files: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, short = 'f', value_enum, default_value_t = Format::Top)]
+    format: Format,
+    /// Sample type to show, e.g. `alloc_space` (default: the profile's default, else the last).
+    #[arg(long, value_name = "TYPE")]
+    sample_type: Option<String>,
+    /// Compare against these files (merged): values of both sides are kept per stack.
+    #[arg(long, value_name = "BASE", num_args = 1..)]
+    diff: Vec<PathBuf>,
+    /// With --diff: scale the side with the smaller total to the other's total.
+    #[arg(long, requires = "diff")]
+    relative: bool,
+    /// Keep only samples with a function whose name contains this text (repeatable).
+    #[arg(long, value_name = "TEXT")]
+    contains: Vec<String>,
+    /// Keep only samples with a function whose whole name matches this regex (repeatable).
+    #[arg(long, value_name = "REGEX")]
+    matches: Vec<String>,
+    /// Drop samples with a function whose whole name matches this regex (repeatable).
+    #[arg(long, value_name = "REGEX")]
+    drop: Vec<String>,
+    /// Write here instead of standard output.
+    #[arg(long, short = 'o', value_name = "PATH")]
+    output: Option<PathBuf>,
+}
+
+/// Reads, merges, optionally diffs, filters and prints.
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    let sample_type = args.sample_type.as_deref();
+    let mut profile = load_merged(&args.files, sample_type)?;
+    if !args.diff.is_empty() {
+        // The base must measure the same thing: pick its sample type by the comparison's.
+        let base = load_merged(&args.diff, Some(&profile.meta.sample_type.kind))?;
+        profile = parca_profile::diff(&base, &profile).context("cannot compare with the --diff files")?;
+        let mode = if args.relative { DiffMode::Relative } else { DiffMode::Absolute };
+        profile = parca_profile::apply_diff_mode(profile, mode);
+    }
+    let mut filters: Vec<StackFilter> = args.contains.iter().map(|s| StackFilter::contains(s)).collect();
+    for re in &args.matches {
+        filters.push(StackFilter::matches(re)?);
+    }
+    for re in &args.drop {
+        filters.push(StackFilter::not_matches(re)?);
+    }
+    let profile = parca_profile::filter_stacks(&profile, &filters);
+
+    let mut out: Box<dyn Write> = match &args.output {
+        Some(path) => Box::new(BufWriter::new(
+            fs::File::create(path).with_context(|| format!("cannot create `{}`", path.display()))?,
+        )),
+        None => Box::new(BufWriter::new(io::stdout().lock())),
+    };
+    write(&profile, args.format, &mut out)?;
+    out.flush().context("cannot write the output")?;
+    Ok(())
+}
+
+fn write(profile: &Profile, format: Format, out: &mut dyn Write) -> anyhow::Result<()> {
+    match format {
+        Format::Top => out.write_all(TopTable::build(profile).to_text().as_bytes())?,
+        Format::TopJson => serde_json::to_writer(&mut *out, &TopTable::build(profile))?,
+        Format::Folded => FlameGraph::build(profile).write_folded(out)?,
+        Format::Json => FlameGraph::build(profile).write_json(out)?,
+        Format::Pprof => out.write_all(&parca_pprof::encode(&parca_profile::to_pprof(profile), true))?,
+    }
+    Ok(())
+}
+
+/// Decodes every file and merges the chosen sample type of all of them.
+fn load_merged(paths: &[PathBuf], sample_type: Option<&str>) -> anyhow::Result<Profile> {
+    let mut merger = parca_profile::Merger::new();
+    for path in paths {
+        let profile = load(path, sample_type)?;
+        merger.add(&profile).with_context(|| format!("cannot merge `{}` with the files before it", path.display()))?;
+    }
+    match merger.finish() {
+        Some(profile) => Ok(profile),
+        None => bail!("no profile given"),
+    }
+}
+
+fn load(path: &Path, sample_type: Option<&str>) -> anyhow::Result<Profile> {
+    let bytes = fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+    let pprof = parca_pprof::decode(&bytes, &DecodeOptions::default())
+        .with_context(|| format!("`{}` is not a usable pprof profile", path.display()))?;
+    let default = pprof.profile().default_sample_type;
+    let default = (default != 0).then(|| pprof.string(default).to_owned());
+    let profiles = parca_profile::from_pprof(&pprof);
+    parca_profile::select_sample_type(profiles, sample_type, default.as_deref())
+        .with_context(|| format!("in `{}`", path.display()))
+}

@@ -1,0 +1,7 @@
+//! End-to-end tests, one module per area. They use the corpus in `tests/testdata/` and, where
+//! present, real outside tools (google/pprof); a test that needs a missing tool says so and
+//! passes without checking, and CI installs every such tool so that nothing is skipped there.
+
+mod corpus;
+mod pprof_oracle;
+mod support;

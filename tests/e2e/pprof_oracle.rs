@@ -1,0 +1,168 @@
+//! Agreement with google/pprof, the reference tool: the top table, merge, and the pprof we export.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use parca_pprof::DecodeOptions;
+use parca_profile::{Profile, TopTable};
+
+use crate::support::{corpus_dir, corpus_files, pprof_oracle, read};
+
+/// Per function: (flat, cum).
+type Rows = BTreeMap<String, (i64, i64)>;
+
+/// The `-unit` that makes pprof print exact integers in the profile's own unit.
+fn unit_flag(unit: &str) -> Option<&'static str> {
+    match unit {
+        "nanoseconds" => Some("ns"),
+        "bytes" => Some("B"),
+        _ => None,
+    }
+}
+
+/// Runs `pprof -top` over every node and parses its rows.
+fn oracle_top(pprof: &Path, file: &Path, sample_index: usize, unit: &str) -> Rows {
+    let mut cmd = Command::new(pprof);
+    cmd.args(["-top", "-nodecount=1000000", "-nodefraction=0", "-edgefraction=0"])
+        .arg(format!("-sample_index={sample_index}"))
+        .env("PPROF_TMPDIR", std::env::temp_dir())
+        // No symbolization from local binaries or servers: compare what the file says.
+        .env("PPROF_BINARY_PATH", "/nonexistent");
+    let suffix = unit_flag(unit);
+    if let Some(u) = suffix {
+        cmd.arg(format!("-unit={u}"));
+    }
+    let output = cmd.arg("-symbolize=none").arg(file).output().expect("run pprof");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "pprof failed on {}: {}", file.display(), String::from_utf8_lossy(&output.stderr));
+    let parse = |token: &str| -> i64 {
+        let number = suffix.and_then(|s| token.strip_suffix(s)).unwrap_or(token);
+        number.parse::<f64>().unwrap_or_else(|_| panic!("pprof printed {token:?} (file {})", file.display())) as i64
+    };
+    let mut rows = Rows::new();
+    let mut in_table = false;
+    for line in stdout.lines() {
+        if line.trim_start().starts_with("flat  flat%") {
+            in_table = true;
+            continue;
+        }
+        if !in_table {
+            continue;
+        }
+        let mut rest = line.trim_start();
+        let mut tokens = Vec::new();
+        for _ in 0..5 {
+            let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            tokens.push(&rest[..end]);
+            rest = rest[end..].trim_start();
+        }
+        // pprof prints whether a node was inlined after its name; it is not part of the name.
+        let name = rest.trim_end_matches(" (inline)").trim_end_matches(" (partial-inline)");
+        let entry = rows.entry(name.to_owned()).or_default();
+        entry.0 += parse(tokens[0]);
+        entry.1 += parse(tokens[3]);
+    }
+    rows
+}
+
+fn our_rows(profile: &Profile) -> Rows {
+    TopTable::build(profile)
+        .rows
+        .into_iter()
+        .filter(|r| r.flat != 0 || r.cum != 0)
+        .map(|r| (r.name, (r.flat, r.cum)))
+        .collect()
+}
+
+fn framed_total(profile: &Profile) -> i64 {
+    let s = &profile.samples;
+    (0..s.len()).filter(|&i| s.stacks[i] != parca_profile::tables::StackId::EMPTY).map(|i| s.values[i]).sum()
+}
+
+fn decode(path: &Path) -> Vec<Profile> {
+    parca_profile::decode(&read(path), &DecodeOptions::default())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn top_table_equals_pprof_top_for_every_corpus_file() {
+    let Some(pprof) = pprof_oracle() else { return };
+    let mut compared = 0;
+    for (name, path) in corpus_files() {
+        for (i, profile) in decode(&path).iter().enumerate() {
+            let theirs = oracle_top(&pprof, &path, i, &profile.meta.sample_type.unit);
+            assert_eq!(our_rows(profile), theirs, "{name}, sample type {}", profile.meta.sample_type);
+            compared += 1;
+        }
+    }
+    assert!(compared >= 100, "only {compared} sample types compared");
+}
+
+#[test]
+fn merge_equals_pprof_proto_merge() {
+    let Some(pprof) = pprof_oracle() else { return };
+    let dir = corpus_dir();
+    let groups: [&[&str]; 3] = [
+        &[
+            "go/go-cpu.pb.gz",
+            "go/go-cpu-b.pb.gz",
+            "prometheus/prometheus-cpu.pb.gz",
+            "published/google-pprof/sample.cpu",
+            "published/parca/labels.pb.gz",
+        ],
+        &["go/go-heap.pb.gz", "go/go-allocs.pb.gz", "prometheus/prometheus-heap.pb.gz"],
+        &[
+            "published/parca/many/1644509272337470000.pb.gz",
+            "published/parca/many/1644509275338070000.pb.gz",
+            "published/parca/many/1644509278338696000.pb.gz",
+            "published/parca/many/1644509281339135000.pb.gz",
+            "published/parca/many/1644509284338649000.pb.gz",
+            "published/parca/many/1644509287338709000.pb.gz",
+            "published/parca/many/1644509290338056000.pb.gz",
+            "published/parca/many/1644509293338714000.pb.gz",
+            "published/parca/many/1644509296350592000.pb.gz",
+            "published/parca/many/1644509299337903000.pb.gz",
+        ],
+    ];
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for (g, group) in groups.iter().enumerate() {
+        let paths: Vec<_> = group.iter().map(|f| dir.join(f)).collect();
+        let merged_path = tmp.path().join(format!("merged-{g}.pb.gz"));
+        let output = Command::new(&pprof)
+            .arg("-proto")
+            .arg("-symbolize=none")
+            .args(&paths)
+            .env("PPROF_TMPDIR", tmp.path())
+            .output()
+            .expect("run pprof");
+        assert!(output.status.success(), "pprof -proto: {}", String::from_utf8_lossy(&output.stderr));
+        std::fs::write(&merged_path, &output.stdout).expect("write merged");
+        let theirs = decode(&merged_path);
+        let decoded: Vec<Vec<Profile>> = paths.iter().map(|p| decode(p)).collect();
+        for (i, their) in theirs.iter().enumerate() {
+            let ours = parca_profile::merge(decoded.iter().map(|ps| &ps[i])).expect("compatible");
+            // google/pprof's merge drops samples that have no frame at all (prometheus-cpu has one);
+            // we keep them, as its `-top` does in its total: compare the totals of framed samples.
+            assert_eq!(framed_total(&ours), framed_total(their), "group {g}, sample type {}", their.meta.sample_type);
+            assert_eq!(our_rows(&ours), our_rows(their), "group {g}, sample type {}", their.meta.sample_type);
+            // And pprof's own reading of its merge agrees with our numbers.
+            let oracle = oracle_top(&pprof, &merged_path, i, &their.meta.sample_type.unit);
+            assert_eq!(our_rows(&ours), oracle, "group {g}, sample type {}", their.meta.sample_type);
+        }
+    }
+}
+
+#[test]
+fn exported_pprof_opens_in_pprof_with_the_same_numbers() {
+    let Some(pprof) = pprof_oracle() else { return };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for (name, path) in corpus_files() {
+        for (i, profile) in decode(&path).iter().enumerate() {
+            let exported = tmp.path().join(format!("{}-{i}.pb.gz", name.replace('/', "_")));
+            std::fs::write(&exported, parca_pprof::encode(&parca_profile::to_pprof(profile), true)).expect("write");
+            let theirs = oracle_top(&pprof, &exported, 0, &profile.meta.sample_type.unit);
+            assert_eq!(our_rows(profile), theirs, "{name}, sample type {}", profile.meta.sample_type);
+        }
+    }
+}
