@@ -124,7 +124,7 @@ pub fn to_pprof(profile: &Profile) -> proto::Profile {
         let location_id = match location_ids.get(&stack) {
             Some(ids) => ids.clone(),
             None => {
-                let ids: Vec<u64> = tables.stack_locations(stack).map(|l| e.location(l)).collect();
+                let ids: Vec<u64> = tables.stack(stack).iter().map(|&l| e.location(l)).collect();
                 location_ids.insert(stack, ids.clone());
                 ids
             }

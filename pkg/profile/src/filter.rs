@@ -63,8 +63,8 @@ const UNKNOWN: u8 = 0;
 const NO: u8 = 1;
 const YES: u8 = 2;
 
-/// Whether some frame of a stack matches, memoized per location and per stack node so that each
-/// function name is tested once and each stack node visited once.
+/// Whether some frame of a stack matches, memoized per location and per stack so that each
+/// function name is tested once and each stack walked once.
 struct StackMatcher<'a> {
     filter: &'a StackFilter,
     tables: &'a Tables,
@@ -87,26 +87,12 @@ impl StackMatcher<'_> {
     }
 
     fn stack(&mut self, id: StackId) -> bool {
-        let mut pending = Vec::new();
-        let mut node = id;
-        let mut hit = false;
-        while node != StackId::EMPTY {
-            match self.stacks[node.idx()] {
-                YES => {
-                    hit = true;
-                    break;
-                }
-                NO => break,
-                _ => {}
-            }
-            pending.push(node);
-            node = self.tables.stack_node(node).parent;
+        if self.stacks[id.idx()] == UNKNOWN {
+            let tables = self.tables;
+            let hit = tables.stack(id).iter().any(|&location| self.location(location));
+            self.stacks[id.idx()] = if hit { YES } else { NO };
         }
-        for &n in pending.iter().rev() {
-            hit = hit || self.location(self.tables.stack_node(n).location);
-            self.stacks[n.idx()] = if hit { YES } else { NO };
-        }
-        hit
+        self.stacks[id.idx()] == YES
     }
 }
 

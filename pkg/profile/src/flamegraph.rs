@@ -61,23 +61,15 @@ impl<'a> FlameGraph<'a> {
         };
         let mut child_of: FxHashMap<(u32, Frame), u32> = FxHashMap::default();
         let mut node_of_stack: FxHashMap<StackId, u32> = FxHashMap::default();
-        node_of_stack.insert(StackId::EMPTY, 0);
-        let mut pending = Vec::new();
         for i in 0..samples.len() {
-            let leaf = samples.stacks[i];
-            let node = match node_of_stack.get(&leaf) {
+            let stack = samples.stacks[i];
+            let node = match node_of_stack.get(&stack) {
                 Some(&node) => node,
                 None => {
-                    // Walk up to a stack already placed, then place the rest top-down.
-                    pending.clear();
-                    let mut s = leaf;
-                    while !node_of_stack.contains_key(&s) {
-                        pending.push(s);
-                        s = tables.stack_node(s).parent;
-                    }
-                    let mut parent = node_of_stack[&s];
-                    for &s in pending.iter().rev() {
-                        let location = tables.stack_node(s).location;
+                    // Root first: outermost location first, and within a location its caller line
+                    // before the lines inlined into it.
+                    let mut parent = 0;
+                    for &location in tables.stack(stack).iter().rev() {
                         let lines = tables.lines(location);
                         if lines.is_empty() {
                             parent = graph.child(&mut child_of, parent, Frame::Address(location), 0);
@@ -86,8 +78,8 @@ impl<'a> FlameGraph<'a> {
                                 parent = graph.child(&mut child_of, parent, Frame::Function(line.function), line.line);
                             }
                         }
-                        node_of_stack.insert(s, parent);
                     }
+                    node_of_stack.insert(stack, parent);
                     parent
                 }
             };

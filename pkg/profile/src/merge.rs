@@ -2,8 +2,8 @@
 //!
 //! Profiles that share tables merge by adding values per (stack, labels): an array add. Profiles
 //! from elsewhere are first remapped into the result's tables; the remap is lazy (only what the
-//! samples use) and memoized per source table, so merging many profiles of one store remaps each
-//! stack once.
+//! samples use) and memoized per source table, so merging many profiles that share tables remaps
+//! each stack once.
 
 use std::sync::Arc;
 
@@ -90,29 +90,20 @@ impl Remap {
         LocationId(self.locations[id.idx()])
     }
 
-    fn stack(&mut self, dst: &mut Tables, id: StackId) -> StackId {
-        if id == StackId::EMPTY {
-            return StackId::EMPTY;
-        }
+    fn stack(&mut self, dst: &mut Tables, id: StackId, frames: &mut Vec<LocationId>) -> StackId {
         let slot = self.stacks[id.idx()];
         if slot != UNSET {
             return StackId(slot);
         }
-        // Walk up to the nearest remapped ancestor, then intern back down: no recursion, so
-        // arbitrarily deep stacks cannot overflow the call stack.
-        let mut pending = Vec::new();
-        let mut node = id;
-        while node != StackId::EMPTY && self.stacks[node.idx()] == UNSET {
-            pending.push(node);
-            node = self.source.stack_node(node).parent;
+        let source = Arc::clone(&self.source);
+        frames.clear();
+        for &location in source.stack(id) {
+            let mapped = self.location(dst, location);
+            frames.push(mapped);
         }
-        let mut parent = if node == StackId::EMPTY { StackId::EMPTY } else { StackId(self.stacks[node.idx()]) };
-        for &node in pending.iter().rev() {
-            let location = self.location(dst, self.source.stack_node(node).location);
-            parent = dst.intern_stack(parent, location);
-            self.stacks[node.idx()] = parent.0;
-        }
-        parent
+        let mapped = dst.intern_stack(frames);
+        self.stacks[id.idx()] = mapped.0;
+        mapped
     }
 
     fn label_set(&mut self, dst: &mut Tables, id: LabelSetId) -> LabelSetId {
@@ -293,7 +284,8 @@ impl Merger {
                         self.remaps.last_mut().expect("just pushed")
                     }
                 };
-                let stacks: Vec<StackId> = s.stacks.iter().map(|&st| remap.stack(dst, st)).collect();
+                let mut frames = Vec::new();
+                let stacks: Vec<StackId> = s.stacks.iter().map(|&st| remap.stack(dst, st, &mut frames)).collect();
                 let labels: Vec<LabelSetId> = s.labels.iter().map(|&l| remap.label_set(dst, l)).collect();
                 self.acc.add(&stacks, &labels, &s.values, base);
             }
@@ -309,7 +301,8 @@ impl Merger {
         let old = std::mem::take(&mut self.acc.samples);
         self.acc = Accumulator::default();
         self.acc.samples.diff_base = old.diff_base.as_ref().map(|_| Vec::new());
-        let stacks: Vec<StackId> = old.stacks.iter().map(|&s| remap.stack(&mut dst, s)).collect();
+        let mut frames = Vec::new();
+        let stacks: Vec<StackId> = old.stacks.iter().map(|&s| remap.stack(&mut dst, s, &mut frames)).collect();
         let labels: Vec<LabelSetId> = old.labels.iter().map(|&l| remap.label_set(&mut dst, l)).collect();
         self.acc.add(&stacks, &labels, &old.values, false);
         if let Some(base) = &old.diff_base {

@@ -86,12 +86,17 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
     let mut labels = Vec::with_capacity(p.sample.len());
     let mut values: Vec<Vec<i64>> = vec![Vec::with_capacity(p.sample.len()); n_types];
     let mut label_buf = Vec::new();
+    // Nearly every sample of a real profile has a stack of its own: reserve for all of them.
+    // (The message was size-checked, so this is bounded by the input.)
+    let n_frames: usize = p.sample.iter().map(|s| s.location_id.len()).sum();
+    tables.reserve_stacks(p.sample.len(), n_frames);
+    let mut frames = Vec::new();
     for sample in &p.sample {
-        let mut stack = StackId::EMPTY;
-        for &id in sample.location_id.iter().rev() {
-            let location = locations[pprof.location_index(id).expect("validated location id")];
-            stack = tables.intern_stack(stack, location);
-        }
+        frames.clear();
+        frames.extend(
+            sample.location_id.iter().map(|&id| locations[pprof.location_index(id).expect("validated location id")]),
+        );
+        let stack = tables.intern_stack(&frames);
         let label_set = if sample.label.is_empty() {
             LabelSetId::EMPTY
         } else {

@@ -3,22 +3,22 @@
 use std::sync::Arc;
 
 use crate::profile::{Meta, Profile, Samples, ValueType};
-use crate::tables::{Function, LabelSetId, Line, StackId, StringId, Tables};
+use crate::tables::{Function, LabelSetId, Line, StringId, Tables};
 
 /// A CPU profile from `("main;work;leaf", value)` pairs (root first), all in fresh tables.
 pub(crate) fn profile(stacks: &[(&str, i64)]) -> Profile {
     let mut tables = Tables::new();
     let mut samples = Samples::default();
     for &(folded, value) in stacks {
-        let mut stack = StackId::EMPTY;
-        for name in folded.split(';') {
+        let mut frames = Vec::new();
+        for name in folded.split(';').rev() {
             let name = tables.intern_string(name);
             let function =
                 tables.intern_function(Function { name, system_name: name, filename: StringId::EMPTY, start_line: 0 });
             let location = tables.intern_location(None, 0, vec![Line { function, line: 1 }].into());
-            stack = tables.intern_stack(stack, location);
+            frames.push(location);
         }
-        samples.stacks.push(stack);
+        samples.stacks.push(tables.intern_stack(&frames));
         samples.labels.push(LabelSetId::EMPTY);
         samples.values.push(value);
     }

@@ -121,7 +121,7 @@ impl TopTable {
                 continue;
             }
             frames.clear();
-            for location in tables.stack_locations(stack) {
+            for &location in tables.stack(stack) {
                 namer.location(location, &mut frames);
             }
             if sums.len() < namer.names.len() {
