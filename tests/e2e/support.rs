@@ -53,7 +53,11 @@ pub fn pprof_oracle() -> Option<PathBuf> {
         .map(|dir| dir.join("pprof"))
         .find(|p| p.exists());
     if on_path.is_none() {
-        // A skip must be visible: CI sets PARCA_PPROF_ORACLE so it never skips there.
+        assert!(
+            std::env::var_os("PARCA_REQUIRE_ORACLE").is_none(),
+            "PARCA_REQUIRE_ORACLE is set but google/pprof was not found: run tests/tools/pprof-oracle.sh"
+        );
+        // A skip must be visible; CI sets PARCA_REQUIRE_ORACLE so it never skips there.
         #[allow(clippy::print_stderr)]
         {
             eprintln!("SKIP: google/pprof not found; run tests/tools/pprof-oracle.sh or set PARCA_PPROF_ORACLE");

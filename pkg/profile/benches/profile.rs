@@ -1,1 +1,98 @@
-fn main() {}
+//! The hot paths of the profile model, on real corpus profiles: decode + normalize, merge of
+//! 1,000 profiles (over shared tables, as a store merges; and over separately decoded ones, as the
+//! CLI does), flame-graph and top-table build.
+//!
+//! `cargo bench -p parca-profile --bench profile`; see `compare_go.rs` for the comparison with
+//! Go's `profile.Parse`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use parca_pprof::DecodeOptions;
+use parca_profile::{FlameGraph, Importer, Profile, Tables, TopTable};
+
+fn read(rel: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/testdata/pprof").join(rel);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn cpu(rel: &str) -> Profile {
+    let profiles = parca_profile::decode(&read(rel), &DecodeOptions::default()).expect("corpus decodes");
+    parca_profile::select_sample_type(profiles, Some("cpu"), None).expect("cpu sample type")
+}
+
+/// Go CPU profiles of several programs (cpu/nanoseconds, period cpu/nanoseconds).
+const CPU_FILES: [&str; 6] = [
+    "go/go-cpu.pb.gz",
+    "go/go-cpu-b.pb.gz",
+    "prometheus/prometheus-cpu.pb.gz",
+    "published/google-pprof/sample.cpu",
+    "published/parca/labels.pb.gz",
+    "rust/rust-cpu.pb.gz",
+];
+
+fn decode(c: &mut Criterion) {
+    let mut group = c.benchmark_group("decode_normalize");
+    for rel in ["published/google-pprof/large.cpu", "published/parca/alloc_space_delta.pb.gz", "go/go-cpu.pb.gz"] {
+        let bytes = read(rel);
+        group.throughput(Throughput::Bytes(bytes.len() as u64));
+        group.bench_function(rel, |b| {
+            b.iter(|| parca_profile::decode(std::hint::black_box(&bytes), &DecodeOptions::default()).expect("decodes"))
+        });
+    }
+    group.finish();
+}
+
+fn merge(c: &mut Criterion) {
+    let sources: Vec<Profile> = CPU_FILES.iter().map(|f| cpu(f)).collect();
+    let n_pairs = |profiles: &[Profile]| profiles.iter().map(|p| p.samples.len() as u64).sum::<u64>();
+    let mut group = c.benchmark_group("merge_1000");
+
+    // As a store holds them: one set of tables, profiles are stack ids and values.
+    let mut tables = Tables::new();
+    let mut importer = Importer::new();
+    let imported: Vec<_> = sources.iter().map(|p| importer.import(&mut tables, p)).collect();
+    let tables = Arc::new(tables);
+    let shared: Vec<Profile> = (0..1000)
+        .map(|i| Profile {
+            tables: Arc::clone(&tables),
+            meta: sources[i % sources.len()].meta.clone(),
+            samples: imported[i % sources.len()].clone(),
+        })
+        .collect();
+    group.throughput(Throughput::Elements(n_pairs(&shared)));
+    group.bench_function("shared_tables", |b| b.iter(|| parca_profile::merge(&shared).expect("merge")));
+
+    // As the CLI gets them: each file decoded on its own (100 copies of each of the 6 sources
+    // here, each copy keeping its source's tables: 6 remaps, then array adds).
+    let cycled: Vec<Profile> = (0..1000).map(|i| sources[i % sources.len()].clone()).collect();
+    group.throughput(Throughput::Elements(n_pairs(&cycled)));
+    group.bench_function("six_sources", |b| b.iter(|| parca_profile::merge(&cycled).expect("merge")));
+
+    // Worst case: 1,000 profiles, each with tables of its own (1,000 remaps).
+    group.sample_size(10);
+    let distinct: Vec<Profile> = (0..1000).map(|i| cpu(CPU_FILES[i % CPU_FILES.len()])).collect();
+    group.throughput(Throughput::Elements(n_pairs(&distinct)));
+    group.bench_function("distinct_tables", |b| b.iter(|| parca_profile::merge(&distinct).expect("merge")));
+    group.finish();
+}
+
+fn views(c: &mut Criterion) {
+    let large = cpu("published/google-pprof/large.cpu");
+    let mut group = c.benchmark_group("views");
+    group.throughput(Throughput::Elements(large.samples.len() as u64));
+    group.bench_function("flamegraph_build/large.cpu", |b| b.iter(|| FlameGraph::build(&large).len()));
+    group.bench_function("flamegraph_json/large.cpu", |b| {
+        b.iter_batched(
+            || Vec::with_capacity(4 << 20),
+            |mut out| FlameGraph::build(&large).write_json(&mut out).map(|()| out.len()),
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("top/large.cpu", |b| b.iter(|| TopTable::build(&large).rows.len()));
+    group.finish();
+}
+
+criterion_group!(benches, decode, merge, views);
+criterion_main!(benches);

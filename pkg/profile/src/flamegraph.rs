@@ -36,7 +36,10 @@ pub struct FlameGraph<'a> {
     meta: &'a Meta,
     is_diff: bool,
     nodes: Vec<Node>,
-    children: Vec<Vec<u32>>,
+    /// Children of node `i` are `children[child_start[i]..child_start[i + 1]]`, sorted by name
+    /// (one array for all nodes: trees of real profiles have hundreds of thousands of nodes).
+    children: Vec<u32>,
+    child_start: Vec<u32>,
 }
 
 impl<'a> FlameGraph<'a> {
@@ -58,8 +61,13 @@ impl<'a> FlameGraph<'a> {
                 base_self: 0,
             }],
             children: Vec::new(),
+            child_start: Vec::new(),
         };
+        // Real stacks share few frames once below the top: expect about a node per frame.
+        let n_frames: usize = samples.stacks.iter().map(|&s| tables.stack(s).len()).sum();
         let mut child_of: FxHashMap<(u32, Frame), u32> = FxHashMap::default();
+        child_of.reserve(n_frames);
+        graph.nodes.reserve(n_frames);
         let mut node_of_stack: FxHashMap<StackId, u32> = FxHashMap::default();
         for i in 0..samples.len() {
             let stack = samples.stacks[i];
@@ -100,14 +108,30 @@ impl<'a> FlameGraph<'a> {
             graph.nodes[parent].total = graph.nodes[parent].total.wrapping_add(total);
             graph.nodes[parent].base_total = graph.nodes[parent].base_total.wrapping_add(base_total);
         }
-        let mut children = vec![Vec::new(); graph.nodes.len()];
-        for (idx, n) in graph.nodes.iter().enumerate().skip(1) {
-            children[n.parent as usize].push(idx as u32);
+        // Counting sort of nodes by parent gives every node's children as one slice.
+        let n = graph.nodes.len();
+        let mut child_start = vec![0u32; n + 1];
+        for node in &graph.nodes[1..] {
+            child_start[node.parent as usize + 1] += 1;
         }
-        for list in &mut children {
-            list.sort_by(|&a, &b| graph.name(a).cmp(&graph.name(b)));
+        for i in 0..n {
+            child_start[i + 1] += child_start[i];
+        }
+        let mut children = vec![0u32; n - 1];
+        let mut fill = child_start.clone();
+        for (idx, node) in graph.nodes.iter().enumerate().skip(1) {
+            let slot = &mut fill[node.parent as usize];
+            children[*slot as usize] = idx as u32;
+            *slot += 1;
+        }
+        for i in 0..n {
+            let list = &mut children[child_start[i] as usize..child_start[i + 1] as usize];
+            if list.len() > 1 {
+                list.sort_by(|&a, &b| graph.name(a).cmp(&graph.name(b)));
+            }
         }
         graph.children = children;
+        graph.child_start = child_start;
         graph
     }
 
@@ -120,6 +144,11 @@ impl<'a> FlameGraph<'a> {
             self.nodes[idx as usize].line = 0;
         }
         idx
+    }
+
+    fn children_of(&self, node: u32) -> &[u32] {
+        let (start, end) = (self.child_start[node as usize], self.child_start[node as usize + 1]);
+        &self.children[start as usize..end as usize]
     }
 
     /// Number of nodes, the root included.
@@ -183,7 +212,7 @@ impl<'a> FlameGraph<'a> {
         let mut stack: Vec<(u32, usize)> = vec![(0, 0)];
         self.write_node_head(out, 0)?;
         while let Some(&mut (node, ref mut next)) = stack.last_mut() {
-            let children = &self.children[node as usize];
+            let children = self.children_of(node);
             if *next < children.len() {
                 let child = children[*next];
                 if *next > 0 {
@@ -232,7 +261,7 @@ impl<'a> FlameGraph<'a> {
         let mut path = String::new();
         let mut stack: Vec<(u32, usize, usize)> = vec![(0, 0, 0)]; // (node, next child, path length)
         while let Some(&mut (node, ref mut next, path_len)) = stack.last_mut() {
-            let children = &self.children[node as usize];
+            let children = self.children_of(node);
             if *next == 0 && node != 0 {
                 let n = &self.nodes[node as usize];
                 if n.self_value != 0 || n.base_self != 0 {

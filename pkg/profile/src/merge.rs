@@ -129,6 +129,44 @@ impl Remap {
     }
 }
 
+/// Copies profiles into a shared set of tables (a store's head, a merge result), so that from
+/// then on they combine by id. Remaps are memoized per source tables: importing many profiles
+/// that share tables translates each symbol and stack once. Drop the importer to free the memos.
+#[derive(Default)]
+pub struct Importer {
+    remaps: Vec<Remap>,
+}
+
+impl Importer {
+    /// An importer with no memos.
+    pub fn new() -> Self {
+        Importer::default()
+    }
+
+    fn remap_for(&mut self, source: &Arc<Tables>) -> &mut Remap {
+        match self.remaps.iter().position(|r| Arc::ptr_eq(&r.source, source)) {
+            Some(i) => &mut self.remaps[i],
+            None => {
+                self.remaps.push(Remap::new(Arc::clone(source)));
+                self.remaps.last_mut().expect("just pushed")
+            }
+        }
+    }
+
+    /// The samples of `profile` with their stacks and labels interned in `dst`.
+    pub fn import(&mut self, dst: &mut Tables, profile: &Profile) -> Samples {
+        let s = &profile.samples;
+        let remap = self.remap_for(&profile.tables);
+        let mut frames = Vec::new();
+        Samples {
+            stacks: s.stacks.iter().map(|&st| remap.stack(dst, st, &mut frames)).collect(),
+            labels: s.labels.iter().map(|&l| remap.label_set(dst, l)).collect(),
+            values: s.values.clone(),
+            diff_base: s.diff_base.clone(),
+        }
+    }
+}
+
 /// Accumulates values per (stack, labels) as columns. Unlabelled samples, the common case, go
 /// through a dense array indexed by stack id; labelled ones through a hash map.
 #[derive(Default)]
@@ -211,7 +249,7 @@ pub struct Merger {
     shared: Option<Arc<Tables>>,
     /// Set once profiles with different tables arrive.
     own: Option<Tables>,
-    remaps: Vec<Remap>,
+    importer: Importer,
     meta: Option<Meta>,
     acc: Accumulator,
     /// Whether this merger builds a diff (keeps the base column).
@@ -227,7 +265,14 @@ impl Default for Merger {
 impl Merger {
     /// An empty merger.
     pub fn new() -> Self {
-        Merger { shared: None, own: None, remaps: Vec::new(), meta: None, acc: Accumulator::default(), diff: false }
+        Merger {
+            shared: None,
+            own: None,
+            importer: Importer::new(),
+            meta: None,
+            acc: Accumulator::default(),
+            diff: false,
+        }
     }
 
     fn new_diff() -> Self {
@@ -277,17 +322,8 @@ impl Merger {
         match &mut self.own {
             None => self.acc.add(&s.stacks, &s.labels, &s.values, base),
             Some(dst) => {
-                let remap = match self.remaps.iter().position(|r| Arc::ptr_eq(&r.source, &profile.tables)) {
-                    Some(i) => &mut self.remaps[i],
-                    None => {
-                        self.remaps.push(Remap::new(Arc::clone(&profile.tables)));
-                        self.remaps.last_mut().expect("just pushed")
-                    }
-                };
-                let mut frames = Vec::new();
-                let stacks: Vec<StackId> = s.stacks.iter().map(|&st| remap.stack(dst, st, &mut frames)).collect();
-                let labels: Vec<LabelSetId> = s.labels.iter().map(|&l| remap.label_set(dst, l)).collect();
-                self.acc.add(&stacks, &labels, &s.values, base);
+                let imported = self.importer.import(dst, profile);
+                self.acc.add(&imported.stacks, &imported.labels, &imported.values, base);
             }
         }
         Ok(())
@@ -297,18 +333,15 @@ impl Merger {
     fn switch_to_own_tables(&mut self) {
         let shared = self.shared.take().expect("only called while sharing");
         let mut dst = Tables::new();
-        let mut remap = Remap::new(shared);
         let old = std::mem::take(&mut self.acc.samples);
         self.acc = Accumulator::default();
         self.acc.samples.diff_base = old.diff_base.as_ref().map(|_| Vec::new());
-        let mut frames = Vec::new();
-        let stacks: Vec<StackId> = old.stacks.iter().map(|&s| remap.stack(&mut dst, s, &mut frames)).collect();
-        let labels: Vec<LabelSetId> = old.labels.iter().map(|&l| remap.label_set(&mut dst, l)).collect();
-        self.acc.add(&stacks, &labels, &old.values, false);
-        if let Some(base) = &old.diff_base {
-            self.acc.add(&stacks, &labels, base, true);
+        let so_far = Profile { tables: shared, meta: Meta::default(), samples: old };
+        let imported = self.importer.import(&mut dst, &so_far);
+        self.acc.add(&imported.stacks, &imported.labels, &imported.values, false);
+        if let Some(base) = &imported.diff_base {
+            self.acc.add(&imported.stacks, &imported.labels, base, true);
         }
-        self.remaps.push(remap);
         self.own = Some(dst);
     }
 
