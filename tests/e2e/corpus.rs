@@ -12,12 +12,17 @@ fn every_corpus_file_decodes_with_the_manifest_totals() {
     for line in manifest.lines() {
         let entry: serde_json::Value = serde_json::from_str(line).expect("manifest line is JSON");
         let file = entry["file"].as_str().expect("file");
-        let Some(totals) = entry["totals"].as_array() else { continue };
+        let Some(totals) = entry["totals"].as_array() else {
+            continue;
+        };
         let path = corpus_dir().join(file);
         let profiles = parca_profile::decode(&read(&path), &DecodeOptions::default())
             .unwrap_or_else(|e| panic!("{file}: {e}"));
         let ours: Vec<String> = profiles.iter().map(|p| p.total().to_string()).collect();
-        let theirs: Vec<String> = totals.iter().map(|t| t.as_str().expect("total is a string").to_owned()).collect();
+        let theirs: Vec<String> = totals
+            .iter()
+            .map(|t| t.as_str().expect("total is a string").to_owned())
+            .collect();
         assert_eq!(ours, theirs, "{file}: totals per sample type");
         checked += 1;
     }
@@ -47,7 +52,8 @@ fn every_corpus_file_survives_export_and_decode() {
 #[test]
 fn legacy_go_cpu_format_decodes() {
     let path = corpus_dir().join("published/google-pprof/gobench.cpu");
-    let profiles = parca_profile::decode(&read(&path), &DecodeOptions::default()).expect("legacy format");
+    let profiles =
+        parca_profile::decode(&read(&path), &DecodeOptions::default()).expect("legacy format");
     assert_eq!(profiles.len(), 2);
     assert_eq!(profiles[0].meta.sample_type.kind, "samples");
     assert!(profiles[0].total() > 0);
@@ -56,8 +62,11 @@ fn legacy_go_cpu_format_decodes() {
 #[test]
 fn truncated_corpus_file_says_where() {
     let path = corpus_dir().join("go/go-cpu.pb.gz");
-    let raw = parca_pprof::decompress(&read(&path), &DecodeOptions::default()).expect("gzip").into_owned();
-    let err = parca_pprof::decode(&raw[..raw.len() / 2], &DecodeOptions::default()).expect_err("truncated");
+    let raw = parca_pprof::decompress(&read(&path), &DecodeOptions::default())
+        .expect("gzip")
+        .into_owned();
+    let err = parca_pprof::decode(&raw[..raw.len() / 2], &DecodeOptions::default())
+        .expect_err("truncated");
     let message = err.to_string();
     assert!(message.contains("runs past the end"), "{message}");
 }

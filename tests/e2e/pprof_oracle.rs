@@ -24,21 +24,38 @@ fn unit_flag(unit: &str) -> Option<&'static str> {
 /// Runs `pprof -top` over every node and parses its rows.
 fn oracle_top(pprof: &Path, file: &Path, sample_index: usize, unit: &str) -> Rows {
     let mut cmd = Command::new(pprof);
-    cmd.args(["-top", "-nodecount=1000000", "-nodefraction=0", "-edgefraction=0"])
-        .arg(format!("-sample_index={sample_index}"))
-        .env("PPROF_TMPDIR", std::env::temp_dir())
-        // No symbolization from local binaries or servers: compare what the file says.
-        .env("PPROF_BINARY_PATH", "/nonexistent");
+    cmd.args([
+        "-top",
+        "-nodecount=1000000",
+        "-nodefraction=0",
+        "-edgefraction=0",
+    ])
+    .arg(format!("-sample_index={sample_index}"))
+    .env("PPROF_TMPDIR", std::env::temp_dir())
+    // No symbolization from local binaries or servers: compare what the file says.
+    .env("PPROF_BINARY_PATH", "/nonexistent");
     let suffix = unit_flag(unit);
     if let Some(u) = suffix {
         cmd.arg(format!("-unit={u}"));
     }
-    let output = cmd.arg("-symbolize=none").arg(file).output().expect("run pprof");
+    let output = cmd
+        .arg("-symbolize=none")
+        .arg(file)
+        .output()
+        .expect("run pprof");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "pprof failed on {}: {}", file.display(), String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "pprof failed on {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
     let parse = |token: &str| -> i64 {
         let number = suffix.and_then(|s| token.strip_suffix(s)).unwrap_or(token);
-        number.parse::<f64>().unwrap_or_else(|_| panic!("pprof printed {token:?} (file {})", file.display())) as i64
+        number
+            .parse::<f64>()
+            .unwrap_or_else(|_| panic!("pprof printed {token:?} (file {})", file.display()))
+            as i64
     };
     let mut rows = Rows::new();
     let mut in_table = false;
@@ -58,7 +75,9 @@ fn oracle_top(pprof: &Path, file: &Path, sample_index: usize, unit: &str) -> Row
             rest = rest[end..].trim_start();
         }
         // pprof prints whether a node was inlined after its name; it is not part of the name.
-        let name = rest.trim_end_matches(" (inline)").trim_end_matches(" (partial-inline)");
+        let name = rest
+            .trim_end_matches(" (inline)")
+            .trim_end_matches(" (partial-inline)");
         let entry = rows.entry(name.to_owned()).or_default();
         entry.0 += parse(tokens[0]);
         entry.1 += parse(tokens[3]);
@@ -77,7 +96,10 @@ fn our_rows(profile: &Profile) -> Rows {
 
 fn framed_total(profile: &Profile) -> i64 {
     let s = &profile.samples;
-    (0..s.len()).filter(|&i| s.stacks[i] != parca_profile::tables::StackId::EMPTY).map(|i| s.values[i]).sum()
+    (0..s.len())
+        .filter(|&i| s.stacks[i] != parca_profile::tables::StackId::EMPTY)
+        .map(|i| s.values[i])
+        .sum()
 }
 
 fn decode(path: &Path) -> Vec<Profile> {
@@ -92,7 +114,12 @@ fn top_table_equals_pprof_top_for_every_corpus_file() {
     for (name, path) in corpus_files() {
         for (i, profile) in decode(&path).iter().enumerate() {
             let theirs = oracle_top(&pprof, &path, i, &profile.meta.sample_type.unit);
-            assert_eq!(our_rows(profile), theirs, "{name}, sample type {}", profile.meta.sample_type);
+            assert_eq!(
+                our_rows(profile),
+                theirs,
+                "{name}, sample type {}",
+                profile.meta.sample_type
+            );
             compared += 1;
         }
     }
@@ -111,7 +138,11 @@ fn merge_equals_pprof_proto_merge() {
             "published/google-pprof/sample.cpu",
             "published/parca/labels.pb.gz",
         ],
-        &["go/go-heap.pb.gz", "go/go-allocs.pb.gz", "prometheus/prometheus-heap.pb.gz"],
+        &[
+            "go/go-heap.pb.gz",
+            "go/go-allocs.pb.gz",
+            "prometheus/prometheus-heap.pb.gz",
+        ],
         &[
             "published/parca/many/1644509272337470000.pb.gz",
             "published/parca/many/1644509275338070000.pb.gz",
@@ -136,7 +167,11 @@ fn merge_equals_pprof_proto_merge() {
             .env("PPROF_TMPDIR", tmp.path())
             .output()
             .expect("run pprof");
-        assert!(output.status.success(), "pprof -proto: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "pprof -proto: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         std::fs::write(&merged_path, &output.stdout).expect("write merged");
         let theirs = decode(&merged_path);
         let decoded: Vec<Vec<Profile>> = paths.iter().map(|p| decode(p)).collect();
@@ -144,11 +179,26 @@ fn merge_equals_pprof_proto_merge() {
             let ours = parca_profile::merge(decoded.iter().map(|ps| &ps[i])).expect("compatible");
             // google/pprof's merge drops samples that have no frame at all (prometheus-cpu has one);
             // we keep them, as its `-top` does in its total: compare the totals of framed samples.
-            assert_eq!(framed_total(&ours), framed_total(their), "group {g}, sample type {}", their.meta.sample_type);
-            assert_eq!(our_rows(&ours), our_rows(their), "group {g}, sample type {}", their.meta.sample_type);
+            assert_eq!(
+                framed_total(&ours),
+                framed_total(their),
+                "group {g}, sample type {}",
+                their.meta.sample_type
+            );
+            assert_eq!(
+                our_rows(&ours),
+                our_rows(their),
+                "group {g}, sample type {}",
+                their.meta.sample_type
+            );
             // And pprof's own reading of its merge agrees with our numbers.
             let oracle = oracle_top(&pprof, &merged_path, i, &their.meta.sample_type.unit);
-            assert_eq!(our_rows(&ours), oracle, "group {g}, sample type {}", their.meta.sample_type);
+            assert_eq!(
+                our_rows(&ours),
+                oracle,
+                "group {g}, sample type {}",
+                their.meta.sample_type
+            );
         }
     }
 }
@@ -159,10 +209,21 @@ fn exported_pprof_opens_in_pprof_with_the_same_numbers() {
     let tmp = tempfile::tempdir().expect("tempdir");
     for (name, path) in corpus_files() {
         for (i, profile) in decode(&path).iter().enumerate() {
-            let exported = tmp.path().join(format!("{}-{i}.pb.gz", name.replace('/', "_")));
-            std::fs::write(&exported, parca_pprof::encode(&parca_profile::to_pprof(profile), true)).expect("write");
+            let exported = tmp
+                .path()
+                .join(format!("{}-{i}.pb.gz", name.replace('/', "_")));
+            std::fs::write(
+                &exported,
+                parca_pprof::encode(&parca_profile::to_pprof(profile), true),
+            )
+            .expect("write");
             let theirs = oracle_top(&pprof, &exported, 0, &profile.meta.sample_type.unit);
-            assert_eq!(our_rows(profile), theirs, "{name}, sample type {}", profile.meta.sample_type);
+            assert_eq!(
+                our_rows(profile),
+                theirs,
+                "{name}, sample type {}",
+                profile.meta.sample_type
+            );
         }
     }
 }

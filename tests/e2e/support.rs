@@ -19,8 +19,15 @@ pub fn corpus_files() -> Vec<(String, PathBuf)> {
                 if path.file_name().is_some_and(|n| n != "ingest") {
                     dirs.push(path);
                 }
-            } else if !matches!(path.extension().and_then(|e| e.to_str()), Some("jsonl" | "md")) {
-                let rel = path.strip_prefix(&root).expect("under root").to_string_lossy().into_owned();
+            } else if !matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("jsonl" | "md")
+            ) {
+                let rel = path
+                    .strip_prefix(&root)
+                    .expect("under root")
+                    .to_string_lossy()
+                    .into_owned();
                 out.push((rel, path));
             }
         }
@@ -39,10 +46,16 @@ pub fn read(path: &Path) -> Vec<u8> {
 pub fn pprof_oracle() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os("PARCA_PPROF_ORACLE") {
         let path = PathBuf::from(path);
-        assert!(path.exists(), "PARCA_PPROF_ORACLE={} does not exist", path.display());
+        assert!(
+            path.exists(),
+            "PARCA_PPROF_ORACLE={} does not exist",
+            path.display()
+        );
         return Some(path);
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default();
     let built = home.join(".cache/parca-tests/pprof/pprof");
     if built.exists() {
         return Some(built);
@@ -60,7 +73,9 @@ pub fn pprof_oracle() -> Option<PathBuf> {
         // A skip must be visible; CI sets PARCA_REQUIRE_ORACLE so it never skips there.
         #[allow(clippy::print_stderr)]
         {
-            eprintln!("SKIP: google/pprof not found; run tests/tools/pprof-oracle.sh or set PARCA_PPROF_ORACLE");
+            eprintln!(
+                "SKIP: google/pprof not found; run tests/tools/pprof-oracle.sh or set PARCA_PPROF_ORACLE"
+            );
         }
     }
     on_path

@@ -63,11 +63,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if !args.diff.is_empty() {
         // The base must measure the same thing: pick its sample type by the comparison's.
         let base = load_merged(&args.diff, Some(&profile.meta.sample_type.kind))?;
-        profile = parca_profile::diff(&base, &profile).context("cannot compare with the --diff files")?;
-        let mode = if args.relative { DiffMode::Relative } else { DiffMode::Absolute };
+        profile =
+            parca_profile::diff(&base, &profile).context("cannot compare with the --diff files")?;
+        let mode = if args.relative {
+            DiffMode::Relative
+        } else {
+            DiffMode::Absolute
+        };
         profile = parca_profile::apply_diff_mode(profile, mode);
     }
-    let mut filters: Vec<StackFilter> = args.contains.iter().map(|s| StackFilter::contains(s)).collect();
+    let mut filters: Vec<StackFilter> = args
+        .contains
+        .iter()
+        .map(|s| StackFilter::contains(s))
+        .collect();
     for re in &args.matches {
         filters.push(StackFilter::matches(re)?);
     }
@@ -78,7 +87,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 
     let mut out: Box<dyn Write> = match &args.output {
         Some(path) => Box::new(BufWriter::new(
-            fs::File::create(path).with_context(|| format!("cannot create `{}`", path.display()))?,
+            fs::File::create(path)
+                .with_context(|| format!("cannot create `{}`", path.display()))?,
         )),
         None => Box::new(BufWriter::new(io::stdout().lock())),
     };
@@ -93,7 +103,10 @@ fn write(profile: &Profile, format: Format, out: &mut dyn Write) -> anyhow::Resu
         Format::TopJson => serde_json::to_writer(&mut *out, &TopTable::build(profile))?,
         Format::Folded => FlameGraph::build(profile).write_folded(out)?,
         Format::Json => FlameGraph::build(profile).write_json(out)?,
-        Format::Pprof => out.write_all(&parca_pprof::encode(&parca_profile::to_pprof(profile), true))?,
+        Format::Pprof => out.write_all(&parca_pprof::encode(
+            &parca_profile::to_pprof(profile),
+            true,
+        ))?,
     }
     Ok(())
 }
@@ -103,7 +116,9 @@ fn load_merged(paths: &[PathBuf], sample_type: Option<&str>) -> anyhow::Result<P
     let mut merger = parca_profile::Merger::new();
     for path in paths {
         let profile = load(path, sample_type)?;
-        merger.add(&profile).with_context(|| format!("cannot merge `{}` with the files before it", path.display()))?;
+        merger.add(&profile).with_context(|| {
+            format!("cannot merge `{}` with the files before it", path.display())
+        })?;
     }
     match merger.finish() {
         Some(profile) => Ok(profile),

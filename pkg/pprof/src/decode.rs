@@ -23,7 +23,9 @@ impl Default for DecodeOptions {
     /// 256 MiB: far above real profiles (the largest Go CPU profiles are a few MiB), far below
     /// what would hurt a server.
     fn default() -> Self {
-        DecodeOptions { max_decompressed_bytes: 256 << 20 }
+        DecodeOptions {
+            max_decompressed_bytes: 256 << 20,
+        }
     }
 }
 
@@ -46,7 +48,10 @@ pub fn decompress<'a>(
     // holding more than `limit + 1` bytes.
     let mut bounded = reader.take(limit as u64 + 1);
     if let Err(source) = bounded.read_to_end(&mut out) {
-        return Err(Error::Gzip { decompressed_bytes: out.len(), source });
+        return Err(Error::Gzip {
+            decompressed_bytes: out.len(),
+            source,
+        });
     }
     if out.len() > limit {
         return Err(Error::TooLarge { limit_bytes: limit });
@@ -97,19 +102,36 @@ impl IdIndex {
         let ids: Vec<u64> = ids.collect();
         for (idx, &id) in ids.iter().enumerate() {
             if id == 0 {
-                return Err(Error::BadId { kind, idx, id, why: "zero" });
+                return Err(Error::BadId {
+                    kind,
+                    idx,
+                    id,
+                    why: "zero",
+                });
             }
         }
-        if ids.iter().enumerate().all(|(idx, &id)| id == idx as u64 + 1) {
+        if ids
+            .iter()
+            .enumerate()
+            .all(|(idx, &id)| id == idx as u64 + 1)
+        {
             return Ok(IdIndex { sparse: None, len });
         }
         let mut map = FxHashMap::with_capacity_and_hasher(len, Default::default());
         for (idx, &id) in ids.iter().enumerate() {
             if map.insert(id, idx as u32).is_some() {
-                return Err(Error::BadId { kind, idx, id, why: "used twice" });
+                return Err(Error::BadId {
+                    kind,
+                    idx,
+                    id,
+                    why: "used twice",
+                });
             }
         }
-        Ok(IdIndex { sparse: Some(map), len })
+        Ok(IdIndex {
+            sparse: Some(map),
+            len,
+        })
     }
 
     #[inline]
@@ -141,12 +163,19 @@ impl Pprof {
             profile.string_table.push(String::new());
         }
         if !profile.string_table[0].is_empty() {
-            return Err(Error::StringTableStart { found: profile.string_table[0].clone() });
+            return Err(Error::StringTableStart {
+                found: profile.string_table[0].clone(),
+            });
         }
         let locations = IdIndex::build("location", profile.location.iter().map(|l| l.id))?;
         let functions = IdIndex::build("function", profile.function.iter().map(|f| f.id))?;
         let mappings = IdIndex::build("mapping", profile.mapping.iter().map(|m| m.id))?;
-        let pprof = Pprof { profile, locations, functions, mappings };
+        let pprof = Pprof {
+            profile,
+            locations,
+            functions,
+            mappings,
+        };
         pprof.check_references()?;
         Ok(pprof)
     }
@@ -156,7 +185,11 @@ impl Pprof {
         let n_strings = p.string_table.len();
         let string = |index: i64, place: &dyn Fn() -> String| {
             if index < 0 || index as u64 >= n_strings as u64 {
-                Err(Error::StringIndex { place: place(), index, len: n_strings })
+                Err(Error::StringIndex {
+                    place: place(),
+                    index,
+                    len: n_strings,
+                })
             } else {
                 Ok(())
             }
@@ -176,13 +209,21 @@ impl Pprof {
             string(c, &|| format!("comment {i}"))?;
         }
         for (i, m) in p.mapping.iter().enumerate() {
-            string(m.filename, &|| format!("mapping {i} (id {}) filename", m.id))?;
-            string(m.build_id, &|| format!("mapping {i} (id {}) build id", m.id))?;
+            string(m.filename, &|| {
+                format!("mapping {i} (id {}) filename", m.id)
+            })?;
+            string(m.build_id, &|| {
+                format!("mapping {i} (id {}) build id", m.id)
+            })?;
         }
         for (i, f) in p.function.iter().enumerate() {
             string(f.name, &|| format!("function {i} (id {}) name", f.id))?;
-            string(f.system_name, &|| format!("function {i} (id {}) system name", f.id))?;
-            string(f.filename, &|| format!("function {i} (id {}) filename", f.id))?;
+            string(f.system_name, &|| {
+                format!("function {i} (id {}) system name", f.id)
+            })?;
+            string(f.filename, &|| {
+                format!("function {i} (id {}) filename", f.id)
+            })?;
         }
         for (i, loc) in p.location.iter().enumerate() {
             if loc.mapping_id != 0 && self.mappings.get(loc.mapping_id).is_none() {
@@ -205,11 +246,19 @@ impl Pprof {
         let n_types = p.sample_type.len();
         for (i, s) in p.sample.iter().enumerate() {
             if s.value.len() != n_types {
-                return Err(Error::ValueCount { sample: i, found: s.value.len(), expected: n_types });
+                return Err(Error::ValueCount {
+                    sample: i,
+                    found: s.value.len(),
+                    expected: n_types,
+                });
             }
             for &id in &s.location_id {
                 if self.locations.get(id).is_none() {
-                    return Err(Error::UnknownId { place: format!("sample {i}"), kind: "location", id });
+                    return Err(Error::UnknownId {
+                        place: format!("sample {i}"),
+                        kind: "location",
+                        id,
+                    });
                 }
             }
             for (j, label) in s.label.iter().enumerate() {
@@ -240,7 +289,9 @@ impl Pprof {
     /// The location with a given id. Every id held by a sample of a validated profile resolves.
     #[inline]
     pub fn location(&self, id: u64) -> Option<&proto::Location> {
-        self.locations.get(id).map(|idx| &self.profile.location[idx])
+        self.locations
+            .get(id)
+            .map(|idx| &self.profile.location[idx])
     }
 
     /// The position of the location with a given id in `profile().location`.
@@ -252,7 +303,9 @@ impl Pprof {
     /// The function with a given id.
     #[inline]
     pub fn function(&self, id: u64) -> Option<&proto::Function> {
-        self.functions.get(id).map(|idx| &self.profile.function[idx])
+        self.functions
+            .get(id)
+            .map(|idx| &self.profile.function[idx])
     }
 
     /// The position of the function with a given id in `profile().function`.
@@ -288,14 +341,28 @@ mod tests {
     fn minimal() -> proto::Profile {
         proto::Profile {
             sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
-            sample: vec![proto::Sample { location_id: vec![1], value: vec![7], label: vec![] }],
+            sample: vec![proto::Sample {
+                location_id: vec![1],
+                value: vec![7],
+                label: vec![],
+            }],
             location: vec![proto::Location {
                 id: 1,
-                line: vec![proto::Line { function_id: 1, line: 3, column: 0 }],
+                line: vec![proto::Line {
+                    function_id: 1,
+                    line: 3,
+                    column: 0,
+                }],
                 ..Default::default()
             }],
-            function: vec![proto::Function { id: 1, name: 3, ..Default::default() }],
-            string_table: ["", "cpu", "nanoseconds", "main"].map(String::from).to_vec(),
+            function: vec![proto::Function {
+                id: 1,
+                name: 3,
+                ..Default::default()
+            }],
+            string_table: ["", "cpu", "nanoseconds", "main"]
+                .map(String::from)
+                .to_vec(),
             ..Default::default()
         }
     }
@@ -303,9 +370,14 @@ mod tests {
     #[test]
     fn gzip_bomb_stops_at_the_limit() {
         let bomb = gzip(&vec![0u8; 10 << 20]);
-        let options = DecodeOptions { max_decompressed_bytes: 1 << 20 };
+        let options = DecodeOptions {
+            max_decompressed_bytes: 1 << 20,
+        };
         let err = decode(&bomb, &options).expect_err("must refuse");
-        assert_eq!(err.to_string(), "profile is larger than the limit of 1048576 bytes once decompressed");
+        assert_eq!(
+            err.to_string(),
+            "profile is larger than the limit of 1048576 bytes once decompressed"
+        );
     }
 
     #[test]
@@ -319,7 +391,12 @@ mod tests {
     #[test]
     fn string_index_out_of_range_names_the_sample_label() {
         let mut p = minimal();
-        p.sample[0].label.push(proto::Label { key: 3, str: 40, num: 0, num_unit: 0 });
+        p.sample[0].label.push(proto::Label {
+            key: 3,
+            str: 40,
+            num: 0,
+            num_unit: 0,
+        });
         let err = Pprof::new(p).expect_err("must refuse");
         assert_eq!(
             err.to_string(),
@@ -330,9 +407,16 @@ mod tests {
     #[test]
     fn unknown_location_names_the_sample() {
         let mut p = minimal();
-        p.sample.push(proto::Sample { location_id: vec![1, 9], value: vec![1], label: vec![] });
+        p.sample.push(proto::Sample {
+            location_id: vec![1, 9],
+            value: vec![1],
+            label: vec![],
+        });
         let err = Pprof::new(p).expect_err("must refuse");
-        assert_eq!(err.to_string(), "sample 1 refers to location id 9, which the profile does not define");
+        assert_eq!(
+            err.to_string(),
+            "sample 1 refers to location id 9, which the profile does not define"
+        );
     }
 
     #[test]
@@ -349,9 +433,15 @@ mod tests {
     #[test]
     fn truncated_protobuf_says_where() {
         let raw = minimal().encode_to_vec();
-        let err = decode(&raw[..raw.len() - 3], &DecodeOptions::default()).expect_err("must refuse");
+        let err =
+            decode(&raw[..raw.len() - 3], &DecodeOptions::default()).expect_err("must refuse");
         let message = err.to_string();
-        assert!(message.starts_with("profile is not a valid pprof protobuf: field `string_table` (6) at byte"), "{message}");
+        assert!(
+            message.starts_with(
+                "profile is not a valid pprof protobuf: field `string_table` (6) at byte"
+            ),
+            "{message}"
+        );
         assert!(message.contains("truncated?"), "{message}");
     }
 
@@ -368,14 +458,21 @@ mod tests {
     #[test]
     fn duplicate_ids_are_refused() {
         let mut p = minimal();
-        p.function.push(proto::Function { id: 1, ..Default::default() });
+        p.function.push(proto::Function {
+            id: 1,
+            ..Default::default()
+        });
         let err = Pprof::new(p).expect_err("must refuse");
         assert_eq!(err.to_string(), "function 1 has id 1, which is used twice");
     }
 
     #[test]
     fn not_gzip_but_magic_is_a_gzip_error() {
-        let err = decode(&[0x1f, 0x8b, 0, 1, 2], &DecodeOptions::default()).expect_err("must refuse");
-        assert!(err.to_string().starts_with("profile is not valid gzip"), "{err}");
+        let err =
+            decode(&[0x1f, 0x8b, 0, 1, 2], &DecodeOptions::default()).expect_err("must refuse");
+        assert!(
+            err.to_string().starts_with("profile is not valid gzip"),
+            "{err}"
+        );
     }
 }

@@ -13,7 +13,12 @@ pub fn encode(profile: &proto::Profile, gzip: bool) -> Vec<u8> {
     if !gzip {
         return raw;
     }
-    let mut encoder = flate2::write::GzEncoder::new(Vec::with_capacity(raw.len() / 3), flate2::Compression::fast());
-    encoder.write_all(&raw).expect("writing to a Vec cannot fail");
+    let mut encoder = flate2::write::GzEncoder::new(
+        Vec::with_capacity(raw.len() / 3),
+        flate2::Compression::fast(),
+    );
+    encoder
+        .write_all(&raw)
+        .expect("writing to a Vec cannot fail");
     encoder.finish().expect("writing to a Vec cannot fail")
 }

@@ -15,8 +15,18 @@ use crate::{Error, proto};
 type Word = fn(&[u8]) -> Option<(u64, &[u8])>;
 
 const WORDS: [Word; 4] = [
-    |b| Some((u64::from(u32::from_le_bytes(b.get(..4)?.try_into().ok()?)), &b[4..])),
-    |b| Some((u64::from(u32::from_be_bytes(b.get(..4)?.try_into().ok()?)), &b[4..])),
+    |b| {
+        Some((
+            u64::from(u32::from_le_bytes(b.get(..4)?.try_into().ok()?)),
+            &b[4..],
+        ))
+    },
+    |b| {
+        Some((
+            u64::from(u32::from_be_bytes(b.get(..4)?.try_into().ok()?)),
+            &b[4..],
+        ))
+    },
     |b| Some((u64::from_le_bytes(b.get(..8)?.try_into().ok()?), &b[8..])),
     |b| Some((u64::from_be_bytes(b.get(..8)?.try_into().ok()?), &b[8..])),
 ];
@@ -41,7 +51,9 @@ pub(crate) fn parse_cpu(bytes: &[u8]) -> Result<Option<proto::Profile>, Error> {
         }
         return match header[2] {
             0 => convert(rest, header[3] as i64, word).map(Some),
-            1 => Err(Error::Legacy { fault: "Java legacy CPU profiles are not supported".into() }),
+            1 => Err(Error::Legacy {
+                fault: "Java legacy CPU profiles are not supported".into(),
+            }),
             _ => continue,
         };
     }
@@ -56,14 +68,18 @@ fn convert(mut bytes: &[u8], period_us: i64, word: Word) -> Result<proto::Profil
     let mut stacks: Vec<(i64, Vec<u64>)> = Vec::new();
     loop {
         let at = total - bytes.len();
-        let truncated = || Error::Legacy { fault: format!("record at byte {at} is truncated") };
+        let truncated = || Error::Legacy {
+            fault: format!("record at byte {at} is truncated"),
+        };
         if bytes.is_empty() {
             break;
         }
         let (count, rest) = word(bytes).ok_or_else(truncated)?;
         let (n, rest) = word(rest).ok_or_else(truncated)?;
         if n > rest.len() as u64 / 4 {
-            return Err(Error::Legacy { fault: format!("record at byte {at} claims {n} frames") });
+            return Err(Error::Legacy {
+                fault: format!("record at byte {at} claims {n} frames"),
+            });
         }
         bytes = rest;
         let mut addresses = Vec::with_capacity(n as usize);
@@ -80,7 +96,11 @@ fn convert(mut bytes: &[u8], period_us: i64, word: Word) -> Result<proto::Profil
             .enumerate()
             .map(|(i, &address)| {
                 // Callers' addresses are return addresses: step back into the call.
-                let address = if i > 0 { address.wrapping_sub(1) } else { address };
+                let address = if i > 0 {
+                    address.wrapping_sub(1)
+                } else {
+                    address
+                };
                 *location_of_address.entry(address).or_insert_with(|| {
                     address_of_location.push(address);
                     address_of_location.len() as u64
@@ -92,12 +112,17 @@ fn convert(mut bytes: &[u8], period_us: i64, word: Word) -> Result<proto::Profil
     strip_signal_frames(&mut stacks, &address_of_location);
     for (_, ids) in &mut stacks {
         // The unwinder may repeat the leaf as the (adjusted) second frame.
-        if ids.len() > 1 && address_of_location[ids[0] as usize - 1] == address_of_location[ids[1] as usize - 1] + 1 {
+        if ids.len() > 1
+            && address_of_location[ids[0] as usize - 1]
+                == address_of_location[ids[1] as usize - 1] + 1
+        {
             ids.remove(1);
         }
     }
 
-    let mut strings: Vec<String> = ["", "samples", "count", "cpu", "nanoseconds"].map(String::from).to_vec();
+    let mut strings: Vec<String> = ["", "samples", "count", "cpu", "nanoseconds"]
+        .map(String::from)
+        .to_vec();
     let mapping = parse_memory_map(bytes, &mut strings);
     let location = address_of_location
         .iter()
@@ -113,7 +138,10 @@ fn convert(mut bytes: &[u8], period_us: i64, word: Word) -> Result<proto::Profil
         })
         .collect();
     Ok(proto::Profile {
-        sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }, proto::ValueType { r#type: 3, unit: 4 }],
+        sample_type: vec![
+            proto::ValueType { r#type: 1, unit: 2 },
+            proto::ValueType { r#type: 3, unit: 4 },
+        ],
         sample: stacks
             .into_iter()
             .map(|(count, location_id)| proto::Sample {
@@ -139,10 +167,15 @@ fn strip_signal_frames(stacks: &mut [(i64, Vec<u64>)], address_of_location: &[u6
         let mut counts: FxHashMap<u64, usize> = FxHashMap::default();
         for (_, ids) in stacks.iter() {
             if ids.len() > 1 {
-                *counts.entry(address_of_location[ids[1] as usize - 1]).or_default() += 1;
+                *counts
+                    .entry(address_of_location[ids[1] as usize - 1])
+                    .or_default() += 1;
             }
         }
-        let Some((&address, _)) = counts.iter().find(|&(_, &count)| count >= stacks.len() - margin) else {
+        let Some((&address, _)) = counts
+            .iter()
+            .find(|&(_, &count)| count >= stacks.len() - margin)
+        else {
             continue;
         };
         for (_, ids) in stacks.iter_mut() {
@@ -159,10 +192,14 @@ fn parse_memory_map(text: &[u8], strings: &mut Vec<String>) -> Vec<proto::Mappin
     let mut mappings: Vec<proto::Mapping> = Vec::new();
     for line in text.lines() {
         let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms), Some(offset)) = (fields.next(), fields.next(), fields.next()) else {
+        let (Some(range), Some(perms), Some(offset)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
             continue;
         };
-        let Some((start, limit)) = range.split_once('-') else { continue };
+        let Some((start, limit)) = range.split_once('-') else {
+            continue;
+        };
         let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
         let (Some(start), Some(limit), Some(offset)) = (hex(start), hex(limit), hex(offset)) else {
             continue;
@@ -201,7 +238,9 @@ mod tests {
 
     #[test]
     fn converts_samples_and_stops_at_the_end_record() {
-        let mut bytes = words(&[0, 3, 0, 10_000, 0, 2, 2, 0x1000, 0x2001, 3, 1, 0x1000, 0, 1, 0]);
+        let mut bytes = words(&[
+            0, 3, 0, 10_000, 0, 2, 2, 0x1000, 0x2001, 3, 1, 0x1000, 0, 1, 0,
+        ]);
         bytes.extend_from_slice(b"00001000-00003000 r-xp 00000000 00:00 0 /bin/app\n");
         let profile = parse_cpu(&bytes).expect("valid").expect("legacy");
         assert_eq!(profile.period, 10_000_000);
@@ -214,6 +253,10 @@ mod tests {
 
     #[test]
     fn protobuf_is_not_mistaken_for_legacy() {
-        assert!(parse_cpu(&[0x0a, 0x04, 0x08, 0x01, 0x10, 0x02]).expect("no error").is_none());
+        assert!(
+            parse_cpu(&[0x0a, 0x04, 0x08, 0x01, 0x10, 0x02])
+                .expect("no error")
+                .is_none()
+        );
     }
 }

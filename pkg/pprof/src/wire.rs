@@ -82,7 +82,9 @@ pub(crate) fn locate_fault(bytes: &[u8]) -> Option<String> {
             }
         };
         if pos > len {
-            return Some(format!("{field}: fixed-size value runs past the end at byte {len}"));
+            return Some(format!(
+                "{field}: fixed-size value runs past the end at byte {len}"
+            ));
         }
         n_fields += 1;
     }

@@ -5,24 +5,34 @@
 //! `golang-github-google-pprof-dev` (`tests/tools/pprof-oracle.sh` installs both); without Go it
 //! prints our figures alone and says so.
 
+// A bench binary's output is its product.
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn corpus(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/testdata/pprof").join(rel)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/testdata/pprof")
+        .join(rel)
 }
 
 /// Best-of-5 time of one decode + normalize, each round running for at least 400 ms.
 fn ours(data: &[u8]) -> (Duration, usize) {
     let options = parca_pprof::DecodeOptions::default();
-    let samples = parca_pprof::decode(data, &options).expect("corpus decodes").profile().sample.len();
+    let samples = parca_pprof::decode(data, &options)
+        .expect("corpus decodes")
+        .profile()
+        .sample
+        .len();
     let mut best = Duration::MAX;
     for _ in 0..5 {
         let start = Instant::now();
         let mut n = 0u32;
         while start.elapsed() < Duration::from_millis(400) {
-            let profiles = parca_profile::decode(std::hint::black_box(data), &options).expect("decodes");
+            let profiles =
+                parca_profile::decode(std::hint::black_box(data), &options).expect("decodes");
             std::hint::black_box(profiles);
             n += 1;
         }
@@ -51,12 +61,18 @@ fn go(files: &[PathBuf]) -> Option<Vec<Duration>> {
     Some(
         String::from_utf8_lossy(&output.stdout)
             .lines()
-            .map(|line| Duration::from_nanos(line.rsplit(' ').next().and_then(|n| n.parse().ok()).expect("ns")))
+            .map(|line| {
+                Duration::from_nanos(
+                    line.rsplit(' ')
+                        .next()
+                        .and_then(|n| n.parse().ok())
+                        .expect("ns"),
+                )
+            })
             .collect(),
     )
 }
 
-#[allow(clippy::print_stdout, clippy::print_stderr)]
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` passes nothing we need. Any filter
     // argument is ignored: this binary measures its fixed set.
@@ -75,16 +91,28 @@ fn main() {
     .collect();
     let go_times = go(&files);
     if go_times.is_none() {
-        eprintln!("Go or google/pprof source missing: install golang-go golang-github-google-pprof-dev for the comparison");
+        eprintln!(
+            "Go or google/pprof source missing: install golang-go golang-github-google-pprof-dev for the comparison"
+        );
     }
-    println!("{:<42} {:>9} {:>8} {:>10} {:>12} {:>10} {:>8}", "file", "bytes", "samples", "ours MB/s", "ours samp/s", "Go MB/s", "ratio");
+    println!(
+        "{:<42} {:>9} {:>8} {:>10} {:>12} {:>10} {:>8}",
+        "file", "bytes", "samples", "ours MB/s", "ours samp/s", "Go MB/s", "ratio"
+    );
     for (i, path) in files.iter().enumerate() {
         let data = std::fs::read(path).expect("corpus file");
         let (ours, samples) = ours(&data);
         let mbps = |d: Duration| data.len() as f64 / d.as_secs_f64() / 1e6;
-        let name = path.strip_prefix(corpus("")).unwrap_or(path).display().to_string();
+        let name = path
+            .strip_prefix(corpus(""))
+            .unwrap_or(path)
+            .display()
+            .to_string();
         let (go_mbps, ratio) = match &go_times {
-            Some(t) => (format!("{:.1}", mbps(t[i])), format!("{:.2}x", t[i].as_secs_f64() / ours.as_secs_f64())),
+            Some(t) => (
+                format!("{:.1}", mbps(t[i])),
+                format!("{:.2}x", t[i].as_secs_f64() / ours.as_secs_f64()),
+            ),
             None => ("-".into(), "-".into()),
         };
         println!(

@@ -13,12 +13,15 @@ use parca_pprof::DecodeOptions;
 use parca_profile::{FlameGraph, Importer, Profile, Tables, TopTable};
 
 fn read(rel: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/testdata/pprof").join(rel);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/testdata/pprof")
+        .join(rel);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn cpu(rel: &str) -> Profile {
-    let profiles = parca_profile::decode(&read(rel), &DecodeOptions::default()).expect("corpus decodes");
+    let profiles =
+        parca_profile::decode(&read(rel), &DecodeOptions::default()).expect("corpus decodes");
     parca_profile::select_sample_type(profiles, Some("cpu"), None).expect("cpu sample type")
 }
 
@@ -34,11 +37,18 @@ const CPU_FILES: [&str; 6] = [
 
 fn decode(c: &mut Criterion) {
     let mut group = c.benchmark_group("decode_normalize");
-    for rel in ["published/google-pprof/large.cpu", "published/parca/alloc_space_delta.pb.gz", "go/go-cpu.pb.gz"] {
+    for rel in [
+        "published/google-pprof/large.cpu",
+        "published/parca/alloc_space_delta.pb.gz",
+        "go/go-cpu.pb.gz",
+    ] {
         let bytes = read(rel);
         group.throughput(Throughput::Bytes(bytes.len() as u64));
         group.bench_function(rel, |b| {
-            b.iter(|| parca_profile::decode(std::hint::black_box(&bytes), &DecodeOptions::default()).expect("decodes"))
+            b.iter(|| {
+                parca_profile::decode(std::hint::black_box(&bytes), &DecodeOptions::default())
+                    .expect("decodes")
+            })
         });
     }
     group.finish();
@@ -46,13 +56,17 @@ fn decode(c: &mut Criterion) {
 
 fn merge(c: &mut Criterion) {
     let sources: Vec<Profile> = CPU_FILES.iter().map(|f| cpu(f)).collect();
-    let n_pairs = |profiles: &[Profile]| profiles.iter().map(|p| p.samples.len() as u64).sum::<u64>();
+    let n_pairs =
+        |profiles: &[Profile]| profiles.iter().map(|p| p.samples.len() as u64).sum::<u64>();
     let mut group = c.benchmark_group("merge_1000");
 
     // As a store holds them: one set of tables, profiles are stack ids and values.
     let mut tables = Tables::new();
     let mut importer = Importer::new();
-    let imported: Vec<_> = sources.iter().map(|p| importer.import(&mut tables, p)).collect();
+    let imported: Vec<_> = sources
+        .iter()
+        .map(|p| importer.import(&mut tables, p))
+        .collect();
     let tables = Arc::new(tables);
     let shared: Vec<Profile> = (0..1000)
         .map(|i| Profile {
@@ -62,19 +76,29 @@ fn merge(c: &mut Criterion) {
         })
         .collect();
     group.throughput(Throughput::Elements(n_pairs(&shared)));
-    group.bench_function("shared_tables", |b| b.iter(|| parca_profile::merge(&shared).expect("merge")));
+    group.bench_function("shared_tables", |b| {
+        b.iter(|| parca_profile::merge(&shared).expect("merge"))
+    });
 
     // As the CLI gets them: each file decoded on its own (100 copies of each of the 6 sources
     // here, each copy keeping its source's tables: 6 remaps, then array adds).
-    let cycled: Vec<Profile> = (0..1000).map(|i| sources[i % sources.len()].clone()).collect();
+    let cycled: Vec<Profile> = (0..1000)
+        .map(|i| sources[i % sources.len()].clone())
+        .collect();
     group.throughput(Throughput::Elements(n_pairs(&cycled)));
-    group.bench_function("six_sources", |b| b.iter(|| parca_profile::merge(&cycled).expect("merge")));
+    group.bench_function("six_sources", |b| {
+        b.iter(|| parca_profile::merge(&cycled).expect("merge"))
+    });
 
     // Worst case: 1,000 profiles, each with tables of its own (1,000 remaps).
     group.sample_size(10);
-    let distinct: Vec<Profile> = (0..1000).map(|i| cpu(CPU_FILES[i % CPU_FILES.len()])).collect();
+    let distinct: Vec<Profile> = (0..1000)
+        .map(|i| cpu(CPU_FILES[i % CPU_FILES.len()]))
+        .collect();
     group.throughput(Throughput::Elements(n_pairs(&distinct)));
-    group.bench_function("distinct_tables", |b| b.iter(|| parca_profile::merge(&distinct).expect("merge")));
+    group.bench_function("distinct_tables", |b| {
+        b.iter(|| parca_profile::merge(&distinct).expect("merge"))
+    });
     group.finish();
 }
 
@@ -82,15 +106,23 @@ fn views(c: &mut Criterion) {
     let large = cpu("published/google-pprof/large.cpu");
     let mut group = c.benchmark_group("views");
     group.throughput(Throughput::Elements(large.samples.len() as u64));
-    group.bench_function("flamegraph_build/large.cpu", |b| b.iter(|| FlameGraph::build(&large).len()));
+    group.bench_function("flamegraph_build/large.cpu", |b| {
+        b.iter(|| FlameGraph::build(&large).len())
+    });
     group.bench_function("flamegraph_json/large.cpu", |b| {
         b.iter_batched(
             || Vec::with_capacity(4 << 20),
-            |mut out| FlameGraph::build(&large).write_json(&mut out).map(|()| out.len()),
+            |mut out| {
+                FlameGraph::build(&large)
+                    .write_json(&mut out)
+                    .map(|()| out.len())
+            },
             BatchSize::SmallInput,
         )
     });
-    group.bench_function("top/large.cpu", |b| b.iter(|| TopTable::build(&large).rows.len()));
+    group.bench_function("top/large.cpu", |b| {
+        b.iter(|| TopTable::build(&large).rows.len())
+    });
     group.finish();
 }
 

@@ -76,7 +76,10 @@ impl<'a> Exporter<'a> {
             Some(m) => {
                 let mapping = tables.mapping(m);
                 // Back from file-relative to an address inside the exported mapping's range.
-                let absolute = address.address.wrapping_sub(mapping.file_offset).wrapping_add(mapping.memory_start);
+                let absolute = address
+                    .address
+                    .wrapping_sub(mapping.file_offset)
+                    .wrapping_add(mapping.memory_start);
                 (self.mapping(m), absolute)
             }
             None => (0, address.address),
@@ -84,10 +87,20 @@ impl<'a> Exporter<'a> {
         let line = tables
             .lines(id)
             .iter()
-            .map(|l| proto::Line { function_id: self.function(l.function), line: l.line, column: 0 })
+            .map(|l| proto::Line {
+                function_id: self.function(l.function),
+                line: l.line,
+                column: 0,
+            })
             .collect();
         let pid = self.out.location.len() as u64 + 1;
-        self.out.location.push(proto::Location { id: pid, mapping_id, address: absolute, line, is_folded: false });
+        self.out.location.push(proto::Location {
+            id: pid,
+            mapping_id,
+            address: absolute,
+            line,
+            is_folded: false,
+        });
         self.locations.insert(id, pid);
         pid
     }
@@ -106,8 +119,14 @@ pub fn to_pprof(profile: &Profile) -> proto::Profile {
         out: proto::Profile::default(),
     };
     e.string("");
-    let sample_type = proto::ValueType { r#type: e.string(&meta.sample_type.kind), unit: e.string(&meta.sample_type.unit) };
-    let period_type = proto::ValueType { r#type: e.string(&meta.period_type.kind), unit: e.string(&meta.period_type.unit) };
+    let sample_type = proto::ValueType {
+        r#type: e.string(&meta.sample_type.kind),
+        unit: e.string(&meta.sample_type.unit),
+    };
+    let period_type = proto::ValueType {
+        r#type: e.string(&meta.period_type.kind),
+        unit: e.string(&meta.period_type.unit),
+    };
     e.out.sample_type = vec![sample_type];
     e.out.period_type = Some(period_type);
     e.out.period = meta.period;
@@ -148,7 +167,11 @@ pub fn to_pprof(profile: &Profile) -> proto::Profile {
             })
             .collect();
         let base = samples.diff_base.as_ref().map_or(0, |b| b[i]);
-        e.out.sample.push(proto::Sample { location_id, value: vec![samples.values[i].wrapping_sub(base)], label });
+        e.out.sample.push(proto::Sample {
+            location_id,
+            value: vec![samples.values[i].wrapping_sub(base)],
+            label,
+        });
     }
     e.out.string_table = e.strings.iter().map(|s| (*s).to_owned()).collect();
     e.out

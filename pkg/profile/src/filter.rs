@@ -26,23 +26,35 @@ pub struct StackFilter {
 impl StackFilter {
     /// Keeps samples with a function whose name contains `s` (`|= "s"`).
     pub fn contains(s: &str) -> Self {
-        StackFilter { pattern: Pattern::Substring(s.to_owned()), keep: true }
+        StackFilter {
+            pattern: Pattern::Substring(s.to_owned()),
+            keep: true,
+        }
     }
 
     /// Keeps samples with no function whose name contains `s` (`!= "s"`).
     pub fn not_contains(s: &str) -> Self {
-        StackFilter { pattern: Pattern::Substring(s.to_owned()), keep: false }
+        StackFilter {
+            pattern: Pattern::Substring(s.to_owned()),
+            keep: false,
+        }
     }
 
     /// Keeps samples with a function whose whole name matches `pattern` (`|~ "re"`); the regex is
     /// anchored at both ends, as in PromQL.
     pub fn matches(pattern: &str) -> Result<Self, Error> {
-        Ok(StackFilter { pattern: Pattern::Regex(anchored(pattern)?), keep: true })
+        Ok(StackFilter {
+            pattern: Pattern::Regex(anchored(pattern)?),
+            keep: true,
+        })
     }
 
     /// Keeps samples with no function whose whole name matches `pattern` (`!~ "re"`).
     pub fn not_matches(pattern: &str) -> Result<Self, Error> {
-        Ok(StackFilter { pattern: Pattern::Regex(anchored(pattern)?), keep: false })
+        Ok(StackFilter {
+            pattern: Pattern::Regex(anchored(pattern)?),
+            keep: false,
+        })
     }
 
     fn test(&self, name: &str) -> bool {
@@ -54,8 +66,10 @@ impl StackFilter {
 }
 
 fn anchored(pattern: &str) -> Result<Regex, Error> {
-    Regex::new(&format!("^(?:{pattern})$"))
-        .map_err(|source| Error::Regex { pattern: pattern.to_owned(), source: Box::new(source) })
+    Regex::new(&format!("^(?:{pattern})$")).map_err(|source| Error::Regex {
+        pattern: pattern.to_owned(),
+        source: Box::new(source),
+    })
 }
 
 /// Memo states of one filter over one table.
@@ -79,7 +93,10 @@ impl StackMatcher<'_> {
             let hit = if lines.is_empty() {
                 self.filter.test(&self.tables.location_display_name(id))
             } else {
-                lines.iter().any(|l| self.filter.test(self.tables.string(self.tables.function(l.function).name)))
+                lines.iter().any(|l| {
+                    self.filter
+                        .test(self.tables.string(self.tables.function(l.function).name))
+                })
             };
             self.locations[id.idx()] = if hit { YES } else { NO };
         }
@@ -89,7 +106,10 @@ impl StackMatcher<'_> {
     fn stack(&mut self, id: StackId) -> bool {
         if self.stacks[id.idx()] == UNKNOWN {
             let tables = self.tables;
-            let hit = tables.stack(id).iter().any(|&location| self.location(location));
+            let hit = tables
+                .stack(id)
+                .iter()
+                .any(|&location| self.location(location));
             self.stacks[id.idx()] = if hit { YES } else { NO };
         }
         self.stacks[id.idx()] == YES
@@ -112,7 +132,11 @@ pub fn filter_stacks(profile: &Profile, filters: &[StackFilter]) -> Profile {
         })
         .collect();
     let stacks = &profile.samples.stacks;
-    profile.retain_samples(|i| matchers.iter_mut().all(|m| m.stack(stacks[i]) == m.filter.keep))
+    profile.retain_samples(|i| {
+        matchers
+            .iter_mut()
+            .all(|m| m.stack(stacks[i]) == m.filter.keep)
+    })
 }
 
 #[cfg(test)]
@@ -121,7 +145,11 @@ mod tests {
     use crate::test_support::{folded, profile};
 
     fn sample() -> Profile {
-        profile(&[("main;net/http.serve;runtime.mallocgc", 5), ("main;compute", 3), ("main;net/http.read", 2)])
+        profile(&[
+            ("main;net/http.serve;runtime.mallocgc", 5),
+            ("main;compute", 3),
+            ("main;net/http.read", 2),
+        ])
     }
 
     #[test]
@@ -132,16 +160,28 @@ mod tests {
 
     #[test]
     fn regex_is_anchored_and_negation_drops() {
-        let p = filter_stacks(&sample(), &[StackFilter::not_matches(r"net/http\..*").expect("valid")]);
+        let p = filter_stacks(
+            &sample(),
+            &[StackFilter::not_matches(r"net/http\..*").expect("valid")],
+        );
         assert_eq!(folded(&p), "main;compute 3\n");
         let none = filter_stacks(&sample(), &[StackFilter::matches("http").expect("valid")]);
-        assert!(none.samples.is_empty(), "anchored: `http` alone matches no full name");
+        assert!(
+            none.samples.is_empty(),
+            "anchored: `http` alone matches no full name"
+        );
     }
 
     #[test]
     fn filters_combine_with_and() {
-        let filters = [StackFilter::contains("net/http"), StackFilter::not_contains("malloc")];
-        assert_eq!(folded(&filter_stacks(&sample(), &filters)), "main;net/http.read 2\n");
+        let filters = [
+            StackFilter::contains("net/http"),
+            StackFilter::not_contains("malloc"),
+        ];
+        assert_eq!(
+            folded(&filter_stacks(&sample(), &filters)),
+            "main;net/http.read 2\n"
+        );
     }
 
     #[test]

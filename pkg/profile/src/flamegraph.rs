@@ -80,10 +80,16 @@ impl<'a> FlameGraph<'a> {
                     for &location in tables.stack(stack).iter().rev() {
                         let lines = tables.lines(location);
                         if lines.is_empty() {
-                            parent = graph.child(&mut child_of, parent, Frame::Address(location), 0);
+                            parent =
+                                graph.child(&mut child_of, parent, Frame::Address(location), 0);
                         } else {
                             for line in lines.iter().rev() {
-                                parent = graph.child(&mut child_of, parent, Frame::Function(line.function), line.line);
+                                parent = graph.child(
+                                    &mut child_of,
+                                    parent,
+                                    Frame::Function(line.function),
+                                    line.line,
+                                );
                             }
                         }
                     }
@@ -103,10 +109,14 @@ impl<'a> FlameGraph<'a> {
             n.base_total = n.base_self;
         }
         for idx in (1..graph.nodes.len()).rev() {
-            let (total, base_total, parent) =
-                (graph.nodes[idx].total, graph.nodes[idx].base_total, graph.nodes[idx].parent as usize);
+            let (total, base_total, parent) = (
+                graph.nodes[idx].total,
+                graph.nodes[idx].base_total,
+                graph.nodes[idx].parent as usize,
+            );
             graph.nodes[parent].total = graph.nodes[parent].total.wrapping_add(total);
-            graph.nodes[parent].base_total = graph.nodes[parent].base_total.wrapping_add(base_total);
+            graph.nodes[parent].base_total =
+                graph.nodes[parent].base_total.wrapping_add(base_total);
         }
         // Counting sort of nodes by parent gives every node's children as one slice.
         let n = graph.nodes.len();
@@ -135,11 +145,25 @@ impl<'a> FlameGraph<'a> {
         graph
     }
 
-    fn child(&mut self, child_of: &mut FxHashMap<(u32, Frame), u32>, parent: u32, frame: Frame, line: i64) -> u32 {
+    fn child(
+        &mut self,
+        child_of: &mut FxHashMap<(u32, Frame), u32>,
+        parent: u32,
+        frame: Frame,
+        line: i64,
+    ) -> u32 {
         let next = self.nodes.len() as u32;
         let idx = *child_of.entry((parent, frame)).or_insert(next);
         if idx == next {
-            self.nodes.push(Node { parent, frame, line, total: 0, self_value: 0, base_total: 0, base_self: 0 });
+            self.nodes.push(Node {
+                parent,
+                frame,
+                line,
+                total: 0,
+                self_value: 0,
+                base_total: 0,
+                base_self: 0,
+            });
         } else if self.nodes[idx as usize].line != line {
             self.nodes[idx as usize].line = 0;
         }
@@ -147,7 +171,10 @@ impl<'a> FlameGraph<'a> {
     }
 
     fn children_of(&self, node: u32) -> &[u32] {
-        let (start, end) = (self.child_start[node as usize], self.child_start[node as usize + 1]);
+        let (start, end) = (
+            self.child_start[node as usize],
+            self.child_start[node as usize + 1],
+        );
         &self.children[start as usize..end as usize]
     }
 
@@ -203,7 +230,11 @@ impl<'a> FlameGraph<'a> {
         write_str(out, &meta.period_type.kind)?;
         write!(out, ",\"period_unit\":")?;
         write_str(out, &meta.period_type.unit)?;
-        write!(out, ",\"period\":{},\"total\":{}", meta.period, self.nodes[0].total)?;
+        write!(
+            out,
+            ",\"period\":{},\"total\":{}",
+            meta.period, self.nodes[0].total
+        )?;
         if self.is_diff {
             write!(out, ",\"base_total\":{}", self.nodes[0].base_total)?;
         }
@@ -248,7 +279,11 @@ impl<'a> FlameGraph<'a> {
         }
         write!(out, ",\"value\":{},\"self\":{}", n.total, n.self_value)?;
         if self.is_diff {
-            write!(out, ",\"base\":{},\"base_self\":{}", n.base_total, n.base_self)?;
+            write!(
+                out,
+                ",\"base\":{},\"base_self\":{}",
+                n.base_total, n.base_self
+            )?;
         }
         out.write_all(b",\"children\":[")
     }
@@ -281,7 +316,11 @@ impl<'a> FlameGraph<'a> {
                     path.push(';');
                 }
                 // `;` separates frames and a newline ends the line: neither may appear in a name.
-                path.extend(self.name(child).chars().map(|c| if c == ';' || c == '\n' { ' ' } else { c }));
+                path.extend(
+                    self.name(child)
+                        .chars()
+                        .map(|c| if c == ';' || c == '\n' { ' ' } else { c }),
+                );
                 stack.push((child, 0, path.len()));
             } else {
                 stack.pop();
@@ -311,7 +350,14 @@ mod tests {
         let json: serde_json::Value = serde_json::from_slice(&out).expect("valid json");
         assert_eq!(json["total"], 4);
         let main = &json["root"]["children"][0];
-        assert_eq!((main["name"].as_str(), main["value"].as_i64(), main["self"].as_i64()), (Some("main"), Some(4), Some(1)));
+        assert_eq!(
+            (
+                main["name"].as_str(),
+                main["value"].as_i64(),
+                main["self"].as_i64()
+            ),
+            (Some("main"), Some(4), Some(1))
+        );
         assert_eq!(main["children"][0]["value"], 3);
     }
 

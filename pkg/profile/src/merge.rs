@@ -12,8 +12,8 @@ use rustc_hash::FxHashMap;
 use crate::Error;
 use crate::profile::{Meta, Profile, Samples};
 use crate::tables::{
-    Function, FunctionId, Label, LabelSetId, LabelValue, Line, LocationId, Mapping, MappingId, StackId, StringId,
-    Tables,
+    Function, FunctionId, Label, LabelSetId, LabelValue, Line, LocationId, Mapping, MappingId,
+    StackId, StringId, Tables,
 };
 
 /// Not yet remapped.
@@ -56,7 +56,13 @@ impl Remap {
             let m = self.source.mapping(id).clone();
             let file = self.string(dst, m.file);
             let build_id = self.string(dst, m.build_id);
-            self.mappings[id.idx()] = dst.intern_mapping(Mapping { file, build_id, ..m }).0;
+            self.mappings[id.idx()] = dst
+                .intern_mapping(Mapping {
+                    file,
+                    build_id,
+                    ..m
+                })
+                .0;
         }
         MappingId(self.mappings[id.idx()])
     }
@@ -81,7 +87,10 @@ impl Remap {
             let lines: Box<[Line]> = source
                 .lines(id)
                 .iter()
-                .map(|l| Line { function: self.function(dst, l.function), line: l.line })
+                .map(|l| Line {
+                    function: self.function(dst, l.function),
+                    line: l.line,
+                })
                 .collect();
             let address = source.location_address(id);
             let mapping = address.mapping.map(|m| self.mapping(dst, m));
@@ -119,7 +128,10 @@ impl Remap {
                     key: self.string(dst, l.key),
                     value: match l.value {
                         LabelValue::Str(s) => LabelValue::Str(self.string(dst, s)),
-                        LabelValue::Num { value, unit } => LabelValue::Num { value, unit: self.string(dst, unit) },
+                        LabelValue::Num { value, unit } => LabelValue::Num {
+                            value,
+                            unit: self.string(dst, unit),
+                        },
                     },
                 })
                 .collect();
@@ -144,7 +156,11 @@ impl Importer {
     }
 
     fn remap_for(&mut self, source: &Arc<Tables>) -> &mut Remap {
-        match self.remaps.iter().position(|r| Arc::ptr_eq(&r.source, source)) {
+        match self
+            .remaps
+            .iter()
+            .position(|r| Arc::ptr_eq(&r.source, source))
+        {
             Some(i) => &mut self.remaps[i],
             None => {
                 self.remaps.push(Remap::new(Arc::clone(source)));
@@ -159,7 +175,11 @@ impl Importer {
         let remap = self.remap_for(&profile.tables);
         let mut frames = Vec::new();
         Samples {
-            stacks: s.stacks.iter().map(|&st| remap.stack(dst, st, &mut frames)).collect(),
+            stacks: s
+                .stacks
+                .iter()
+                .map(|&st| remap.stack(dst, st, &mut frames))
+                .collect(),
             labels: s.labels.iter().map(|&l| remap.label_set(dst, l)).collect(),
             values: s.values.clone(),
             diff_base: s.diff_base.clone(),
@@ -199,7 +219,10 @@ impl Accumulator {
             }
             *slot as usize
         } else {
-            *self.row_of_labelled.entry((stack, labels)).or_insert_with(new_row) as usize
+            *self
+                .row_of_labelled
+                .entry((stack, labels))
+                .or_insert_with(new_row) as usize
         }
     }
 
@@ -208,7 +231,10 @@ impl Accumulator {
         for ((&stack, &label_set), &v) in stacks.iter().zip(labels).zip(values) {
             let row = self.row(stack, label_set);
             let column = if base {
-                self.samples.diff_base.as_mut().expect("base column exists in a diff")
+                self.samples
+                    .diff_base
+                    .as_mut()
+                    .expect("base column exists in a diff")
             } else {
                 &mut self.samples.values
             };
@@ -287,9 +313,14 @@ impl Merger {
             None => self.meta = Some(meta.clone()),
             Some(held) => {
                 if !held.compatible(meta) {
-                    return Err(Error::IncompatibleTypes { left: held.describe(), right: meta.describe() });
+                    return Err(Error::IncompatibleTypes {
+                        left: held.describe(),
+                        right: meta.describe(),
+                    });
                 }
-                if meta.time_nanos != 0 && (held.time_nanos == 0 || meta.time_nanos < held.time_nanos) {
+                if meta.time_nanos != 0
+                    && (held.time_nanos == 0 || meta.time_nanos < held.time_nanos)
+                {
                     held.time_nanos = meta.time_nanos;
                 }
                 held.duration_nanos = held.duration_nanos.saturating_add(meta.duration_nanos);
@@ -323,7 +354,8 @@ impl Merger {
             None => self.acc.add(&s.stacks, &s.labels, &s.values, base),
             Some(dst) => {
                 let imported = self.importer.import(dst, profile);
-                self.acc.add(&imported.stacks, &imported.labels, &imported.values, base);
+                self.acc
+                    .add(&imported.stacks, &imported.labels, &imported.values, base);
             }
         }
         Ok(())
@@ -336,9 +368,14 @@ impl Merger {
         let old = std::mem::take(&mut self.acc.samples);
         self.acc = Accumulator::default();
         self.acc.samples.diff_base = old.diff_base.as_ref().map(|_| Vec::new());
-        let so_far = Profile { tables: shared, meta: Meta::default(), samples: old };
+        let so_far = Profile {
+            tables: shared,
+            meta: Meta::default(),
+            samples: old,
+        };
         let imported = self.importer.import(&mut dst, &so_far);
-        self.acc.add(&imported.stacks, &imported.labels, &imported.values, false);
+        self.acc
+            .add(&imported.stacks, &imported.labels, &imported.values, false);
         if let Some(base) = &imported.diff_base {
             self.acc.add(&imported.stacks, &imported.labels, base, true);
         }
@@ -357,7 +394,11 @@ impl Merger {
         if !self.diff {
             samples.diff_base = None;
         }
-        Some(Profile { tables, meta, samples })
+        Some(Profile {
+            tables,
+            meta,
+            samples,
+        })
     }
 }
 
@@ -428,7 +469,10 @@ mod tests {
         let b = profile(&[("main;work;leaf", 2), ("main;other", 3)]);
         let merged = merge([&a, &b]).expect("compatible");
         assert_eq!(merged.total(), 11);
-        assert_eq!(folded(&merged), "main;idle 1\nmain;other 3\nmain;work;leaf 7\n");
+        assert_eq!(
+            folded(&merged),
+            "main;idle 1\nmain;other 3\nmain;work;leaf 7\n"
+        );
     }
 
     #[test]
@@ -473,7 +517,10 @@ mod tests {
     fn relative_diff_scales_the_smaller_side() {
         let base = profile(&[("main;a", 10), ("main;b", 10)]);
         let comparison = profile(&[("main;a", 30), ("main;b", 10)]);
-        let d = apply_diff_mode(diff(&base, &comparison).expect("compatible"), DiffMode::Relative);
+        let d = apply_diff_mode(
+            diff(&base, &comparison).expect("compatible"),
+            DiffMode::Relative,
+        );
         // Base total 20 is scaled to the comparison's 40.
         assert_eq!(folded(&d), "main;a 20 30\nmain;b 20 10\n");
     }

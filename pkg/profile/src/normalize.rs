@@ -7,12 +7,15 @@ use rustc_hash::FxHashMap;
 
 use crate::profile::{Meta, Profile, Samples, ValueType};
 use crate::tables::{
-    Function, FunctionId, Label, LabelSetId, LabelValue, Line, LocationId, Mapping, MappingId, StackId, StringId,
-    Tables, relative_address,
+    Function, FunctionId, Label, LabelSetId, LabelValue, Line, LocationId, Mapping, MappingId,
+    StackId, StringId, Tables, relative_address,
 };
 
 /// Decodes pprof bytes (gzipped or raw) into one profile per sample type.
-pub fn decode(bytes: &[u8], options: &parca_pprof::DecodeOptions) -> Result<Vec<Profile>, crate::Error> {
+pub fn decode(
+    bytes: &[u8],
+    options: &parca_pprof::DecodeOptions,
+) -> Result<Vec<Profile>, crate::Error> {
     let pprof = parca_pprof::decode(bytes, options)?;
     Ok(from_pprof(&pprof))
 }
@@ -24,7 +27,11 @@ pub fn decode(bytes: &[u8], options: &parca_pprof::DecodeOptions) -> Result<Vec<
 pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
     let p = pprof.profile();
     let mut tables = Tables::new();
-    let strings: Vec<StringId> = p.string_table.iter().map(|s| tables.intern_string(s)).collect();
+    let strings: Vec<StringId> = p
+        .string_table
+        .iter()
+        .map(|s| tables.intern_string(s))
+        .collect();
     let string = |index: i64| strings[index as usize];
 
     let mappings: Vec<MappingId> = p
@@ -64,14 +71,19 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
                 .line
                 .iter()
                 .map(|line| Line {
-                    function: functions[pprof.function_index(line.function_id).expect("validated function id")],
+                    function: functions[pprof
+                        .function_index(line.function_id)
+                        .expect("validated function id")],
                     line: line.line,
                 })
                 .collect();
             let (mapping, address) = match pprof.mapping_index(loc.mapping_id) {
                 Some(idx) => {
                     let m = &p.mapping[idx];
-                    (Some(mappings[idx]), relative_address(loc.address, m.memory_start, m.file_offset))
+                    (
+                        Some(mappings[idx]),
+                        relative_address(loc.address, m.memory_start, m.file_offset),
+                    )
                 }
                 None => (None, loc.address),
             };
@@ -94,7 +106,10 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
     for sample in &p.sample {
         frames.clear();
         frames.extend(
-            sample.location_id.iter().map(|&id| locations[pprof.location_index(id).expect("validated location id")]),
+            sample
+                .location_id
+                .iter()
+                .map(|&id| locations[pprof.location_index(id).expect("validated location id")]),
         );
         let stack = tables.intern_stack(&frames);
         let label_set = if sample.label.is_empty() {
@@ -106,7 +121,10 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
                 value: if l.str != 0 {
                     LabelValue::Str(string(l.str))
                 } else {
-                    LabelValue::Num { value: l.num, unit: string(l.num_unit) }
+                    LabelValue::Num {
+                        value: l.num,
+                        unit: string(l.num_unit),
+                    }
                 },
             }));
             tables.intern_label_set(std::mem::take(&mut label_buf))
@@ -135,7 +153,11 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
         period: p.period,
         time_nanos: p.time_nanos,
         duration_nanos: p.duration_nanos,
-        comments: p.comment.iter().map(|&c| pprof.string(c).to_owned()).collect(),
+        comments: p
+            .comment
+            .iter()
+            .map(|&c| pprof.string(c).to_owned())
+            .collect(),
     };
     p.sample_type
         .iter()
@@ -151,7 +173,10 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
             }
             Profile {
                 tables: Arc::clone(&tables),
-                meta: Meta { sample_type: value_type(sample_type), ..base_meta.clone() },
+                meta: Meta {
+                    sample_type: value_type(sample_type),
+                    ..base_meta.clone()
+                },
                 samples,
             }
         })
@@ -165,16 +190,29 @@ pub fn select_sample_type(
     wanted: Option<&str>,
     default_sample_type: Option<&str>,
 ) -> Result<Profile, crate::Error> {
-    let available = || profiles.iter().map(|p| p.meta.sample_type.kind.clone()).collect::<Vec<_>>().join(", ");
+    let available = || {
+        profiles
+            .iter()
+            .map(|p| p.meta.sample_type.kind.clone())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let pick = wanted.or(default_sample_type);
     let idx = match pick {
-        Some(kind) => profiles.iter().position(|p| p.meta.sample_type.kind == kind).ok_or_else(|| {
-            crate::Error::NoSuchSampleType { wanted: kind.to_owned(), available: available() }
-        })?,
+        Some(kind) => profiles
+            .iter()
+            .position(|p| p.meta.sample_type.kind == kind)
+            .ok_or_else(|| crate::Error::NoSuchSampleType {
+                wanted: kind.to_owned(),
+                available: available(),
+            })?,
         None => profiles
             .len()
             .checked_sub(1)
-            .ok_or_else(|| crate::Error::NoSuchSampleType { wanted: "any".into(), available: "none".into() })?,
+            .ok_or_else(|| crate::Error::NoSuchSampleType {
+                wanted: "any".into(),
+                available: "none".into(),
+            })?,
     };
     Ok(profiles.swap_remove(idx))
 }

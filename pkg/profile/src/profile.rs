@@ -94,12 +94,18 @@ pub struct Profile {
 impl Profile {
     /// The sum of all sample values (for a diff, of the comparison side).
     pub fn total(&self) -> i64 {
-        self.samples.values.iter().fold(0i64, |a, &v| a.wrapping_add(v))
+        self.samples
+            .values
+            .iter()
+            .fold(0i64, |a, &v| a.wrapping_add(v))
     }
 
     /// For a diff, the sum of the base side's values.
     pub fn base_total(&self) -> Option<i64> {
-        self.samples.diff_base.as_ref().map(|b| b.iter().fold(0i64, |a, &v| a.wrapping_add(v)))
+        self.samples
+            .diff_base
+            .as_ref()
+            .map(|b| b.iter().fold(0i64, |a, &v| a.wrapping_add(v)))
     }
 
     /// Whether this profile is the result of [`crate::diff`].
@@ -110,7 +116,10 @@ impl Profile {
     /// The same profile with only the samples for which `keep(i)` holds; tables stay shared.
     pub fn retain_samples(&self, mut keep: impl FnMut(usize) -> bool) -> Profile {
         let s = &self.samples;
-        let mut out = Samples { diff_base: s.diff_base.as_ref().map(|_| Vec::new()), ..Samples::default() };
+        let mut out = Samples {
+            diff_base: s.diff_base.as_ref().map(|_| Vec::new()),
+            ..Samples::default()
+        };
         for i in 0..s.len() {
             if keep(i) {
                 out.stacks.push(s.stacks[i]);
@@ -121,6 +130,10 @@ impl Profile {
                 }
             }
         }
-        Profile { tables: Arc::clone(&self.tables), meta: self.meta.clone(), samples: out }
+        Profile {
+            tables: Arc::clone(&self.tables),
+            meta: self.meta.clone(),
+            samples: out,
+        }
     }
 }

@@ -233,7 +233,11 @@ impl Tables {
     pub fn intern_mapping(&mut self, mapping: Mapping) -> MappingId {
         let key = MappingKey {
             build_id: mapping.build_id,
-            file: if mapping.build_id == StringId::EMPTY { mapping.file } else { StringId::EMPTY },
+            file: if mapping.build_id == StringId::EMPTY {
+                mapping.file
+            } else {
+                StringId::EMPTY
+            },
         };
         match self.mappings.get_index_of(&key) {
             Some(idx) => MappingId(idx as u32),
@@ -248,9 +252,18 @@ impl Tables {
 
     /// Interns a location. `address` is relative to the mapping's object file
     /// ([`relative_address`] of the producer's own mapping), or raw without a mapping.
-    pub fn intern_location(&mut self, mapping: Option<MappingId>, address: u64, lines: Box<[Line]>) -> LocationId {
+    pub fn intern_location(
+        &mut self,
+        mapping: Option<MappingId>,
+        address: u64,
+        lines: Box<[Line]>,
+    ) -> LocationId {
         let location = LocationAddress { mapping, address };
-        let key = if lines.is_empty() { LocationKey::Address { mapping, address } } else { LocationKey::Lines(lines) };
+        let key = if lines.is_empty() {
+            LocationKey::Address { mapping, address }
+        } else {
+            LocationKey::Lines(lines)
+        };
         match self.locations.get_index_of(&key) {
             Some(idx) => LocationId(idx as u32),
             None => LocationId(self.locations.insert_full(key, location).0 as u32),
@@ -261,7 +274,8 @@ impl Tables {
     pub fn intern_stack(&mut self, frames: &[LocationId]) -> StackId {
         let hash = hash_frames(frames);
         let (arena, starts) = (&self.stack_frames, &self.stack_starts);
-        let slice = |id: u32| &arena[starts[id as usize] as usize..starts[id as usize + 1] as usize];
+        let slice =
+            |id: u32| &arena[starts[id as usize] as usize..starts[id as usize + 1] as usize];
         if let Some(&id) = self.stack_index.find(hash, |&id| slice(id) == frames) {
             return StackId(id);
         }
@@ -386,7 +400,11 @@ impl Tables {
     pub fn location_display_name(&self, id: LocationId) -> String {
         let address = self.location_address(id);
         match address.mapping {
-            Some(m) => format!("{}+0x{:x}", basename(self.string(self.mapping(m).file)), address.address),
+            Some(m) => format!(
+                "{}+0x{:x}",
+                basename(self.string(self.mapping(m).file)),
+                address.address
+            ),
             None => format!("0x{:x}", address.address),
         }
     }
@@ -432,9 +450,30 @@ mod tests {
     fn equal_stacks_are_stored_once() {
         let mut t = Tables::new();
         let name = t.intern_string("main");
-        let f = t.intern_function(Function { name, system_name: name, filename: StringId::EMPTY, start_line: 0 });
-        let a = t.intern_location(None, 0, vec![Line { function: f, line: 1 }].into());
-        let b = t.intern_location(None, 0, vec![Line { function: f, line: 2 }].into());
+        let f = t.intern_function(Function {
+            name,
+            system_name: name,
+            filename: StringId::EMPTY,
+            start_line: 0,
+        });
+        let a = t.intern_location(
+            None,
+            0,
+            vec![Line {
+                function: f,
+                line: 1,
+            }]
+            .into(),
+        );
+        let b = t.intern_location(
+            None,
+            0,
+            vec![Line {
+                function: f,
+                line: 2,
+            }]
+            .into(),
+        );
         let s1 = t.intern_stack(&[b, a]);
         let s2 = t.intern_stack(&[b, a]);
         let s3 = t.intern_stack(&[a]);
@@ -464,8 +503,16 @@ mod tests {
         let m2 = t.intern_mapping(mapping(0x7000));
         assert_eq!(m1, m2);
         // The same instruction in two processes that loaded the binary at different addresses.
-        let a = t.intern_location(Some(m1), relative_address(0x1010, 0x1000, 0x400), Box::default());
-        let b = t.intern_location(Some(m2), relative_address(0x7010, 0x7000, 0x400), Box::default());
+        let a = t.intern_location(
+            Some(m1),
+            relative_address(0x1010, 0x1000, 0x400),
+            Box::default(),
+        );
+        let b = t.intern_location(
+            Some(m2),
+            relative_address(0x7010, 0x7000, 0x400),
+            Box::default(),
+        );
         assert_eq!(a, b);
         assert_eq!(t.location_display_name(a), "app+0x410");
     }

@@ -13,8 +13,12 @@ pub(crate) fn profile(stacks: &[(&str, i64)]) -> Profile {
         let mut frames = Vec::new();
         for name in folded.split(';').rev() {
             let name = tables.intern_string(name);
-            let function =
-                tables.intern_function(Function { name, system_name: name, filename: StringId::EMPTY, start_line: 0 });
+            let function = tables.intern_function(Function {
+                name,
+                system_name: name,
+                filename: StringId::EMPTY,
+                start_line: 0,
+            });
             let location = tables.intern_location(None, 0, vec![Line { function, line: 1 }].into());
             frames.push(location);
         }
@@ -22,10 +26,18 @@ pub(crate) fn profile(stacks: &[(&str, i64)]) -> Profile {
         samples.labels.push(LabelSetId::EMPTY);
         samples.values.push(value);
     }
-    let cpu = ValueType { kind: "cpu".into(), unit: "nanoseconds".into() };
+    let cpu = ValueType {
+        kind: "cpu".into(),
+        unit: "nanoseconds".into(),
+    };
     Profile {
         tables: Arc::new(tables),
-        meta: Meta { sample_type: cpu.clone(), period_type: cpu, period: 10, ..Meta::default() },
+        meta: Meta {
+            sample_type: cpu.clone(),
+            period_type: cpu,
+            period: 10,
+            ..Meta::default()
+        },
         samples,
     }
 }
@@ -33,6 +45,8 @@ pub(crate) fn profile(stacks: &[(&str, i64)]) -> Profile {
 /// The folded text of a profile, for compact assertions.
 pub(crate) fn folded(profile: &Profile) -> String {
     let mut out = Vec::new();
-    crate::FlameGraph::build(profile).write_folded(&mut out).expect("write to vec");
+    crate::FlameGraph::build(profile)
+        .write_folded(&mut out)
+        .expect("write to vec");
     String::from_utf8(out).expect("utf-8")
 }

@@ -63,7 +63,11 @@ impl Namer<'_> {
             Some(m) => basename(self.tables.string(self.tables.mapping(m).file)),
             None => "",
         };
-        let name = if binary.is_empty() { "<unknown>".to_owned() } else { format!("[{binary}]") };
+        let name = if binary.is_empty() {
+            "<unknown>".to_owned()
+        } else {
+            format!("[{binary}]")
+        };
         let id = self.intern(name);
         self.of_location.insert(location, id);
         id
@@ -81,7 +85,11 @@ impl Namer<'_> {
                 Some(&id) => id,
                 None => {
                     let name = self.tables.string(self.tables.function(line.function).name);
-                    let id = if name.is_empty() { self.unsymbolized(location) } else { self.intern(name.to_owned()) };
+                    let id = if name.is_empty() {
+                        self.unsymbolized(location)
+                    } else {
+                        self.intern(name.to_owned())
+                    };
                     self.of_function.insert(line.function, id);
                     id
                 }
@@ -156,7 +164,11 @@ impl TopTable {
             })
             .collect();
         rows.sort_by(|a, b| {
-            b.flat.unsigned_abs().cmp(&a.flat.unsigned_abs()).then(b.cum.cmp(&a.cum)).then(a.name.cmp(&b.name))
+            b.flat
+                .unsigned_abs()
+                .cmp(&a.flat.unsigned_abs())
+                .then(b.cum.cmp(&a.cum))
+                .then(a.name.cmp(&b.name))
         });
         TopTable {
             sample_type: profile.meta.sample_type.kind.clone(),
@@ -170,9 +182,22 @@ impl TopTable {
     /// The table as text, one row per line: `flat flat% cum cum% name`, like `pprof -top`.
     pub fn to_text(&self) -> String {
         use std::fmt::Write;
-        let pct = |v: i64| if self.total == 0 { 0.0 } else { 100.0 * v as f64 / self.total as f64 };
-        let mut out = format!("Type: {} ({})\nTotal: {}\n", self.sample_type, self.unit, self.total);
-        let _ = writeln!(out, "{:>16} {:>7} {:>16} {:>7}  name", "flat", "flat%", "cum", "cum%");
+        let pct = |v: i64| {
+            if self.total == 0 {
+                0.0
+            } else {
+                100.0 * v as f64 / self.total as f64
+            }
+        };
+        let mut out = format!(
+            "Type: {} ({})\nTotal: {}\n",
+            self.sample_type, self.unit, self.total
+        );
+        let _ = writeln!(
+            out,
+            "{:>16} {:>7} {:>16} {:>7}  name",
+            "flat", "flat%", "cum", "cum%"
+        );
         for row in &self.rows {
             let _ = writeln!(
                 out,
@@ -197,7 +222,12 @@ mod tests {
     fn flat_is_the_leaf_and_cum_counts_recursion_once() {
         let p = profile(&[("main;f;f;g", 3), ("main;f", 2)]);
         let top = TopTable::build(&p);
-        let row = |name: &str| top.rows.iter().find(|r| r.name == name).map(|r| (r.flat, r.cum));
+        let row = |name: &str| {
+            top.rows
+                .iter()
+                .find(|r| r.name == name)
+                .map(|r| (r.flat, r.cum))
+        };
         assert_eq!(row("g"), Some((3, 3)));
         assert_eq!(row("f"), Some((2, 5)));
         assert_eq!(row("main"), Some((0, 5)));

@@ -1,0 +1,184 @@
+//! The `parca profile` command, run as a user runs it: real binary, real files, exit codes.
+//! (These tests sit beside the binary because only here Cargo builds it for them.)
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn corpus(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/testdata/pprof")
+        .join(rel)
+}
+
+fn parca(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_parca"))
+        .args(args)
+        .output()
+        .expect("run parca")
+}
+
+fn stdout(output: &Output) -> String {
+    assert!(
+        output.status.success(),
+        "parca failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout.clone()).expect("utf-8")
+}
+
+#[test]
+fn top_lists_the_hottest_function_first() {
+    let cpu = corpus("go/go-cpu.pb.gz");
+    let out = stdout(&parca(&["profile", cpu.to_str().unwrap()]));
+    let first_row = out.lines().nth(3).expect("a row");
+    assert!(first_row.ends_with("main.(*counter).inc"), "{out}");
+    assert!(out.contains("Total: 5310000000"), "{out}");
+}
+
+#[test]
+fn several_files_are_merged() {
+    let (a, b) = (corpus("go/go-cpu.pb.gz"), corpus("go/go-cpu-b.pb.gz"));
+    let out = stdout(&parca(&[
+        "profile",
+        "--format",
+        "top-json",
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+    ]));
+    let json: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let one = |f: &PathBuf| {
+        let out = stdout(&parca(&[
+            "profile",
+            "--format",
+            "top-json",
+            f.to_str().unwrap(),
+        ]));
+        serde_json::from_str::<serde_json::Value>(&out).expect("json")["total"]
+            .as_i64()
+            .expect("total")
+    };
+    assert_eq!(json["total"].as_i64(), Some(one(&a) + one(&b)));
+}
+
+#[test]
+fn diff_keeps_both_sides_in_folded_output() {
+    let (a, b) = (corpus("go/go-cpu.pb.gz"), corpus("go/go-cpu-b.pb.gz"));
+    let out = stdout(&parca(&[
+        "profile",
+        "-f",
+        "folded",
+        a.to_str().unwrap(),
+        "--diff",
+        b.to_str().unwrap(),
+    ]));
+    for line in out.lines() {
+        let fields: Vec<&str> = line.rsplitn(3, ' ').collect();
+        assert_eq!(fields.len(), 3, "`stack base comparison`: {line}");
+        assert!(
+            fields[0].parse::<i64>().is_ok() && fields[1].parse::<i64>().is_ok(),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn json_is_the_flame_graph_tree() {
+    let heap = corpus("go/go-heap.pb.gz");
+    let out = stdout(&parca(&[
+        "profile",
+        "-f",
+        "json",
+        "--sample-type",
+        "inuse_space",
+        heap.to_str().unwrap(),
+    ]));
+    let json: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(json["sample_type"], "inuse_space");
+    assert_eq!(json["unit"], "bytes");
+    assert_eq!(json["root"]["value"], json["total"]);
+}
+
+#[test]
+fn pprof_output_decodes_to_the_same_numbers() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let exported = dir.path().join("out.pb.gz");
+    let cpu = corpus("prometheus/prometheus-cpu.pb.gz");
+    stdout(&parca(&[
+        "profile",
+        "-f",
+        "pprof",
+        "-o",
+        exported.to_str().unwrap(),
+        cpu.to_str().unwrap(),
+    ]));
+    let top = |f: &PathBuf| stdout(&parca(&["profile", f.to_str().unwrap()]));
+    assert_eq!(top(&exported), top(&cpu));
+}
+
+#[test]
+fn filters_keep_and_drop_stacks() {
+    let cpu = corpus("go/go-cpu.pb.gz");
+    let out = stdout(&parca(&[
+        "profile",
+        "-f",
+        "folded",
+        "--contains",
+        "sort.",
+        "--drop",
+        "runtime\\..*",
+        cpu.to_str().unwrap(),
+    ]));
+    assert!(!out.is_empty());
+    assert!(
+        out.lines()
+            .all(|l| l.contains("sort.") && !l.contains("runtime.")),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_bad_file_fails_with_a_clear_message() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let junk = dir.path().join("junk.pb.gz");
+    std::fs::write(&junk, b"<html>not a profile</html>").expect("write");
+    let output = parca(&["profile", junk.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.starts_with("parca: error: "), "{stderr}");
+    assert!(
+        stderr.contains(
+            "junk.pb.gz` is not a usable pprof profile: profile is not a valid pprof protobuf"
+        ),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn an_unknown_sample_type_lists_the_ones_there_are() {
+    let cpu = corpus("go/go-cpu.pb.gz");
+    let output = parca(&["profile", "--sample-type", "heap", cpu.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("profile has no sample type `heap`; it has samples, cpu"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn files_of_different_types_are_not_merged() {
+    let (cpu, heap) = (corpus("go/go-cpu.pb.gz"), corpus("go/go-heap.pb.gz"));
+    let output = parca(&[
+        "profile",
+        "--sample-type",
+        "cpu",
+        cpu.to_str().unwrap(),
+        heap.to_str().unwrap(),
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("profile has no sample type `cpu`"),
+        "{stderr}"
+    );
+}
