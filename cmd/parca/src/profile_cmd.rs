@@ -130,7 +130,7 @@ fn load(path: &Path, sample_type: Option<&str>) -> anyhow::Result<Profile> {
     let bytes = fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
     let pprof = parca_pprof::decode(&bytes, &DecodeOptions::default())
         .with_context(|| format!("`{}` is not a usable pprof profile", path.display()))?;
-    let default = pprof.profile().default_sample_type;
+    let default = pprof.header().default_sample_type;
     let default = (default != 0).then(|| pprof.string(default).to_owned());
     let profiles = parca_profile::from_pprof(&pprof);
     parca_profile::select_sample_type(profiles, sample_type, default.as_deref())

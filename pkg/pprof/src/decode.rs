@@ -2,10 +2,10 @@
 
 use std::io::Read;
 
-use prost::Message;
 use rustc_hash::FxHashMap;
 
-use crate::{Error, legacy, proto, wire};
+use crate::wire::{Fault, LEN, Reader};
+use crate::{Error, legacy, proto};
 
 /// The two bytes every gzip stream starts with. File names and Content-Type headers lie (several
 /// real `.pb.gz` files are not gzipped), so the bytes decide.
@@ -71,18 +71,13 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Pprof, Error> {
     if raw.is_empty() {
         return Err(Error::Empty);
     }
-    let profile = match proto::Profile::decode(&*raw) {
-        Ok(profile) => profile,
-        Err(prost_error) => {
-            if let Some(profile) = legacy::parse_cpu(&raw)? {
-                profile
-            } else {
-                let fault = wire::locate_fault(&raw).unwrap_or_else(|| prost_error.to_string());
-                return Err(Error::Protobuf { fault });
-            }
-        }
-    };
-    Pprof::new(profile)
+    match Pprof::parse(&raw) {
+        Err(Error::Protobuf { fault }) => match legacy::parse_cpu(&raw)? {
+            Some(profile) => Pprof::from_proto(&profile),
+            None => Err(Error::Protobuf { fault }),
+        },
+        other => other,
+    }
 }
 
 /// Maps the ids of one table (locations, functions or mappings) to positions in it.
@@ -97,10 +92,13 @@ struct IdIndex {
 }
 
 impl IdIndex {
-    fn build(kind: &'static str, ids: impl ExactSizeIterator<Item = u64>) -> Result<Self, Error> {
+    fn build(
+        kind: &'static str,
+        ids: impl ExactSizeIterator<Item = u64> + Clone,
+    ) -> Result<Self, Error> {
         let len = ids.len();
-        let ids: Vec<u64> = ids.collect();
-        for (idx, &id) in ids.iter().enumerate() {
+        let mut dense = true;
+        for (idx, id) in ids.clone().enumerate() {
             if id == 0 {
                 return Err(Error::BadId {
                     kind,
@@ -109,16 +107,13 @@ impl IdIndex {
                     why: "zero",
                 });
             }
+            dense &= id == idx as u64 + 1;
         }
-        if ids
-            .iter()
-            .enumerate()
-            .all(|(idx, &id)| id == idx as u64 + 1)
-        {
+        if dense {
             return Ok(IdIndex { sparse: None, len });
         }
         let mut map = FxHashMap::with_capacity_and_hasher(len, Default::default());
-        for (idx, &id) in ids.iter().enumerate() {
+        for (idx, id) in ids.enumerate() {
             if map.insert(id, idx as u32).is_some() {
                 return Err(Error::BadId {
                     kind,
@@ -135,54 +130,241 @@ impl IdIndex {
     }
 
     #[inline]
-    fn get(&self, id: u64) -> Option<usize> {
+    fn get(&self, id: u64) -> Option<u32> {
         match &self.sparse {
             None => {
                 let idx = id.wrapping_sub(1);
-                (idx < self.len as u64).then_some(idx as usize)
+                (idx < self.len as u64).then_some(idx as u32)
             }
-            Some(map) => map.get(&id).map(|&idx| idx as usize),
+            Some(map) => map.get(&id).copied(),
         }
     }
 }
 
-/// A decoded pprof whose every string index and id reference has been checked, so that readers
-/// can index without further checks.
-#[derive(Debug, Clone)]
-pub struct Pprof {
-    profile: proto::Profile,
-    locations: IdIndex,
-    functions: IdIndex,
-    mappings: IdIndex,
+/// Everything of a pprof but its tables and samples.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Header {
+    /// What each sample value measures (string indices).
+    pub sample_type: Vec<proto::ValueType>,
+    /// What one sampling period measures.
+    pub period_type: Option<proto::ValueType>,
+    /// Sampling period in units of `period_type`.
+    pub period: i64,
+    /// Start of the profile, nanoseconds since the Unix epoch (0 when unknown).
+    pub time_nanos: i64,
+    /// Length of the window the profile covers (0 for a snapshot).
+    pub duration_nanos: i64,
+    /// Comments (string indices).
+    pub comment: Vec<i64>,
+    /// Type of the sample type to show first (string index, 0 when unset).
+    pub default_sample_type: i64,
+    /// Frames to drop when presenting (regex, string index).
+    pub drop_frames: i64,
+    /// Frames to keep when presenting (regex, string index).
+    pub keep_frames: i64,
 }
+
+/// A location of a validated pprof, its references resolved to positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Location {
+    /// The producer's id.
+    pub id: u64,
+    /// Position of its mapping in [`Pprof::mappings`], `None` for "no mapping".
+    pub mapping: Option<u32>,
+    /// Instruction address.
+    pub address: u64,
+    /// Frames were folded into this one by the producer.
+    pub is_folded: bool,
+    lines: (u32, u32),
+}
+
+/// A source line of a location, its function resolved to a position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Line {
+    /// Position of the function in [`Pprof::functions`].
+    pub function: u32,
+    /// Line number (0 when unknown).
+    pub line: i64,
+    /// Column number (0 when unknown).
+    pub column: i64,
+}
+
+/// A decoded pprof whose every string index and id reference has been checked and resolved to a
+/// position, so that readers index without checks.
+///
+/// Samples are stored column-wise (all location indices in one array, all values in another),
+/// which is what makes decoding cheap: no allocation per sample, location or string.
+#[derive(Debug, Clone, Default)]
+pub struct Pprof {
+    header: Header,
+    /// All strings end to end; string `i` is `strings[string_ends[i - 1]..string_ends[i]]`.
+    strings: String,
+    string_ends: Vec<u32>,
+    mappings: Vec<proto::Mapping>,
+    functions: Vec<proto::Function>,
+    locations: Vec<Location>,
+    lines: Vec<Line>,
+    /// Per sample: end of its locations in `sample_locations`, of its values, of its labels.
+    sample_location_ends: Vec<u32>,
+    sample_locations: Vec<u32>,
+    sample_values: Vec<i64>,
+    sample_label_ends: Vec<u32>,
+    sample_labels: Vec<proto::Label>,
+}
+
+/// Field names for faults.
+const SAMPLE_FIELDS: [&str; 4] = ["", "location_id", "value", "label"];
 
 impl Pprof {
-    /// Validates an in-memory message (e.g. one built by a producer in this process).
-    pub fn new(mut profile: proto::Profile) -> Result<Self, Error> {
-        if profile.string_table.is_empty() {
-            profile.string_table.push(String::new());
+    /// Parses and validates a (decompressed) protobuf message.
+    pub fn parse(raw: &[u8]) -> Result<Pprof, Error> {
+        let mut p = Pprof::default();
+        let mut sample_location_ids: Vec<u64> = Vec::new();
+        let mut value_ends: Vec<u32> = Vec::new();
+        let mut line_function_ids: Vec<u64> = Vec::new();
+        let mut location_mapping_ids: Vec<u64> = Vec::new();
+        let mut r = Reader::new(raw, 0);
+        let mut counts = [0usize; 16];
+        while !r.at_end() {
+            let field_at = r.offset();
+            let (number, wire) = r.key().map_err(|f| protobuf("top level", f))?;
+            let n = counts.get(number as usize).copied().unwrap_or(0);
+            if let Some(c) = counts.get_mut(number as usize) {
+                *c += 1;
+            }
+            let place = |what: &str| format!("{what} {n} (field {number} at byte {field_at})");
+            match number {
+                1 => {
+                    let m = r
+                        .message(wire, "sample_type")
+                        .map_err(|f| protobuf("top level", f))?;
+                    p.header
+                        .sample_type
+                        .push(value_type(m).map_err(|f| protobuf(&place("sample type"), f))?);
+                }
+                2 => {
+                    let m = r
+                        .message(wire, "sample")
+                        .map_err(|f| protobuf("top level", f))?;
+                    parse_sample(
+                        m,
+                        &mut sample_location_ids,
+                        &mut p.sample_values,
+                        &mut p.sample_labels,
+                    )
+                    .map_err(|f| protobuf(&place("sample"), f))?;
+                    p.sample_location_ends
+                        .push(sample_location_ids.len() as u32);
+                    value_ends.push(p.sample_values.len() as u32);
+                    p.sample_label_ends.push(p.sample_labels.len() as u32);
+                }
+                3 => {
+                    let m = r
+                        .message(wire, "mapping")
+                        .map_err(|f| protobuf("top level", f))?;
+                    p.mappings
+                        .push(parse_mapping(m).map_err(|f| protobuf(&place("mapping"), f))?);
+                }
+                4 => {
+                    let m = r
+                        .message(wire, "location")
+                        .map_err(|f| protobuf("top level", f))?;
+                    let start = line_function_ids.len() as u32;
+                    let (mut location, mapping_id) =
+                        parse_location(m, &mut line_function_ids, &mut p.lines)
+                            .map_err(|f| protobuf(&place("location"), f))?;
+                    location_mapping_ids.push(mapping_id);
+                    location.lines = (start, line_function_ids.len() as u32);
+                    p.locations.push(location);
+                }
+                5 => {
+                    let m = r
+                        .message(wire, "function")
+                        .map_err(|f| protobuf("top level", f))?;
+                    p.functions
+                        .push(parse_function(m).map_err(|f| protobuf(&place("function"), f))?);
+                }
+                6 => {
+                    if wire != LEN {
+                        return Err(protobuf(
+                            "top level",
+                            Fault {
+                                offset: field_at,
+                                what: format!(
+                                    "field `string_table` has wire type {wire}, expected a string"
+                                ),
+                            },
+                        ));
+                    }
+                    let (bytes, _) = r.bytes().map_err(|f| protobuf(&place("string"), f))?;
+                    // Producers are not all careful with symbol names: one bad byte should not
+                    // cost the whole profile, so invalid UTF-8 is replaced, not refused.
+                    p.strings.push_str(&String::from_utf8_lossy(bytes));
+                    p.string_ends.push(p.strings.len() as u32);
+                }
+                7..=10 | 12 | 14 => {
+                    let v = r
+                        .scalar(wire, "scalar")
+                        .map_err(|f| protobuf("top level", f))? as i64;
+                    let h = &mut p.header;
+                    match number {
+                        7 => h.drop_frames = v,
+                        8 => h.keep_frames = v,
+                        9 => h.time_nanos = v,
+                        10 => h.duration_nanos = v,
+                        12 => h.period = v,
+                        _ => h.default_sample_type = v,
+                    }
+                }
+                11 => {
+                    let m = r
+                        .message(wire, "period_type")
+                        .map_err(|f| protobuf("top level", f))?;
+                    p.header.period_type =
+                        Some(value_type(m).map_err(|f| protobuf("period type", f))?);
+                }
+                13 => {
+                    let comment = &mut p.header.comment;
+                    r.repeated(wire, "comment", |v| comment.push(v as i64))
+                        .map_err(|f| protobuf("top level", f))?;
+                }
+                _ => r.skip(wire).map_err(|f| protobuf("top level", f))?,
+            }
         }
-        if !profile.string_table[0].is_empty() {
+        if p.string_ends.is_empty() {
+            p.string_ends.push(0);
+        }
+        if p.string_ends[0] != 0 {
             return Err(Error::StringTableStart {
-                found: profile.string_table[0].clone(),
+                found: p.string(0).to_owned(),
             });
         }
-        let locations = IdIndex::build("location", profile.location.iter().map(|l| l.id))?;
-        let functions = IdIndex::build("function", profile.function.iter().map(|f| f.id))?;
-        let mappings = IdIndex::build("mapping", profile.mapping.iter().map(|m| m.id))?;
-        let pprof = Pprof {
-            profile,
-            locations,
-            functions,
-            mappings,
-        };
-        pprof.check_references()?;
-        Ok(pprof)
+        p.resolve(
+            &sample_location_ids,
+            &value_ends,
+            &line_function_ids,
+            &location_mapping_ids,
+        )?;
+        Ok(p)
     }
 
-    fn check_references(&self) -> Result<(), Error> {
-        let p = &self.profile;
-        let n_strings = p.string_table.len();
+    /// Validates an in-memory message (e.g. one a producer in this process built).
+    pub fn from_proto(profile: &proto::Profile) -> Result<Pprof, Error> {
+        Pprof::parse(&prost::Message::encode_to_vec(profile))
+    }
+
+    /// Checks every reference and turns ids into positions.
+    fn resolve(
+        &mut self,
+        sample_location_ids: &[u64],
+        value_ends: &[u32],
+        line_function_ids: &[u64],
+        location_mapping_ids: &[u64],
+    ) -> Result<(), Error> {
+        let locations = IdIndex::build("location", self.locations.iter().map(|l| l.id))?;
+        let functions = IdIndex::build("function", self.functions.iter().map(|f| f.id))?;
+        let mappings = IdIndex::build("mapping", self.mappings.iter().map(|m| m.id))?;
+        let n_strings = self.string_ends.len();
         let string = |index: i64, place: &dyn Fn() -> String| {
             if index < 0 || index as u64 >= n_strings as u64 {
                 Err(Error::StringIndex {
@@ -194,21 +376,22 @@ impl Pprof {
                 Ok(())
             }
         };
-        for (i, vt) in p.sample_type.iter().enumerate() {
+        let h = &self.header;
+        for (i, vt) in h.sample_type.iter().enumerate() {
             string(vt.r#type, &|| format!("sample type {i} type"))?;
             string(vt.unit, &|| format!("sample type {i} unit"))?;
         }
-        if let Some(vt) = &p.period_type {
+        if let Some(vt) = &h.period_type {
             string(vt.r#type, &|| "period type".to_owned())?;
             string(vt.unit, &|| "period type unit".to_owned())?;
         }
-        string(p.drop_frames, &|| "drop_frames".to_owned())?;
-        string(p.keep_frames, &|| "keep_frames".to_owned())?;
-        string(p.default_sample_type, &|| "default_sample_type".to_owned())?;
-        for (i, &c) in p.comment.iter().enumerate() {
+        string(h.drop_frames, &|| "drop_frames".to_owned())?;
+        string(h.keep_frames, &|| "keep_frames".to_owned())?;
+        string(h.default_sample_type, &|| "default_sample_type".to_owned())?;
+        for (i, &c) in h.comment.iter().enumerate() {
             string(c, &|| format!("comment {i}"))?;
         }
-        for (i, m) in p.mapping.iter().enumerate() {
+        for (i, m) in self.mappings.iter().enumerate() {
             string(m.filename, &|| {
                 format!("mapping {i} (id {}) filename", m.id)
             })?;
@@ -216,7 +399,7 @@ impl Pprof {
                 format!("mapping {i} (id {}) build id", m.id)
             })?;
         }
-        for (i, f) in p.function.iter().enumerate() {
+        for (i, f) in self.functions.iter().enumerate() {
             string(f.name, &|| format!("function {i} (id {}) name", f.id))?;
             string(f.system_name, &|| {
                 format!("function {i} (id {}) system name", f.id)
@@ -225,110 +408,349 @@ impl Pprof {
                 format!("function {i} (id {}) filename", f.id)
             })?;
         }
-        for (i, loc) in p.location.iter().enumerate() {
-            if loc.mapping_id != 0 && self.mappings.get(loc.mapping_id).is_none() {
-                return Err(Error::UnknownId {
+        for (i, loc) in self.locations.iter_mut().enumerate() {
+            let mapping_id = location_mapping_ids[i];
+            if mapping_id != 0 {
+                loc.mapping = Some(mappings.get(mapping_id).ok_or_else(|| Error::UnknownId {
                     place: format!("location {i} (id {})", loc.id),
                     kind: "mapping",
-                    id: loc.mapping_id,
-                });
+                    id: mapping_id,
+                })?);
             }
-            for (j, line) in loc.line.iter().enumerate() {
-                if self.functions.get(line.function_id).is_none() {
-                    return Err(Error::UnknownId {
-                        place: format!("location {i} (id {}) line {j}", loc.id),
+            let (start, end) = loc.lines;
+            for j in start..end {
+                let id = line_function_ids[j as usize];
+                self.lines[j as usize].function =
+                    functions.get(id).ok_or_else(|| Error::UnknownId {
+                        place: format!("location {i} (id {}) line {}", loc.id, j - start),
                         kind: "function",
-                        id: line.function_id,
-                    });
-                }
+                        id,
+                    })?;
             }
         }
-        let n_types = p.sample_type.len();
-        for (i, s) in p.sample.iter().enumerate() {
-            if s.value.len() != n_types {
+        let n_types = h.sample_type.len();
+        let mut locations_start = 0usize;
+        let mut values_start = 0u32;
+        let mut labels_start = 0usize;
+        self.sample_locations
+            .reserve_exact(sample_location_ids.len());
+        for (i, ((&locations_end, &values_end), &labels_end)) in self
+            .sample_location_ends
+            .iter()
+            .zip(value_ends)
+            .zip(&self.sample_label_ends)
+            .enumerate()
+        {
+            let n_values = (values_end - values_start) as usize;
+            if n_values != n_types {
                 return Err(Error::ValueCount {
                     sample: i,
-                    found: s.value.len(),
+                    found: n_values,
                     expected: n_types,
                 });
             }
-            for &id in &s.location_id {
-                if self.locations.get(id).is_none() {
-                    return Err(Error::UnknownId {
-                        place: format!("sample {i}"),
-                        kind: "location",
-                        id,
-                    });
-                }
+            values_start = values_end;
+            for &id in &sample_location_ids[locations_start..locations_end as usize] {
+                let idx = locations.get(id).ok_or_else(|| Error::UnknownId {
+                    place: format!("sample {i}"),
+                    kind: "location",
+                    id,
+                })?;
+                self.sample_locations.push(idx);
             }
-            for (j, label) in s.label.iter().enumerate() {
+            locations_start = locations_end as usize;
+            for (j, label) in self.sample_labels[labels_start..labels_end as usize]
+                .iter()
+                .enumerate()
+            {
                 string(label.key, &|| format!("sample {i} label {j} key"))?;
                 string(label.str, &|| format!("sample {i} label {j} value"))?;
                 string(label.num_unit, &|| format!("sample {i} label {j} unit"))?;
             }
+            labels_start = labels_end as usize;
         }
         Ok(())
     }
 
-    /// The validated message.
-    pub fn profile(&self) -> &proto::Profile {
-        &self.profile
-    }
-
-    /// Gives the message back, e.g. to re-encode it.
-    pub fn into_profile(self) -> proto::Profile {
-        self.profile
+    /// Sample types, period, time and comments.
+    pub fn header(&self) -> &Header {
+        &self.header
     }
 
     /// The string at a (validated) index.
     #[inline]
     pub fn string(&self, index: i64) -> &str {
-        &self.profile.string_table[index as usize]
+        let i = index as usize;
+        let start = if i == 0 {
+            0
+        } else {
+            self.string_ends[i - 1] as usize
+        };
+        &self.strings[start..self.string_ends[i] as usize]
     }
 
-    /// The location with a given id. Every id held by a sample of a validated profile resolves.
-    #[inline]
-    pub fn location(&self, id: u64) -> Option<&proto::Location> {
-        self.locations
-            .get(id)
-            .map(|idx| &self.profile.location[idx])
+    /// Number of strings in the string table.
+    pub fn n_strings(&self) -> usize {
+        self.string_ends.len()
     }
 
-    /// The position of the location with a given id in `profile().location`.
-    #[inline]
-    pub fn location_index(&self, id: u64) -> Option<usize> {
-        self.locations.get(id)
+    /// The mappings, in the producer's order.
+    pub fn mappings(&self) -> &[proto::Mapping] {
+        &self.mappings
     }
 
-    /// The function with a given id.
-    #[inline]
-    pub fn function(&self, id: u64) -> Option<&proto::Function> {
-        self.functions
-            .get(id)
-            .map(|idx| &self.profile.function[idx])
+    /// The functions, in the producer's order.
+    pub fn functions(&self) -> &[proto::Function] {
+        &self.functions
     }
 
-    /// The position of the function with a given id in `profile().function`.
-    #[inline]
-    pub fn function_index(&self, id: u64) -> Option<usize> {
-        self.functions.get(id)
+    /// The locations, in the producer's order.
+    pub fn locations(&self) -> &[Location] {
+        &self.locations
     }
 
-    /// The mapping with a given id (`None` for id 0, "no mapping").
+    /// The source lines of a location, innermost (inlined) first.
     #[inline]
-    pub fn mapping(&self, id: u64) -> Option<&proto::Mapping> {
-        self.mappings.get(id).map(|idx| &self.profile.mapping[idx])
+    pub fn lines(&self, location: &Location) -> &[Line] {
+        &self.lines[location.lines.0 as usize..location.lines.1 as usize]
     }
 
-    /// The position of the mapping with a given id in `profile().mapping`.
-    #[inline]
-    pub fn mapping_index(&self, id: u64) -> Option<usize> {
-        self.mappings.get(id)
+    /// Number of samples.
+    pub fn n_samples(&self) -> usize {
+        self.sample_location_ends.len()
     }
+
+    /// Positions in [`Pprof::locations`] of sample `i`'s stack, leaf first.
+    #[inline]
+    pub fn sample_locations(&self, i: usize) -> &[u32] {
+        let start = if i == 0 {
+            0
+        } else {
+            self.sample_location_ends[i - 1] as usize
+        };
+        &self.sample_locations[start..self.sample_location_ends[i] as usize]
+    }
+
+    /// Sample `i`'s values, one per sample type.
+    #[inline]
+    pub fn sample_values(&self, i: usize) -> &[i64] {
+        let n = self.header.sample_type.len();
+        &self.sample_values[i * n..(i + 1) * n]
+    }
+
+    /// Sample `i`'s labels.
+    #[inline]
+    pub fn sample_labels(&self, i: usize) -> &[proto::Label] {
+        let start = if i == 0 {
+            0
+        } else {
+            self.sample_label_ends[i - 1] as usize
+        };
+        &self.sample_labels[start..self.sample_label_ends[i] as usize]
+    }
+
+    /// The profile as prost messages (ids renumbered 1, 2, 3, …), e.g. to re-encode it.
+    pub fn to_proto(&self) -> proto::Profile {
+        let h = &self.header;
+        proto::Profile {
+            sample_type: h.sample_type.clone(),
+            sample: (0..self.n_samples())
+                .map(|i| proto::Sample {
+                    location_id: self
+                        .sample_locations(i)
+                        .iter()
+                        .map(|&l| u64::from(l) + 1)
+                        .collect(),
+                    value: self.sample_values(i).to_vec(),
+                    label: self.sample_labels(i).to_vec(),
+                })
+                .collect(),
+            mapping: self
+                .mappings
+                .iter()
+                .enumerate()
+                .map(|(i, m)| proto::Mapping {
+                    id: i as u64 + 1,
+                    ..m.clone()
+                })
+                .collect(),
+            location: self
+                .locations
+                .iter()
+                .enumerate()
+                .map(|(i, l)| proto::Location {
+                    id: i as u64 + 1,
+                    mapping_id: l.mapping.map_or(0, |m| u64::from(m) + 1),
+                    address: l.address,
+                    line: self
+                        .lines(l)
+                        .iter()
+                        .map(|line| proto::Line {
+                            function_id: u64::from(line.function) + 1,
+                            line: line.line,
+                            column: line.column,
+                        })
+                        .collect(),
+                    is_folded: l.is_folded,
+                })
+                .collect(),
+            function: self
+                .functions
+                .iter()
+                .enumerate()
+                .map(|(i, f)| proto::Function {
+                    id: i as u64 + 1,
+                    ..*f
+                })
+                .collect(),
+            string_table: (0..self.n_strings())
+                .map(|i| self.string(i as i64).to_owned())
+                .collect(),
+            drop_frames: h.drop_frames,
+            keep_frames: h.keep_frames,
+            time_nanos: h.time_nanos,
+            duration_nanos: h.duration_nanos,
+            period_type: h.period_type,
+            period: h.period,
+            comment: h.comment.clone(),
+            default_sample_type: h.default_sample_type,
+        }
+    }
+}
+
+fn protobuf(place: &str, fault: Fault) -> Error {
+    Error::Protobuf {
+        fault: format!("{place}: {} at byte {}", fault.what, fault.offset),
+    }
+}
+
+fn value_type(mut r: Reader<'_>) -> Result<proto::ValueType, Fault> {
+    let mut vt = proto::ValueType::default();
+    while !r.at_end() {
+        match r.key()? {
+            (1, wire) => vt.r#type = r.scalar(wire, "type")? as i64,
+            (2, wire) => vt.unit = r.scalar(wire, "unit")? as i64,
+            (_, wire) => r.skip(wire)?,
+        }
+    }
+    Ok(vt)
+}
+
+fn parse_sample(
+    mut r: Reader<'_>,
+    location_ids: &mut Vec<u64>,
+    values: &mut Vec<i64>,
+    labels: &mut Vec<proto::Label>,
+) -> Result<(), Fault> {
+    while !r.at_end() {
+        match r.key()? {
+            (1, wire) => r.repeated(wire, SAMPLE_FIELDS[1], |v| location_ids.push(v))?,
+            (2, wire) => r.repeated(wire, SAMPLE_FIELDS[2], |v| values.push(v as i64))?,
+            (3, wire) => {
+                let mut m = r.message(wire, SAMPLE_FIELDS[3])?;
+                let mut label = proto::Label::default();
+                while !m.at_end() {
+                    match m.key()? {
+                        (1, w) => label.key = m.scalar(w, "key")? as i64,
+                        (2, w) => label.str = m.scalar(w, "str")? as i64,
+                        (3, w) => label.num = m.scalar(w, "num")? as i64,
+                        (4, w) => label.num_unit = m.scalar(w, "num_unit")? as i64,
+                        (_, w) => m.skip(w)?,
+                    }
+                }
+                labels.push(label);
+            }
+            (_, wire) => r.skip(wire)?,
+        }
+    }
+    Ok(())
+}
+
+fn parse_mapping(mut r: Reader<'_>) -> Result<proto::Mapping, Fault> {
+    let mut m = proto::Mapping::default();
+    while !r.at_end() {
+        match r.key()? {
+            (1, w) => m.id = r.scalar(w, "id")?,
+            (2, w) => m.memory_start = r.scalar(w, "memory_start")?,
+            (3, w) => m.memory_limit = r.scalar(w, "memory_limit")?,
+            (4, w) => m.file_offset = r.scalar(w, "file_offset")?,
+            (5, w) => m.filename = r.scalar(w, "filename")? as i64,
+            (6, w) => m.build_id = r.scalar(w, "build_id")? as i64,
+            (7, w) => m.has_functions = r.scalar(w, "has_functions")? != 0,
+            (8, w) => m.has_filenames = r.scalar(w, "has_filenames")? != 0,
+            (9, w) => m.has_line_numbers = r.scalar(w, "has_line_numbers")? != 0,
+            (10, w) => m.has_inline_frames = r.scalar(w, "has_inline_frames")? != 0,
+            (_, w) => r.skip(w)?,
+        }
+    }
+    Ok(m)
+}
+
+/// Parses a location; returns it with its mapping *id*, which `Pprof::resolve` turns into a
+/// position once all mappings are known.
+fn parse_location(
+    mut r: Reader<'_>,
+    function_ids: &mut Vec<u64>,
+    lines: &mut Vec<Line>,
+) -> Result<(Location, u64), Fault> {
+    let mut l = Location {
+        id: 0,
+        mapping: None,
+        address: 0,
+        is_folded: false,
+        lines: (0, 0),
+    };
+    let mut mapping_id = 0u64;
+    while !r.at_end() {
+        match r.key()? {
+            (1, w) => l.id = r.scalar(w, "id")?,
+            (2, w) => mapping_id = r.scalar(w, "mapping_id")?,
+            (3, w) => l.address = r.scalar(w, "address")?,
+            (4, w) => {
+                let mut m = r.message(w, "line")?;
+                let mut line = Line {
+                    function: 0,
+                    line: 0,
+                    column: 0,
+                };
+                let mut function_id = 0;
+                while !m.at_end() {
+                    match m.key()? {
+                        (1, w) => function_id = m.scalar(w, "function_id")?,
+                        (2, w) => line.line = m.scalar(w, "line")? as i64,
+                        (3, w) => line.column = m.scalar(w, "column")? as i64,
+                        (_, w) => m.skip(w)?,
+                    }
+                }
+                function_ids.push(function_id);
+                lines.push(line);
+            }
+            (5, w) => l.is_folded = r.scalar(w, "is_folded")? != 0,
+            (_, w) => r.skip(w)?,
+        }
+    }
+    Ok((l, mapping_id))
+}
+
+fn parse_function(mut r: Reader<'_>) -> Result<proto::Function, Fault> {
+    let mut f = proto::Function::default();
+    while !r.at_end() {
+        match r.key()? {
+            (1, w) => f.id = r.scalar(w, "id")?,
+            (2, w) => f.name = r.scalar(w, "name")? as i64,
+            (3, w) => f.system_name = r.scalar(w, "system_name")? as i64,
+            (4, w) => f.filename = r.scalar(w, "filename")? as i64,
+            (5, w) => f.start_line = r.scalar(w, "start_line")? as i64,
+            (_, w) => r.skip(w)?,
+        }
+    }
+    Ok(f)
 }
 
 #[cfg(test)]
 mod tests {
+    use prost::Message;
+
     use super::*;
 
     fn gzip(bytes: &[u8]) -> Vec<u8> {
@@ -367,6 +789,10 @@ mod tests {
         }
     }
 
+    fn check(p: &proto::Profile) -> Result<Pprof, Error> {
+        Pprof::from_proto(p)
+    }
+
     #[test]
     fn gzip_bomb_stops_at_the_limit() {
         let bomb = gzip(&vec![0u8; 10 << 20]);
@@ -381,11 +807,12 @@ mod tests {
     }
 
     #[test]
-    fn raw_and_gzip_decode_alike() {
+    fn raw_and_gzip_decode_alike_and_round_trip() {
         let raw = minimal().encode_to_vec();
         let a = decode(&raw, &DecodeOptions::default()).expect("raw");
         let b = decode(&gzip(&raw), &DecodeOptions::default()).expect("gzip");
-        assert_eq!(a.profile(), b.profile());
+        assert_eq!(a.to_proto(), b.to_proto());
+        assert_eq!(a.to_proto(), minimal());
     }
 
     #[test]
@@ -397,7 +824,7 @@ mod tests {
             num: 0,
             num_unit: 0,
         });
-        let err = Pprof::new(p).expect_err("must refuse");
+        let err = check(&p).expect_err("must refuse");
         assert_eq!(
             err.to_string(),
             "sample 0 label 0 value refers to string index 40, but the string table has 4 entries"
@@ -412,7 +839,7 @@ mod tests {
             value: vec![1],
             label: vec![],
         });
-        let err = Pprof::new(p).expect_err("must refuse");
+        let err = check(&p).expect_err("must refuse");
         assert_eq!(
             err.to_string(),
             "sample 1 refers to location id 9, which the profile does not define"
@@ -423,10 +850,21 @@ mod tests {
     fn unknown_function_names_the_location() {
         let mut p = minimal();
         p.location[0].line[0].function_id = 5;
-        let err = Pprof::new(p).expect_err("must refuse");
+        let err = check(&p).expect_err("must refuse");
         assert_eq!(
             err.to_string(),
             "location 0 (id 1) line 0 refers to function id 5, which the profile does not define"
+        );
+    }
+
+    #[test]
+    fn wrong_value_count_names_the_sample() {
+        let mut p = minimal();
+        p.sample[0].value.push(1);
+        let err = check(&p).expect_err("must refuse");
+        assert_eq!(
+            err.to_string(),
+            "sample 0 has 2 values, but the profile declares 1 sample types"
         );
     }
 
@@ -437,12 +875,28 @@ mod tests {
             decode(&raw[..raw.len() - 3], &DecodeOptions::default()).expect_err("must refuse");
         let message = err.to_string();
         assert!(
-            message.starts_with(
-                "profile is not a valid pprof protobuf: field `string_table` (6) at byte"
-            ),
+            message.starts_with("profile is not a valid pprof protobuf: string 3 (field 6 at byte"),
             "{message}"
         );
-        assert!(message.contains("truncated?"), "{message}");
+        assert!(message.contains("runs past the end"), "{message}");
+    }
+
+    #[test]
+    fn truncation_inside_a_sample_names_the_sample_and_offset() {
+        let mut p = minimal();
+        p.sample.clear();
+        let mut raw = p.encode_to_vec();
+        let at = raw.len();
+        // A sample (field 2) of 4 bytes whose packed location ids claim 5.
+        raw.extend_from_slice(&[0x12, 4, 0x0a, 5, 1, 1]);
+        let err = decode(&raw, &DecodeOptions::default()).expect_err("must refuse");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "profile is not a valid pprof protobuf: sample 0 (field 2 at byte {at}): length 5 runs past the end (3 bytes missing, truncated?) at byte {}",
+                at + 4
+            )
+        );
     }
 
     #[test]
@@ -450,9 +904,11 @@ mod tests {
         let mut p = minimal();
         p.location[0].id = 40;
         p.sample[0].location_id = vec![40];
-        let pprof = Pprof::new(p).expect("valid");
-        assert_eq!(pprof.location(40).map(|l| l.id), Some(40));
-        assert!(pprof.location(1).is_none());
+        let pprof = check(&p).expect("valid");
+        assert_eq!(
+            pprof.locations()[pprof.sample_locations(0)[0] as usize].id,
+            40
+        );
     }
 
     #[test]
@@ -462,8 +918,17 @@ mod tests {
             id: 1,
             ..Default::default()
         });
-        let err = Pprof::new(p).expect_err("must refuse");
+        let err = check(&p).expect_err("must refuse");
         assert_eq!(err.to_string(), "function 1 has id 1, which is used twice");
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_not_refused() {
+        let mut raw = minimal().encode_to_vec();
+        let at = raw.windows(4).position(|w| w == b"main").expect("string");
+        raw[at] = 0xff;
+        let pprof = decode(&raw, &DecodeOptions::default()).expect("lenient");
+        assert_eq!(pprof.string(3), "\u{fffd}ain");
     }
 
     #[test]

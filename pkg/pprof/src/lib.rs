@@ -2,15 +2,18 @@
 //!
 //! Every profile that enters the system — scraped, pushed, or read from a file — passes through
 //! [`decode`]: it sniffs gzip by its magic bytes (names and headers lie), inflates with a hard
-//! limit, decodes the protobuf with prost, and checks every string index and id reference, so that
-//! code downstream can index without checks. The result, [`Pprof`], is still the wire model;
-//! `parca-profile` turns it into the normalized model that the rest of the system works on.
+//! limit, reads the protobuf wire format in one pass into columns, and checks every string index
+//! and id reference, so that code downstream can index without checks. The result, [`Pprof`], is
+//! still the wire model; `parca-profile` turns it into the normalized model the rest of the system
+//! works on. The prost messages of [`proto`] are for building and encoding profiles: decoding
+//! into them allocated per sample and per string, which was most of the decoding time.
 //!
 //! # Design constraints
 //!
 //! - Hostile input is refused with an [`Error`] that names the fault and its place; it never
 //!   panics and never allocates more than [`DecodeOptions::max_decompressed_bytes`] for the message.
 //! - No `protoc`: the messages in [`proto`] are derived by hand from `profile.proto`.
+//! - Decoding allocates per table, never per sample, location or string.
 //! - This crate knows nothing of the profile model, storage or HTTP.
 //!
 //! # Example
@@ -25,7 +28,7 @@
 //! };
 //! let bytes = encode(&profile, true);
 //! let decoded = decode(&bytes, &DecodeOptions::default()).unwrap();
-//! assert_eq!(decoded.string(decoded.profile().sample_type[0].r#type), "samples");
+//! assert_eq!(decoded.string(decoded.header().sample_type[0].r#type), "samples");
 //! ```
 
 mod decode;
@@ -35,6 +38,6 @@ mod legacy;
 pub mod proto;
 mod wire;
 
-pub use decode::{DecodeOptions, Pprof, decode, decompress};
+pub use decode::{DecodeOptions, Header, Line, Location, Pprof, decode, decompress};
 pub use encode::encode;
 pub use error::Error;

@@ -23,9 +23,7 @@ fn ours(data: &[u8]) -> (Duration, usize) {
     let options = parca_pprof::DecodeOptions::default();
     let samples = parca_pprof::decode(data, &options)
         .expect("corpus decodes")
-        .profile()
-        .sample
-        .len();
+        .n_samples();
     let mut best = Duration::MAX;
     for _ in 0..5 {
         let start = Instant::now();

@@ -25,17 +25,20 @@ pub fn decode(
 /// Strings, mappings, functions, locations and stacks are interned once and shared by all the
 /// returned profiles. Samples that agree on stack and labels are summed, and zero values dropped.
 pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
-    let p = pprof.profile();
+    let h = pprof.header();
     let mut tables = Tables::new();
-    let strings: Vec<StringId> = p
-        .string_table
-        .iter()
-        .map(|s| tables.intern_string(s))
+    tables.reserve_symbols(
+        pprof.n_strings(),
+        pprof.functions().len(),
+        pprof.locations().len(),
+    );
+    let strings: Vec<StringId> = (0..pprof.n_strings())
+        .map(|i| tables.intern_string(pprof.string(i as i64)))
         .collect();
     let string = |index: i64| strings[index as usize];
 
-    let mappings: Vec<MappingId> = p
-        .mapping
+    let mappings: Vec<MappingId> = pprof
+        .mappings()
         .iter()
         .map(|m| {
             tables.intern_mapping(Mapping {
@@ -51,8 +54,8 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
             })
         })
         .collect();
-    let functions: Vec<FunctionId> = p
-        .function
+    let functions: Vec<FunctionId> = pprof
+        .functions()
         .iter()
         .map(|f| {
             tables.intern_function(Function {
@@ -63,25 +66,23 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
             })
         })
         .collect();
-    let locations: Vec<LocationId> = p
-        .location
+    let locations: Vec<LocationId> = pprof
+        .locations()
         .iter()
         .map(|loc| {
-            let lines: Box<[Line]> = loc
-                .line
+            let lines: Box<[Line]> = pprof
+                .lines(loc)
                 .iter()
                 .map(|line| Line {
-                    function: functions[pprof
-                        .function_index(line.function_id)
-                        .expect("validated function id")],
+                    function: functions[line.function as usize],
                     line: line.line,
                 })
                 .collect();
-            let (mapping, address) = match pprof.mapping_index(loc.mapping_id) {
+            let (mapping, address) = match loc.mapping {
                 Some(idx) => {
-                    let m = &p.mapping[idx];
+                    let m = &pprof.mappings()[idx as usize];
                     (
-                        Some(mappings[idx]),
+                        Some(mappings[idx as usize]),
                         relative_address(loc.address, m.memory_start, m.file_offset),
                     )
                 }
@@ -92,31 +93,35 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
         .collect();
 
     // One row per distinct (stack, labels); values for every sample type side by side.
-    let n_types = p.sample_type.len();
+    let n_types = h.sample_type.len();
+    let n_samples = pprof.n_samples();
     let mut row_of: FxHashMap<(StackId, LabelSetId), usize> = FxHashMap::default();
-    let mut stacks = Vec::with_capacity(p.sample.len());
-    let mut labels = Vec::with_capacity(p.sample.len());
-    let mut values: Vec<Vec<i64>> = vec![Vec::with_capacity(p.sample.len()); n_types];
+    let mut stacks = Vec::with_capacity(n_samples);
+    let mut labels = Vec::with_capacity(n_samples);
+    let mut values: Vec<Vec<i64>> = vec![Vec::with_capacity(n_samples); n_types];
     let mut label_buf = Vec::new();
     // Nearly every sample of a real profile has a stack of its own: reserve for all of them.
     // (The message was size-checked, so this is bounded by the input.)
-    let n_frames: usize = p.sample.iter().map(|s| s.location_id.len()).sum();
-    tables.reserve_stacks(p.sample.len(), n_frames);
+    let n_frames: usize = (0..n_samples)
+        .map(|i| pprof.sample_locations(i).len())
+        .sum();
+    tables.reserve_stacks(n_samples, n_frames);
     let mut frames = Vec::new();
-    for sample in &p.sample {
+    for i in 0..n_samples {
         frames.clear();
         frames.extend(
-            sample
-                .location_id
+            pprof
+                .sample_locations(i)
                 .iter()
-                .map(|&id| locations[pprof.location_index(id).expect("validated location id")]),
+                .map(|&l| locations[l as usize]),
         );
         let stack = tables.intern_stack(&frames);
-        let label_set = if sample.label.is_empty() {
+        let sample_labels = pprof.sample_labels(i);
+        let label_set = if sample_labels.is_empty() {
             LabelSetId::EMPTY
         } else {
             label_buf.clear();
-            label_buf.extend(sample.label.iter().map(|l| Label {
+            label_buf.extend(sample_labels.iter().map(|l| Label {
                 key: string(l.key),
                 value: if l.str != 0 {
                     LabelValue::Str(string(l.str))
@@ -137,7 +142,7 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
             }
             stacks.len() - 1
         });
-        for (column, &v) in values.iter_mut().zip(&sample.value) {
+        for (column, &v) in values.iter_mut().zip(pprof.sample_values(i)) {
             column[row] = column[row].wrapping_add(v);
         }
     }
@@ -149,17 +154,17 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
     };
     let base_meta = Meta {
         sample_type: ValueType::default(),
-        period_type: p.period_type.as_ref().map(value_type).unwrap_or_default(),
-        period: p.period,
-        time_nanos: p.time_nanos,
-        duration_nanos: p.duration_nanos,
-        comments: p
+        period_type: h.period_type.as_ref().map(value_type).unwrap_or_default(),
+        period: h.period,
+        time_nanos: h.time_nanos,
+        duration_nanos: h.duration_nanos,
+        comments: h
             .comment
             .iter()
             .map(|&c| pprof.string(c).to_owned())
             .collect(),
     };
-    p.sample_type
+    h.sample_type
         .iter()
         .zip(values)
         .map(|(sample_type, column)| {

@@ -289,6 +289,14 @@ impl Tables {
         StackId(id)
     }
 
+    /// Makes room for this many more strings, functions and locations, so that interning a
+    /// profile's tables does not rehash them as they grow.
+    pub fn reserve_symbols(&mut self, n_strings: usize, n_functions: usize, n_locations: usize) {
+        self.strings.reserve(n_strings);
+        self.functions.reserve(n_functions);
+        self.locations.reserve(n_locations);
+    }
+
     /// Makes room for `n_stacks` more stacks of `n_frames` frames in all, so that a large profile
     /// does not grow the arena and rehash the index again and again while it is interned.
     pub fn reserve_stacks(&mut self, n_stacks: usize, n_frames: usize) {
