@@ -3,8 +3,8 @@
 //!
 //! A [`Profile`] holds one sample type. Its samples are columns of (stack, labels, value) that
 //! point into [`Tables`], where each distinct string, mapping, function, location, stack and label
-//! set is stored once. Stacks form a prefix tree, so the flame graph is that tree with values, and
-//! merging profiles that share tables is an array add.
+//! set is stored once. A stack is stored whole once and named by a dense id, so merging profiles
+//! that share tables is an array add.
 //!
 //! # Design constraints
 //!
