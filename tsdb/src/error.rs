@@ -1,0 +1,108 @@
+//! The one error type of the store.
+
+use std::path::PathBuf;
+
+/// Why a store operation failed. Messages name the series, file and offset concerned.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A label name breaks Prometheus' rule.
+    #[error(
+        "label name `{name}` is invalid: use letters, digits and `_`, not starting with a digit"
+    )]
+    InvalidLabelName {
+        /// The name given.
+        name: String,
+    },
+    /// A label name appears twice in one label set.
+    #[error("label `{name}` is given twice")]
+    DuplicateLabel {
+        /// The repeated name.
+        name: String,
+    },
+    /// A regex matcher does not compile.
+    #[error("invalid regex in matcher `{matcher}`")]
+    InvalidRegex {
+        /// The matcher as written.
+        matcher: String,
+        /// Why.
+        #[source]
+        source: Box<regex::Error>,
+    },
+    /// A series has no profile type.
+    #[error("series {labels} has no `__name__` label (the profile type)")]
+    MissingName {
+        /// The labels given.
+        labels: String,
+    },
+    /// A profile is not newer than the last one of its series.
+    #[error(
+        "series {labels}: profile at {timestamp_ms} ms is {what} the last stored one at {last_ms} ms"
+    )]
+    OutOfOrder {
+        /// The series.
+        labels: String,
+        /// The refused profile's time.
+        timestamp_ms: i64,
+        /// The series' newest stored time.
+        last_ms: i64,
+        /// `older than` or `at the same time as`.
+        what: &'static str,
+    },
+    /// A profile has more stacks than the configured limit.
+    #[error("series {labels}: profile has {n_stacks} stacks, more than the limit of {limit}")]
+    TooManyStacks {
+        /// The series.
+        labels: String,
+        /// Stacks in the profile.
+        n_stacks: usize,
+        /// The limit (`Options::max_stacks_per_profile`).
+        limit: usize,
+    },
+    /// A file operation failed.
+    #[error("{action} `{}`", path.display())]
+    Io {
+        /// What was being done, e.g. `cannot write WAL segment`.
+        action: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The write-ahead log is damaged somewhere other than a torn last record.
+    #[error("WAL segment `{}` is corrupt at byte {offset}: {what}", segment.display())]
+    WalCorrupt {
+        /// The segment file.
+        segment: PathBuf,
+        /// Offset of the bad record.
+        offset: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// A profile in the WAL could not be decoded.
+    #[error("WAL segment `{}` has an undecodable profile at byte {offset}", segment.display())]
+    WalProfile {
+        /// The segment file.
+        segment: PathBuf,
+        /// Offset of the record.
+        offset: u64,
+        /// Why.
+        #[source]
+        source: parca_pprof::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io {
+            action,
+            path,
+            source,
+        }
+    }
+}
