@@ -85,7 +85,7 @@ impl MemPostings {
     pub fn select(&self, matchers: &[Matcher]) -> RoaringBitmap {
         // Exact equalities first: they are cheap and usually the most selective.
         let mut ordered: Vec<&Matcher> = matchers.iter().collect();
-        ordered.sort_by_key(|m| !(m.op == MatchOp::Equal && !m.value.is_empty()));
+        ordered.sort_by_key(|m| m.op != MatchOp::Equal || m.value.is_empty());
         let mut out: Option<RoaringBitmap> = None;
         for m in ordered {
             let set = self.for_matcher(m);
