@@ -11,11 +11,14 @@
 //! - A profile acknowledged to a writer survives a crash (`kill -9`): commit returns after fsync.
 //! - Bad appends are refused with an error naming the series, and nothing stored is lost.
 
+mod db;
 mod error;
 pub mod labels;
 pub mod postings;
+mod record;
 pub mod wal;
 
+pub use db::{Appender, Db, Options, Querier, SeriesProfiles, Stats};
 pub use error::Error;
 pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL};
 pub use postings::MemPostings;

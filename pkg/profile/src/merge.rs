@@ -5,6 +5,7 @@
 //! samples use) and memoized per source table, so merging many profiles that share tables remaps
 //! each stack once.
 
+use std::ops::Deref;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -19,9 +20,10 @@ use crate::tables::{
 /// Not yet remapped.
 const UNSET: u32 = u32::MAX;
 
-/// Memoized translation of ids from one source table into the destination tables.
-struct Remap {
-    source: Arc<Tables>,
+/// Memoized translation of ids from one source table into the destination tables. The source is
+/// owned (`Arc`, for profiles) or borrowed (`&Tables`, for a store's head behind a lock).
+struct Remap<S: Deref<Target = Tables> + Clone> {
+    source: S,
     strings: Vec<u32>,
     mappings: Vec<u32>,
     functions: Vec<u32>,
@@ -30,8 +32,8 @@ struct Remap {
     label_sets: Vec<u32>,
 }
 
-impl Remap {
-    fn new(source: Arc<Tables>) -> Self {
+impl<S: Deref<Target = Tables> + Clone> Remap<S> {
+    fn new(source: S) -> Self {
         Remap {
             strings: vec![UNSET; source.n_strings()],
             mappings: vec![UNSET; source.n_mappings()],
@@ -83,7 +85,7 @@ impl Remap {
 
     fn location(&mut self, dst: &mut Tables, id: LocationId) -> LocationId {
         if self.locations[id.idx()] == UNSET {
-            let source = Arc::clone(&self.source);
+            let source = self.source.clone();
             let lines: Box<[Line]> = source
                 .lines(id)
                 .iter()
@@ -104,7 +106,7 @@ impl Remap {
         if slot != UNSET {
             return StackId(slot);
         }
-        let source = Arc::clone(&self.source);
+        let source = self.source.clone();
         frames.clear();
         for &location in source.stack(id) {
             let mapped = self.location(dst, location);
@@ -115,12 +117,26 @@ impl Remap {
         mapped
     }
 
+    fn samples(&mut self, dst: &mut Tables, s: &Samples) -> Samples {
+        let mut frames = Vec::new();
+        Samples {
+            stacks: s
+                .stacks
+                .iter()
+                .map(|&st| self.stack(dst, st, &mut frames))
+                .collect(),
+            labels: s.labels.iter().map(|&l| self.label_set(dst, l)).collect(),
+            values: s.values.clone(),
+            diff_base: s.diff_base.clone(),
+        }
+    }
+
     fn label_set(&mut self, dst: &mut Tables, id: LabelSetId) -> LabelSetId {
         if id == LabelSetId::EMPTY {
             return id;
         }
         if self.label_sets[id.idx()] == UNSET {
-            let source = Arc::clone(&self.source);
+            let source = self.source.clone();
             let labels = source
                 .label_set(id)
                 .iter()
@@ -146,7 +162,7 @@ impl Remap {
 /// that share tables translates each symbol and stack once. Drop the importer to free the memos.
 #[derive(Default)]
 pub struct Importer {
-    remaps: Vec<Remap>,
+    remaps: Vec<Remap<Arc<Tables>>>,
 }
 
 impl Importer {
@@ -155,7 +171,7 @@ impl Importer {
         Importer::default()
     }
 
-    fn remap_for(&mut self, source: &Arc<Tables>) -> &mut Remap {
+    fn remap_for(&mut self, source: &Arc<Tables>) -> &mut Remap<Arc<Tables>> {
         match self
             .remaps
             .iter()
@@ -171,19 +187,34 @@ impl Importer {
 
     /// The samples of `profile` with their stacks and labels interned in `dst`.
     pub fn import(&mut self, dst: &mut Tables, profile: &Profile) -> Samples {
-        let s = &profile.samples;
-        let remap = self.remap_for(&profile.tables);
-        let mut frames = Vec::new();
-        Samples {
-            stacks: s
-                .stacks
-                .iter()
-                .map(|&st| remap.stack(dst, st, &mut frames))
-                .collect(),
-            labels: s.labels.iter().map(|&l| remap.label_set(dst, l)).collect(),
-            values: s.values.clone(),
-            diff_base: s.diff_base.clone(),
+        self.remap_for(&profile.tables)
+            .samples(dst, &profile.samples)
+    }
+}
+
+/// Copies samples out of borrowed tables (e.g. a store's head, behind a lock) into other tables,
+/// so that the result carries only the symbols it uses. Memoized: samples of many profiles that
+/// point into the same source translate each stack once.
+pub struct Extractor<'a> {
+    remap: Remap<&'a Tables>,
+}
+
+impl<'a> Extractor<'a> {
+    /// An extractor reading from `source`.
+    pub fn new(source: &'a Tables) -> Self {
+        Extractor {
+            remap: Remap::new(source),
         }
+    }
+
+    /// `samples` (ids of the source) with their stacks and labels interned in `dst`.
+    pub fn samples(&mut self, dst: &mut Tables, samples: &Samples) -> Samples {
+        self.remap.samples(dst, samples)
+    }
+
+    /// Translates one stack id of the source into `dst`.
+    pub fn stack(&mut self, dst: &mut Tables, stack: StackId) -> StackId {
+        self.remap.stack(dst, stack, &mut Vec::new())
     }
 }
 
