@@ -5,3 +5,4 @@
 mod corpus;
 mod pprof_oracle;
 mod support;
+mod tsdb_crash;
