@@ -263,21 +263,23 @@ impl Appender<'_> {
         // Encode before taking the lock: it is the costly part and needs no shared state.
         let pprof = parca_pprof::encode(&parca_profile::to_pprof(profile), false);
         let mut head = self.db.head.write().expect("head lock poisoned");
-        if let Some(&series) = head.by_labels.get(labels) {
-            if let Some(last) = head.series[series as usize].profiles.last() {
-                if timestamp_ms <= last.timestamp_ms {
-                    return Err(Error::OutOfOrder {
-                        labels: labels.to_string(),
-                        timestamp_ms,
-                        last_ms: last.timestamp_ms,
-                        what: if timestamp_ms == last.timestamp_ms {
-                            "at the same time as"
-                        } else {
-                            "older than"
-                        },
-                    });
-                }
-            }
+        let last = head
+            .by_labels
+            .get(labels)
+            .and_then(|&s| head.series[s as usize].profiles.last());
+        if let Some(last) = last
+            && timestamp_ms <= last.timestamp_ms
+        {
+            return Err(Error::OutOfOrder {
+                labels: labels.to_string(),
+                timestamp_ms,
+                last_ms: last.timestamp_ms,
+                what: if timestamp_ms == last.timestamp_ms {
+                    "at the same time as"
+                } else {
+                    "older than"
+                },
+            });
         }
         let meta = Meta {
             time_nanos: 0,
@@ -310,6 +312,9 @@ pub struct SeriesProfiles {
     pub profiles: Vec<(i64, Profile)>,
 }
 
+/// A profile read out of the head before the query's tables are frozen: time, meta, samples.
+type ExtractedProfile = (i64, Meta, Samples);
+
 /// A read view of the store over a time range; holds the head's read lock while it lives.
 pub struct Querier<'a> {
     head: RwLockReadGuard<'a, Head>,
@@ -338,7 +343,7 @@ impl Querier<'_> {
     pub fn select(&self, matchers: &[Matcher]) -> Vec<SeriesProfiles> {
         let mut tables = Tables::new();
         let mut extractor = Extractor::new(&self.head.tables);
-        let mut out: Vec<(Labels, Meta, Vec<(i64, Meta, Samples)>)> = Vec::new();
+        let mut out: Vec<(Labels, Vec<ExtractedProfile>)> = Vec::new();
         for series in self.series_in_range(matchers) {
             let s = &self.head.series[series as usize];
             let profiles = s
@@ -359,11 +364,11 @@ impl Querier<'_> {
                     )
                 })
                 .collect();
-            out.push((s.labels.clone(), s.meta.clone(), profiles));
+            out.push((s.labels.clone(), profiles));
         }
         let tables = Arc::new(tables);
         out.into_iter()
-            .map(|(labels, _, profiles)| SeriesProfiles {
+            .map(|(labels, profiles)| SeriesProfiles {
                 labels,
                 profiles: profiles
                     .into_iter()
