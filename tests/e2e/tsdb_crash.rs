@@ -66,10 +66,10 @@ fn acknowledged_profiles_survive_sigkill() {
         child.wait().expect("reap");
         // Acks already in the pipe when the kill landed are acknowledgments too.
         for line in lines.map_while(Result::ok) {
-            if let Some((instance, ts)) = line.split_once(' ') {
-                if let Ok(ts) = ts.parse() {
-                    acked.insert((instance.to_owned(), ts));
-                }
+            if let Some((instance, ts)) = line.split_once(' ')
+                && let Ok(ts) = ts.parse()
+            {
+                acked.insert((instance.to_owned(), ts));
             }
         }
 
