@@ -1,0 +1,45 @@
+//! Append throughput with the WAL: one profile appended and committed (fsync) per iteration,
+//! on real corpus profiles. `cargo bench -p parca-tsdb --bench append`.
+
+use std::path::Path;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use parca_tsdb::{Db, Labels, Options};
+
+fn profile(rel: &str, sample_type: &str) -> parca_profile::Profile {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/testdata/pprof")
+        .join(rel);
+    let profiles =
+        parca_profile::decode(&std::fs::read(&path).expect("corpus"), &Default::default())
+            .expect("decodes");
+    parca_profile::select_sample_type(profiles, Some(sample_type), None).expect("sample type")
+}
+
+fn append(c: &mut Criterion) {
+    let mut group = c.benchmark_group("append_commit");
+    for (rel, sample_type) in [
+        ("published/parca/alloc_space_delta.pb.gz", "alloc_space"),
+        ("go/go-cpu.pb.gz", "cpu"),
+        ("published/google-pprof/large.cpu", "cpu"),
+    ] {
+        let p = profile(rel, sample_type);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let labels = Labels::new([("__name__", "bench"), ("file", rel)]).expect("labels");
+        let mut ts = 0i64;
+        group.throughput(Throughput::Elements(p.samples.len() as u64));
+        group.bench_function(format!("{rel} ({} samples)", p.samples.len()), |b| {
+            b.iter(|| {
+                ts += 1;
+                let mut app = db.appender();
+                app.append(&labels, ts, &p).expect("append");
+                app.commit().expect("commit");
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, append);
+criterion_main!(benches);
