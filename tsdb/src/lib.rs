@@ -10,6 +10,34 @@
 //! - Synchronous: async callers go through `spawn_blocking`.
 //! - A profile acknowledged to a writer survives a crash (`kill -9`): commit returns after fsync.
 //! - Bad appends are refused with an error naming the series, and nothing stored is lost.
+//!
+//! # Example
+//!
+//! ```
+//! use parca_tsdb::{Db, Labels, MatchOp, Matcher, Options};
+//! # use parca_pprof::proto;
+//! # let pprof = proto::Profile {
+//! #     sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
+//! #     sample: vec![proto::Sample { location_id: vec![1], value: vec![5], label: vec![] }],
+//! #     location: vec![proto::Location { id: 1, line: vec![proto::Line { function_id: 1, line: 3, column: 0 }], ..Default::default() }],
+//! #     function: vec![proto::Function { id: 1, name: 3, ..Default::default() }],
+//! #     string_table: ["", "cpu", "nanoseconds", "main"].map(String::from).to_vec(),
+//! #     ..Default::default()
+//! # };
+//! # let bytes = parca_pprof::encode(&pprof, true);
+//! let profile = parca_profile::decode(&bytes, &Default::default()).unwrap().remove(0);
+//! let dir = tempfile::tempdir().unwrap();
+//! let db = Db::open(dir.path(), Options::default()).unwrap();
+//!
+//! let labels = Labels::new([("__name__", "process_cpu:cpu:nanoseconds:cpu:nanoseconds"), ("job", "api")]).unwrap();
+//! let mut appender = db.appender();
+//! appender.append(&labels, 1_700_000_000_000, &profile).unwrap();
+//! appender.commit().unwrap(); // durable from here on
+//!
+//! let api = Matcher::new(MatchOp::Equal, "job", "api").unwrap();
+//! let found = db.querier(0, i64::MAX).select(&[api]);
+//! assert_eq!(found[0].profiles[0].1.total(), 5);
+//! ```
 
 mod db;
 mod error;
