@@ -274,25 +274,22 @@ impl Accumulator {
     }
 
     /// Drops rows whose values are all zero (a diff keeps a row if either side is non-zero).
-    fn finish(mut self) -> Samples {
-        let s = &self.samples;
-        let keep: Vec<bool> = (0..s.len())
-            .map(|i| s.values[i] != 0 || s.diff_base.as_ref().is_some_and(|b| b[i] != 0))
-            .collect();
-        if keep.iter().all(|&k| k) {
-            return self.samples;
+    fn finish(self) -> Samples {
+        let s = self.samples;
+        let keep = |i: usize| s.values[i] != 0 || s.diff_base.as_ref().is_some_and(|b| b[i] != 0);
+        if (0..s.len()).all(keep) {
+            return s;
         }
-        let mut i = 0;
-        self.samples.stacks.retain(|_| (keep[i], i += 1).0);
-        i = 0;
-        self.samples.labels.retain(|_| (keep[i], i += 1).0);
-        i = 0;
-        self.samples.values.retain(|_| (keep[i], i += 1).0);
-        if let Some(base) = &mut self.samples.diff_base {
-            i = 0;
-            base.retain(|_| (keep[i], i += 1).0);
+        let rows: Vec<usize> = (0..s.len()).filter(|&i| keep(i)).collect();
+        Samples {
+            stacks: rows.iter().map(|&i| s.stacks[i]).collect(),
+            labels: rows.iter().map(|&i| s.labels[i]).collect(),
+            values: rows.iter().map(|&i| s.values[i]).collect(),
+            diff_base: s
+                .diff_base
+                .as_ref()
+                .map(|b| rows.iter().map(|&i| b[i]).collect()),
         }
-        self.samples
     }
 }
 
@@ -504,6 +501,16 @@ mod tests {
             folded(&merged),
             "main;idle 1\nmain;other 3\nmain;work;leaf 7\n"
         );
+    }
+
+    #[test]
+    fn rows_that_cancel_out_are_dropped() {
+        // Delta heap profiles carry negative values: a stack that nets to zero has no row.
+        let a = profile(&[("main;alloc", 5), ("main;keep", 1)]);
+        let b = profile(&[("main;alloc", -5)]);
+        let merged = merge([&a, &b]).expect("compatible");
+        assert_eq!(folded(&merged), "main;keep 1\n");
+        assert_eq!(merged.samples.len(), 1);
     }
 
     #[test]
