@@ -72,19 +72,12 @@ struct Head {
 
 impl Head {
     /// The series with these labels, created (and logged) if new.
-    fn series_ref(
-        &mut self,
-        labels: &Labels,
-        meta: &Meta,
-        wal: Option<&Wal>,
-    ) -> Result<u32, Error> {
+    fn series_ref(&mut self, labels: &Labels, meta: &Meta, wal: &Wal) -> Result<u32, Error> {
         if let Some(&series) = self.by_labels.get(labels) {
             return Ok(series);
         }
         let series = self.series.len() as u32;
-        if let Some(wal) = wal {
-            wal.write(&record::encode_series(series, labels))?;
-        }
+        wal.write(&record::encode_series(series, labels))?;
         self.add_series(series, labels.clone(), meta.clone());
         Ok(series)
     }
@@ -286,7 +279,7 @@ impl Appender<'_> {
             duration_nanos: 0,
             ..profile.meta.clone()
         };
-        let series = head.series_ref(labels, &meta, Some(&self.db.wal))?;
+        let series = head.series_ref(labels, &meta, &self.db.wal)?;
         let record =
             record::encode_profile(series, timestamp_ms, profile.meta.duration_nanos, &pprof);
         self.last_seq = self.db.wal.write(&record)?;

@@ -212,9 +212,6 @@ pub struct Pprof {
     sample_labels: Vec<proto::Label>,
 }
 
-/// Field names for faults.
-const SAMPLE_FIELDS: [&str; 4] = ["", "location_id", "value", "label"];
-
 impl Pprof {
     /// Parses and validates a (decompressed) protobuf message.
     pub fn parse(raw: &[u8]) -> Result<Pprof, Error> {
@@ -644,10 +641,10 @@ fn parse_sample(
 ) -> Result<(), Fault> {
     while !r.at_end() {
         match r.key()? {
-            (1, wire) => r.repeated(wire, SAMPLE_FIELDS[1], |v| location_ids.push(v))?,
-            (2, wire) => r.repeated(wire, SAMPLE_FIELDS[2], |v| values.push(v as i64))?,
+            (1, wire) => r.repeated(wire, "location_id", |v| location_ids.push(v))?,
+            (2, wire) => r.repeated(wire, "value", |v| values.push(v as i64))?,
             (3, wire) => {
-                let mut m = r.message(wire, SAMPLE_FIELDS[3])?;
+                let mut m = r.message(wire, "label")?;
                 let mut label = proto::Label::default();
                 while !m.at_end() {
                     match m.key()? {

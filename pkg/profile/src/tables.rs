@@ -323,11 +323,6 @@ impl Tables {
         &self.strings[id.idx()]
     }
 
-    /// Looks a string up without interning it.
-    pub fn find_string(&self, s: &str) -> Option<StringId> {
-        self.strings.get_index_of(s).map(|idx| StringId(idx as u32))
-    }
-
     /// The mapping with id `id`.
     #[inline]
     pub fn mapping(&self, id: MappingId) -> &Mapping {
@@ -391,11 +386,6 @@ impl Tables {
     /// Number of stacks, including the empty stack.
     pub fn n_stacks(&self) -> usize {
         self.stack_starts.len() - 1
-    }
-
-    /// Number of frames of all stacks together.
-    pub fn n_stack_frames(&self) -> usize {
-        self.stack_frames.len()
     }
 
     /// Number of label sets, including the empty one.
