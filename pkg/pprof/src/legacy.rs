@@ -114,7 +114,7 @@ fn convert(mut bytes: &[u8], period_us: i64, word: Word) -> Result<proto::Profil
         // The unwinder may repeat the leaf as the (adjusted) second frame.
         if ids.len() > 1
             && address_of_location[ids[0] as usize - 1]
-                == address_of_location[ids[1] as usize - 1] + 1
+                == address_of_location[ids[1] as usize - 1].wrapping_add(1)
         {
             ids.remove(1);
         }
@@ -249,6 +249,14 @@ mod tests {
         assert_eq!(profile.location[1].address, 0x2000);
         assert_eq!(profile.mapping.len(), 1);
         assert!(profile.location.iter().all(|l| l.mapping_id == 1));
+    }
+
+    #[test]
+    fn caller_address_zero_does_not_overflow() {
+        // Found by the fuzzer: a caller at address 0 steps back to u64::MAX.
+        let bytes = words(&[0, 3, 0, 10_000, 0, 1, 2, 0, 0, 0, 1, 0]);
+        let profile = parse_cpu(&bytes).expect("valid").expect("legacy");
+        assert_eq!(profile.sample.len(), 1);
     }
 
     #[test]
