@@ -94,6 +94,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this error refuses one appended profile (bad labels, out of order, too large)
+    /// rather than reporting a fault of the store: the appender stays usable after a refusal.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidLabelName { .. }
+                | Error::DuplicateLabel { .. }
+                | Error::InvalidRegex { .. }
+                | Error::MissingName { .. }
+                | Error::OutOfOrder { .. }
+                | Error::TooManyStacks { .. }
+        )
+    }
+
     pub(crate) fn io(
         action: &'static str,
         path: impl Into<PathBuf>,

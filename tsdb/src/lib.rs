@@ -48,5 +48,5 @@ pub mod wal;
 
 pub use db::{Appender, Db, Options, Querier, SeriesProfiles, Stats};
 pub use error::Error;
-pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL};
+pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL, valid_label_name};
 pub use postings::MemPostings;

@@ -1,8 +1,10 @@
 //! `parca`: the continuous-profiling server's binary. Thin: flags in, library calls out.
 //!
-//! Today it carries the `profile` command, which reads pprof files for people and scripts.
+//! Without a subcommand it runs the server; `parca profile` reads pprof files for people and
+//! scripts.
 
 mod profile_cmd;
+mod server;
 
 use std::process::ExitCode;
 
@@ -11,9 +13,12 @@ use clap::{Parser, Subcommand};
 /// Continuous profiling: collect, store, query and compare pprof profiles.
 #[derive(Debug, Parser)]
 #[command(name = "parca", version, about, long_about = None)]
+#[command(args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    #[command(flatten)]
+    server: server::ServerArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -26,7 +31,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Profile(args) => profile_cmd::run(&args),
+        Some(Command::Profile(args)) => profile_cmd::run(&args),
+        None => server::run(cli.server),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

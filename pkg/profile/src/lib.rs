@@ -46,6 +46,7 @@ mod flamegraph;
 mod merge;
 mod normalize;
 mod profile;
+mod split;
 pub mod tables;
 mod top;
 
@@ -59,5 +60,6 @@ pub use flamegraph::FlameGraph;
 pub use merge::{DiffMode, Extractor, Importer, Merger, apply_diff_mode, diff, merge};
 pub use normalize::{decode, from_pprof, select_sample_type};
 pub use profile::{Meta, Profile, Samples, ValueType};
+pub use split::{LabelGroup, split_by_string_labels};
 pub use tables::Tables;
 pub use top::{TopRow, TopTable};

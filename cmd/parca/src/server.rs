@@ -1,0 +1,233 @@
+//! `parca` (no subcommand): the server. Flags and wiring only: configuration, store, scraping
+//! and the HTTP API are libraries; this file connects them and handles signals.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use parca_api::{Api, Control, TargetsReport};
+use prometheus_client::registry::Registry;
+
+/// Flags of the server, with Parca's names.
+#[derive(Debug, clap::Args)]
+pub struct ServerArgs {
+    /// The configuration file (Parca's parca.yaml schema).
+    #[arg(long, default_value = "parca.yaml")]
+    config_path: PathBuf,
+    /// Address to listen on for the HTTP API and the UI; `:7070` means every interface.
+    #[arg(long, default_value = ":7070")]
+    http_address: String,
+    /// Directory of the profile store.
+    #[arg(long, default_value = "./data")]
+    storage_path: PathBuf,
+    /// How long profiles are kept, e.g. 15d.
+    #[arg(long, default_value = "15d", value_parser = parse_duration)]
+    storage_retention_time: Duration,
+    /// Most bytes the store may use on disk (0: no limit), e.g. 10GB or 512MiB.
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    storage_retention_size: u64,
+    /// How much time one block of the store covers.
+    #[arg(long, default_value = "2h", value_parser = parse_duration)]
+    storage_block_duration: Duration,
+    /// Least severe log level shown: error, warn, info or debug.
+    #[arg(long, default_value = "info")]
+    log_level: tracing::Level,
+    /// Log line format.
+    #[arg(long, default_value = "logfmt", value_parser = ["logfmt", "json"])]
+    log_format: String,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    parca_api::parse_duration_ms(text).map(|ms| Duration::from_millis(ms as u64))
+}
+
+/// `10GB`, `512MiB`, `1024` (bytes).
+fn parse_size(text: &str) -> Result<u64, String> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size such as 10GB, 512MiB or 1024"))?;
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        "TB" => 1_000_000_000_000,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "TiB" => 1 << 40,
+        other => {
+            return Err(format!(
+                "unknown size unit `{other}`: use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB"
+            ));
+        }
+    };
+    number
+        .checked_mul(scale)
+        .ok_or_else(|| format!("size `{text}` is too large"))
+}
+
+/// `:7070` (every interface), `127.0.0.1:7070` or `[::1]:7070`.
+fn listen_address(text: &str) -> anyhow::Result<SocketAddr> {
+    let full = if text.starts_with(':') {
+        format!("0.0.0.0{text}")
+    } else {
+        text.to_owned()
+    };
+    full.parse()
+        .with_context(|| format!("--http-address `{text}` is not of the form host:port or :port"))
+}
+
+fn init_logging(args: &ServerArgs) {
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(args.log_level)
+        .with_writer(std::io::stderr);
+    if args.log_format == "json" {
+        builder.json().flatten_event(true).init();
+    } else {
+        builder
+            .event_format(tracing_logfmt::EventsFormatter::default())
+            .fmt_fields(tracing_logfmt::FieldsFormatter::default())
+            .init();
+    }
+}
+
+/// The configuration in force and its reload, for the API.
+struct ServerControl {
+    config_path: PathBuf,
+    config_yaml: Mutex<String>,
+}
+
+impl Control for ServerControl {
+    fn config_yaml(&self) -> String {
+        self.config_yaml.lock().expect("config lock").clone()
+    }
+
+    fn reload(&self) -> Result<(), String> {
+        let text = std::fs::read_to_string(&self.config_path)
+            .map_err(|e| format!("cannot read `{}`: {e}", self.config_path.display()))?;
+        *self.config_yaml.lock().expect("config lock") = text;
+        tracing::info!(path = %self.config_path.display(), "configuration reloaded");
+        Ok(())
+    }
+
+    fn targets(&self) -> TargetsReport {
+        TargetsReport::default()
+    }
+}
+
+/// Runs the server until SIGTERM or SIGINT.
+pub fn run(args: ServerArgs) -> anyhow::Result<()> {
+    init_logging(&args);
+    let address = listen_address(&args.http_address)?;
+    let config_yaml = std::fs::read_to_string(&args.config_path).with_context(|| {
+        format!(
+            "cannot read the configuration `{}`",
+            args.config_path.display()
+        )
+    })?;
+    if args.storage_block_duration < Duration::from_secs(60) {
+        bail!("--storage-block-duration must be at least 1m");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("parca")
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(args, address, config_yaml))
+}
+
+async fn serve(args: ServerArgs, address: SocketAddr, config_yaml: String) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("cannot listen on {address}"))?;
+    let control = Arc::new(ServerControl {
+        config_path: args.config_path.clone(),
+        config_yaml: Mutex::new(config_yaml),
+    });
+    let options = parca_api::Options {
+        build: parca_api::BuildInfo {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            revision: option_env!("PARCA_REVISION")
+                .unwrap_or("unknown")
+                .to_owned(),
+        },
+        ..Default::default()
+    };
+    let api = Arc::new(Api::new(options, control.clone(), Registry::default()));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut http_stop = stop_rx.clone();
+    let http = tokio::spawn(parca_api::serve(listener, Arc::clone(&api), async move {
+        let _ = http_stop.wait_for(|stop| *stop).await;
+    }));
+    tracing::info!(%address, "listening");
+
+    let storage_path = args.storage_path.clone();
+    let db = tokio::task::spawn_blocking(move || {
+        parca_tsdb::Db::open(&storage_path, parca_tsdb::Options::default())
+    })
+    .await
+    .context("store task failed")?
+    .with_context(|| format!("cannot open the store in `{}`", args.storage_path.display()))?;
+    let db = Arc::new(db);
+    api.set_store(Arc::clone(&db));
+    tracing::info!(path = %args.storage_path.display(), "store ready");
+
+    wait_for_signals(&control).await?;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    let _ = http.await;
+    drop(api);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Reloads on SIGHUP; returns on SIGTERM or SIGINT.
+async fn wait_for_signals(control: &Arc<ServerControl>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
+    let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    loop {
+        tokio::select! {
+            _ = hangup.recv() => {
+                let control = Arc::clone(control);
+                match tokio::task::spawn_blocking(move || control.reload()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(why)) => tracing::error!(error = %why, "configuration not reloaded; the old one stays in force"),
+                    Err(e) => tracing::error!(error = %e, "reload task failed"),
+                }
+            }
+            _ = terminate.recv() => return Ok(()),
+            _ = interrupt.recv() => return Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("0"), Ok(0));
+        assert_eq!(parse_size("10GB"), Ok(10_000_000_000));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert!(
+            parse_size("10XB")
+                .unwrap_err()
+                .contains("unknown size unit")
+        );
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(listen_address(":7070").unwrap().to_string(), "0.0.0.0:7070");
+        assert_eq!(listen_address("[::1]:1").unwrap().to_string(), "[::1]:1");
+        assert!(listen_address("localhost").is_err());
+    }
+}

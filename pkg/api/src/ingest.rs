@@ -1,0 +1,185 @@
+//! Push endpoints: our `/api/v1/write`, and Pyroscope's `/ingest` and Connect `Push`.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use hyper::{Response, StatusCode};
+use parca_ingest::{LegacyIngest, Series, Sink};
+use parca_tsdb::{Labels, NAME_LABEL};
+
+use crate::Api;
+use crate::response::{ApiError, Body, success, with_type};
+use crate::router::Call;
+
+/// The time now, milliseconds since the epoch.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The body with its `Content-Encoding: gzip` removed (bounded like a pprof).
+fn content_decoded<'a>(api: &Api, call: &'a Call) -> Result<Cow<'a, [u8]>, ApiError> {
+    let encoding = call
+        .headers
+        .get(CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("identity");
+    match encoding {
+        "identity" => Ok(Cow::Borrowed(&call.body)),
+        "gzip" => parca_pprof::decompress(&call.body, &api.options.decode)
+            .map_err(|e| ApiError::bad_data(format!("cannot decompress the gzip body: {e}"))),
+        other => Err(ApiError::bad_data(format!(
+            "content encoding `{other}` is not supported; send gzip or no encoding"
+        ))),
+    }
+}
+
+/// Stores a batch on the blocking pool; refusals become a 400 when nothing was stored, and
+/// warnings otherwise.
+async fn store(
+    api: &Arc<Api>,
+    protocol: &'static str,
+    batch: Vec<Series>,
+) -> Result<Response<Body>, ApiError> {
+    let db = api.store()?;
+    let n_samples: usize = batch.iter().map(|s| s.profile.samples.len()).sum();
+    let n_profiles = batch.len();
+    let outcome = tokio::task::spawn_blocking(move || db.write(&batch))
+        .await
+        .map_err(|e| ApiError::internal(format!("write task failed: {e}")))?
+        .map_err(|e| ApiError::internal(format!("cannot store the profile: {e}")))?;
+    api.metrics.observe_ingest(
+        protocol,
+        outcome.n_written,
+        n_samples,
+        outcome.refused.len(),
+    );
+    let refused: Vec<String> = outcome.refused.iter().map(ToString::to_string).collect();
+    if outcome.n_written == 0 && !refused.is_empty() {
+        return Err(ApiError::bad_data(format!(
+            "profile refused: {}",
+            refused.join("; ")
+        )));
+    }
+    let mut response = success(&serde_json::json!({
+        "profiles": outcome.n_written,
+        "refused": refused.len(),
+    }));
+    if !refused.is_empty() {
+        let body = serde_json::json!({
+            "status": "success",
+            "data": {"profiles": outcome.n_written, "refused": refused.len()},
+            "warnings": refused,
+        });
+        response = crate::response::json_response(&body);
+    }
+    tracing::debug!(protocol, n_profiles, n_samples, "stored pushed profiles");
+    Ok(response)
+}
+
+/// `POST /api/v1/write?__name__=memory&job=batch`: one pprof, gzipped or raw.
+pub(crate) async fn write(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
+    let name = call.params.get(NAME_LABEL).ok_or_else(|| {
+        ApiError::bad_data(
+            "parameter `__name__` (the profile name, such as `memory` or `process_cpu`) is required",
+        )
+    })?;
+    let labels = Labels::new(call.params.pairs().filter(|(k, _)| *k != NAME_LABEL))
+        .map_err(|e| ApiError::bad_data(format!("invalid labels in the query parameters: {e}")))?;
+    let body = content_decoded(api, &call)?;
+    if body.is_empty() {
+        return Err(ApiError::bad_data(
+            "the request body is empty; send a pprof profile",
+        ));
+    }
+    let profiles = parca_profile::decode(&body, &api.options.decode)
+        .map_err(|e| ApiError::bad_data(format!("invalid pprof body: {e}")))?;
+    let batch = parca_ingest::to_series(name, &labels, profiles, now_ms())
+        .map_err(|e| ApiError::bad_data(e.to_string()))?;
+    store(api, "write", batch).await
+}
+
+/// `POST /ingest?name=app.cpu{k=v}&from=…&until=…&format=pprof|folded`: Pyroscope's legacy push.
+pub(crate) async fn pyroscope_ingest(
+    api: &Arc<Api>,
+    call: Call,
+) -> Result<Response<Body>, ApiError> {
+    let p = &call.params;
+    let int = |name: &str| -> Result<Option<i64>, ApiError> {
+        p.get(name)
+            .map(|v| {
+                v.parse().map_err(|_| {
+                    ApiError::bad_data(format!("parameter `{name}` must be an integer, got `{v}`"))
+                })
+            })
+            .transpose()
+    };
+    let content_type = call
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if content_type.starts_with("multipart/") {
+        return Err(ApiError::bad_data(
+            "multipart /ingest bodies are not supported; send the profile itself as the body",
+        ));
+    }
+    let request = LegacyIngest {
+        name: p.required("name")?.to_owned(),
+        from_s: int("from")?,
+        until_s: int("until")?,
+        format: p.get("format").map(str::to_owned),
+        sample_rate: int("sampleRate")?,
+        spy_name: p.get("spyName").map(str::to_owned),
+    };
+    let body = content_decoded(api, &call)?;
+    let batch = parca_ingest::legacy_ingest(&request, &body, &api.options.decode, now_ms())
+        .map_err(|e| ApiError::bad_data(e.to_string()))?;
+    store(api, "pyroscope_ingest", batch).await
+}
+
+/// `POST /push.v1.PusherService/Push`: Pyroscope's Connect push (protobuf, unary). Answers in
+/// Connect's manner: an empty `PushResponse`, or a JSON error with a Connect code.
+pub(crate) async fn pyroscope_push(api: &Arc<Api>, call: Call) -> Response<Body> {
+    let connect_error = |status: StatusCode, code: &str, message: String| {
+        let mut response = crate::response::json_response(&serde_json::json!({
+            "code": code,
+            "message": message,
+        }));
+        *response.status_mut() = status;
+        response
+    };
+    let content_type = call
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !content_type.starts_with("application/proto") {
+        return connect_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unknown",
+            format!("content type `{content_type}` is not supported; send application/proto"),
+        );
+    }
+    let batch = content_decoded(api, &call).and_then(|body| {
+        parca_ingest::decode_push_request(&body, &api.options.decode, now_ms())
+            .map_err(|e| ApiError::bad_data(e.to_string()))
+    });
+    let result = match batch {
+        Ok(batch) => store(api, "pyroscope_push", batch).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(_) => with_type(Vec::new(), "application/proto"),
+        Err(e) => {
+            let (status, code) = match e.kind {
+                crate::ErrorType::BadData => (StatusCode::BAD_REQUEST, "invalid_argument"),
+                crate::ErrorType::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+                _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            };
+            connect_error(status, code, e.message)
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! The HTTP API of the server, on hyper: query and metadata endpoints in Prometheus' manner,
+//! push ingest (ours and Pyroscope's two protocols), operations (targets, status, reload,
+//! metrics, health) and the server's own pprof endpoints.
+//!
+//! Paths and parameters follow `documentation/http-api.md`. Every JSON answer uses
+//! Prometheus' envelope, and every error names what was wrong with the request.
+//!
+//! # Design constraints
+//!
+//! - Only this crate sees hyper, HTTP and JSON envelopes; the store, the query engine and the
+//!   scrapers know nothing of them. The server binary wires them together through [`Control`].
+//! - The store is synchronous: every call into it runs on tokio's blocking pool, and no lock is
+//!   held across an `.await`.
+//! - The status code of an error is decided in one place, [`ErrorType`]'s mapping.
+//! - Until the store has replayed its WAL ([`Api::set_store`]), data endpoints answer 503 and
+//!   `/-/ready` says why; `/-/healthy` answers at once.
+//!
+//! # Example
+//!
+//! ```no_run
+//! # async fn run(api: std::sync::Arc<parca_api::Api>) -> std::io::Result<()> {
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7070").await?;
+//! parca_api::serve(listener, api, std::future::pending()).await;
+//! # Ok(()) }
+//! ```
+
+mod ingest;
+mod metrics;
+mod ops;
+mod params;
+mod response;
+mod router;
+mod selfprof;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use parca_tsdb::Db;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+pub use metrics::ApiMetrics;
+pub use ops::{ActiveTarget, BuildInfo, Control, DroppedTarget, TargetsReport};
+pub use params::{Params, parse_duration_ms, parse_time_ms};
+pub use response::{ApiError, Body, ErrorType};
+
+/// What the API is configured with.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Largest accepted request body, in bytes (before decompression).
+    pub max_body_bytes: usize,
+    /// How pushed pprof bodies are decoded (the decompressed-size limit).
+    pub decode: parca_pprof::DecodeOptions,
+    /// Version and revision for `/api/v1/status/buildinfo`.
+    pub build: BuildInfo,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            max_body_bytes: 64 << 20,
+            decode: parca_pprof::DecodeOptions::default(),
+            build: BuildInfo::default(),
+        }
+    }
+}
+
+/// The API's shared state: the store (once ready), the server's controls and metrics.
+pub struct Api {
+    options: Options,
+    store: OnceLock<Arc<Db>>,
+    control: Arc<dyn Control>,
+    registry: Registry,
+    metrics: ApiMetrics,
+}
+
+impl Api {
+    /// An API over `control`. Its own metrics are added to `registry`, which `/metrics` serves.
+    pub fn new(options: Options, control: Arc<dyn Control>, mut registry: Registry) -> Api {
+        let metrics = ApiMetrics::register(&mut registry);
+        Api {
+            options,
+            store: OnceLock::new(),
+            control,
+            registry,
+            metrics,
+        }
+    }
+
+    /// Makes the store available: data endpoints and `/-/ready` answer from now on. Only the
+    /// first call has an effect.
+    pub fn set_store(&self, db: Arc<Db>) {
+        if self.store.set(Arc::clone(&db)).is_ok() {
+            self.metrics.watch_store(db);
+        }
+    }
+
+    /// The store, or 503 while it opens.
+    fn store(&self) -> Result<Arc<Db>, ApiError> {
+        self.store.get().cloned().ok_or_else(|| {
+            ApiError::unavailable("the store is still replaying its write-ahead log; retry shortly")
+        })
+    }
+
+    /// Answers one request.
+    pub async fn handle(self: &Arc<Self>, request: Request<Incoming>) -> Response<Body> {
+        router::route(self, request).await
+    }
+}
+
+/// Serves `api` on `listener` until `shutdown` completes, then lets open requests finish for
+/// up to 30 seconds.
+pub async fn serve(listener: TcpListener, api: Arc<Api>, shutdown: impl Future<Output = ()>) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(conn) => conn,
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot accept a connection");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let api = Arc::clone(&api);
+                let service = service_fn(move |request| {
+                    let api = Arc::clone(&api);
+                    async move { Ok::<_, Infallible>(api.handle(request).await) }
+                });
+                let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                let connection = graceful.watch(connection.into_owned());
+                tokio::spawn(async move {
+                    if let Err(error) = connection.await {
+                        tracing::debug!(%error, "connection ended with an error");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("open HTTP requests did not finish within 30 s of shutdown");
+    }
+}

@@ -1,0 +1,158 @@
+//! Operations endpoints: targets, configuration, store status, build info, readiness, reload
+//! and the server's own metrics.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use hyper::Response;
+use serde::Serialize;
+
+use crate::Api;
+use crate::response::{ApiError, Body, success, text, with_type};
+use crate::router::Call;
+
+/// What the server binary lets the API see and do: the configuration and its reload, and the
+/// scrape targets' health.
+pub trait Control: Send + Sync {
+    /// The configuration in force, as YAML.
+    fn config_yaml(&self) -> String;
+    /// Reloads the configuration file. On error the old configuration stays in force and the
+    /// message says what is wrong with the file.
+    fn reload(&self) -> Result<(), String>;
+    /// The scrape targets and their health.
+    fn targets(&self) -> TargetsReport;
+}
+
+/// `/api/v1/targets`, Prometheus' shape.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetsReport {
+    /// Targets being scraped.
+    pub active_targets: Vec<ActiveTarget>,
+    /// Targets that relabeling dropped.
+    pub dropped_targets: Vec<DroppedTarget>,
+}
+
+/// A target being scraped and its health.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActiveTarget {
+    /// Labels before relabeling (`__address__`, `__scheme__`, `job`, …).
+    pub discovered_labels: BTreeMap<String, String>,
+    /// Labels after relabeling: what its series carry.
+    pub labels: BTreeMap<String, String>,
+    /// The job.
+    pub scrape_pool: String,
+    /// The URL of its first profile endpoint (others differ only in path).
+    pub scrape_url: String,
+    /// Every profile endpoint of the target with its own health.
+    pub profiles: Vec<ProfileHealth>,
+    /// `up`, `down` or `unknown`: down when any endpoint's last scrape failed.
+    pub health: String,
+    /// The last error of any endpoint, empty when none.
+    pub last_error: String,
+    /// When it was last scraped, RFC 3339, or empty.
+    pub last_scrape: String,
+    /// Seconds the last scrape took.
+    pub last_scrape_duration: f64,
+    /// The scrape interval, e.g. `10s`.
+    pub scrape_interval: String,
+    /// The scrape timeout, e.g. `13s`.
+    pub scrape_timeout: String,
+}
+
+/// The health of one profile endpoint of a target.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProfileHealth {
+    /// The profile name, e.g. `process_cpu`.
+    pub name: String,
+    /// The URL scraped.
+    pub scrape_url: String,
+    /// `up`, `down` or `unknown`.
+    pub health: String,
+    /// The last error, empty when none.
+    pub last_error: String,
+    /// When it was last scraped, RFC 3339, or empty.
+    pub last_scrape: String,
+    /// Seconds the last scrape took.
+    pub last_scrape_duration: f64,
+}
+
+/// A target that relabeling dropped.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DroppedTarget {
+    /// Labels before relabeling.
+    pub discovered_labels: BTreeMap<String, String>,
+}
+
+/// Version and revision of the running binary.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BuildInfo {
+    /// e.g. `0.1.0`.
+    pub version: String,
+    /// The git commit, or `unknown`.
+    pub revision: String,
+}
+
+pub(crate) fn targets(api: &Api, call: &Call) -> Result<Response<Body>, ApiError> {
+    let mut report = api.control.targets();
+    match call.params.get("state") {
+        None | Some("any") => {}
+        Some("active") => report.dropped_targets.clear(),
+        Some("dropped") => report.active_targets.clear(),
+        Some(other) => {
+            return Err(ApiError::bad_data(format!(
+                "parameter `state` must be active, dropped or any, got `{other}`"
+            )));
+        }
+    }
+    Ok(success(&report))
+}
+
+pub(crate) fn config(api: &Api) -> Response<Body> {
+    success(&serde_json::json!({ "yaml": api.control.config_yaml() }))
+}
+
+pub(crate) fn buildinfo(api: &Api) -> Response<Body> {
+    success(&api.options.build)
+}
+
+pub(crate) fn ready(api: &Api) -> Result<Response<Body>, ApiError> {
+    api.store()?;
+    Ok(text("Parca is Ready.\n"))
+}
+
+pub(crate) async fn reload(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {
+    let api2 = Arc::clone(api);
+    tokio::task::spawn_blocking(move || api2.control.reload())
+        .await
+        .map_err(|e| ApiError::internal(format!("reload task failed: {e}")))?
+        .map_err(|why| ApiError::bad_data(format!("configuration not reloaded: {why}")))?;
+    Ok(text("configuration reloaded\n"))
+}
+
+pub(crate) async fn tsdb_status(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {
+    let db = api.store()?;
+    let stats = tokio::task::spawn_blocking(move || db.stats())
+        .await
+        .map_err(|e| ApiError::internal(format!("status task failed: {e}")))?;
+    Ok(success(&serde_json::json!({
+        "headSeries": stats.n_series,
+        "profiles": stats.n_profiles,
+        "samples": stats.n_samples,
+        "headStacks": stats.n_head_stacks,
+        "blocks": stats.n_blocks,
+    })))
+}
+
+pub(crate) fn metrics(api: &Api) -> Response<Body> {
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &api.registry)
+        .expect("writing to a String cannot fail");
+    with_type(
+        out,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+    )
+}

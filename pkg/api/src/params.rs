@@ -1,0 +1,186 @@
+//! Request parameters: the query string and a form body merged, and Prometheus' rules for times
+//! and durations.
+
+use std::collections::HashMap;
+
+use crate::ApiError;
+
+/// The parameters of a request, from its query string and (for POST) its form body. A name may
+/// repeat (`match[]`).
+#[derive(Debug, Default, Clone)]
+pub struct Params {
+    values: HashMap<String, Vec<String>>,
+}
+
+impl Params {
+    /// Parses `a=1&b=2` (URL-encoded) and adds the pairs.
+    pub fn add_encoded(&mut self, encoded: &[u8]) {
+        for (k, v) in form_urlencoded::parse(encoded) {
+            self.values
+                .entry(k.into_owned())
+                .or_default()
+                .push(v.into_owned());
+        }
+    }
+
+    /// The first value of `name`, if given and non-empty.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values
+            .get(name)
+            .and_then(|v| v.first())
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// Every value of `name`.
+    pub fn all(&self, name: &str) -> &[String] {
+        self.values.get(name).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every (name, first value) pair.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.values
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str(), v.first()?.as_str())))
+    }
+
+    /// The value of `name`, which must be given.
+    pub fn required(&self, name: &str) -> Result<&str, ApiError> {
+        self.get(name)
+            .ok_or_else(|| ApiError::bad_data(format!("parameter `{name}` is required")))
+    }
+
+    /// Time parameter `name` in milliseconds since the epoch, if given.
+    pub fn time_ms(&self, name: &str) -> Result<Option<i64>, ApiError> {
+        self.get(name)
+            .map(|v| {
+                parse_time_ms(v)
+                    .map_err(|why| ApiError::bad_data(format!("invalid parameter `{name}`: {why}")))
+            })
+            .transpose()
+    }
+
+    /// Duration parameter `name` in milliseconds, if given.
+    pub fn duration_ms(&self, name: &str) -> Result<Option<i64>, ApiError> {
+        self.get(name)
+            .map(|v| {
+                parse_duration_ms(v)
+                    .map_err(|why| ApiError::bad_data(format!("invalid parameter `{name}`: {why}")))
+            })
+            .transpose()
+    }
+}
+
+/// A time as Prometheus takes it: Unix seconds (possibly fractional) or RFC 3339.
+pub fn parse_time_ms(value: &str) -> Result<i64, String> {
+    if let Ok(seconds) = value.parse::<f64>() {
+        if !seconds.is_finite() {
+            return Err(format!("`{value}` is not a finite time"));
+        }
+        let ms = (seconds * 1000.0).round();
+        if ms.abs() > 9.2e15 {
+            return Err(format!("`{value}` is out of range"));
+        }
+        return Ok(ms as i64);
+    }
+    value
+        .parse::<jiff::Timestamp>()
+        .map(|t| t.as_millisecond())
+        .map_err(|_| {
+            format!(
+                "cannot parse `{value}` as a time: use Unix seconds (1700000000.5) or RFC 3339 (2026-01-02T15:04:05Z)"
+            )
+        })
+}
+
+/// A duration as Prometheus takes it: seconds (possibly fractional) or a PromQL duration such
+/// as `5m`, `1h30m` or `500ms`.
+pub fn parse_duration_ms(value: &str) -> Result<i64, String> {
+    if let Ok(seconds) = value.parse::<f64>() {
+        if !seconds.is_finite() || !(0.0..=9.2e12).contains(&seconds) {
+            return Err(format!("`{value}` is not a valid duration"));
+        }
+        return Ok((seconds * 1000.0).round() as i64);
+    }
+    let bad = || {
+        format!(
+            "cannot parse `{value}` as a duration: use seconds (30) or units such as 30s, 5m, 1h30m, 2d"
+        )
+    };
+    // Largest first; `ms` is tried before `m` when matching.
+    const UNITS: [(&str, i64); 7] = [
+        ("y", 31_536_000_000),
+        ("w", 604_800_000),
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("ms", 1),
+        ("m", 60_000),
+        ("s", 1000),
+    ];
+    let rank = |unit: &str| {
+        ["y", "w", "d", "h", "m", "s", "ms"]
+            .iter()
+            .position(|u| *u == unit)
+    };
+    if value.is_empty() {
+        return Err(bad());
+    }
+    let mut rest = value;
+    let mut total: i64 = 0;
+    let mut previous: Option<usize> = None;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(bad());
+        }
+        let number: i64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let &(unit, scale) = UNITS
+            .iter()
+            .find(|(u, _)| rest.starts_with(u))
+            .ok_or_else(bad)?;
+        // Units must come largest first, each once (PromQL's rule).
+        let this = rank(unit);
+        if previous.is_some() && previous >= this {
+            return Err(bad());
+        }
+        previous = this;
+        rest = &rest[unit.len()..];
+        total = number
+            .checked_mul(scale)
+            .and_then(|v| total.checked_add(v))
+            .ok_or_else(bad)?;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_as_prometheus_takes_them() {
+        assert_eq!(parse_time_ms("1700000000"), Ok(1_700_000_000_000));
+        assert_eq!(parse_time_ms("1700000000.25"), Ok(1_700_000_000_250));
+        assert_eq!(parse_time_ms("2023-11-14T22:13:20Z"), Ok(1_700_000_000_000));
+        assert_eq!(
+            parse_time_ms("2023-11-14T23:13:20+01:00"),
+            Ok(1_700_000_000_000)
+        );
+        assert!(parse_time_ms("yesterday").unwrap_err().contains("RFC 3339"));
+    }
+
+    #[test]
+    fn durations_as_prometheus_takes_them() {
+        assert_eq!(parse_duration_ms("30"), Ok(30_000));
+        assert_eq!(parse_duration_ms("1.5"), Ok(1_500));
+        assert_eq!(parse_duration_ms("5m"), Ok(300_000));
+        assert_eq!(parse_duration_ms("1h30m"), Ok(5_400_000));
+        assert_eq!(parse_duration_ms("500ms"), Ok(500));
+        assert_eq!(parse_duration_ms("2d"), Ok(172_800_000));
+        assert!(parse_duration_ms("5x").is_err());
+        assert!(parse_duration_ms("30m1h").is_err());
+        assert!(parse_duration_ms("-5m").is_err());
+        assert!(parse_duration_ms("").is_err());
+    }
+}

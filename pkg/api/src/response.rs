@@ -1,0 +1,143 @@
+//! Answers: Prometheus' JSON envelope, and the one place where an error kind becomes a status.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::{Response, StatusCode};
+use serde::Serialize;
+
+/// The body of every answer.
+pub type Body = Full<Bytes>;
+
+/// Prometheus' error types; each has its HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorType {
+    /// The request is malformed (400).
+    BadData,
+    /// The query is valid but cannot be executed, e.g. a limit was hit (422).
+    Execution,
+    /// The server is not ready yet (503).
+    Unavailable,
+    /// No such endpoint or resource (404).
+    NotFound,
+    /// The method is not allowed on this path (405).
+    MethodNotAllowed,
+    /// The request is refused because the resource is busy, e.g. a profile already runs (409).
+    Conflict,
+    /// Our own fault (500).
+    Internal,
+}
+
+impl ErrorType {
+    fn status(self) -> StatusCode {
+        match self {
+            ErrorType::BadData => StatusCode::BAD_REQUEST,
+            ErrorType::Execution => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorType::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorType::NotFound => StatusCode::NOT_FOUND,
+            ErrorType::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorType::Conflict => StatusCode::CONFLICT,
+            ErrorType::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            ErrorType::BadData => "bad_data",
+            ErrorType::Execution => "execution",
+            ErrorType::Unavailable => "unavailable",
+            ErrorType::NotFound => "not_found",
+            ErrorType::MethodNotAllowed => "method_not_allowed",
+            ErrorType::Conflict => "conflict",
+            ErrorType::Internal => "internal",
+        }
+    }
+}
+
+/// A failed request: its kind and a message that says what was wrong, in words.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// The kind, which decides the status.
+    pub kind: ErrorType,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl ApiError {
+    /// A malformed request.
+    pub fn bad_data(message: impl Into<String>) -> Self {
+        ApiError {
+            kind: ErrorType::BadData,
+            message: message.into(),
+        }
+    }
+
+    /// A request that cannot be executed.
+    pub fn execution(message: impl Into<String>) -> Self {
+        ApiError {
+            kind: ErrorType::Execution,
+            message: message.into(),
+        }
+    }
+
+    /// Our own fault.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError {
+            kind: ErrorType::Internal,
+            message: message.into(),
+        }
+    }
+
+    /// Not ready yet.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ApiError {
+            kind: ErrorType::Unavailable,
+            message: message.into(),
+        }
+    }
+
+    /// The error as Prometheus' envelope with its status.
+    pub fn into_response(self) -> Response<Body> {
+        let body = serde_json::json!({
+            "status": "error",
+            "errorType": self.kind.name(),
+            "error": self.message,
+        });
+        let mut response = json_response(&body);
+        *response.status_mut() = self.kind.status();
+        response
+    }
+}
+
+/// `{"status":"success","data":…}`.
+pub fn success(data: &impl Serialize) -> Response<Body> {
+    #[derive(Serialize)]
+    struct Envelope<'a, T> {
+        status: &'static str,
+        data: &'a T,
+    }
+    json_response(&Envelope {
+        status: "success",
+        data,
+    })
+}
+
+/// `value` as JSON, outside the envelope.
+pub fn json_response(value: &impl Serialize) -> Response<Body> {
+    let bytes = serde_json::to_vec(value).expect("API values serialize");
+    with_type(bytes, "application/json")
+}
+
+/// Raw bytes with a content type.
+pub fn with_type(bytes: impl Into<Bytes>, content_type: &'static str) -> Response<Body> {
+    let mut response = Response::new(Full::new(bytes.into()));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+/// Plain text.
+pub fn text(body: impl Into<String>) -> Response<Body> {
+    with_type(body.into(), "text/plain; charset=utf-8")
+}

@@ -1,0 +1,149 @@
+//! Which handler answers which method and path, with request metrics around every answer.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::header::CONTENT_TYPE;
+use hyper::{Method, Request, Response};
+
+use crate::response::{ApiError, Body, ErrorType};
+use crate::{Api, Params, ingest, ops, selfprof};
+
+/// A request taken apart: what handlers need, with the body read (within the size limit).
+pub(crate) struct Call {
+    pub method: Method,
+    pub path: String,
+    pub params: Params,
+    pub headers: hyper::HeaderMap,
+    pub body: bytes::Bytes,
+}
+
+pub(crate) async fn route(api: &Arc<Api>, request: Request<Incoming>) -> Response<Body> {
+    let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().to_owned();
+    let handler = handler_name(&path);
+    let response = match read(api, parts, body).await {
+        Ok(call) => dispatch(api, call).await,
+        Err(e) => Err(e),
+    };
+    let response = response.unwrap_or_else(|e| {
+        if e.kind == ErrorType::Internal {
+            tracing::error!(path, error = %e.message, "request failed");
+        }
+        e.into_response()
+    });
+    api.metrics
+        .observe_request(handler, response.status().as_u16(), started.elapsed());
+    response
+}
+
+async fn read(
+    api: &Api,
+    parts: hyper::http::request::Parts,
+    body: Incoming,
+) -> Result<Call, ApiError> {
+    let limit = api.options.max_body_bytes;
+    let body = Limited::new(body, limit)
+        .collect()
+        .await
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                ApiError::bad_data(format!("request body is over the limit of {limit} bytes"))
+            } else {
+                ApiError::bad_data(format!("cannot read the request body: {e}"))
+            }
+        })?
+        .to_bytes();
+    let mut params = Params::default();
+    if let Some(query) = parts.uri.query() {
+        params.add_encoded(query.as_bytes());
+    }
+    let is_form = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+    // Push bodies are profiles whatever their client calls them (curl says form by default).
+    let is_push = matches!(
+        parts.uri.path(),
+        "/api/v1/write" | "/ingest" | "/push.v1.PusherService/Push"
+    );
+    if parts.method == Method::POST && is_form && !is_push {
+        params.add_encoded(&body);
+    }
+    Ok(Call {
+        method: parts.method,
+        path: parts.uri.path().to_owned(),
+        params,
+        headers: parts.headers,
+        body,
+    })
+}
+
+/// A low-cardinality name for metrics: the route, not the raw path.
+fn handler_name(path: &str) -> &'static str {
+    match path {
+        p if p.starts_with("/api/v1/label/") => "/api/v1/label/:name/values",
+        p if p.starts_with("/debug/pprof/") => "/debug/pprof",
+        p => ROUTES
+            .iter()
+            .find(|(route, _)| *route == p)
+            .map_or("other", |(route, _)| route),
+    }
+}
+
+/// Paths and the methods they take (for 405 answers and metric names).
+const ROUTES: &[(&str, &[Method])] = &[
+    ("/api/v1/write", &[Method::POST]),
+    ("/ingest", &[Method::POST]),
+    ("/push.v1.PusherService/Push", &[Method::POST]),
+    ("/api/v1/targets", &[Method::GET]),
+    ("/api/v1/status/config", &[Method::GET]),
+    ("/api/v1/status/tsdb", &[Method::GET]),
+    ("/api/v1/status/buildinfo", &[Method::GET]),
+    ("/-/healthy", &[Method::GET, Method::HEAD]),
+    ("/-/ready", &[Method::GET, Method::HEAD]),
+    ("/-/reload", &[Method::POST, Method::PUT]),
+    ("/metrics", &[Method::GET]),
+];
+
+async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
+    if let Some((_, methods)) = ROUTES.iter().find(|(p, _)| *p == call.path)
+        && !methods.contains(&call.method)
+    {
+        return Err(ApiError {
+            kind: ErrorType::MethodNotAllowed,
+            message: format!(
+                "{} is not allowed on {}; use {}",
+                call.method,
+                call.path,
+                methods
+                    .iter()
+                    .map(Method::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            ),
+        });
+    }
+    match call.path.as_str() {
+        "/api/v1/write" => ingest::write(api, call).await,
+        "/ingest" => ingest::pyroscope_ingest(api, call).await,
+        "/push.v1.PusherService/Push" => Ok(ingest::pyroscope_push(api, call).await),
+        "/api/v1/targets" => ops::targets(api, &call),
+        "/api/v1/status/config" => Ok(ops::config(api)),
+        "/api/v1/status/tsdb" => ops::tsdb_status(api).await,
+        "/api/v1/status/buildinfo" => Ok(ops::buildinfo(api)),
+        "/-/healthy" => Ok(crate::response::text("Parca is Healthy.\n")),
+        "/-/ready" => ops::ready(api),
+        "/-/reload" => ops::reload(api).await,
+        "/metrics" => Ok(ops::metrics(api)),
+        p if p.starts_with("/debug/pprof") => selfprof::handle(api, call).await,
+        _ => Err(ApiError {
+            kind: ErrorType::NotFound,
+            message: format!("no endpoint at {}", call.path),
+        }),
+    }
+}

@@ -1,0 +1,170 @@
+//! The server profiles itself: `/debug/pprof/profile?seconds=N` answers a CPU profile of this
+//! process in pprof, as Go's net/http/pprof does, so the server can scrape itself.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::Response;
+use parca_pprof::proto;
+
+use crate::Api;
+use crate::response::{ApiError, Body, ErrorType, text, with_type};
+use crate::router::Call;
+
+/// Samples per second while profiling; a prime, so that sampling does not beat with periodic work.
+const FREQUENCY_HZ: i32 = 97;
+
+/// Longest profile a request may ask for.
+const MAX_SECONDS: u64 = 300;
+
+pub(crate) async fn handle(_api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
+    match call.path.trim_end_matches('/') {
+        "/debug/pprof" => Ok(text(
+            "Profiles of this server:\n\n/debug/pprof/profile?seconds=N  CPU profile over N seconds (default 30)\n",
+        )),
+        "/debug/pprof/profile" => {
+            let seconds = match call.params.get("seconds") {
+                None => 30,
+                Some(s) => s
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|s| (1..=MAX_SECONDS).contains(s))
+                    .ok_or_else(|| {
+                        ApiError::bad_data(format!(
+                            "parameter `seconds` must be a whole number from 1 to {MAX_SECONDS}, got `{s}`"
+                        ))
+                    })?,
+            };
+            let bytes =
+                tokio::task::spawn_blocking(move || cpu_profile(Duration::from_secs(seconds)))
+                    .await
+                    .map_err(|e| ApiError::internal(format!("profiling task failed: {e}")))??;
+            Ok(with_type(bytes, "application/octet-stream"))
+        }
+        other => Err(ApiError {
+            kind: ErrorType::NotFound,
+            message: format!(
+                "no profile at {other}; this server offers /debug/pprof/profile (CPU)"
+            ),
+        }),
+    }
+}
+
+/// Samples this process for `window` and returns the gzipped pprof.
+fn cpu_profile(window: Duration) -> Result<Vec<u8>, ApiError> {
+    let guard = pprof::ProfilerGuardBuilder::default()
+        .frequency(FREQUENCY_HZ)
+        .build()
+        .map_err(|e| ApiError {
+            kind: ErrorType::Conflict,
+            message: format!("cannot start the CPU profiler (is another profile running?): {e}"),
+        })?;
+    std::thread::sleep(window);
+    let report = guard
+        .report()
+        .build()
+        .map_err(|e| ApiError::internal(format!("cannot build the CPU profile: {e}")))?;
+    drop(guard);
+    Ok(parca_pprof::encode(&to_pprof(&report, window), true))
+}
+
+/// Our pprof of a pprof-rs report: one location per address, with inlined frames as its lines.
+fn to_pprof(report: &pprof::Report, window: Duration) -> proto::Profile {
+    let period_ns = 1_000_000_000 / i64::from(FREQUENCY_HZ);
+    let mut strings: Vec<String> = ["", "samples", "count", "cpu", "nanoseconds", "thread"]
+        .map(String::from)
+        .to_vec();
+    let mut string_ids: HashMap<String, i64> = strings
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.clone(), i as i64))
+        .collect();
+    let mut intern = |s: String| -> i64 {
+        *string_ids.entry(s).or_insert_with_key(|s| {
+            strings.push(s.clone());
+            strings.len() as i64 - 1
+        })
+    };
+    let mut functions: HashMap<(i64, i64), u64> = HashMap::new();
+    let mut function_list: Vec<proto::Function> = Vec::new();
+    let mut locations: HashMap<Vec<(u64, i64)>, u64> = HashMap::new();
+    let mut location_list: Vec<proto::Location> = Vec::new();
+    let mut samples = Vec::new();
+    for (frames, &count) in &report.data {
+        let mut location_id = Vec::with_capacity(frames.frames.len());
+        for symbols in &frames.frames {
+            let mut lines = Vec::with_capacity(symbols.len());
+            for symbol in symbols {
+                let name = intern(symbol.name());
+                let file = intern(
+                    symbol
+                        .filename
+                        .as_ref()
+                        .map(|f| f.display().to_string())
+                        .unwrap_or_default(),
+                );
+                let next = function_list.len() as u64 + 1;
+                let function = *functions.entry((name, file)).or_insert_with(|| {
+                    function_list.push(proto::Function {
+                        id: next,
+                        name,
+                        system_name: name,
+                        filename: file,
+                        start_line: 0,
+                    });
+                    next
+                });
+                lines.push((function, i64::from(symbol.lineno.unwrap_or(0))));
+            }
+            let next = location_list.len() as u64 + 1;
+            let id = *locations.entry(lines.clone()).or_insert_with(|| {
+                location_list.push(proto::Location {
+                    id: next,
+                    line: lines
+                        .iter()
+                        .map(|&(function_id, line)| proto::Line {
+                            function_id,
+                            line,
+                            column: 0,
+                        })
+                        .collect(),
+                    ..Default::default()
+                });
+                next
+            });
+            location_id.push(id);
+        }
+        let count = count as i64;
+        let thread = intern(frames.thread_name.clone());
+        samples.push(proto::Sample {
+            location_id,
+            value: vec![count, count * period_ns],
+            label: vec![proto::Label {
+                key: 5,
+                str: thread,
+                ..Default::default()
+            }],
+        });
+    }
+    let start = report
+        .timing
+        .start_time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    proto::Profile {
+        sample_type: vec![
+            proto::ValueType { r#type: 1, unit: 2 },
+            proto::ValueType { r#type: 3, unit: 4 },
+        ],
+        sample: samples,
+        location: location_list,
+        function: function_list,
+        string_table: strings,
+        time_nanos: start,
+        duration_nanos: window.as_nanos() as i64,
+        period_type: Some(proto::ValueType { r#type: 3, unit: 4 }),
+        period: period_ns,
+        ..Default::default()
+    }
+}

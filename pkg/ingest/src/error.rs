@@ -1,0 +1,33 @@
+//! The one error type of this crate.
+
+/// Why a profile could not be turned into series.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The pprof is not valid.
+    #[error("invalid profile: {0}")]
+    Profile(#[from] parca_profile::Error),
+    /// A label of the series is not valid.
+    #[error("invalid labels: {0}")]
+    Labels(#[source] parca_tsdb::Error),
+    /// The profile name (first part of the profile type) is missing or malformed.
+    #[error(
+        "invalid profile name `{name}`: use letters, digits and `_`, such as `process_cpu` or `memory`"
+    )]
+    InvalidName {
+        /// The name given.
+        name: String,
+    },
+    /// A Pyroscope push request could not be decoded.
+    #[error("invalid push request: {fault}")]
+    Push {
+        /// What is wrong.
+        fault: String,
+    },
+    /// A Pyroscope `/ingest` request could not be understood.
+    #[error("invalid ingest request: {fault}")]
+    Ingest {
+        /// What is wrong.
+        fault: String,
+    },
+}

@@ -1,0 +1,42 @@
+//! From decoded profiles to stored series.
+//!
+//! Scraping and every push protocol end here: a pprof becomes one profile per sample type, each
+//! split by its samples' string labels, each named with Parca's profile-type string
+//! (`process_cpu:samples:count:cpu:nanoseconds:delta`) in `__name__`, and the lot is handed to a
+//! [`Sink`] that stores it durably. The store implements [`Sink`]; tests and tools may use others.
+//!
+//! # Design constraints
+//!
+//! - No HTTP and no async here: the API decodes requests into bytes and parameters, this crate
+//!   turns them into series, and the sink's `write` blocks until the data is durable.
+//! - A sample label that clashes with a label of the target is renamed `exported_<name>`, as
+//!   Prometheus does, so the target's identity is never overwritten by what a program says.
+//! - Bad input is an [`Error`] that names the fault; nothing of a refused profile is stored.
+//!
+//! # Example
+//!
+//! ```
+//! use parca_ingest::{Series, to_series};
+//! use parca_tsdb::Labels;
+//!
+//! let pprof = std::fs::read(concat!(
+//!     env!("CARGO_MANIFEST_DIR"),
+//!     "/../../tests/testdata/pprof/go/go-heap.pb.gz"
+//! ))
+//! .unwrap();
+//! let profiles = parca_profile::decode(&pprof, &Default::default()).unwrap();
+//! let target = Labels::new([("job", "api"), ("instance", "host:6060")]).unwrap();
+//! let series: Vec<Series> = to_series("memory", &target, profiles, 0).unwrap();
+//! let name = series[0].labels.get("__name__").unwrap();
+//! assert!(name.starts_with("memory:"), "{name}");
+//! ```
+
+mod error;
+mod pyroscope;
+mod series;
+mod sink;
+
+pub use error::Error;
+pub use pyroscope::{LegacyIngest, decode_push_request, legacy_ingest};
+pub use series::{Series, profile_type_name, sanitize_label_name, to_series};
+pub use sink::{Sink, WriteOutcome};

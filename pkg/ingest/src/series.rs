@@ -1,0 +1,172 @@
+//! Naming profiles with Parca's profile-type strings and turning sample labels into series labels.
+
+use parca_profile::{Meta, Profile, split_by_string_labels};
+use parca_tsdb::{Labels, NAME_LABEL, valid_label_name};
+
+use crate::Error;
+
+/// One profile ready to be stored: its series labels (with `__name__`), time and samples.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// The series, `__name__` included.
+    pub labels: Labels,
+    /// When the profile was taken, milliseconds since the Unix epoch.
+    pub timestamp_ms: i64,
+    /// The profile, of one sample type.
+    pub profile: Profile,
+}
+
+/// Parca's profile-type string: `name:sample_type:sample_unit:period_type:period_unit`, with
+/// `:delta` appended when the profile covers a window (a non-zero duration).
+pub fn profile_type_name(name: &str, meta: &Meta) -> String {
+    let mut out = format!(
+        "{name}:{}:{}:{}:{}",
+        meta.sample_type.kind, meta.sample_type.unit, meta.period_type.kind, meta.period_type.unit
+    );
+    if meta.duration_nanos > 0 {
+        out.push_str(":delta");
+    }
+    out
+}
+
+/// A valid label name made of `name`: characters other than ASCII letters, digits and `_` become
+/// `_`, and a leading digit gets a `_` before it (Prometheus' rule for names from elsewhere).
+pub fn sanitize_label_name(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    out
+}
+
+/// Turns the profiles of one pprof (one per sample type, sharing tables) into series: the
+/// `target` labels, `__name__` from `name` and each profile's types, and the samples' string
+/// labels (a clash with a target label is renamed `exported_<name>`). `timestamp_ms` is used
+/// when the profile does not carry its own time.
+pub fn to_series(
+    name: &str,
+    target: &Labels,
+    profiles: Vec<Profile>,
+    timestamp_ms: i64,
+) -> Result<Vec<Series>, Error> {
+    if !valid_label_name(name) || name.starts_with("__") {
+        return Err(Error::InvalidName { name: name.into() });
+    }
+    let mut out = Vec::new();
+    for group in split_by_string_labels(profiles) {
+        let mut pairs: Vec<(String, String)> = target
+            .iter()
+            .filter(|l| l.name != NAME_LABEL)
+            .map(|l| (l.name.clone(), l.value.clone()))
+            .collect();
+        for (key, value) in &group.labels {
+            let mut key = sanitize_label_name(key);
+            while key.starts_with("__") || pairs.iter().any(|(k, _)| *k == key) {
+                key = format!("exported_{key}");
+            }
+            pairs.push((key, value.clone()));
+        }
+        for profile in group.profiles {
+            let mut labels = pairs.clone();
+            labels.push((NAME_LABEL.into(), profile_type_name(name, &profile.meta)));
+            let labels = Labels::new(labels).map_err(Error::Labels)?;
+            let timestamp_ms = if profile.meta.time_nanos > 0 {
+                profile.meta.time_nanos / 1_000_000
+            } else {
+                timestamp_ms
+            };
+            out.push(Series {
+                labels,
+                timestamp_ms,
+                profile,
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corpus(path: &str) -> Vec<Profile> {
+        let path = format!(
+            "{}/../../tests/testdata/pprof/{path}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let bytes = std::fs::read(&path).expect("corpus file");
+        parca_profile::decode(&bytes, &Default::default()).expect("valid")
+    }
+
+    #[test]
+    fn names_follow_parcas_profile_types() {
+        let target = Labels::new([("job", "go"), ("instance", "h:1")]).unwrap();
+        let series = to_series("process_cpu", &target, corpus("go/go-cpu.pb.gz"), 7).unwrap();
+        let names: std::collections::BTreeSet<_> = series
+            .iter()
+            .map(|s| s.labels.get(NAME_LABEL).unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            names.into_iter().collect::<Vec<_>>(),
+            [
+                "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta",
+                "process_cpu:samples:count:cpu:nanoseconds:delta",
+            ]
+        );
+        // The profile's pprof.Do labels split it into several series per sample type.
+        assert!(series.len() > 2);
+        assert!(series.iter().all(|s| s.labels.get("job") == Some("go")));
+    }
+
+    #[test]
+    fn snapshots_have_no_delta_suffix() {
+        let series =
+            to_series("memory", &Labels::default(), corpus("go/go-heap.pb.gz"), 7).unwrap();
+        assert!(
+            series
+                .iter()
+                .all(|s| !s.labels.get(NAME_LABEL).unwrap().ends_with(":delta"))
+        );
+    }
+
+    #[test]
+    fn clashing_sample_labels_are_exported() {
+        // pyroscope's Python profiles carry pid, thread_id, thread_name and step labels.
+        let target = Labels::new([("pid", "1"), ("job", "py")]).unwrap();
+        let series = to_series(
+            "process_cpu",
+            &target,
+            corpus("python/pyroscope-io-cpu.pb.gz"),
+            0,
+        )
+        .unwrap();
+        assert!(series.len() > 1, "split by thread");
+        for s in &series {
+            assert_eq!(s.labels.get("pid"), Some("1"));
+            assert!(s.labels.get("exported_pid").is_some(), "{}", s.labels);
+            assert!(s.labels.get("thread_name").is_some());
+        }
+    }
+
+    #[test]
+    fn sanitizes_label_names() {
+        assert_eq!(sanitize_label_name("thread name"), "thread_name");
+        assert_eq!(sanitize_label_name("1st"), "_1st");
+        assert_eq!(sanitize_label_name(""), "_");
+    }
+
+    #[test]
+    fn refuses_bad_names() {
+        let err = to_series("cpu profile", &Labels::default(), Vec::new(), 0).unwrap_err();
+        assert!(err.to_string().contains("`cpu profile`"), "{err}");
+    }
+}
