@@ -1,0 +1,343 @@
+//! The syntax tree: what a query says, with the span of every node, free of pest types.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::error::{ParseError, Span};
+
+/// An expression and the part of the query it was parsed from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expr {
+    /// What the expression is.
+    pub kind: ExprKind,
+    /// Where it is in the query (for an expression built by hand, any span).
+    pub span: Span,
+}
+
+/// The kinds of expression.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExprKind {
+    /// `type{matchers}` or `{matchers}`, optionally with a range `[5m]`: a profile set.
+    Selector(Selector),
+    /// `expr offset 1d`: the same expression over a window shifted back.
+    Offset {
+        /// The shifted expression.
+        expr: Box<Expr>,
+        /// How far back (never negative; zero is allowed and means no shift).
+        offset: Duration,
+    },
+    /// `expr |= "pattern"` and friends: keep or drop samples by the functions on their stacks.
+    StackFilter {
+        /// The filtered expression: a profile set or a profile.
+        expr: Box<Expr>,
+        /// The filter.
+        filter: StackFilter,
+    },
+    /// `merge(expr)` or `merge by (labels) (expr)`: profiles summed into one per group.
+    Merge {
+        /// `by`/`without`; `None` merges everything into one profile.
+        grouping: Option<Grouping>,
+        /// A profile set or a profile.
+        expr: Box<Expr>,
+    },
+    /// `diff(base, comparison)`: the comparison minus the base.
+    Diff {
+        /// The first argument, a profile set (merged) or a profile.
+        base: Box<Expr>,
+        /// The second argument, a profile set (merged) or a profile.
+        comparison: Box<Expr>,
+    },
+    /// `sum by (job) (expr)` and the other aggregations: a series set.
+    Aggregate {
+        /// Which aggregation.
+        op: AggregateOp,
+        /// `by`/`without`; `None` aggregates all series into one.
+        grouping: Option<Grouping>,
+        /// A profile set (read as one series of totals per matched series) or a series set.
+        expr: Box<Expr>,
+    },
+    /// `topk(k, expr)`: the `k` largest series at each step.
+    TopK {
+        /// How many series to keep; at least 1.
+        k: u64,
+        /// A profile set (read as series of totals) or a series set.
+        expr: Box<Expr>,
+    },
+    /// `(expr)`: kept so that printing gives back the user's parentheses.
+    Paren(Box<Expr>),
+}
+
+/// A selection of series and the window of their profiles.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Selector {
+    /// The profile type before `{`; `None` for a selector of only `{…}`, which then matches
+    /// `__name__` (the profile type label).
+    pub profile_type: Option<ProfileTypeName>,
+    /// The label matchers, in query order.
+    pub matchers: Vec<LabelMatcher>,
+    /// `[5m]`: the window `(t - range, t]`; `None` leaves the window to the evaluation.
+    pub range: Option<Duration>,
+}
+
+/// A Parca profile type name, `name:sample_type:sample_unit:period_type:period_unit[:delta]`,
+/// as in `process_cpu:samples:count:cpu:nanoseconds:delta`. It is the value of the `__name__`
+/// label of the series that hold such profiles.
+///
+/// A name in an AST from [`crate::parse`] has five or six non-empty parts, the sixth being
+/// `delta`; one from [`crate::parse_lenient`] may be half-typed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProfileTypeName(String);
+
+impl ProfileTypeName {
+    /// A name taken as it is, unchecked (the lenient parser keeps half-typed names).
+    pub(crate) fn unchecked(text: &str) -> ProfileTypeName {
+        ProfileTypeName(text.to_owned())
+    }
+
+    /// The whole name, as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    fn part(&self, i: usize) -> &str {
+        self.0.split(':').nth(i).unwrap_or("")
+    }
+
+    /// The first part, as `process_cpu`.
+    pub fn name(&self) -> &str {
+        self.part(0)
+    }
+
+    /// The second part, as `samples`.
+    pub fn sample_type(&self) -> &str {
+        self.part(1)
+    }
+
+    /// The third part, as `count`.
+    pub fn sample_unit(&self) -> &str {
+        self.part(2)
+    }
+
+    /// The fourth part, as `cpu`.
+    pub fn period_type(&self) -> &str {
+        self.part(3)
+    }
+
+    /// The fifth part, as `nanoseconds`.
+    pub fn period_unit(&self) -> &str {
+        self.part(4)
+    }
+
+    /// Whether the name ends in `:delta`: each profile holds what happened in its period (CPU
+    /// time), rather than a state at an instant (heap in use).
+    pub fn is_delta(&self) -> bool {
+        self.part(5) == "delta"
+    }
+
+    /// Why `text` is not a complete profile type name, if it is not.
+    pub(crate) fn problem(text: &str) -> Option<String> {
+        const FORM: &str = "name:sample_type:sample_unit:period_type:period_unit[:delta], \
+                            such as process_cpu:samples:count:cpu:nanoseconds:delta";
+        let n_parts = text.split(':').count();
+        let valid_part = |p: &str| {
+            p.bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+                && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        };
+        if n_parts == 1 {
+            return Some(format!("`{text}` is not a profile type: write {FORM}"));
+        }
+        if !(5..=6).contains(&n_parts) {
+            return Some(format!(
+                "`{text}` has {n_parts} parts, a profile type has 5 or 6: {FORM}"
+            ));
+        }
+        if let Some(part) = text.split(':').find(|p| !valid_part(p)) {
+            return Some(if part.is_empty() {
+                format!("`{text}` has an empty part: write {FORM}")
+            } else {
+                format!("`{part}` in `{text}` must start with a letter or `_`")
+            });
+        }
+        if n_parts == 6 && !text.ends_with(":delta") {
+            return Some(format!(
+                "the sixth part of a profile type can only be `delta`, not `{}`",
+                text.rsplit(':').next().unwrap_or("")
+            ));
+        }
+        None
+    }
+}
+
+impl FromStr for ProfileTypeName {
+    type Err = ParseError;
+
+    /// Checks the form, `name:sample_type:sample_unit:period_type:period_unit[:delta]`.
+    fn from_str(s: &str) -> Result<ProfileTypeName, ParseError> {
+        match ProfileTypeName::problem(s) {
+            None => Ok(ProfileTypeName(s.to_owned())),
+            Some(message) => Err(ParseError::new(s, Span::new(0, s.len()), message)),
+        }
+    }
+}
+
+impl fmt::Display for ProfileTypeName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// `name op "value"` inside a selector's braces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LabelMatcher {
+    /// The label name.
+    pub name: String,
+    /// How the value is compared.
+    pub op: MatchOp,
+    /// The value, unescaped; for `=~`/`!~` a regex, anchored at both ends when matched.
+    pub value: String,
+    /// Where the matcher is in the query.
+    pub span: Span,
+}
+
+/// The four matchers of Prometheus.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MatchOp {
+    /// `=`
+    Equal,
+    /// `!=`
+    NotEqual,
+    /// `=~`: the whole value matches the regex.
+    Re,
+    /// `!~`: the whole value does not match the regex.
+    NotRe,
+}
+
+impl MatchOp {
+    /// The operator as written in a query.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MatchOp::Equal => "=",
+            MatchOp::NotEqual => "!=",
+            MatchOp::Re => "=~",
+            MatchOp::NotRe => "!~",
+        }
+    }
+}
+
+/// `|= "pattern"` and friends after an expression.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackFilter {
+    /// How the pattern is tested against the function names on a stack.
+    pub op: StackFilterOp,
+    /// A substring for `|=`/`!=`, a regex (anchored at both ends) for `|~`/`!~`; unescaped.
+    pub pattern: String,
+    /// Where the filter (operator and string) is in the query.
+    pub span: Span,
+}
+
+/// The four stack filters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StackFilterOp {
+    /// `|=`: keep samples with a function whose name contains the pattern.
+    Contains,
+    /// `!=`: keep samples with no function whose name contains the pattern.
+    NotContains,
+    /// `|~`: keep samples with a function whose whole name matches the regex.
+    Matches,
+    /// `!~`: keep samples with no function whose whole name matches the regex.
+    NotMatches,
+}
+
+impl StackFilterOp {
+    /// The operator as written in a query.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StackFilterOp::Contains => "|=",
+            StackFilterOp::NotContains => "!=",
+            StackFilterOp::Matches => "|~",
+            StackFilterOp::NotMatches => "!~",
+        }
+    }
+}
+
+/// `by (labels)` or `without (labels)`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Grouping {
+    /// `without`: group by all labels but these; otherwise by exactly these.
+    pub without: bool,
+    /// The labels, in query order, without duplicates.
+    pub labels: Vec<String>,
+}
+
+/// The aggregations over a series set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AggregateOp {
+    /// `sum`
+    Sum,
+    /// `avg`
+    Avg,
+    /// `min`
+    Min,
+    /// `max`
+    Max,
+    /// `count`
+    Count,
+}
+
+impl AggregateOp {
+    /// The keyword.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AggregateOp::Sum => "sum",
+            AggregateOp::Avg => "avg",
+            AggregateOp::Min => "min",
+            AggregateOp::Max => "max",
+            AggregateOp::Count => "count",
+        }
+    }
+}
+
+/// What an expression evaluates to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ValueType {
+    /// The profiles of every series a selector matches, over a window.
+    ProfileSet,
+    /// Stacks with values: the result of `merge` or `diff`.
+    Profile,
+    /// Numbers over time: the result of an aggregation or `topk`.
+    SeriesSet,
+}
+
+impl ValueType {
+    /// In words, for messages: "a profile set", "a profile", "a series set".
+    pub fn describe(self) -> &'static str {
+        match self {
+            ValueType::ProfileSet => "a profile set",
+            ValueType::Profile => "a profile",
+            ValueType::SeriesSet => "a series set",
+        }
+    }
+}
+
+impl Expr {
+    /// What the expression evaluates to, assuming it type-checks (every AST from
+    /// [`crate::parse`] does): the result type of its outermost operator.
+    pub fn value_type(&self) -> ValueType {
+        let mut expr = self;
+        loop {
+            match &expr.kind {
+                ExprKind::Selector(_) => return ValueType::ProfileSet,
+                ExprKind::Merge { .. } | ExprKind::Diff { .. } => return ValueType::Profile,
+                ExprKind::Aggregate { .. } | ExprKind::TopK { .. } => {
+                    return ValueType::SeriesSet;
+                }
+                ExprKind::Offset { expr: inner, .. }
+                | ExprKind::StackFilter { expr: inner, .. }
+                | ExprKind::Paren(inner) => expr = inner,
+            }
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! The profile query language: text in, a checked syntax tree with spans out.
+//!
+//! The language is PromQL's shape applied to profiles (see `querylang.md` of the design
+//! documents): a selector such as
+//! `process_cpu:samples:count:cpu:nanoseconds:delta{job="api"}[1h]` picks a **profile set**;
+//! `merge` and `diff` make a **profile**; `sum`/`avg`/`min`/`max`/`count` and `topk` make a
+//! **series set** of totals. `offset` shifts a window back and stack filters (`|=`, `!=`, `|~`,
+//! `!~`) keep or drop samples by the functions on their stacks.
+//!
+//! [`parse`] returns an [`Expr`] that has passed the type and semantic checks, or the first
+//! [`ParseError`]; [`parse_lenient`] returns what it could make of a half-typed query and all the
+//! errors, for an editor's autocomplete. `Display` on an [`Expr`] prints canonical query text.
+//!
+//! Pieces: `grammar.pest` (the syntax), `parser.rs` (pest's result and errors turned into our
+//! AST and words), `fast.rs` (a scan that builds plain selectors without pest), `literal.rs`
+//! (strings, durations), `check.rs` (types, regexes), `print.rs`, `lenient.rs` (the pre-scan and
+//! the repairs of the lenient parse).
+//!
+//! # Design constraints
+//!
+//! - Text in, AST out: no I/O, no storage types. Evaluation, where the AST meets the tsdb, lives
+//!   outside this crate and relies on the checks here: an AST from [`parse`] type-checks.
+//! - pest stays inside: no pest type appears in the public API, and no grammar rule name
+//!   appears in a message. Errors say what was expected in words, with line, column and a caret.
+//! - Hostile queries cost linear time and bounded stack: nesting is limited to 128 levels before
+//!   the grammar runs, and regexes are checked with the `regex` crate (linear-time matching).
+//! - Profile type names are Parca's, `name:sample_type:sample_unit:period_type:period_unit`
+//!   with an optional sixth part `delta`. A bare name such as `process_cpu` is an error that
+//!   shows the form: one name has several sample types, and guessing one would show wrong
+//!   numbers. Whether a well-formed name exists is for evaluation to say.
+//! - Regexes (in `=~`, `!~`, `|~`, `!~`) are anchored at both ends, `^(?:…)$`, as in PromQL.
+//!   They are only validated here; the AST keeps the pattern text and the evaluator compiles it.
+//! - Parsing is fast enough for a UI's every keystroke and an API's every request: over a
+//!   million typical selectors a second on one core (`benches/parse.rs`). pest alone takes about
+//!   4 µs for a typical selector, so plain selectors take a fast path (`fast.rs`) that must give
+//!   the grammar's AST exactly; anything else, and every error, goes through the grammar.
+//!
+//! # Example
+//!
+//! ```
+//! use parca_querylang::{ExprKind, ValueType, parse};
+//!
+//! let q = r#"sum by (instance) (process_cpu:samples:count:cpu:nanoseconds:delta{job="api"})"#;
+//! let expr = parse(q).unwrap();
+//! assert_eq!(expr.value_type(), ValueType::SeriesSet);
+//! let ExprKind::Aggregate { grouping, .. } = &expr.kind else { panic!() };
+//! assert_eq!(grouping.as_ref().unwrap().labels, ["instance"]);
+//! assert_eq!(expr.to_string(), q);
+//!
+//! let q = "diff(sum(memory:inuse_space:bytes:space:bytes), memory:inuse_space:bytes:space:bytes)";
+//! let err = parse(q).unwrap_err();
+//! assert_eq!(err.to_string(), "line 1, column 6: `diff` takes profiles, got a series set");
+//! // Then the query line, and a caret line under `sum(…)`.
+//! assert!(err.render(q).ends_with(&format!("\n  |      {}", "^".repeat(41))));
+//! ```
+
+// pest is built without its `std` feature, which would probe the native stack on every rule call
+// (a tenth of the parse time); our own depth limit bounds the recursion instead. Its generated
+// parser then names `alloc` from the crate root.
+extern crate alloc;
+
+mod ast;
+mod check;
+mod error;
+mod fast;
+mod lenient;
+mod literal;
+mod parser;
+mod print;
+
+pub use ast::{
+    AggregateOp, Expr, ExprKind, Grouping, LabelMatcher, MatchOp, ProfileTypeName, Selector,
+    StackFilter, StackFilterOp, ValueType,
+};
+pub use error::{Expected, ParseError, Span};
+
+/// Parses and checks a query: the AST, or the first error (by position in the query).
+///
+/// Syntax errors, malformed literals (escapes, durations, profile type names), type errors
+/// (`diff` of a series set, `sum` of a profile) and semantic errors (a regex that does not
+/// compile, a zero range, a selector that selects everything) are all errors.
+pub fn parse(query: &str) -> Result<Expr, ParseError> {
+    if let Some(expr) = fast::plain_selector(query) {
+        let mut errors = Vec::new();
+        check::check(query, &expr, &mut errors);
+        return match errors.into_iter().min_by_key(|e| e.span.start) {
+            Some(e) => Err(e),
+            None => Ok(expr),
+        };
+    }
+    let scan = lenient::scan(query);
+    if let Some(at) = scan.too_deep_at {
+        let message = format!("the query nests deeper than {} levels", parser::MAX_DEPTH);
+        return Err(ParseError::new(query, Span::new(at, at + 1), message));
+    }
+    let built = parser::build(query).map_err(|e| match scan.open_string {
+        Some((quote, start)) if start <= e.span.start => {
+            lenient::open_string_error(query, quote, start)
+        }
+        _ => e,
+    })?;
+    let mut errors = built.errors;
+    check::check(query, &built.expr, &mut errors);
+    match errors.into_iter().min_by_key(|e| e.span.start) {
+        Some(e) => Err(e),
+        None => Ok(built.expr),
+    }
+}
+
+/// What [`parse_lenient`] made of a query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LenientParse {
+    /// The AST, when there is one: the whole query's if its syntax is right (even with type
+    /// errors), else the AST of a repaired version (cut back and closed), whose spans stay
+    /// within the query. `None` when no repair parsed.
+    pub expr: Option<Expr>,
+    /// Every error found, in query order: at most one syntax error (the first), or every
+    /// literal, type and semantic error of a syntactically correct query.
+    pub errors: Vec<ParseError>,
+}
+
+/// Parses as much of a query as it can, for autocomplete while typing.
+///
+/// A syntax error stops pest at its first problem; the lenient parse then tries the query with
+/// an unclosed string and brackets closed, then cut back token by token from the error and
+/// closed, and returns the first version that parses (so `sum(foo{job="ap` gives the selector
+/// with `job="ap"`). The returned errors are those of the original text only.
+pub fn parse_lenient(query: &str) -> LenientParse {
+    lenient::parse_lenient(query)
+}

@@ -1,0 +1,471 @@
+//! From text to [`Expr`]: the pest grammar (`grammar.pest`), its errors turned into words, and the
+//! walk from pest's pairs to our AST. Pest types stay in this file.
+
+use std::time::Duration;
+
+use pest::Parser as _;
+use pest::error::{ErrorVariant, InputLocation};
+use pest::iterators::Pair;
+
+use crate::ast::{
+    AggregateOp, Expr, ExprKind, Grouping, LabelMatcher, MatchOp, ProfileTypeName, Selector,
+    StackFilter, StackFilterOp,
+};
+use crate::error::{Expected, ParseError, Span};
+use crate::literal;
+
+#[derive(pest_derive::Parser)]
+#[grammar = "grammar.pest"]
+struct Grammar;
+
+/// How deep brackets and postfix operators may nest. The AST's consumers recurse over it (checks,
+/// printing, evaluation, even `Drop`), so a hostile query must not nest without bound; real
+/// queries nest a handful of levels.
+pub(crate) const MAX_DEPTH: usize = 128;
+
+/// The result of the syntax step: the tree (if the grammar matched) and the errors found in
+/// literals while building it.
+pub(crate) struct Built {
+    pub(crate) expr: Expr,
+    pub(crate) errors: Vec<ParseError>,
+}
+
+/// Parses `query` with the grammar and builds the AST. A grammar failure is one error (pest stops
+/// at the first); literal errors (bad escapes, durations, profile type names) are collected, and
+/// the tree is still built with a stand-in value.
+pub(crate) fn build(query: &str) -> Result<Built, ParseError> {
+    let mut pairs = Grammar::parse(Rule::query, query).map_err(|e| syntax_error(query, &e))?;
+    let expr = pairs.next().expect("grammar: a query is one expr");
+    let mut builder = Builder {
+        query,
+        errors: Vec::new(),
+    };
+    let expr = builder.expr(expr, 0)?;
+    Ok(Built {
+        expr,
+        errors: builder.errors,
+    })
+}
+
+/// Turns pest's report (the furthest position and the rules it tried there) into words.
+fn syntax_error(query: &str, error: &pest::error::Error<Rule>) -> ParseError {
+    let pos = match error.location {
+        InputLocation::Pos(p) | InputLocation::Span((p, _)) => p,
+    };
+    let positives = match &error.variant {
+        ErrorVariant::ParsingError { positives, .. } => positives.as_slice(),
+        // Pest's own limits (its stack guard); the depth pre-check should catch nesting first.
+        ErrorVariant::CustomError { .. } => {
+            return ParseError::new(query, Span::new(pos, pos), "the query nests too deeply");
+        }
+    };
+    let mut expected: Vec<Expected> = positives.iter().filter_map(|r| expected_for(*r)).collect();
+    expected.sort();
+    expected.dedup();
+    let found = found_at(query, pos);
+    let message = if expected.is_empty() {
+        format!("unexpected {found}")
+    } else {
+        format!("expected {}, found {found}", join_words(&expected))
+    };
+    let span_end = pos + found_len(query, pos);
+    let mut e = ParseError::new(query, Span::new(pos, span_end), message);
+    e.expected = expected;
+    e
+}
+
+/// What a grammar rule means to a person, where pest reports it as expected.
+fn expected_for(rule: Rule) -> Option<Expected> {
+    Some(match rule {
+        Rule::expr
+        | Rule::merge
+        | Rule::diff
+        | Rule::aggregate
+        | Rule::topk
+        | Rule::paren
+        | Rule::selector
+        | Rule::profile_type
+        | Rule::kw_merge
+        | Rule::kw_diff
+        | Rule::kw_topk
+        | Rule::aggregate_op => Expected::Expression,
+        Rule::grouping | Rule::kw_by | Rule::kw_without => Expected::Grouping,
+        Rule::matchers | Rule::lbrace => Expected::Symbol('{'),
+        Rule::matcher | Rule::matcher_name => Expected::LabelMatcher,
+        Rule::label_name => Expected::LabelName,
+        Rule::match_op => Expected::MatchOp,
+        Rule::string => Expected::String,
+        Rule::number => Expected::Number,
+        Rule::duration => Expected::Duration,
+        Rule::range | Rule::lbracket => Expected::Range,
+        Rule::offset | Rule::kw_offset => Expected::Offset,
+        Rule::stack_filter | Rule::stack_op => Expected::StackFilter,
+        Rule::lparen => Expected::Symbol('('),
+        Rule::rparen => Expected::Symbol(')'),
+        Rule::rbrace => Expected::Symbol('}'),
+        Rule::rbracket => Expected::Symbol(']'),
+        Rule::comma => Expected::Symbol(','),
+        Rule::EOI => Expected::EndOfQuery,
+        _ => return None,
+    })
+}
+
+/// "A", "A or B", "A, B or C".
+fn join_words(expected: &[Expected]) -> String {
+    let words: Vec<String> = expected.iter().map(ToString::to_string).collect();
+    match words.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
+/// Bytes of the token at `pos` worth underlining: a word, a string, or one character.
+fn found_len(query: &str, pos: usize) -> usize {
+    let rest = &query[pos..];
+    let Some(c) = rest.chars().next() else {
+        return 0;
+    };
+    if c.is_ascii_alphanumeric() || c == '_' {
+        rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':' || c == '.'))
+            .unwrap_or(rest.len())
+    } else {
+        c.len_utf8()
+    }
+}
+
+/// The token at `pos` in words: "`foo`", "the end of the query".
+fn found_at(query: &str, pos: usize) -> String {
+    let len = found_len(query, pos);
+    if len == 0 {
+        return "the end of the query".to_owned();
+    }
+    let token = &query[pos..pos + len];
+    match token {
+        "\"" | "'" | "`" => "a string".to_owned(),
+        t if t.chars().count() > 30 => format!("`{}…`", t.chars().take(30).collect::<String>()),
+        t => format!("`{t}`"),
+    }
+}
+
+struct Builder<'q> {
+    query: &'q str,
+    errors: Vec<ParseError>,
+}
+
+/// The pair's span without trailing whitespace and comments: pest skips whitespace before an
+/// optional part even when the part is then absent, and that belongs to no node.
+fn span_of(pair: &Pair<'_, Rule>) -> Span {
+    let start = pair.as_span().start();
+    Span::new(start, start + trim_end(pair.as_str()).len())
+}
+
+/// `text` without trailing whitespace and `#` comments.
+pub(crate) fn trim_end(text: &str) -> &str {
+    let mut text = text.trim_end_matches([' ', '\t', '\n', '\r']);
+    while text.contains('#') {
+        // A comment runs to the end of its line: look for a `#` outside strings on the last line.
+        let line_start = text.rfind('\n').map_or(0, |i| i + 1);
+        let Some(hash) = comment_start(&text[line_start..]) else {
+            break;
+        };
+        text = text[..line_start + hash].trim_end_matches([' ', '\t', '\n', '\r']);
+    }
+    text
+}
+
+/// The offset of the first `#` outside strings in one line.
+fn comment_start(line: &str) -> Option<usize> {
+    let mut quote = None;
+    let mut escaped = false;
+    for (i, b) in line.bytes().enumerate() {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if b == b'\\' && q != b'`' {
+                    escaped = true;
+                } else if b == q {
+                    quote = None;
+                }
+            }
+            None if b == b'#' => return Some(i),
+            None if matches!(b, b'"' | b'\'' | b'`') => quote = Some(b),
+            None => {}
+        }
+    }
+    None
+}
+
+impl Builder<'_> {
+    fn error(&mut self, span: Span, message: impl Into<String>) {
+        self.errors.push(ParseError::new(self.query, span, message));
+    }
+
+    /// `depth` counts enclosing expressions and postfix operators (see [`MAX_DEPTH`]).
+    fn expr(&mut self, pair: Pair<'_, Rule>, depth: usize) -> Result<Expr, ParseError> {
+        let mut inner = pair.into_inner();
+        let primary = inner.next().expect("grammar: expr starts with a primary");
+        let mut depth = depth + 1;
+        let mut expr = self.primary(primary, depth)?;
+        for postfix in inner {
+            depth += 1;
+            let span = expr.span.to(span_of(&postfix));
+            if depth > MAX_DEPTH {
+                return Err(too_deep(self.query, span));
+            }
+            let kind = match postfix.as_rule() {
+                Rule::offset => {
+                    let duration = postfix
+                        .into_inner()
+                        .nth(1)
+                        .expect("grammar: offset duration");
+                    let (offset, negative) = self.duration(&duration);
+                    if negative {
+                        self.error(
+                            span_of(&duration),
+                            "a negative offset would look into the future: write a positive duration such as 5m",
+                        );
+                    }
+                    ExprKind::Offset {
+                        expr: Box::new(expr),
+                        offset,
+                    }
+                }
+                Rule::stack_filter => {
+                    let filter = self.stack_filter(postfix);
+                    ExprKind::StackFilter {
+                        expr: Box::new(expr),
+                        filter,
+                    }
+                }
+                r => unreachable!("grammar: postfix {r:?}"),
+            };
+            expr = Expr { kind, span };
+        }
+        Ok(expr)
+    }
+
+    fn primary(&mut self, pair: Pair<'_, Rule>, depth: usize) -> Result<Expr, ParseError> {
+        let span = span_of(&pair);
+        if depth > MAX_DEPTH {
+            return Err(too_deep(self.query, span));
+        }
+        let rule = pair.as_rule();
+        let mut inner = pair.into_inner();
+        let kind = match rule {
+            Rule::selector => ExprKind::Selector(self.selector(inner)),
+            Rule::paren => {
+                let expr = inner
+                    .find(|p| p.as_rule() == Rule::expr)
+                    .expect("grammar: (expr)");
+                ExprKind::Paren(Box::new(self.expr(expr, depth)?))
+            }
+            Rule::merge | Rule::aggregate => {
+                let keyword = inner.next().expect("grammar: keyword first");
+                let mut grouping: Option<Grouping> = None;
+                let mut arg = None;
+                for p in inner {
+                    match p.as_rule() {
+                        Rule::grouping => {
+                            let g_span = span_of(&p);
+                            let g = self.grouping(p);
+                            if grouping.is_some() {
+                                self.error(
+                                    g_span,
+                                    format!("`{}` has two groupings: keep one", keyword.as_str()),
+                                );
+                            } else {
+                                grouping = Some(g);
+                            }
+                        }
+                        Rule::expr => arg = Some(Box::new(self.expr(p, depth)?)),
+                        _ => {}
+                    }
+                }
+                let expr = arg.expect("grammar: one argument");
+                if rule == Rule::merge {
+                    ExprKind::Merge { grouping, expr }
+                } else {
+                    let op = match keyword.as_str() {
+                        "sum" => AggregateOp::Sum,
+                        "avg" => AggregateOp::Avg,
+                        "min" => AggregateOp::Min,
+                        "max" => AggregateOp::Max,
+                        "count" => AggregateOp::Count,
+                        k => unreachable!("grammar: aggregate_op {k}"),
+                    };
+                    ExprKind::Aggregate { op, grouping, expr }
+                }
+            }
+            Rule::diff => {
+                let mut args = inner.filter(|p| p.as_rule() == Rule::expr);
+                let base = args.next().expect("grammar: diff base");
+                let comparison = args.next().expect("grammar: diff comparison");
+                ExprKind::Diff {
+                    base: Box::new(self.expr(base, depth)?),
+                    comparison: Box::new(self.expr(comparison, depth)?),
+                }
+            }
+            Rule::topk => {
+                let number = inner
+                    .find(|p| p.as_rule() == Rule::number)
+                    .expect("grammar: topk k");
+                let k = self.topk_k(&number);
+                let expr = inner
+                    .find(|p| p.as_rule() == Rule::expr)
+                    .expect("grammar: topk expr");
+                ExprKind::TopK {
+                    k,
+                    expr: Box::new(self.expr(expr, depth)?),
+                }
+            }
+            r => unreachable!("grammar: primary {r:?}"),
+        };
+        Ok(Expr { kind, span })
+    }
+
+    fn selector(&mut self, pairs: pest::iterators::Pairs<'_, Rule>) -> Selector {
+        let mut selector = Selector::default();
+        for p in pairs {
+            match p.as_rule() {
+                Rule::profile_type => {
+                    let text = p.as_str();
+                    if let Some(problem) = ProfileTypeName::problem(text) {
+                        self.error(span_of(&p), problem);
+                    }
+                    selector.profile_type = Some(ProfileTypeName::unchecked(text));
+                }
+                Rule::matchers => {
+                    selector.matchers = p
+                        .into_inner()
+                        .filter(|m| m.as_rule() == Rule::matcher)
+                        .map(|m| self.matcher(m))
+                        .collect();
+                }
+                Rule::range => {
+                    let duration = p.into_inner().nth(1).expect("grammar: [duration]");
+                    let (range, negative) = self.duration(&duration);
+                    if negative || range.is_zero() {
+                        self.error(
+                            span_of(&duration),
+                            "a range must be longer than zero, such as [5m]",
+                        );
+                    }
+                    selector.range = Some(range);
+                }
+                r => unreachable!("grammar: selector part {r:?}"),
+            }
+        }
+        selector
+    }
+
+    fn matcher(&mut self, pair: Pair<'_, Rule>) -> LabelMatcher {
+        let span = span_of(&pair);
+        let mut inner = pair.into_inner();
+        let name = inner
+            .next()
+            .expect("grammar: matcher name")
+            .as_str()
+            .to_owned();
+        let op = match inner.next().expect("grammar: match op").as_str() {
+            "=" => MatchOp::Equal,
+            "!=" => MatchOp::NotEqual,
+            "=~" => MatchOp::Re,
+            "!~" => MatchOp::NotRe,
+            op => unreachable!("grammar: match_op {op}"),
+        };
+        let value = self.string(&inner.next().expect("grammar: matcher value"));
+        LabelMatcher {
+            name,
+            op,
+            value,
+            span,
+        }
+    }
+
+    fn stack_filter(&mut self, pair: Pair<'_, Rule>) -> StackFilter {
+        let span = span_of(&pair);
+        let mut inner = pair.into_inner();
+        let op = match inner.next().expect("grammar: stack op").as_str() {
+            "|=" => StackFilterOp::Contains,
+            "!=" => StackFilterOp::NotContains,
+            "|~" => StackFilterOp::Matches,
+            "!~" => StackFilterOp::NotMatches,
+            op => unreachable!("grammar: stack_op {op}"),
+        };
+        let pattern = self.string(&inner.next().expect("grammar: stack filter pattern"));
+        StackFilter { op, pattern, span }
+    }
+
+    fn grouping(&mut self, pair: Pair<'_, Rule>) -> Grouping {
+        let mut grouping = Grouping::default();
+        for p in pair.into_inner() {
+            match p.as_rule() {
+                Rule::kw_without => grouping.without = true,
+                Rule::label_name => {
+                    let label = p.as_str();
+                    if grouping.labels.iter().any(|l| l == label) {
+                        self.error(span_of(&p), format!("label `{label}` is listed twice"));
+                    } else {
+                        grouping.labels.push(label.to_owned());
+                    }
+                }
+                _ => {}
+            }
+        }
+        grouping
+    }
+
+    /// The string's value; an empty string (after an error) when its escapes are bad.
+    fn string(&mut self, pair: &Pair<'_, Rule>) -> String {
+        match literal::unquote(pair.as_str()) {
+            Ok(s) => s,
+            Err(e) => {
+                let start = pair.as_span().start();
+                self.error(Span::new(start + e.start, start + e.end), e.message);
+                String::new()
+            }
+        }
+    }
+
+    /// The duration and whether it was negative; zero (after an error) when it is malformed.
+    fn duration(&mut self, pair: &Pair<'_, Rule>) -> (Duration, bool) {
+        match literal::parse_duration(pair.as_str()) {
+            Ok(d) => d,
+            Err(e) => {
+                let start = pair.as_span().start();
+                self.error(Span::new(start + e.start, start + e.end), e.message);
+                (Duration::ZERO, false)
+            }
+        }
+    }
+
+    fn topk_k(&mut self, pair: &Pair<'_, Rule>) -> u64 {
+        let text = pair.as_str();
+        match text.parse::<u64>() {
+            Ok(0) => {
+                self.error(span_of(pair), "`topk` needs k of at least 1");
+                1
+            }
+            Ok(k) => k,
+            Err(_) => {
+                let message = if text.bytes().all(|b| b.is_ascii_digit()) {
+                    format!("`{text}` is too large for `topk`")
+                } else {
+                    format!("`topk` needs a whole number k of at least 1, not `{text}`")
+                };
+                self.error(span_of(pair), message);
+                1
+            }
+        }
+    }
+}
+
+fn too_deep(query: &str, span: Span) -> ParseError {
+    ParseError::new(
+        query,
+        span,
+        format!("the query nests deeper than {MAX_DEPTH} levels"),
+    )
+}

@@ -1,0 +1,83 @@
+//! The crate's integration tests, one binary with a module per area: the design document's
+//! examples, malformed queries and their messages, printing round trips, the lenient parse.
+
+#[path = "querylang/errors.rs"]
+mod errors;
+#[path = "querylang/examples.rs"]
+mod examples;
+#[path = "querylang/lenient.rs"]
+mod lenient;
+#[path = "querylang/round_trip.rs"]
+mod round_trip;
+
+use std::fmt::Write;
+
+use expect_test::Expect;
+use parca_querylang::{Expr, ExprKind, parse};
+
+/// Parses `query` and compares the tree (with spans) and canonical text, or the rendered error.
+fn check(query: &str, expect: Expect) {
+    let actual = match parse(query) {
+        Ok(expr) => {
+            let mut out = String::new();
+            tree(&mut out, query, &expr, 0);
+            format!("{:?}: {expr}\n{out}", expr.value_type())
+        }
+        Err(e) => e.render(query),
+    };
+    expect.assert_eq(&actual);
+}
+
+/// One line per node: its kind, its fields, and the query text it spans.
+fn tree(out: &mut String, query: &str, expr: &Expr, depth: usize) {
+    let indent = "  ".repeat(depth);
+    let text = &query[expr.span.start..expr.span.end];
+    let text: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let text = if text.chars().count() > 40 {
+        format!("{}…", text.chars().take(39).collect::<String>())
+    } else {
+        text
+    };
+    let head = match &expr.kind {
+        ExprKind::Selector(s) => {
+            let mut head = String::from("selector");
+            if let Some(t) = &s.profile_type {
+                write!(head, " {t}").unwrap();
+            }
+            for m in &s.matchers {
+                write!(head, " {}{}{:?}", m.name, m.op.as_str(), m.value).unwrap();
+                assert_eq!(
+                    &query[m.span.start..m.span.end].chars().next(),
+                    &m.name.chars().next()
+                );
+            }
+            if let Some(r) = s.range {
+                write!(head, " range={r:?}").unwrap();
+            }
+            head
+        }
+        ExprKind::Offset { offset, .. } => format!("offset {offset:?}"),
+        ExprKind::StackFilter { filter, .. } => {
+            format!("stack_filter {:?} {:?}", filter.op, filter.pattern)
+        }
+        ExprKind::Merge { grouping, .. } => format!("merge {grouping:?}"),
+        ExprKind::Diff { .. } => "diff".to_owned(),
+        ExprKind::Aggregate { op, grouping, .. } => format!("{op:?} {grouping:?}"),
+        ExprKind::TopK { k, .. } => format!("topk {k}"),
+        ExprKind::Paren(_) => "paren".to_owned(),
+    };
+    writeln!(out, "{indent}{head}  ⟨{text}⟩").unwrap();
+    match &expr.kind {
+        ExprKind::Selector(_) => {}
+        ExprKind::Offset { expr, .. }
+        | ExprKind::StackFilter { expr, .. }
+        | ExprKind::Merge { expr, .. }
+        | ExprKind::Aggregate { expr, .. }
+        | ExprKind::TopK { expr, .. }
+        | ExprKind::Paren(expr) => tree(out, query, expr, depth + 1),
+        ExprKind::Diff { base, comparison } => {
+            tree(out, query, base, depth + 1);
+            tree(out, query, comparison, depth + 1);
+        }
+    }
+}

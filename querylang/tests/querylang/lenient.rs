@@ -1,0 +1,1 @@
+//! The lenient parse: partial trees for autocomplete.

@@ -1,0 +1,1 @@
+//! Printing gives canonical text that parses back to the same tree.
