@@ -305,6 +305,30 @@ pub struct SeriesProfiles {
     pub profiles: Vec<(i64, Profile)>,
 }
 
+/// The totals of one series' profiles over a query's time range.
+#[derive(Debug, Clone)]
+pub struct SeriesTotals {
+    /// The series.
+    pub labels: Labels,
+    /// Its sample type and period type (time and duration are per point).
+    pub meta: Meta,
+    /// One point per profile, time-ordered.
+    pub points: Vec<TotalPoint>,
+}
+
+/// The total of one stored profile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TotalPoint {
+    /// When the profile was taken.
+    pub timestamp_ms: i64,
+    /// The sum of its values.
+    pub total: i64,
+    /// Its sampling period, in the period type's unit.
+    pub period: i64,
+    /// The window it covers (0 for a snapshot).
+    pub duration_nanos: i64,
+}
+
 /// A profile read out of the head before the query's tables are frozen: time, meta, samples.
 type ExtractedProfile = (i64, Meta, Samples);
 
@@ -376,6 +400,56 @@ impl Querier<'_> {
                         )
                     })
                     .collect(),
+            })
+            .collect()
+    }
+
+    /// The labels of the series that match all `matchers` and have profiles in range, without
+    /// reading any profile. Cheap: use it to check limits before [`Querier::select`].
+    pub fn series(&self, matchers: &[Matcher]) -> Vec<Labels> {
+        self.series_in_range(matchers)
+            .into_iter()
+            .map(|s| self.head.series[s as usize].labels.clone())
+            .collect()
+    }
+
+    /// Number of (stack, value) pairs the matching profiles in range hold: what a
+    /// [`Querier::select`] would read.
+    pub fn n_samples(&self, matchers: &[Matcher]) -> usize {
+        self.series_in_range(matchers)
+            .into_iter()
+            .flat_map(|s| &self.head.series[s as usize].profiles)
+            .filter(|p| (self.min_ms..=self.max_ms).contains(&p.timestamp_ms))
+            .map(|p| p.samples.len())
+            .sum()
+    }
+
+    /// The total (sum of values) of every matching profile in range, per series, without
+    /// copying samples: what a metrics graph needs.
+    pub fn totals(&self, matchers: &[Matcher]) -> Vec<SeriesTotals> {
+        self.series_in_range(matchers)
+            .into_iter()
+            .map(|series| {
+                let s = &self.head.series[series as usize];
+                SeriesTotals {
+                    labels: s.labels.clone(),
+                    meta: s.meta.clone(),
+                    points: s
+                        .profiles
+                        .iter()
+                        .filter(|p| (self.min_ms..=self.max_ms).contains(&p.timestamp_ms))
+                        .map(|p| TotalPoint {
+                            timestamp_ms: p.timestamp_ms,
+                            total: p
+                                .samples
+                                .values
+                                .iter()
+                                .fold(0i64, |a, &v| a.wrapping_add(v)),
+                            period: p.period,
+                            duration_nanos: p.duration_nanos,
+                        })
+                        .collect(),
+                }
             })
             .collect()
     }

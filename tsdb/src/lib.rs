@@ -46,7 +46,7 @@ pub mod postings;
 mod record;
 pub mod wal;
 
-pub use db::{Appender, Db, Options, Querier, SeriesProfiles, Stats};
+pub use db::{Appender, Db, Options, Querier, SeriesProfiles, SeriesTotals, Stats, TotalPoint};
 pub use error::Error;
 pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL, valid_label_name};
 pub use postings::MemPostings;

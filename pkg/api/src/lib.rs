@@ -28,6 +28,7 @@ mod ingest;
 mod metrics;
 mod ops;
 mod params;
+mod query;
 mod response;
 mod router;
 mod selfprof;
@@ -59,6 +60,8 @@ pub struct Options {
     pub decode: parca_pprof::DecodeOptions,
     /// Version and revision for `/api/v1/status/buildinfo`.
     pub build: BuildInfo,
+    /// What one query may cost.
+    pub limits: parca_query::Limits,
 }
 
 impl Default for Options {
@@ -67,6 +70,7 @@ impl Default for Options {
             max_body_bytes: 64 << 20,
             decode: parca_pprof::DecodeOptions::default(),
             build: BuildInfo::default(),
+            limits: parca_query::Limits::default(),
         }
     }
 }
@@ -75,6 +79,7 @@ impl Default for Options {
 pub struct Api {
     options: Options,
     store: OnceLock<Arc<Db>>,
+    engine: OnceLock<parca_query::Engine>,
     control: Arc<dyn Control>,
     registry: Registry,
     metrics: ApiMetrics,
@@ -87,6 +92,7 @@ impl Api {
         Api {
             options,
             store: OnceLock::new(),
+            engine: OnceLock::new(),
             control,
             registry,
             metrics,
@@ -97,6 +103,10 @@ impl Api {
     /// first call has an effect.
     pub fn set_store(&self, db: Arc<Db>) {
         if self.store.set(Arc::clone(&db)).is_ok() {
+            let _ = self.engine.set(parca_query::Engine::new(
+                Arc::clone(&db),
+                self.options.limits,
+            ));
             self.metrics.watch_store(db);
         }
     }
@@ -106,6 +116,12 @@ impl Api {
         self.store.get().cloned().ok_or_else(|| {
             ApiError::unavailable("the store is still replaying its write-ahead log; retry shortly")
         })
+    }
+
+    /// The query engine, or 503 while the store opens.
+    fn engine(&self) -> Result<parca_query::Engine, ApiError> {
+        self.store()?;
+        Ok(self.engine.get().expect("set with the store").clone())
     }
 
     /// Answers one request.

@@ -24,6 +24,7 @@ pub struct ApiMetrics {
     ingested_profiles: Family<Vec<(&'static str, &'static str)>, Counter>,
     ingested_samples: Family<Vec<(&'static str, &'static str)>, Counter>,
     refused_profiles: Family<Vec<(&'static str, &'static str)>, Counter>,
+    query_seconds: Family<Vec<(&'static str, &'static str)>, Histogram>,
     store: Arc<OnceLock<Arc<Db>>>,
 }
 
@@ -44,6 +45,9 @@ impl ApiMetrics {
             ingested_profiles: Family::default(),
             ingested_samples: Family::default(),
             refused_profiles: Family::default(),
+            query_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 4.0, 9))
+            }),
             store: Arc::new(OnceLock::new()),
         };
         registry.register(
@@ -71,6 +75,11 @@ impl ApiMetrics {
             "Pushed profiles the store refused (out of order, too large, bad labels), by protocol",
             metrics.refused_profiles.clone(),
         );
+        registry.register(
+            "parca_query_duration_seconds",
+            "Time to evaluate queries, by endpoint",
+            metrics.query_seconds.clone(),
+        );
         registry.register_collector(Box::new(StoreCollector {
             store: Arc::clone(&metrics.store),
         }));
@@ -90,6 +99,12 @@ impl ApiMetrics {
             .inc();
         self.request_seconds
             .get_or_create(&vec![("handler", handler)])
+            .observe(took.as_secs_f64());
+    }
+
+    pub(crate) fn observe_query(&self, endpoint: &'static str, took: Duration) {
+        self.query_seconds
+            .get_or_create(&vec![("endpoint", endpoint)])
             .observe(took.as_secs_f64());
     }
 

@@ -8,8 +8,9 @@ use hyper::body::Incoming;
 use hyper::header::CONTENT_TYPE;
 use hyper::{Method, Request, Response};
 
+use crate::query::Metadata;
 use crate::response::{ApiError, Body, ErrorType};
-use crate::{Api, Params, ingest, ops, selfprof};
+use crate::{Api, Params, ingest, ops, query, selfprof};
 
 /// A request taken apart: what handlers need, with the body read (within the size limit).
 pub(crate) struct Call {
@@ -97,6 +98,11 @@ fn handler_name(path: &str) -> &'static str {
 
 /// Paths and the methods they take (for 405 answers and metric names).
 const ROUTES: &[(&str, &[Method])] = &[
+    ("/api/v1/query", &[Method::GET, Method::POST]),
+    ("/api/v1/query_range", &[Method::GET, Method::POST]),
+    ("/api/v1/profile_types", &[Method::GET]),
+    ("/api/v1/labels", &[Method::GET, Method::POST]),
+    ("/api/v1/series", &[Method::GET, Method::POST]),
     ("/api/v1/write", &[Method::POST]),
     ("/ingest", &[Method::POST]),
     ("/push.v1.PusherService/Push", &[Method::POST]),
@@ -128,7 +134,20 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
             ),
         });
     }
+    if let Some(name) = call
+        .path
+        .strip_prefix("/api/v1/label/")
+        .and_then(|rest| rest.strip_suffix("/values"))
+    {
+        let name = name.to_owned();
+        return query::metadata(api, call, Metadata::Values(name)).await;
+    }
     match call.path.as_str() {
+        "/api/v1/query" => query::instant(api, call).await,
+        "/api/v1/query_range" => query::range(api, call).await,
+        "/api/v1/profile_types" => query::profile_types(api, call).await,
+        "/api/v1/labels" => query::metadata(api, call, Metadata::Names).await,
+        "/api/v1/series" => query::metadata(api, call, Metadata::Series).await,
         "/api/v1/write" => ingest::write(api, call).await,
         "/ingest" => ingest::pyroscope_ingest(api, call).await,
         "/push.v1.PusherService/Push" => Ok(ingest::pyroscope_push(api, call).await),

@@ -1,0 +1,365 @@
+//! Query endpoints: profiles (`/api/v1/query`), series of totals (`/api/v1/query_range`), and
+//! metadata (profile types, label names and values, series).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+
+use hyper::Response;
+use parca_profile::{FlameGraph, TopTable};
+use parca_query::{Engine, InstantQuery, ProfileGroup, RangeQuery};
+use parca_querylang::{Expr, ExprKind};
+use parca_tsdb::{Labels, Matcher};
+use serde::Serialize;
+
+use crate::Api;
+use crate::ingest::now_ms;
+use crate::response::{ApiError, Body, success, with_type};
+use crate::router::Call;
+
+/// Parses a query; a syntax error answers 400 with the caret picture.
+fn parse(query: &str) -> Result<Expr, ApiError> {
+    parca_querylang::parse(query).map_err(|e| ApiError::bad_data(e.render(query)))
+}
+
+fn query_error(e: parca_query::Error) -> ApiError {
+    match e {
+        parca_query::Error::Matcher(_) => ApiError::bad_data(e.to_string()),
+        _ => ApiError::execution(e.to_string()),
+    }
+}
+
+/// Runs `f` with the engine on the blocking pool.
+async fn with_engine<T: Send + 'static>(
+    api: &Arc<Api>,
+    f: impl FnOnce(&Engine) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let engine = api.engine()?;
+    tokio::task::spawn_blocking(move || f(&engine))
+        .await
+        .map_err(|e| ApiError::internal(format!("query task failed: {e}")))?
+}
+
+fn labels_map(labels: &Labels) -> BTreeMap<&str, &str> {
+    labels
+        .iter()
+        .map(|l| (l.name.as_str(), l.value.as_str()))
+        .collect()
+}
+
+/// `GET/POST /api/v1/query`: a profile in the asked format.
+pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
+    let p = &call.params;
+    let text = p.required("query")?.to_owned();
+    let expr = parse(&text)?;
+    let query = match (p.time_ms("start")?, p.time_ms("end")?) {
+        (Some(start), Some(end)) => {
+            if end < start {
+                return Err(ApiError::bad_data("`end` is before `start`"));
+            }
+            InstantQuery::over(start, end)
+        }
+        (None, None) => InstantQuery::at(p.time_ms("time")?.unwrap_or_else(now_ms)),
+        _ => return Err(ApiError::bad_data("give both `start` and `end`, or `time`")),
+    };
+    let format = p.get("format").unwrap_or("json").to_owned();
+    if !["json", "pprof", "top", "folded", "svg"].contains(&format.as_str()) {
+        return Err(ApiError::bad_data(format!(
+            "unknown format `{format}`: use json, pprof, top, folded or svg"
+        )));
+    }
+    let limit = match p.get("limit") {
+        None => None,
+        Some(v) => Some(v.parse::<usize>().map_err(|_| {
+            ApiError::bad_data(format!(
+                "parameter `limit` must be a whole number, got `{v}`"
+            ))
+        })?),
+    };
+    let grouped = matches!(
+        &expr.kind,
+        ExprKind::Merge {
+            grouping: Some(_),
+            ..
+        }
+    );
+    let started = std::time::Instant::now();
+    let result = with_engine(api, move |engine| {
+        let groups = engine.instant(&expr, &query).map_err(query_error)?;
+        if groups.is_empty() {
+            return Err(ApiError::execution(
+                "no profiles match the query in this time range: widen the range, or check the selector against /api/v1/series",
+            ));
+        }
+        if groups.len() > 1 && format != "json" {
+            return Err(ApiError::bad_data(format!(
+                "the query gives {} profiles (one per group of `merge by`); the `{format}` format holds one: drop `by`, or select one group with a matcher",
+                groups.len()
+            )));
+        }
+        render(&groups, grouped, &format, limit)
+    })
+    .await;
+    api.metrics.observe_query("query", started.elapsed());
+    result
+}
+
+fn render(
+    groups: &[ProfileGroup],
+    grouped: bool,
+    format: &str,
+    limit: Option<usize>,
+) -> Result<Response<Body>, ApiError> {
+    let profile = &groups[0].profile;
+    let io = |e: std::io::Error| ApiError::internal(format!("cannot render the profile: {e}"));
+    Ok(match format {
+        "pprof" => with_type(
+            parca_pprof::encode(&parca_profile::to_pprof(profile), true),
+            "application/vnd.google.protobuf+gzip",
+        ),
+        "top" => {
+            let mut table = TopTable::build(profile);
+            if let Some(limit) = limit {
+                table.rows.truncate(limit);
+            }
+            success(&table)
+        }
+        "folded" => {
+            let mut out = Vec::new();
+            FlameGraph::build(profile)
+                .write_folded(&mut out)
+                .map_err(io)?;
+            with_type(out, "text/plain; charset=utf-8")
+        }
+        "svg" => {
+            let mut folded = Vec::new();
+            FlameGraph::build(profile)
+                .write_folded(&mut folded)
+                .map_err(io)?;
+            let folded = String::from_utf8_lossy(&folded);
+            let mut options = inferno::flamegraph::Options::default();
+            options.count_name = profile.meta.sample_type.unit.clone();
+            options.title = format!(
+                "{} ({})",
+                profile.meta.sample_type.kind, profile.meta.sample_type.unit
+            );
+            let mut svg = Vec::new();
+            inferno::flamegraph::from_lines(&mut options, folded.lines(), &mut svg)
+                .map_err(|e| ApiError::internal(format!("cannot draw the flame graph: {e}")))?;
+            with_type(svg, "image/svg+xml")
+        }
+        _ => {
+            let mut out = Vec::with_capacity(1 << 16);
+            out.extend_from_slice(br#"{"status":"success","data":"#);
+            if grouped {
+                out.extend_from_slice(br#"{"groups":["#);
+                for (i, g) in groups.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(br#"{"labels":"#);
+                    serde_json::to_writer(&mut out, &labels_map(&g.labels))
+                        .map_err(|e| ApiError::internal(e.to_string()))?;
+                    write!(out, r#","profiles":{},"flamegraph":"#, g.n_profiles).map_err(io)?;
+                    FlameGraph::build(&g.profile)
+                        .write_json(&mut out)
+                        .map_err(io)?;
+                    out.push(b'}');
+                }
+                out.extend_from_slice(b"]}");
+            } else {
+                FlameGraph::build(profile)
+                    .write_json(&mut out)
+                    .map_err(io)?;
+            }
+            out.push(b'}');
+            with_type(out, "application/json")
+        }
+    })
+}
+
+/// `GET/POST /api/v1/query_range`: Prometheus' matrix of totals per step.
+pub(crate) async fn range(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
+    let p = &call.params;
+    let text = p.required("query")?.to_owned();
+    let expr = parse(&text)?;
+    let start = p
+        .time_ms("start")?
+        .ok_or_else(|| ApiError::bad_data("parameter `start` is required"))?;
+    let end = p
+        .time_ms("end")?
+        .ok_or_else(|| ApiError::bad_data("parameter `end` is required"))?;
+    let step = p
+        .duration_ms("step")?
+        .ok_or_else(|| ApiError::bad_data("parameter `step` is required"))?;
+    if step <= 0 {
+        return Err(ApiError::bad_data(
+            "zero or negative query resolution step widths are not accepted. Try a positive integer",
+        ));
+    }
+    if end < start {
+        return Err(ApiError::bad_data(
+            "end timestamp must not be before start time",
+        ));
+    }
+    let query = RangeQuery {
+        start_ms: start,
+        end_ms: end,
+        step_ms: step,
+    };
+    let started = std::time::Instant::now();
+    let series = with_engine(api, move |engine| {
+        engine.range(&expr, &query).map_err(query_error)
+    })
+    .await;
+    api.metrics.observe_query("query_range", started.elapsed());
+    let series = series?;
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Series<'a> {
+        metric: BTreeMap<&'a str, &'a str>,
+        values: Vec<(f64, String)>,
+        unit: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        period_unit: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        period_values: Option<Vec<(f64, String)>>,
+    }
+    let seconds = |t: i64| t as f64 / 1000.0;
+    let result: Vec<Series> = series
+        .iter()
+        .map(|s| Series {
+            metric: labels_map(&s.labels),
+            values: s
+                .points
+                .iter()
+                .map(|p| (seconds(p.timestamp_ms), p.value.to_string()))
+                .collect(),
+            unit: &s.unit,
+            period_unit: s.period_unit.as_deref(),
+            period_values: s.period_unit.as_ref().map(|_| {
+                s.points
+                    .iter()
+                    .map(|p| {
+                        (
+                            seconds(p.timestamp_ms),
+                            p.period_value.unwrap_or(0.0).to_string(),
+                        )
+                    })
+                    .collect()
+            }),
+        })
+        .collect();
+    Ok(success(&serde_json::json!({
+        "resultType": "matrix",
+        "result": result,
+    })))
+}
+
+/// The optional `[start, end]` of metadata endpoints (everything when absent).
+fn metadata_window(call: &Call) -> Result<(i64, i64), ApiError> {
+    Ok((
+        call.params.time_ms("start")?.unwrap_or(i64::MIN),
+        call.params.time_ms("end")?.unwrap_or(i64::MAX),
+    ))
+}
+
+/// The matchers of each `match[]` selector.
+fn match_selectors(call: &Call) -> Result<Vec<Vec<Matcher>>, ApiError> {
+    call.params
+        .all("match[]")
+        .iter()
+        .map(|text| {
+            let expr = parse(text)?;
+            match expr.kind {
+                ExprKind::Selector(selector) if selector.range.is_none() => {
+                    parca_query::selector_matchers(&selector).map_err(query_error)
+                }
+                _ => Err(ApiError::bad_data(format!(
+                    "`match[]` takes a series selector such as memory:inuse_space:bytes:space:bytes{{job=\"api\"}}, got `{text}`"
+                ))),
+            }
+        })
+        .collect()
+}
+
+/// `GET /api/v1/profile_types`.
+pub(crate) async fn profile_types(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
+    let (start, end) = metadata_window(&call)?;
+    let db = api.store()?;
+    let types = tokio::task::spawn_blocking(move || parca_query::profile_types(&db, start, end))
+        .await
+        .map_err(|e| ApiError::internal(format!("metadata task failed: {e}")))?;
+    let types: Vec<_> = types
+        .iter()
+        .map(|t| {
+            serde_json::json!({
+                "name": t.name,
+                "sample_type": t.sample_type,
+                "sample_unit": t.sample_unit,
+                "period_type": t.period_type,
+                "period_unit": t.period_unit,
+                "delta": t.delta,
+            })
+        })
+        .collect();
+    Ok(success(&types))
+}
+
+/// Label names, label values or series over the union of the `match[]` selectors.
+pub(crate) enum Metadata {
+    /// `/api/v1/labels`.
+    Names,
+    /// `/api/v1/label/<name>/values`.
+    Values(String),
+    /// `/api/v1/series`.
+    Series,
+}
+
+pub(crate) async fn metadata(
+    api: &Arc<Api>,
+    call: Call,
+    what: Metadata,
+) -> Result<Response<Body>, ApiError> {
+    let (start, end) = metadata_window(&call)?;
+    let mut selectors = match_selectors(&call)?;
+    if let Metadata::Series = what
+        && selectors.is_empty()
+    {
+        return Err(ApiError::bad_data(
+            "no `match[]` parameter: give at least one series selector",
+        ));
+    }
+    if selectors.is_empty() {
+        selectors.push(Vec::new());
+    }
+    let db = api.store()?;
+    let answer = tokio::task::spawn_blocking(move || {
+        let querier = db.querier(start, end);
+        match what {
+            Metadata::Names | Metadata::Values(_) => {
+                let mut out = std::collections::BTreeSet::new();
+                for matchers in &selectors {
+                    out.extend(match &what {
+                        Metadata::Values(name) => querier.label_values(name, matchers),
+                        _ => querier.label_names(matchers),
+                    });
+                }
+                serde_json::to_value(out)
+            }
+            Metadata::Series => {
+                let mut out = std::collections::BTreeSet::new();
+                for matchers in &selectors {
+                    out.extend(querier.series(matchers));
+                }
+                let out: Vec<_> = out.iter().map(labels_map).collect();
+                serde_json::to_value(out)
+            }
+        }
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("metadata task failed: {e}")))?
+    .map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(success(&answer))
+}

@@ -1,0 +1,74 @@
+//! The one error type of evaluation.
+
+/// Why a query could not be evaluated. Each message says how to change the query.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The query touches more series than allowed.
+    #[error(
+        "the query selects {n_series} series, more than the limit of {limit}: narrow the selector with more matchers, such as job=\"…\" or instance=\"…\""
+    )]
+    TooManySeries {
+        /// Series the query would read.
+        n_series: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The query would merge more samples than allowed.
+    #[error(
+        "the query would merge {n_samples} samples, more than the limit of {limit}: shorten the time range or narrow the selector"
+    )]
+    TooManySamples {
+        /// Samples the query would read.
+        n_samples: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The range query would produce too many points.
+    #[error(
+        "the range has {n_steps} steps, more than the limit of {limit}: use a larger step or a shorter range"
+    )]
+    TooManySteps {
+        /// Steps asked for.
+        n_steps: i64,
+        /// The limit.
+        limit: i64,
+    },
+    /// The selector names a profile type that the store does not have.
+    #[error("unknown profile type `{name}`{}", suggest(.nearest))]
+    UnknownProfileType {
+        /// The type asked for.
+        name: String,
+        /// Known types that look like it, nearest first.
+        nearest: Vec<String>,
+    },
+    /// The query's result has the wrong kind for the endpoint.
+    #[error("{0}")]
+    WrongKind(String),
+    /// Profiles of different types met in a merge or diff.
+    #[error("{what}: {source}")]
+    Profile {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: parca_profile::Error,
+    },
+    /// A label matcher or filter was refused by the store or the profile model.
+    #[error("invalid matcher: {0}")]
+    Matcher(#[source] parca_tsdb::Error),
+}
+
+fn suggest(nearest: &[String]) -> String {
+    match nearest {
+        [] => "; the store has no profiles of that name yet (see /api/v1/profile_types)".into(),
+        names => format!(
+            "; did you mean {}?",
+            names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(" or ")
+        ),
+    }
+}

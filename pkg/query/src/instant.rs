@@ -1,0 +1,280 @@
+//! Instant evaluation: a query to profiles, for the flame graph, `merge` and `diff`.
+
+use parca_profile::{Merger, Profile, StackFilter, filter_stacks};
+use parca_querylang::{Expr, ExprKind, Grouping, StackFilterOp};
+use parca_tsdb::{Labels, NAME_LABEL};
+use rustc_hash::FxHashMap;
+
+use crate::{Engine, Error, select};
+
+/// When an instant query is evaluated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstantQuery {
+    /// The evaluation time, milliseconds since the epoch: ranges `[5m]` end here.
+    pub time_ms: i64,
+    /// A window for selectors without a range; without it, such a selector takes the latest
+    /// profile of each series at `time_ms` (within the lookback).
+    pub window: Option<(i64, i64)>,
+}
+
+impl InstantQuery {
+    /// Evaluation at `time_ms`.
+    pub fn at(time_ms: i64) -> InstantQuery {
+        InstantQuery {
+            time_ms,
+            window: None,
+        }
+    }
+
+    /// Evaluation over `[start_ms, end_ms]`.
+    pub fn over(start_ms: i64, end_ms: i64) -> InstantQuery {
+        InstantQuery {
+            time_ms: end_ms,
+            window: Some((start_ms, end_ms)),
+        }
+    }
+
+    fn shifted(self, by_ms: i64) -> InstantQuery {
+        InstantQuery {
+            time_ms: self.time_ms.saturating_sub(by_ms),
+            window: self
+                .window
+                .map(|(a, b)| (a.saturating_sub(by_ms), b.saturating_sub(by_ms))),
+        }
+    }
+}
+
+/// One profile of an instant result, with the labels of its group (empty when not grouped).
+#[derive(Debug, Clone)]
+pub struct ProfileGroup {
+    /// The group's labels: those named in `by`, or all but those in `without`.
+    pub labels: Labels,
+    /// The merged profile.
+    pub profile: Profile,
+    /// How many stored profiles were merged into it.
+    pub n_profiles: usize,
+}
+
+/// A profile set before merging: every profile of every matched series, with the filters
+/// still to apply.
+struct ProfileSet {
+    series: Vec<(Labels, Vec<Profile>)>,
+    filters: Vec<StackFilter>,
+}
+
+enum Value {
+    Set(ProfileSet),
+    Groups(Vec<ProfileGroup>),
+}
+
+impl Engine {
+    /// Evaluates `expr` to profiles: one, or one per group of `merge by`. A profile set is merged
+    /// implicitly. Aggregations (`sum`, `topk`, …) give series, not profiles: use
+    /// [`Engine::range`] for them.
+    pub fn instant(&self, expr: &Expr, query: &InstantQuery) -> Result<Vec<ProfileGroup>, Error> {
+        match self.eval(expr, query)? {
+            Value::Groups(groups) => Ok(groups),
+            set => self.merge_groups(set, None),
+        }
+    }
+
+    fn eval(&self, expr: &Expr, query: &InstantQuery) -> Result<Value, Error> {
+        match &expr.kind {
+            ExprKind::Selector(selector) => {
+                let matchers = select::matchers(selector)?;
+                let (window, latest_only) = match (selector.range, query.window) {
+                    (Some(range), _) => (
+                        (query.time_ms.saturating_sub(range.as_millis() as i64) + 1, query.time_ms),
+                        false,
+                    ),
+                    (None, Some(window)) => (window, false),
+                    (None, None) => (
+                        (query.time_ms.saturating_sub(self.limits.lookback_ms), query.time_ms),
+                        true,
+                    ),
+                };
+                select::series(&self.db, selector, &matchers, window, &self.limits)?;
+                let querier = self.db.querier(window.0, window.1);
+                let n_samples = querier.n_samples(&matchers);
+                if n_samples > self.limits.max_samples {
+                    return Err(Error::TooManySamples {
+                        n_samples,
+                        limit: self.limits.max_samples,
+                    });
+                }
+                let series = querier
+                    .select(&matchers)
+                    .into_iter()
+                    .map(|s| {
+                        let mut profiles: Vec<Profile> =
+                            s.profiles.into_iter().map(|(_, p)| p).collect();
+                        if latest_only && profiles.len() > 1 {
+                            profiles.drain(..profiles.len() - 1);
+                        }
+                        (s.labels, profiles)
+                    })
+                    .collect();
+                Ok(Value::Set(ProfileSet {
+                    series,
+                    filters: Vec::new(),
+                }))
+            }
+            ExprKind::Offset { expr, offset } => {
+                self.eval(expr, &query.shifted(offset.as_millis() as i64))
+            }
+            ExprKind::Paren(inner) => self.eval(inner, query),
+            ExprKind::StackFilter { expr, filter } => {
+                let filter = match filter.op {
+                    StackFilterOp::Contains => StackFilter::contains(&filter.pattern),
+                    StackFilterOp::NotContains => StackFilter::not_contains(&filter.pattern),
+                    StackFilterOp::Matches => StackFilter::matches(&filter.pattern)
+                        .map_err(|source| profile_error("stack filter", source))?,
+                    StackFilterOp::NotMatches => StackFilter::not_matches(&filter.pattern)
+                        .map_err(|source| profile_error("stack filter", source))?,
+                };
+                match self.eval(expr, query)? {
+                    Value::Set(mut set) => {
+                        set.filters.push(filter);
+                        Ok(Value::Set(set))
+                    }
+                    Value::Groups(groups) => Ok(Value::Groups(
+                        groups
+                            .into_iter()
+                            .map(|g| ProfileGroup {
+                                profile: filter_stacks(&g.profile, std::slice::from_ref(&filter)),
+                                ..g
+                            })
+                            .collect(),
+                    )),
+                }
+            }
+            ExprKind::Merge { grouping, expr } => {
+                let value = self.eval(expr, query)?;
+                Ok(Value::Groups(self.merge_groups(value, grouping.as_ref())?))
+            }
+            ExprKind::Diff { base, comparison } => {
+                let base = self.single(self.eval(base, query)?, "the first argument of diff")?;
+                let comparison =
+                    self.single(self.eval(comparison, query)?, "the second argument of diff")?;
+                let profile = parca_profile::diff(&base.profile, &comparison.profile)
+                    .map_err(|source| profile_error("cannot compare the two sides of diff", source))?;
+                Ok(Value::Groups(vec![ProfileGroup {
+                    labels: Labels::default(),
+                    profile,
+                    n_profiles: base.n_profiles + comparison.n_profiles,
+                }]))
+            }
+            ExprKind::Aggregate { op, .. } => Err(Error::WrongKind(format!(
+                "`{}` gives a series set (numbers over time), not a profile: ask /api/v1/query_range for it, or use merge(…) to get a profile",
+                op.as_str()
+            ))),
+            ExprKind::TopK { .. } => Err(Error::WrongKind(
+                "`topk` gives a series set (numbers over time), not a profile: ask /api/v1/query_range for it".into(),
+            )),
+        }
+    }
+
+    /// The one profile of a value, merging a profile set.
+    fn single(&self, value: Value, what: &str) -> Result<ProfileGroup, Error> {
+        let mut groups = match value {
+            Value::Groups(groups) => groups,
+            set => self.merge_groups(set, None)?,
+        };
+        if groups.len() != 1 {
+            return Err(Error::WrongKind(format!(
+                "{what} gives {} profiles (one per group of `merge by`); diff compares one profile with one: drop `by`",
+                groups.len()
+            )));
+        }
+        Ok(groups.pop().expect("one group"))
+    }
+
+    /// Merges a value into groups (`None`: one group of everything).
+    fn merge_groups(
+        &self,
+        value: Value,
+        grouping: Option<&Grouping>,
+    ) -> Result<Vec<ProfileGroup>, Error> {
+        let mut groups: FxHashMap<Labels, (Merger, usize, Vec<String>)> = FxHashMap::default();
+        let mut order: Vec<Labels> = Vec::new();
+        let mut add = |labels: &Labels, profile: &Profile, n: usize| -> Result<(), Error> {
+            let key = group_labels(labels, grouping);
+            let entry = groups.entry(key.clone()).or_insert_with(|| {
+                order.push(key);
+                (Merger::new(), 0, Vec::new())
+            });
+            let name = labels.get(NAME_LABEL).unwrap_or("").to_owned();
+            if !entry.2.contains(&name) {
+                entry.2.push(name);
+            }
+            entry.0.add(profile).map_err(|source| {
+                if entry.2.len() > 1 {
+                    Error::WrongKind(format!(
+                        "the query selects profiles of different types ({}), which cannot be merged: choose one with __name__=\"…\" or a profile type before the braces",
+                        entry.2.join(", ")
+                    ))
+                } else {
+                    profile_error("cannot merge", source)
+                }
+            })?;
+            entry.1 += n;
+            Ok(())
+        };
+        let filters = match value {
+            Value::Set(set) => {
+                for (labels, profiles) in &set.series {
+                    for profile in profiles {
+                        add(labels, profile, 1)?;
+                    }
+                }
+                set.filters
+            }
+            Value::Groups(groups) => {
+                for g in &groups {
+                    add(&g.labels, &g.profile, g.n_profiles)?;
+                }
+                Vec::new()
+            }
+        };
+        let mut out = Vec::with_capacity(order.len());
+        for labels in order {
+            let (merger, n_profiles, _) = groups.remove(&labels).expect("grouped");
+            if let Some(mut profile) = merger.finish() {
+                if !filters.is_empty() {
+                    profile = filter_stacks(&profile, &filters);
+                }
+                out.push(ProfileGroup {
+                    labels,
+                    profile,
+                    n_profiles,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.labels.cmp(&b.labels));
+        Ok(out)
+    }
+}
+
+/// The labels a series contributes to its group.
+pub(crate) fn group_labels(labels: &Labels, grouping: Option<&Grouping>) -> Labels {
+    let Some(grouping) = grouping else {
+        return Labels::default();
+    };
+    let kept = labels.iter().filter(|l| {
+        let named = grouping.labels.contains(&l.name);
+        if grouping.without {
+            !named && l.name != NAME_LABEL
+        } else {
+            named
+        }
+    });
+    Labels::new(kept.map(|l| (l.name.clone(), l.value.clone())))
+        .expect("a subset of valid labels is valid")
+}
+
+fn profile_error(what: &str, source: parca_profile::Error) -> Error {
+    Error::Profile {
+        what: what.into(),
+        source,
+    }
+}

@@ -1,0 +1,99 @@
+//! Evaluation of the profile query language over the store: where querylang's AST meets tsdb.
+//!
+//! Two ways to evaluate, as Prometheus has: [`Engine::instant`] gives profiles (for the
+//! flame graph, `merge`, `diff`), [`Engine::range`] gives series of totals per step (for the
+//! metrics graph, `sum by`, `topk`).
+//!
+//! # Design constraints
+//!
+//! - Synchronous, like the store; callers in async code use a blocking thread.
+//! - Limits are checked before profiles are read: the series a query selects and the samples it
+//!   would merge are counted from the index and the head first, so a query that is too large
+//!   fails fast with a message that says how to narrow it.
+//! - Stack filters commute with merging (they keep or drop whole stacks), so they are applied
+//!   once to a merged profile rather than to every stored profile.
+//! - A metrics graph needs totals only: range evaluation of plain selectors reads per-profile
+//!   totals from the store and never copies samples.
+//!
+//! # Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use parca_query::{Engine, InstantQuery, Limits};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let db = Arc::new(parca_tsdb::Db::open(dir.path(), Default::default()).unwrap());
+//! let engine = Engine::new(db, Limits::default());
+//! let expr = parca_querylang::parse("merge(memory:inuse_space:bytes:space:bytes[1h])").unwrap();
+//! // An empty store knows no profile types.
+//! let err = engine.instant(&expr, &InstantQuery::at(0)).unwrap_err();
+//! assert!(err.to_string().starts_with("unknown profile type"));
+//! ```
+
+mod error;
+mod instant;
+mod range;
+mod select;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+use parca_tsdb::Db;
+
+pub use error::Error;
+pub use instant::{InstantQuery, ProfileGroup};
+pub use range::{Point, RangeQuery, RangeSeries};
+pub use select::{ProfileType, profile_types, selector_matchers};
+
+/// What a query may cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Most series one query may read.
+    pub max_series: usize,
+    /// Most (stack, value) pairs one query may merge.
+    pub max_samples: usize,
+    /// Most steps of a range query.
+    pub max_steps: i64,
+    /// How far back an instant selector without a range looks for the latest profile of each
+    /// series (Prometheus' lookback delta).
+    pub lookback_ms: i64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_series: 10_000,
+            max_samples: 100_000_000,
+            max_steps: 11_000,
+            lookback_ms: 5 * 60 * 1000,
+        }
+    }
+}
+
+/// Evaluates queries over one store.
+#[derive(Clone)]
+pub struct Engine {
+    db: Arc<Db>,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+impl Engine {
+    /// An engine over `db` with `limits`.
+    pub fn new(db: Arc<Db>, limits: Limits) -> Engine {
+        Engine { db, limits }
+    }
+
+    /// The store queried.
+    pub fn db(&self) -> &Arc<Db> {
+        &self.db
+    }
+}

@@ -1,0 +1,327 @@
+//! Range evaluation: a query to series of numbers per step, for the metrics graph.
+
+use parca_profile::Meta;
+use parca_profile::{StackFilter, filter_stacks};
+use parca_querylang::{AggregateOp, Expr, ExprKind, StackFilterOp};
+use parca_tsdb::{Labels, NAME_LABEL, TotalPoint};
+use rustc_hash::FxHashMap;
+
+use crate::instant::group_labels;
+use crate::select::{self, ProfileType};
+use crate::{Engine, Error};
+
+/// The steps of a range query: `start`, `start + step`, … up to `end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RangeQuery {
+    /// First step, milliseconds since the epoch.
+    pub start_ms: i64,
+    /// Last possible step.
+    pub end_ms: i64,
+    /// Distance between steps (positive).
+    pub step_ms: i64,
+}
+
+/// One value of a series at one step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    /// The step.
+    pub timestamp_ms: i64,
+    /// The value in the series' unit.
+    pub value: f64,
+    /// For sample counts of CPU profiles: the value in the period's unit (CPU nanoseconds),
+    /// as Parca shows it.
+    pub period_value: Option<f64>,
+}
+
+/// A series of a range result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RangeSeries {
+    /// Its labels: a stored series' labels, or a group's.
+    pub labels: Labels,
+    /// Values at the steps that have one, in order.
+    pub points: Vec<Point>,
+    /// Unit of `value`, e.g. `nanoseconds`, `bytes`, `count`.
+    pub unit: String,
+    /// Unit of `period_value`, when the points have one.
+    pub period_unit: Option<String>,
+}
+
+impl Engine {
+    /// Evaluates `expr` at every step of `query`. A profile set gives one series per matched
+    /// series: at each step, the sum of the totals of profiles in the step (for `…:delta` types,
+    /// whose profiles each cover a window) or the latest total (for snapshots such as memory in
+    /// use). A range `x[5m]` widens the window each step looks back over. Aggregations combine
+    /// the series per step.
+    pub fn range(&self, expr: &Expr, query: &RangeQuery) -> Result<Vec<RangeSeries>, Error> {
+        if query.step_ms <= 0 {
+            return Err(Error::WrongKind("the step must be positive".into()));
+        }
+        if query.end_ms < query.start_ms {
+            return Err(Error::WrongKind(
+                "the end of the range is before its start".into(),
+            ));
+        }
+        let n_steps = (query.end_ms - query.start_ms) / query.step_ms + 1;
+        if n_steps > self.limits.max_steps {
+            return Err(Error::TooManySteps {
+                n_steps,
+                limit: self.limits.max_steps,
+            });
+        }
+        let mut series = self.eval_range(expr, query, 0, &mut Vec::new())?;
+        series.sort_by(|a, b| a.labels.cmp(&b.labels));
+        Ok(series)
+    }
+
+    fn eval_range(
+        &self,
+        expr: &Expr,
+        query: &RangeQuery,
+        offset_ms: i64,
+        filters: &mut Vec<StackFilter>,
+    ) -> Result<Vec<RangeSeries>, Error> {
+        match &expr.kind {
+            ExprKind::Selector(selector) => {
+                let matchers = select::matchers(selector)?;
+                let range_ms = selector.range.map(|r| r.as_millis() as i64);
+                // Each step looks back over its range, or one step (for windows) or the
+                // lookback (for snapshots).
+                let widest = range_ms
+                    .unwrap_or(0)
+                    .max(query.step_ms)
+                    .max(self.limits.lookback_ms);
+                let window = (
+                    query.start_ms.saturating_sub(offset_ms).saturating_sub(widest),
+                    query.end_ms.saturating_sub(offset_ms),
+                );
+                select::series(&self.db, selector, &matchers, window, &self.limits)?;
+                let querier = self.db.querier(window.0, window.1);
+                let totals: Vec<(Labels, Meta, Vec<TotalPoint>)> = if filters.is_empty() {
+                    querier
+                        .totals(&matchers)
+                        .into_iter()
+                        .map(|s| (s.labels, s.meta, s.points))
+                        .collect()
+                } else {
+                    let n_samples = querier.n_samples(&matchers);
+                    if n_samples > self.limits.max_samples {
+                        return Err(Error::TooManySamples {
+                            n_samples,
+                            limit: self.limits.max_samples,
+                        });
+                    }
+                    querier
+                        .select(&matchers)
+                        .into_iter()
+                        .map(|s| {
+                            let meta = s
+                                .profiles
+                                .first()
+                                .map(|(_, p)| p.meta.clone())
+                                .unwrap_or_default();
+                            let points = s
+                                .profiles
+                                .iter()
+                                .map(|(t, p)| TotalPoint {
+                                    timestamp_ms: *t,
+                                    total: filter_stacks(p, filters).total(),
+                                    period: p.meta.period,
+                                    duration_nanos: p.meta.duration_nanos,
+                                })
+                                .collect();
+                            (s.labels, meta, points)
+                        })
+                        .collect()
+                };
+                Ok(totals
+                    .into_iter()
+                    .map(|(labels, meta, points)| {
+                        step_series(labels, &meta, &points, query, offset_ms, range_ms, self.limits.lookback_ms)
+                    })
+                    .filter(|s| !s.points.is_empty())
+                    .collect())
+            }
+            ExprKind::Offset { expr, offset } => {
+                self.eval_range(expr, query, offset_ms + offset.as_millis() as i64, filters)
+            }
+            ExprKind::Paren(inner) => self.eval_range(inner, query, offset_ms, filters),
+            ExprKind::StackFilter { expr, filter } => {
+                filters.push(match filter.op {
+                    StackFilterOp::Contains => StackFilter::contains(&filter.pattern),
+                    StackFilterOp::NotContains => StackFilter::not_contains(&filter.pattern),
+                    StackFilterOp::Matches => StackFilter::matches(&filter.pattern)
+                        .map_err(|source| Error::Profile { what: "stack filter".into(), source })?,
+                    StackFilterOp::NotMatches => StackFilter::not_matches(&filter.pattern)
+                        .map_err(|source| Error::Profile { what: "stack filter".into(), source })?,
+                });
+                let out = self.eval_range(expr, query, offset_ms, filters);
+                filters.pop();
+                out
+            }
+            ExprKind::Aggregate { op, grouping, expr } => {
+                let inner = self.eval_range(expr, query, offset_ms, filters)?;
+                Ok(aggregate(*op, inner, |labels| group_labels(labels, grouping.as_ref())))
+            }
+            ExprKind::TopK { k, expr } => {
+                let inner = self.eval_range(expr, query, offset_ms, filters)?;
+                Ok(topk(*k as usize, inner))
+            }
+            ExprKind::Merge { .. } | ExprKind::Diff { .. } => Err(Error::WrongKind(
+                "`merge` and `diff` give a profile, not numbers over time: ask /api/v1/query for it, or graph the profile set itself (drop merge)".into(),
+            )),
+        }
+    }
+}
+
+/// One stored series as values per step.
+fn step_series(
+    labels: Labels,
+    meta: &Meta,
+    points: &[TotalPoint],
+    query: &RangeQuery,
+    offset_ms: i64,
+    range_ms: Option<i64>,
+    lookback_ms: i64,
+) -> RangeSeries {
+    let delta = labels
+        .get(NAME_LABEL)
+        .and_then(ProfileType::parse)
+        .map_or_else(|| points.iter().any(|p| p.duration_nanos > 0), |t| t.delta);
+    let cpu_counts = meta.sample_type.unit == "count" && meta.period_type.kind == "cpu";
+    let mut out = Vec::new();
+    let mut t = query.start_ms;
+    while t <= query.end_ms {
+        let at = t - offset_ms;
+        let reach = match (range_ms, delta) {
+            (Some(range), _) => range,
+            (None, true) => query.step_ms,
+            (None, false) => lookback_ms.max(query.step_ms),
+        };
+        let first = points.partition_point(|p| p.timestamp_ms <= at - reach);
+        let last = points.partition_point(|p| p.timestamp_ms <= at);
+        let inside = &points[first..last];
+        if !inside.is_empty() {
+            let (value, period_value) = if delta {
+                inside.iter().fold((0f64, 0f64), |(v, pv), p| {
+                    (v + p.total as f64, pv + p.total as f64 * p.period as f64)
+                })
+            } else {
+                let p = inside[inside.len() - 1];
+                (p.total as f64, p.total as f64 * p.period as f64)
+            };
+            out.push(Point {
+                timestamp_ms: t,
+                value,
+                period_value: cpu_counts.then_some(period_value),
+            });
+        }
+        t += query.step_ms;
+    }
+    RangeSeries {
+        labels,
+        points: out,
+        unit: meta.sample_type.unit.clone(),
+        period_unit: cpu_counts.then(|| meta.period_type.unit.clone()),
+    }
+}
+
+/// Combines series per step within groups.
+fn aggregate(
+    op: AggregateOp,
+    series: Vec<RangeSeries>,
+    group_of: impl Fn(&Labels) -> Labels,
+) -> Vec<RangeSeries> {
+    struct Acc {
+        unit: String,
+        period_unit: Option<String>,
+        // step → (sum, period sum, min, max, count)
+        steps: std::collections::BTreeMap<i64, (f64, f64, f64, f64, usize)>,
+        has_period: bool,
+    }
+    let mut groups: FxHashMap<Labels, Acc> = FxHashMap::default();
+    for s in series {
+        let acc = groups.entry(group_of(&s.labels)).or_insert_with(|| Acc {
+            unit: s.unit.clone(),
+            period_unit: s.period_unit.clone(),
+            steps: Default::default(),
+            has_period: true,
+        });
+        acc.has_period &= s.period_unit.is_some();
+        for p in s.points {
+            let e = acc.steps.entry(p.timestamp_ms).or_insert((
+                0.0,
+                0.0,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                0,
+            ));
+            e.0 += p.value;
+            e.1 += p.period_value.unwrap_or(0.0);
+            e.2 = e.2.min(p.value);
+            e.3 = e.3.max(p.value);
+            e.4 += 1;
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(labels, acc)| {
+            let with_period = acc.has_period && matches!(op, AggregateOp::Sum | AggregateOp::Avg);
+            RangeSeries {
+                labels,
+                points: acc
+                    .steps
+                    .into_iter()
+                    .map(|(t, (sum, psum, min, max, n))| {
+                        let (value, period_value) = match op {
+                            AggregateOp::Sum => (sum, psum),
+                            AggregateOp::Avg => (sum / n as f64, psum / n as f64),
+                            AggregateOp::Min => (min, 0.0),
+                            AggregateOp::Max => (max, 0.0),
+                            AggregateOp::Count => (n as f64, 0.0),
+                        };
+                        Point {
+                            timestamp_ms: t,
+                            value,
+                            period_value: with_period.then_some(period_value),
+                        }
+                    })
+                    .collect(),
+                unit: if op == AggregateOp::Count {
+                    "count".into()
+                } else {
+                    acc.unit
+                },
+                period_unit: if with_period { acc.period_unit } else { None },
+            }
+        })
+        .collect()
+}
+
+/// Keeps, at each step, the `k` series with the largest values there.
+fn topk(k: usize, series: Vec<RangeSeries>) -> Vec<RangeSeries> {
+    let mut by_step: std::collections::BTreeMap<i64, Vec<(f64, usize)>> = Default::default();
+    for (i, s) in series.iter().enumerate() {
+        for p in &s.points {
+            by_step
+                .entry(p.timestamp_ms)
+                .or_default()
+                .push((p.value, i));
+        }
+    }
+    let mut keep: FxHashMap<(usize, i64), ()> = FxHashMap::default();
+    for (t, mut values) in by_step {
+        values.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        for &(_, i) in values.iter().take(k) {
+            keep.insert((i, t), ());
+        }
+    }
+    series
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut s)| {
+            s.points.retain(|p| keep.contains_key(&(i, p.timestamp_ms)));
+            s
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect()
+}

@@ -1,0 +1,160 @@
+//! From a selector to the store: matchers, limits, and profile types the store knows.
+
+use parca_querylang::{MatchOp as QueryOp, Selector};
+use parca_tsdb::{Db, Labels, MatchOp, Matcher, NAME_LABEL};
+
+use crate::{Error, Limits};
+
+/// A profile type the store holds, the parts of its `__name__`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ProfileType {
+    /// The profile name, e.g. `process_cpu`.
+    pub name: String,
+    /// e.g. `samples`.
+    pub sample_type: String,
+    /// e.g. `count`.
+    pub sample_unit: String,
+    /// e.g. `cpu`.
+    pub period_type: String,
+    /// e.g. `nanoseconds`.
+    pub period_unit: String,
+    /// Whether each profile covers a window (`…:delta`).
+    pub delta: bool,
+}
+
+impl ProfileType {
+    /// Parses a `__name__` value; `None` when it does not have five or six parts.
+    pub fn parse(full: &str) -> Option<ProfileType> {
+        let parts: Vec<&str> = full.split(':').collect();
+        let delta = match parts.len() {
+            5 => false,
+            6 if parts[5] == "delta" => true,
+            _ => return None,
+        };
+        Some(ProfileType {
+            name: parts[0].into(),
+            sample_type: parts[1].into(),
+            sample_unit: parts[2].into(),
+            period_type: parts[3].into(),
+            period_unit: parts[4].into(),
+            delta,
+        })
+    }
+}
+
+/// The profile types of series with profiles in `[start_ms, end_ms]`, sorted.
+pub fn profile_types(db: &Db, start_ms: i64, end_ms: i64) -> Vec<ProfileType> {
+    let mut types: Vec<ProfileType> = db
+        .querier(start_ms, end_ms)
+        .label_values(NAME_LABEL, &[])
+        .iter()
+        .filter_map(|name| ProfileType::parse(name))
+        .collect();
+    types.sort();
+    types
+}
+
+/// The store's matchers for a selector: its profile type as `__name__`, then its matchers.
+pub fn selector_matchers(selector: &Selector) -> Result<Vec<Matcher>, Error> {
+    matchers(selector)
+}
+
+pub(crate) fn matchers(selector: &Selector) -> Result<Vec<Matcher>, Error> {
+    let mut out = Vec::with_capacity(selector.matchers.len() + 1);
+    if let Some(name) = &selector.profile_type {
+        out.push(Matcher::new(MatchOp::Equal, NAME_LABEL, name.as_str()).map_err(Error::Matcher)?);
+    }
+    for m in &selector.matchers {
+        let op = match m.op {
+            QueryOp::Equal => MatchOp::Equal,
+            QueryOp::NotEqual => MatchOp::NotEqual,
+            QueryOp::Re => MatchOp::Re,
+            QueryOp::NotRe => MatchOp::NotRe,
+        };
+        out.push(Matcher::new(op, m.name.as_str(), m.value.as_str()).map_err(Error::Matcher)?);
+    }
+    Ok(out)
+}
+
+/// The series a selector matches in a window, checked against the series limit. When none
+/// match and the selector names a type the store does not know at all, the error says so and
+/// suggests the nearest known types.
+pub(crate) fn series(
+    db: &Db,
+    selector: &Selector,
+    matchers: &[Matcher],
+    window: (i64, i64),
+    limits: &Limits,
+) -> Result<Vec<Labels>, Error> {
+    let found = db.querier(window.0, window.1).series(matchers);
+    if found.len() > limits.max_series {
+        return Err(Error::TooManySeries {
+            n_series: found.len(),
+            limit: limits.max_series,
+        });
+    }
+    if found.is_empty()
+        && let Some(name) = &selector.profile_type
+    {
+        let known = db.querier(i64::MIN, i64::MAX).label_values(NAME_LABEL, &[]);
+        if !known.iter().any(|k| k == name.as_str()) {
+            return Err(Error::UnknownProfileType {
+                name: name.as_str().to_owned(),
+                nearest: nearest(name.as_str(), &known),
+            });
+        }
+    }
+    Ok(found)
+}
+
+/// Up to three of `known` nearest to `name`: those sharing its profile name first, then by edit
+/// distance.
+fn nearest(name: &str, known: &[String]) -> Vec<String> {
+    let head = name.split(':').next().unwrap_or("");
+    let mut scored: Vec<(usize, &String)> = known
+        .iter()
+        .map(|k| {
+            let same_name = k.split(':').next() == Some(head);
+            let distance = strsim::levenshtein(name, k);
+            (if same_name { distance } else { distance + 1000 }, k)
+        })
+        .filter(|(score, k)| *score < 1000 || *score - 1000 <= k.len().max(name.len()) / 2)
+        .collect();
+    scored.sort();
+    scored.into_iter().take(3).map(|(_, k)| k.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_prefers_the_same_profile_name() {
+        let known = [
+            "process_cpu:samples:count:cpu:nanoseconds:delta".to_owned(),
+            "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta".to_owned(),
+            "memory:inuse_space:bytes:space:bytes".to_owned(),
+        ];
+        assert_eq!(
+            nearest("process_cpu:samples:count:cpu:nanoseconds", &known),
+            [
+                "process_cpu:samples:count:cpu:nanoseconds:delta",
+                "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta"
+            ]
+        );
+        assert_eq!(
+            nearest("memory:inuse_spac:bytes:space:bytes", &known)[0],
+            "memory:inuse_space:bytes:space:bytes"
+        );
+        assert!(nearest("goroutine:goroutine:count:goroutine:count", &known).is_empty());
+    }
+
+    #[test]
+    fn parses_profile_types() {
+        let t = ProfileType::parse("process_cpu:samples:count:cpu:nanoseconds:delta").unwrap();
+        assert!(t.delta);
+        assert_eq!(t.period_unit, "nanoseconds");
+        assert!(ProfileType::parse("memory:inuse_space:bytes:space:bytes").is_some());
+        assert!(ProfileType::parse("memory").is_none());
+    }
+}

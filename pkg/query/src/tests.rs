@@ -1,0 +1,251 @@
+//! Evaluation over a real store filled with corpus profiles.
+
+use std::sync::Arc;
+
+use parca_tsdb::{Db, Labels};
+
+use crate::{Engine, InstantQuery, Limits, RangeQuery};
+
+const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta";
+
+fn corpus(name: &str) -> Vec<parca_profile::Profile> {
+    let path = format!(
+        "{}/../../tests/testdata/pprof/go/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    parca_profile::decode(&std::fs::read(path).expect("corpus"), &Default::default())
+        .expect("valid")
+}
+
+/// Two instances of a job, each with three CPU profiles 10 s apart (with labels dropped, so one
+/// series per sample type), and one heap snapshot.
+fn store() -> (tempfile::TempDir, Engine) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), Default::default()).expect("open");
+    let mut appender = db.appender();
+    for (instance, file) in [("a:1", "go-cpu.pb.gz"), ("b:1", "go-cpu-b.pb.gz")] {
+        for i in 0..3 {
+            for mut profile in corpus(file) {
+                let name = crate::select::ProfileType::parse(&format!(
+                    "process_cpu:{}:{}:{}:{}:delta",
+                    profile.meta.sample_type.kind,
+                    profile.meta.sample_type.unit,
+                    profile.meta.period_type.kind,
+                    profile.meta.period_type.unit
+                ))
+                .expect("type");
+                profile
+                    .samples
+                    .labels
+                    .fill(parca_profile::tables::LabelSetId::EMPTY);
+                let full = format!(
+                    "{}:{}:{}:{}:{}:delta",
+                    name.name,
+                    name.sample_type,
+                    name.sample_unit,
+                    name.period_type,
+                    name.period_unit
+                );
+                let labels = Labels::new([
+                    ("__name__", full.as_str()),
+                    ("job", "go"),
+                    ("instance", instance),
+                ])
+                .expect("labels");
+                appender
+                    .append(&labels, 1_000_000 + i * 10_000, &dedup(profile))
+                    .expect("append");
+            }
+        }
+    }
+    for profile in corpus("go-heap.pb.gz") {
+        let full = format!(
+            "memory:{}:{}:{}:{}",
+            profile.meta.sample_type.kind,
+            profile.meta.sample_type.unit,
+            profile.meta.period_type.kind,
+            profile.meta.period_type.unit
+        );
+        let labels = Labels::new([
+            ("__name__", full.as_str()),
+            ("job", "go"),
+            ("instance", "a:1"),
+        ])
+        .expect("labels");
+        appender
+            .append(&labels, 1_000_000, &profile)
+            .expect("append");
+    }
+    appender.commit().expect("commit");
+    (dir, Engine::new(Arc::new(db), Limits::default()))
+}
+
+/// The profile with rows that now share stack and (empty) labels summed.
+fn dedup(profile: parca_profile::Profile) -> parca_profile::Profile {
+    parca_profile::merge([&profile]).expect("merge one")
+}
+
+fn instant(engine: &Engine, query: &str) -> Vec<crate::ProfileGroup> {
+    let expr = parca_querylang::parse(query).expect("valid query");
+    engine
+        .instant(&expr, &InstantQuery::at(1_030_000))
+        .expect("evaluates")
+}
+
+fn one_total(file: &str) -> i64 {
+    corpus(file)
+        .into_iter()
+        .find(|p| p.meta.sample_type.kind == "cpu")
+        .expect("cpu")
+        .total()
+}
+
+#[test]
+fn merge_sums_every_profile_in_the_range() {
+    let (_dir, engine) = store();
+    let groups = instant(&engine, &format!("merge({CPU}{{job=\"go\"}}[1m])"));
+    assert_eq!(groups.len(), 1);
+    let expected = 3 * (one_total("go-cpu.pb.gz") + one_total("go-cpu-b.pb.gz"));
+    assert_eq!(groups[0].profile.total(), expected);
+    assert_eq!(groups[0].n_profiles, 6);
+}
+
+#[test]
+fn merge_by_groups_and_offset_shifts() {
+    let (_dir, engine) = store();
+    let groups = instant(&engine, &format!("merge by (instance) ({CPU}[1m])"));
+    let totals: Vec<_> = groups
+        .iter()
+        .map(|g| (g.labels.to_string(), g.profile.total()))
+        .collect();
+    assert_eq!(
+        totals,
+        [
+            (
+                r#"{instance="a:1"}"#.to_owned(),
+                3 * one_total("go-cpu.pb.gz")
+            ),
+            (
+                r#"{instance="b:1"}"#.to_owned(),
+                3 * one_total("go-cpu-b.pb.gz")
+            ),
+        ]
+    );
+    // 15 s back, the window (−45 s, 15 s] holds the first two profiles of each.
+    let shifted = instant(
+        &engine,
+        &format!("merge({CPU}{{instance=\"a:1\"}}[1m] offset 15s)"),
+    );
+    assert_eq!(shifted[0].profile.total(), 2 * one_total("go-cpu.pb.gz"));
+}
+
+#[test]
+fn a_selector_without_range_takes_the_latest_profile() {
+    let (_dir, engine) = store();
+    let groups = instant(&engine, &format!("{CPU}{{instance=\"a:1\"}}"));
+    assert_eq!(groups[0].profile.total(), one_total("go-cpu.pb.gz"));
+}
+
+#[test]
+fn diff_keeps_both_sides_and_filters_apply() {
+    let (_dir, engine) = store();
+    let groups = instant(
+        &engine,
+        &format!(
+            "diff(merge({CPU}{{instance=\"a:1\"}}[1m]), merge({CPU}{{instance=\"b:1\"}}[1m]))"
+        ),
+    );
+    let p = &groups[0].profile;
+    assert_eq!(p.base_total(), Some(3 * one_total("go-cpu.pb.gz")));
+    assert_eq!(p.total(), 3 * one_total("go-cpu-b.pb.gz"));
+    let filtered = instant(&engine, &format!("merge({CPU}[1m] |= \"sha256\")"));
+    let all = instant(&engine, &format!("merge({CPU}[1m])"));
+    assert!(filtered[0].profile.total() > 0);
+    assert!(filtered[0].profile.total() < all[0].profile.total());
+}
+
+#[test]
+fn errors_say_how_to_fix_the_query() {
+    let (_dir, engine) = store();
+    let err = |q: &str| {
+        let expr = parca_querylang::parse(q).expect("valid query");
+        engine
+            .instant(&expr, &InstantQuery::at(1_030_000))
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        err("merge(process_cpu:cpu:nanoseconds:cpu:nanosecond:delta)"),
+        "unknown profile type `process_cpu:cpu:nanoseconds:cpu:nanosecond:delta`; did you mean `process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta` or `process_cpu:samples:count:cpu:nanoseconds:delta`?"
+    );
+    assert!(err(&format!("sum({CPU})")).contains("ask /api/v1/query_range"));
+    assert!(
+        err("merge({__name__=~\"memory:.*\"})").contains("profiles of different types"),
+        "{}",
+        err("merge({__name__=~\"memory:.*\"})")
+    );
+    let tight = Engine::new(
+        Arc::clone(engine.db()),
+        Limits {
+            max_series: 1,
+            ..Limits::default()
+        },
+    );
+    let expr = parca_querylang::parse(&format!("merge({CPU}[1m])")).expect("valid");
+    assert_eq!(
+        tight
+            .instant(&expr, &InstantQuery::at(1_030_000))
+            .unwrap_err()
+            .to_string(),
+        "the query selects 2 series, more than the limit of 1: narrow the selector with more matchers, such as job=\"…\" or instance=\"…\""
+    );
+}
+
+#[test]
+fn range_sums_windows_per_step_and_aggregates() {
+    let (_dir, engine) = store();
+    let range = |q: &str| {
+        let expr = parca_querylang::parse(q).expect("valid query");
+        engine
+            .range(
+                &expr,
+                &RangeQuery {
+                    start_ms: 1_000_000,
+                    end_ms: 1_020_000,
+                    step_ms: 10_000,
+                },
+            )
+            .expect("evaluates")
+    };
+    let per_series = range(CPU);
+    assert_eq!(per_series.len(), 2);
+    assert_eq!(per_series[0].points.len(), 3);
+    assert_eq!(
+        per_series[0].points[0].value,
+        one_total("go-cpu.pb.gz") as f64
+    );
+    assert_eq!(per_series[0].unit, "nanoseconds");
+
+    let sum = range(&format!("sum({CPU})"));
+    assert_eq!(sum.len(), 1);
+    assert_eq!(
+        sum[0].points[1].value,
+        (one_total("go-cpu.pb.gz") + one_total("go-cpu-b.pb.gz")) as f64
+    );
+    let count = range(&format!("count by (job) ({CPU})"));
+    assert_eq!(count[0].labels.to_string(), r#"{job="go"}"#);
+    assert_eq!(count[0].points[0].value, 2.0);
+    let top = range(&format!("topk(1, {CPU})"));
+    assert_eq!(top.len(), 1);
+
+    // Sample counts of CPU profiles also come in CPU nanoseconds.
+    let samples = range("process_cpu:samples:count:cpu:nanoseconds:delta{instance=\"a:1\"}");
+    let p = samples[0].points[0];
+    assert_eq!(samples[0].period_unit.as_deref(), Some("nanoseconds"));
+    assert_eq!(p.period_value, Some(p.value * 10_000_000.0));
+
+    // A snapshot type takes the latest value within the lookback.
+    let heap = range("memory:inuse_space:bytes:space:bytes");
+    assert_eq!(heap[0].points.len(), 3);
+    assert_eq!(heap[0].points[0].value, heap[0].points[2].value);
+}
