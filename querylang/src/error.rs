@@ -63,7 +63,7 @@ impl fmt::Display for Expected {
             Expected::Expression => f.write_str(
                 "an expression such as memory:inuse_space:bytes:space:bytes{job=\"api\"} or merge(…)",
             ),
-            Expected::Grouping => f.write_str("`by (…)` or `without (…)`"),
+            Expected::Grouping => f.write_str("a grouping such as by (job)"),
             Expected::LabelMatcher => f.write_str("a label matcher such as job=\"api\""),
             Expected::LabelName => f.write_str("a label name such as instance"),
             Expected::MatchOp => f.write_str("a match operator (=, !=, =~ or !~)"),
@@ -125,19 +125,50 @@ impl ParseError {
         let start = floor_char_boundary(query, self.span.start);
         let line_start = query[..start].rfind('\n').map_or(0, |i| i + 1);
         let line_end = query[start..].find('\n').map_or(query.len(), |i| start + i);
-        let line = query[line_start..line_end].trim_end_matches('\r');
-        let end = floor_char_boundary(query, self.span.end.clamp(start, line_start + line.len()));
+        // Without a trailing `\r`, unless the spot is after it (at the end of the query).
+        let line_end =
+            (line_start + query[line_start..line_end].trim_end_matches('\r').len()).max(start);
+        let end = floor_char_boundary(query, self.span.end.clamp(start, line_end));
+        // A long line is shown as a window around the spot, marked with `…` where cut.
+        let fits = query[line_start..line_end]
+            .chars()
+            .nth(LINE_WIDTH)
+            .is_none();
+        let shown_start = query[line_start..start]
+            .char_indices()
+            .rev()
+            .nth(CONTEXT_BEFORE - 1)
+            .filter(|_| !fits)
+            .map_or(line_start, |(i, _)| line_start + i);
+        let shown_end = query[shown_start..line_end]
+            .char_indices()
+            .nth(LINE_WIDTH)
+            .map_or(line_end, |(i, _)| shown_start + i);
+        let end = end.min(shown_end);
+        let (cut_before, cut_after) = if shown_start > line_start {
+            ("…", " ")
+        } else {
+            ("", "")
+        };
+        let ellipsis_after = if shown_end < line_end { "…" } else { "" };
         let number = self.line.to_string();
         let gutter = " ".repeat(number.len());
         // Keep tabs as tabs so that the caret lines up under what the terminal shows.
-        let pad: String = query[line_start..start]
+        let pad: String = query[shown_start..start]
             .chars()
             .map(|c| if c == '\t' { '\t' } else { ' ' })
             .collect();
         let carets = "^".repeat(query[start..end].chars().count().max(1));
-        format!("{self}\n{number} | {line}\n{gutter} | {pad}{carets}")
+        let shown = &query[shown_start..shown_end];
+        format!(
+            "{self}\n{number} | {cut_before}{shown}{ellipsis_after}\n{gutter} | {cut_after}{pad}{carets}"
+        )
     }
 }
+
+/// How many characters of a long line [`ParseError::render`] shows, and how many before the spot.
+const LINE_WIDTH: usize = 100;
+const CONTEXT_BEFORE: usize = 40;
 
 /// The largest char boundary at or before `i` (clamped to the text).
 fn floor_char_boundary(s: &str, i: usize) -> usize {
@@ -171,6 +202,31 @@ mod tests {
         assert_eq!(
             e.render(q),
             "line 1, column 6: expected\n1 | \tfoo{\n  | \t    ^"
+        );
+    }
+
+    #[test]
+    fn long_lines_are_cut_around_the_spot() {
+        let q = format!("{}X{}", "a".repeat(60), "b".repeat(200));
+        let e = ParseError::new(&q, Span::new(60, 261), "here");
+        let expected = format!(
+            "line 1, column 61: here\n1 | …{}X{}…\n  |  {}{}",
+            "a".repeat(40),
+            "b".repeat(59),
+            " ".repeat(40),
+            "^".repeat(60)
+        );
+        assert_eq!(e.render(&q), expected);
+    }
+
+    /// Found by the fuzzer: the end of input after a `\r` lies past the line without it.
+    #[test]
+    fn caret_after_a_trailing_carriage_return() {
+        let q = "{__e\r";
+        let e = ParseError::new(q, Span::new(5, 5), "expected");
+        assert_eq!(
+            e.render(q),
+            "line 1, column 6: expected\n1 | {__e\r\n  |      ^"
         );
     }
 

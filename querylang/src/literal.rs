@@ -195,6 +195,13 @@ pub(crate) fn parse_duration(token: &str) -> Result<(Duration, bool), LiteralErr
         None => (false, token),
     };
     let offset = token.len() - text.len();
+    if text.contains('.') {
+        return Err(LiteralError::new(
+            offset,
+            token.len(),
+            format!("`{text}`: a duration counts whole units, as in 1h30m or 1500ms"),
+        ));
+    }
     let bytes = text.as_bytes();
     let mut total_ms: u64 = 0;
     let mut i = 0;
@@ -373,7 +380,7 @@ mod tests {
         );
         assert_eq!(
             dur("1.5h").unwrap_err(),
-            "1..2: unknown duration unit `.`: use ms, s, m, h, d, w or y"
+            "0..4: `1.5h`: a duration counts whole units, as in 1h30m or 1500ms"
         );
         assert_eq!(
             dur("99999999999999999999y").unwrap_err(),

@@ -63,6 +63,11 @@ fn syntax_error(query: &str, error: &pest::error::Error<Rule>) -> ParseError {
     expected.sort();
     expected.dedup();
     let found = found_at(query, pos);
+    if let Some(message) = unknown_function(query, pos) {
+        let mut e = ParseError::new(query, Span::new(pos, pos + 1), message);
+        e.expected = expected;
+        return e;
+    }
     let message = if expected.is_empty() {
         format!("unexpected {found}")
     } else {
@@ -72,6 +77,26 @@ fn syntax_error(query: &str, error: &pest::error::Error<Rule>) -> ParseError {
     let mut e = ParseError::new(query, Span::new(pos, span_end), message);
     e.expected = expected;
     e
+}
+
+/// A message for `rate(…)` and other PromQL functions we do not have: the grammar took the name
+/// for a selector and stopped at the `(`.
+fn unknown_function(query: &str, pos: usize) -> Option<String> {
+    if !query[pos..].starts_with('(') {
+        return None;
+    }
+    let before = query[..pos].trim_end_matches([' ', '\t', '\r', '\n']);
+    let name_start = before
+        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .map_or(0, |i| i + 1);
+    let name = &before[name_start..];
+    let is_name =
+        name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && !name.contains(':');
+    is_name.then(|| {
+        format!(
+            "unknown function `{name}`: the functions are merge, diff, sum, avg, min, max, count and topk"
+        )
+    })
 }
 
 /// What a grammar rule means to a person, where pest reports it as expected.
@@ -210,17 +235,18 @@ impl Builder<'_> {
         let mut expr = self.primary(primary, depth)?;
         for postfix in inner {
             depth += 1;
-            let span = expr.span.to(span_of(&postfix));
+            let postfix_span = span_of(&postfix);
             if depth > MAX_DEPTH {
-                return Err(too_deep(self.query, span));
+                return Err(too_deep(self.query, postfix_span));
             }
+            let span = expr.span.to(postfix_span);
             let kind = match postfix.as_rule() {
                 Rule::offset => {
                     let duration = postfix
                         .into_inner()
                         .nth(1)
                         .expect("grammar: offset duration");
-                    let (offset, negative) = self.duration(&duration);
+                    let (offset, negative) = self.duration(&duration).unwrap_or_default();
                     if negative {
                         self.error(
                             span_of(&duration),
@@ -345,13 +371,15 @@ impl Builder<'_> {
                 }
                 Rule::range => {
                     let duration = p.into_inner().nth(1).expect("grammar: [duration]");
-                    let (range, negative) = self.duration(&duration);
-                    if negative || range.is_zero() {
-                        self.error(
-                            span_of(&duration),
-                            "a range must be longer than zero, such as [5m]",
-                        );
-                    }
+                    let range = match self.duration(&duration) {
+                        Some((range, false)) if !range.is_zero() => range,
+                        Some(_) => {
+                            let message = "a range must be longer than zero, such as [5m]";
+                            self.error(span_of(&duration), message);
+                            Duration::ZERO
+                        }
+                        None => Duration::ZERO,
+                    };
                     selector.range = Some(range);
                 }
                 r => unreachable!("grammar: selector part {r:?}"),
@@ -429,14 +457,14 @@ impl Builder<'_> {
         }
     }
 
-    /// The duration and whether it was negative; zero (after an error) when it is malformed.
-    fn duration(&mut self, pair: &Pair<'_, Rule>) -> (Duration, bool) {
+    /// The duration and whether it was negative; `None` (after an error) when it is malformed.
+    fn duration(&mut self, pair: &Pair<'_, Rule>) -> Option<(Duration, bool)> {
         match literal::parse_duration(pair.as_str()) {
-            Ok(d) => d,
+            Ok(d) => Some(d),
             Err(e) => {
                 let start = pair.as_span().start();
                 self.error(Span::new(start + e.start, start + e.end), e.message);
-                (Duration::ZERO, false)
+                None
             }
         }
     }

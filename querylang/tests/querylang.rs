@@ -31,13 +31,6 @@ fn check(query: &str, expect: Expect) {
 /// One line per node: its kind, its fields, and the query text it spans.
 fn tree(out: &mut String, query: &str, expr: &Expr, depth: usize) {
     let indent = "  ".repeat(depth);
-    let text = &query[expr.span.start..expr.span.end];
-    let text: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    let text = if text.chars().count() > 40 {
-        format!("{}…", text.chars().take(39).collect::<String>())
-    } else {
-        text
-    };
     let head = match &expr.kind {
         ExprKind::Selector(s) => {
             let mut head = String::from("selector");
@@ -46,9 +39,10 @@ fn tree(out: &mut String, query: &str, expr: &Expr, depth: usize) {
             }
             for m in &s.matchers {
                 write!(head, " {}{}{:?}", m.name, m.op.as_str(), m.value).unwrap();
-                assert_eq!(
-                    &query[m.span.start..m.span.end].chars().next(),
-                    &m.name.chars().next()
+                let text = &query[m.span.start..m.span.end];
+                assert!(
+                    text.starts_with(&m.name) && text.ends_with(['"', '\'', '`']),
+                    "{text}"
                 );
             }
             if let Some(r) = s.range {
@@ -58,15 +52,24 @@ fn tree(out: &mut String, query: &str, expr: &Expr, depth: usize) {
         }
         ExprKind::Offset { offset, .. } => format!("offset {offset:?}"),
         ExprKind::StackFilter { filter, .. } => {
+            let text = &query[filter.span.start..filter.span.end];
+            assert!(text.starts_with(filter.op.as_str()), "{text}");
             format!("stack_filter {:?} {:?}", filter.op, filter.pattern)
         }
-        ExprKind::Merge { grouping, .. } => format!("merge {grouping:?}"),
+        ExprKind::Merge { grouping, .. } => format!("merge{}", grouping_text(grouping.as_ref())),
         ExprKind::Diff { .. } => "diff".to_owned(),
-        ExprKind::Aggregate { op, grouping, .. } => format!("{op:?} {grouping:?}"),
+        ExprKind::Aggregate { op, grouping, .. } => {
+            format!("{}{}", op.as_str(), grouping_text(grouping.as_ref()))
+        }
         ExprKind::TopK { k, .. } => format!("topk {k}"),
         ExprKind::Paren(_) => "paren".to_owned(),
     };
-    writeln!(out, "{indent}{head}  ⟨{text}⟩").unwrap();
+    writeln!(
+        out,
+        "{indent}{head} @{}..{}",
+        expr.span.start, expr.span.end
+    )
+    .unwrap();
     match &expr.kind {
         ExprKind::Selector(_) => {}
         ExprKind::Offset { expr, .. }
@@ -80,4 +83,8 @@ fn tree(out: &mut String, query: &str, expr: &Expr, depth: usize) {
             tree(out, query, comparison, depth + 1);
         }
     }
+}
+
+fn grouping_text(grouping: Option<&parca_querylang::Grouping>) -> String {
+    grouping.map(|g| format!(" {g}")).unwrap_or_default()
 }
