@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -96,27 +96,104 @@ fn init_logging(args: &ServerArgs) {
     }
 }
 
-/// The configuration in force and its reload, for the API.
+/// The configuration in force, its reload, and the scrapers' health, for the API.
 struct ServerControl {
     config_path: PathBuf,
-    config_yaml: Mutex<String>,
+    config: Mutex<parca_config::Config>,
+    scrape: OnceLock<Arc<parca_scrape::Manager>>,
+    reloads: prometheus_client::metrics::family::Family<
+        Vec<(&'static str, &'static str)>,
+        prometheus_client::metrics::counter::Counter,
+    >,
+    last_reload_ok: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Control for ServerControl {
     fn config_yaml(&self) -> String {
-        self.config_yaml.lock().expect("config lock").clone()
+        self.config.lock().expect("config lock").to_yaml()
     }
 
     fn reload(&self) -> Result<(), String> {
-        let text = std::fs::read_to_string(&self.config_path)
-            .map_err(|e| format!("cannot read `{}`: {e}", self.config_path.display()))?;
-        *self.config_yaml.lock().expect("config lock") = text;
+        let result = parca_config::load(&self.config_path).map_err(|e| e.to_string());
+        let outcome = if result.is_ok() { "success" } else { "failure" };
+        self.reloads.get_or_create(&vec![("result", outcome)]).inc();
+        let config = result.inspect_err(|_| {
+            self.last_reload_ok.set(0);
+        })?;
+        self.last_reload_ok.set(1);
+        if let Some(scrape) = self.scrape.get() {
+            scrape.apply(&config);
+        }
+        *self.config.lock().expect("config lock") = config;
         tracing::info!(path = %self.config_path.display(), "configuration reloaded");
         Ok(())
     }
 
     fn targets(&self) -> TargetsReport {
-        TargetsReport::default()
+        let Some(scrape) = self.scrape.get() else {
+            return TargetsReport::default();
+        };
+        let (active, dropped) = scrape.targets();
+        TargetsReport {
+            active_targets: active.iter().map(active_target).collect(),
+            dropped_targets: dropped
+                .into_iter()
+                .map(|discovered_labels| parca_api::DroppedTarget { discovered_labels })
+                .collect(),
+        }
+    }
+}
+
+fn rfc3339(time: Option<std::time::SystemTime>) -> String {
+    time.and_then(|t| jiff::Timestamp::try_from(t).ok())
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+/// A target's status in the API's shape: down when any of its profiles is down, the latest
+/// error and scrape of any of them.
+fn active_target(status: &parca_scrape::TargetStatus) -> parca_api::ActiveTarget {
+    use parca_scrape::Health;
+    let profiles: Vec<parca_api::ProfileHealth> = status
+        .profiles
+        .iter()
+        .map(|p| parca_api::ProfileHealth {
+            name: p.name.clone(),
+            scrape_url: p.url.clone(),
+            health: p.health.as_str().into(),
+            last_error: p.last_error.clone().unwrap_or_default(),
+            last_scrape: rfc3339(p.last_scrape),
+            last_scrape_duration: p.last_duration.as_secs_f64(),
+        })
+        .collect();
+    let health = if status.profiles.iter().any(|p| p.health == Health::Down) {
+        Health::Down
+    } else if status.profiles.iter().any(|p| p.health == Health::Up) {
+        Health::Up
+    } else {
+        Health::Unknown
+    };
+    let latest = status.profiles.iter().max_by_key(|p| p.last_scrape);
+    parca_api::ActiveTarget {
+        discovered_labels: status.target.discovered.clone(),
+        labels: status.target.series_labels(),
+        scrape_pool: status.target.job.clone(),
+        scrape_url: status
+            .profiles
+            .first()
+            .map(|p| p.url.clone())
+            .unwrap_or_default(),
+        health: health.as_str().into(),
+        last_error: status
+            .profiles
+            .iter()
+            .find_map(|p| p.last_error.clone())
+            .unwrap_or_default(),
+        last_scrape: rfc3339(latest.and_then(|p| p.last_scrape)),
+        last_scrape_duration: latest.map_or(0.0, |p| p.last_duration.as_secs_f64()),
+        scrape_interval: parca_config::format_duration(status.interval),
+        scrape_timeout: parca_config::format_duration(status.timeout),
+        profiles,
     }
 }
 
@@ -124,12 +201,8 @@ impl Control for ServerControl {
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     init_logging(&args);
     let address = listen_address(&args.http_address)?;
-    let config_yaml = std::fs::read_to_string(&args.config_path).with_context(|| {
-        format!(
-            "cannot read the configuration `{}`",
-            args.config_path.display()
-        )
-    })?;
+    // A bad file at start is fatal; on reload it only keeps the old configuration.
+    let config = parca_config::load(&args.config_path).context("cannot load the configuration")?;
     if args.storage_block_duration < Duration::from_secs(60) {
         bail!("--storage-block-duration must be at least 1m");
     }
@@ -138,17 +211,36 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
         .thread_name("parca")
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(args, address, config_yaml))
+    runtime.block_on(serve(args, address, config))
 }
 
-async fn serve(args: ServerArgs, address: SocketAddr, config_yaml: String) -> anyhow::Result<()> {
+async fn serve(
+    args: ServerArgs,
+    address: SocketAddr,
+    config: parca_config::Config,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .with_context(|| format!("cannot listen on {address}"))?;
+    let mut registry = Registry::default();
     let control = Arc::new(ServerControl {
         config_path: args.config_path.clone(),
-        config_yaml: Mutex::new(config_yaml),
+        config: Mutex::new(config),
+        scrape: OnceLock::new(),
+        reloads: Default::default(),
+        last_reload_ok: Default::default(),
     });
+    control.last_reload_ok.set(1);
+    registry.register(
+        "parca_config_reloads",
+        "Configuration reloads by result",
+        control.reloads.clone(),
+    );
+    registry.register(
+        "parca_config_last_reload_successful",
+        "Whether the last configuration reload succeeded (1) or failed (0)",
+        control.last_reload_ok.clone(),
+    );
     let options = parca_api::Options {
         build: parca_api::BuildInfo {
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -158,7 +250,8 @@ async fn serve(args: ServerArgs, address: SocketAddr, config_yaml: String) -> an
         },
         ..Default::default()
     };
-    let api = Arc::new(Api::new(options, control.clone(), Registry::default()));
+    let scrape_metrics = parca_scrape::ScrapeMetrics::register(&mut registry);
+    let api = Arc::new(Api::new(options, control.clone(), registry));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut http_stop = stop_rx.clone();
     let http = tokio::spawn(parca_api::serve(listener, Arc::clone(&api), async move {
@@ -176,9 +269,13 @@ async fn serve(args: ServerArgs, address: SocketAddr, config_yaml: String) -> an
     let db = Arc::new(db);
     api.set_store(Arc::clone(&db));
     tracing::info!(path = %args.storage_path.display(), "store ready");
+    let scrape = parca_scrape::Manager::new(db.clone(), Default::default(), scrape_metrics);
+    scrape.apply(&control.config.lock().expect("config lock"));
+    let _ = control.scrape.set(Arc::clone(&scrape));
 
     wait_for_signals(&control).await?;
-    tracing::info!("shutting down");
+    tracing::info!("shutting down: stopping scrapes, then the HTTP server");
+    scrape.stop().await;
     let _ = stop_tx.send(true);
     let _ = http.await;
     drop(api);

@@ -47,7 +47,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
 pub use metrics::ApiMetrics;
-pub use ops::{ActiveTarget, BuildInfo, Control, DroppedTarget, TargetsReport};
+pub use ops::{ActiveTarget, BuildInfo, Control, DroppedTarget, ProfileHealth, TargetsReport};
 pub use params::{Params, parse_duration_ms, parse_time_ms};
 pub use response::{ApiError, Body, ErrorType};
 

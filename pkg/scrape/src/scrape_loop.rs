@@ -1,0 +1,305 @@
+//! One scrape loop: one profile endpoint of one target, on a fixed phase of its interval.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parca_config::{ProfileEndpoint, ScrapeConfig};
+use parca_ingest::{Series, Sink};
+use parca_tsdb::Labels;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use tokio::sync::watch;
+
+use crate::ScrapeError;
+use crate::delta::{Baseline, delta, is_cumulative};
+use crate::target::{Health, ProfileStatus, Target};
+
+/// Labels of scrape metrics.
+pub(crate) type MetricLabels = Vec<(&'static str, String)>;
+
+/// The scrape metrics every loop records into: scrapes by result, their duration, samples.
+#[derive(Clone, Debug)]
+pub struct ScrapeMetrics {
+    pub(crate) scrapes: Family<MetricLabels, Counter>,
+    pub(crate) duration: Family<MetricLabels, Histogram, fn() -> Histogram>,
+    pub(crate) samples: Family<MetricLabels, Counter>,
+}
+
+/// Everything a loop needs, fixed for its life.
+pub(crate) struct LoopSpec {
+    pub target: Target,
+    pub endpoint: ProfileEndpoint,
+    pub config: Arc<ScrapeConfig>,
+    pub client: Result<reqwest::Client, String>,
+    pub sink: Arc<dyn Sink>,
+    pub body_limit: usize,
+    pub decode: parca_pprof::DecodeOptions,
+    pub metrics: ScrapeMetrics,
+    pub status: Arc<Mutex<ProfileStatus>>,
+}
+
+impl LoopSpec {
+    /// Seconds a delta endpoint is asked for: one less than the interval, so that each scrape
+    /// ends before the next one starts (newer Parca's choice), and at least one.
+    fn delta_seconds(&self) -> Option<u64> {
+        self.endpoint.delta.then(|| {
+            self.config
+                .scrape_interval
+                .as_secs()
+                .saturating_sub(1)
+                .max(1)
+        })
+    }
+
+    pub(crate) fn url(&self) -> String {
+        self.target.url(&self.endpoint.path, self.delta_seconds())
+    }
+
+    /// This loop's fixed offset within its interval: a hash of target and profile.
+    fn phase(&self) -> Duration {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.target.relabeled.hash(&mut hasher);
+        self.endpoint.name.hash(&mut hasher);
+        let interval_ns = self.config.scrape_interval.as_nanos().max(1) as u64;
+        Duration::from_nanos(hasher.finish() % interval_ns)
+    }
+}
+
+/// Runs until `stop` turns true; a scrape in flight is finished first.
+pub(crate) async fn run(spec: LoopSpec, mut stop: watch::Receiver<bool>) {
+    let interval = spec.config.scrape_interval;
+    // Wait for this loop's phase in wall-clock terms, so phases survive restarts.
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let interval_ns = interval.as_nanos().max(1);
+    let phase_ns = spec.phase().as_nanos();
+    let wait_ns = (phase_ns + interval_ns - now % interval_ns) % interval_ns;
+    let first = tokio::time::Instant::now() + Duration::from_nanos(wait_ns as u64);
+    let mut ticker = tokio::time::interval_at(first, interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut baselines: HashMap<String, Baseline> = HashMap::new();
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        match scrape_once(&spec, baselines, &mut stop).await {
+            Some(kept) => baselines = kept,
+            None => return,
+        }
+    }
+}
+
+/// One scrape: fetch, decode, store, record health. Returns the updated delta baselines, or
+/// `None` when the loop was stopped during the fetch (a fetch is abandoned; a store that has
+/// begun is always finished).
+async fn scrape_once(
+    spec: &LoopSpec,
+    baselines: HashMap<String, Baseline>,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<HashMap<String, Baseline>> {
+    let started_at = SystemTime::now();
+    let started = Instant::now();
+    let timeout = spec.config.scrape_timeout;
+    let fetched = tokio::select! {
+        result = tokio::time::timeout(timeout, fetch(spec)) => match result {
+            Ok(result) => result,
+            Err(_) => Err(ScrapeError::Timeout(timeout)),
+        },
+        _ = stop.wait_for(|s| *s) => return None,
+    };
+    let (result, baselines, n_samples) = match fetched {
+        Ok(body) => store(spec, body, started_at, baselines).await,
+        Err(e) => (Err(e), baselines, 0),
+    };
+    let took = started.elapsed();
+    let job = spec.target.job.clone();
+    let outcome = match &result {
+        Ok(()) => "success",
+        Err(ScrapeError::Timeout(_)) => "timeout",
+        Err(_) => "error",
+    };
+    spec.metrics
+        .scrapes
+        .get_or_create(&vec![
+            ("job", job.clone()),
+            ("profile", spec.endpoint.name.clone()),
+            ("result", outcome.to_owned()),
+        ])
+        .inc();
+    spec.metrics
+        .duration
+        .get_or_create(&vec![("job", job.clone())])
+        .observe(took.as_secs_f64());
+    spec.metrics
+        .samples
+        .get_or_create(&vec![("job", job)])
+        .inc_by(n_samples as u64);
+    if let Err(e) = &result {
+        tracing::debug!(url = spec.url(), error = %e, "scrape failed");
+    }
+    let mut status = spec.status.lock().expect("status lock");
+    status.health = if result.is_ok() {
+        Health::Up
+    } else {
+        Health::Down
+    };
+    status.last_error = result.err().map(|e| e.to_string());
+    status.last_scrape = Some(started_at);
+    status.last_duration = took;
+    Some(baselines)
+}
+
+/// The body of the endpoint, within the size limit.
+async fn fetch(spec: &LoopSpec) -> Result<Vec<u8>, ScrapeError> {
+    let client = spec
+        .client
+        .as_ref()
+        .map_err(|e| ScrapeError::Request(e.clone()))?;
+    let mut request = client.get(spec.url());
+    if let Some(auth) = &spec.config.basic_auth {
+        let password = match (&auth.password, &auth.password_file) {
+            (Some(p), _) => Some(p.expose().to_owned()),
+            (None, Some(path)) => Some(read_secret(path)?),
+            (None, None) => None,
+        };
+        request = request.basic_auth(&auth.username, password);
+    }
+    if let Some(auth) = &spec.config.authorization {
+        let credentials = match (&auth.credentials, &auth.credentials_file) {
+            (Some(c), _) => c.expose().to_owned(),
+            (None, Some(path)) => read_secret(path)?,
+            (None, None) => String::new(),
+        };
+        request = request.header(
+            reqwest::header::AUTHORIZATION,
+            format!("{} {credentials}", auth.kind),
+        );
+    }
+    let mut response = request
+        .send()
+        .await
+        .map_err(|e| ScrapeError::Request(error_chain(&e)))?;
+    let status = response.status();
+    let mut body = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| ScrapeError::Request(error_chain(&e)))?
+    {
+        if body.len() + chunk.len() > spec.body_limit {
+            return Err(ScrapeError::TooLarge(spec.body_limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    if !status.is_success() {
+        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+        return Err(ScrapeError::Status {
+            status: status.as_u16(),
+            body: text,
+        });
+    }
+    Ok(body)
+}
+
+fn read_secret(path: &std::path::Path) -> Result<String, ScrapeError> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .map_err(|e| ScrapeError::Credentials {
+            path: path.display().to_string(),
+            why: e.to_string(),
+        })
+}
+
+/// The whole cause chain of an error, which reqwest hides behind "error sending request".
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
+/// Decodes, computes deltas and stores, on the blocking pool.
+async fn store(
+    spec: &LoopSpec,
+    body: Vec<u8>,
+    started_at: SystemTime,
+    baselines: HashMap<String, Baseline>,
+) -> (Result<(), ScrapeError>, HashMap<String, Baseline>, usize) {
+    let sink = Arc::clone(&spec.sink);
+    let decode = spec.decode;
+    let endpoint = spec.endpoint.clone();
+    let labels = spec.target.series_labels();
+    let time_nanos = started_at
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    let task = tokio::task::spawn_blocking(move || {
+        let mut baselines = baselines;
+        let result = (|| {
+            let labels = Labels::new(labels).map_err(|e| ScrapeError::Store(e.to_string()))?;
+            let mut profiles = parca_profile::decode(&body, &decode)
+                .map_err(|e| ScrapeError::Profile(e.to_string()))?;
+            if !endpoint.keep_sample_type.is_empty() {
+                profiles.retain(|p| {
+                    endpoint.keep_sample_type.iter().any(|k| {
+                        k.kind == p.meta.sample_type.kind && k.unit == p.meta.sample_type.unit
+                    })
+                });
+            }
+            for p in &mut profiles {
+                p.meta.time_nanos = time_nanos;
+            }
+            let mut batch: Vec<Series> = Vec::new();
+            if !endpoint.delta {
+                for p in &profiles {
+                    if is_cumulative(&p.meta.sample_type.kind) {
+                        let key = p.meta.sample_type.to_string();
+                        let (grown, baseline) = delta(baselines.remove(&key), p, time_nanos);
+                        baselines.insert(key, baseline);
+                        if let Some(grown) = grown {
+                            batch.extend(
+                                parca_ingest::to_series(&endpoint.name, &labels, vec![grown], 0)
+                                    .map_err(|e| ScrapeError::Profile(e.to_string()))?,
+                            );
+                        }
+                    }
+                }
+            }
+            batch.extend(
+                parca_ingest::to_series(&endpoint.name, &labels, profiles, 0)
+                    .map_err(|e| ScrapeError::Profile(e.to_string()))?,
+            );
+            let n_samples: usize = batch.iter().map(|s| s.profile.samples.len()).sum();
+            let outcome = sink
+                .write(&batch)
+                .map_err(|e| ScrapeError::Store(e.to_string()))?;
+            if let Some(refused) = outcome.refused.first() {
+                return Err(ScrapeError::Store(format!(
+                    "{} of {} series refused, e.g. {refused}",
+                    outcome.refused.len(),
+                    batch.len()
+                )));
+            }
+            Ok(n_samples)
+        })();
+        (result, baselines)
+    });
+    match task.await {
+        Ok((Ok(n), baselines)) => (Ok(()), baselines, n),
+        Ok((Err(e), baselines)) => (Err(e), baselines, 0),
+        Err(e) => (
+            Err(ScrapeError::Store(format!("store task failed: {e}"))),
+            HashMap::new(),
+            0,
+        ),
+    }
+}
