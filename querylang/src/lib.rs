@@ -28,12 +28,17 @@
 //!   with an optional sixth part `delta`. A bare name such as `process_cpu` is an error that
 //!   shows the form: one name has several sample types, and guessing one would show wrong
 //!   numbers. Whether a well-formed name exists is for evaluation to say.
+//! - Types: `merge`, `diff` and stack filters take profiles (a profile set is merged
+//!   implicitly); `sum`/`avg`/`min`/`max`/`count` and `topk` take a series set or a profile set,
+//!   read as one series of totals per matched series. Anything else is a type error that points
+//!   at the argument. `offset` applies to any expression.
 //! - Regexes (in `=~`, `!~`, `|~`, `!~`) are anchored at both ends, `^(?:…)$`, as in PromQL.
 //!   They are only validated here; the AST keeps the pattern text and the evaluator compiles it.
 //! - Parsing is fast enough for a UI's every keystroke and an API's every request: over a
 //!   million typical selectors a second on one core (`benches/parse.rs`). pest alone takes about
-//!   4 µs for a typical selector, so plain selectors take a fast path (`fast.rs`) that must give
-//!   the grammar's AST exactly; anything else, and every error, goes through the grammar.
+//!   4 µs for a typical selector, so selectors (with `offset` and stack filters) take a fast
+//!   path (`fast.rs`) that must give the grammar's AST exactly, which the fuzz target checks;
+//!   anything else, and every error, goes through the grammar.
 //!
 //! # Example
 //!
