@@ -4,5 +4,6 @@
 
 mod corpus;
 mod pprof_oracle;
+mod query_golden;
 mod support;
 mod tsdb_crash;

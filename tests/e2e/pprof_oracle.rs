@@ -22,7 +22,7 @@ fn unit_flag(unit: &str) -> Option<&'static str> {
 }
 
 /// Runs `pprof -top` over every node and parses its rows.
-fn oracle_top(pprof: &Path, file: &Path, sample_index: usize, unit: &str) -> Rows {
+pub(crate) fn oracle_top(pprof: &Path, file: &Path, sample_index: usize, unit: &str) -> Rows {
     let mut cmd = Command::new(pprof);
     cmd.args([
         "-top",
@@ -85,7 +85,7 @@ fn oracle_top(pprof: &Path, file: &Path, sample_index: usize, unit: &str) -> Row
     rows
 }
 
-fn our_rows(profile: &Profile) -> Rows {
+pub(crate) fn our_rows(profile: &Profile) -> Rows {
     TopTable::build(profile)
         .rows
         .into_iter()
