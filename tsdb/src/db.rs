@@ -1,15 +1,26 @@
-//! The store's synchronous API: open, append in committed batches, query, statistics.
+//! The store's synchronous API: open, append in committed batches, query, statistics; and the
+//! background thread that cuts the head into blocks, compacts them and applies retention.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
-use parca_profile::{Extractor, Importer, Meta, Profile, Samples, Tables};
-use rustc_hash::FxHashMap;
+use parca_profile::{Importer, Meta, Profile};
 
-use crate::labels::{Labels, Matcher, NAME_LABEL};
-use crate::postings::MemPostings;
+use crate::block::Block;
+use crate::encoding::{self, Reader, TableCounts};
+use crate::head::{Head, StoredProfile};
+use crate::labels::{Labels, NAME_LABEL};
+use crate::query::Querier;
 use crate::wal::{self, Wal};
 use crate::{Error, record};
+
+/// One hour in milliseconds.
+const HOUR_MS: i64 = 3_600_000;
+
+/// How often the background thread looks for work when nobody wakes it.
+const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// How a store behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,12 +28,25 @@ pub struct Options {
     /// Profiles with more distinct stacks than this are refused (a guard against runaway
     /// producers; real profiles have thousands to tens of thousands).
     pub max_stacks_per_profile: usize,
+    /// Time range of a block cut from the head (`--storage-block-duration`, default 2h).
+    /// Blocks are compacted into ranges of 3×, 9×, 27×… this, up to a tenth of the retention
+    /// time or 31 days.
+    pub block_duration_ms: i64,
+    /// Blocks whose whole time range is older than this, counted back from the newest profile
+    /// stored, are deleted (`--storage-retention-time`, default 15d; 0 keeps everything).
+    pub retention_ms: i64,
+    /// When blocks and WAL together take more bytes than this, the oldest blocks are deleted
+    /// (`--storage-retention-size`; 0, the default, means no limit).
+    pub retention_bytes: u64,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Options {
             max_stacks_per_profile: 1_000_000,
+            block_duration_ms: 2 * HOUR_MS,
+            retention_ms: 15 * 24 * HOUR_MS,
+            retention_bytes: 0,
         }
     }
 }
@@ -30,160 +54,146 @@ impl Default for Options {
 /// Figures about what the store holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Stats {
-    /// Series.
+    /// Series in the head (those with recent profiles).
     pub n_series: usize,
-    /// Stored profiles.
+    /// Stored profiles, in blocks and head.
     pub n_profiles: usize,
-    /// Stored (stack, value) pairs.
+    /// Stored (stack, value) pairs, in blocks and head.
     pub n_samples: usize,
     /// Distinct stacks in the head.
     pub n_head_stacks: usize,
+    /// Profiles in the head.
+    pub n_head_profiles: usize,
+    /// (stack, value) pairs in the head.
+    pub n_head_samples: usize,
+    /// Bytes of memory the head's profiles take: encoded samples and per-profile figures
+    /// (the interned symbols and stacks they share are not included).
+    pub head_sample_bytes: u64,
     /// Immutable blocks on disk.
     pub n_blocks: usize,
+    /// Bytes of the blocks' files on disk.
+    pub block_bytes: u64,
+    /// Bytes of the write-ahead log on disk.
+    pub wal_bytes: u64,
+    /// Blocks set aside as corrupt since the store was opened.
+    pub n_quarantined: usize,
 }
 
-/// One stored profile of a series, its samples in the head's ids.
-#[derive(Debug, Clone)]
-struct HeadProfile {
-    timestamp_ms: i64,
-    duration_nanos: i64,
-    period: i64,
-    samples: Samples,
+/// A block that failed its checks and was moved to `<data>/quarantine/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The block's name.
+    pub block: String,
+    /// Where it is now.
+    pub path: PathBuf,
+    /// Why, naming the file and what is wrong with it.
+    pub reason: String,
 }
 
-#[derive(Debug)]
-struct Series {
-    labels: Labels,
-    /// Sample type, period type and unit, from the series' first profile.
-    meta: Meta,
-    /// Time-ordered.
-    profiles: Vec<HeadProfile>,
+/// The blocks being served, oldest first. Replaced whole (copy on write): a query holds the
+/// `Arc` of the set it started with, so blocks compacted or deleted meanwhile stay readable.
+pub(crate) type BlockSet = Arc<Vec<Arc<Block>>>;
+
+#[derive(Default)]
+struct Worker {
+    stop: bool,
+    wake: bool,
 }
 
-/// The in-memory part of the store: every series, their postings, and the interned symbols and
-/// stacks that all head profiles share.
-#[derive(Debug, Default)]
-struct Head {
-    series: Vec<Series>,
-    by_labels: FxHashMap<Labels, u32>,
-    postings: MemPostings,
-    tables: Tables,
+/// Everything the store is, shared with its background thread.
+pub(crate) struct Inner {
+    pub dir: PathBuf,
+    pub options: Options,
+    pub head: RwLock<Head>,
+    pub wal: Wal,
+    pub blocks: RwLock<BlockSet>,
+    /// Held by whoever cuts, compacts or deletes blocks: one at a time.
+    pub maintenance: Mutex<()>,
+    pub quarantined: Mutex<Vec<Quarantined>>,
+    worker: Mutex<Worker>,
+    worker_cv: Condvar,
 }
 
-impl Head {
-    /// The series with these labels, created (and logged) if new.
-    fn series_ref(&mut self, labels: &Labels, meta: &Meta, wal: &Wal) -> Result<u32, Error> {
-        if let Some(&series) = self.by_labels.get(labels) {
-            return Ok(series);
-        }
-        let series = self.series.len() as u32;
-        wal.write(&record::encode_series(series, labels))?;
-        self.add_series(series, labels.clone(), meta.clone());
-        Ok(series)
+impl Inner {
+    pub fn block_set(&self) -> BlockSet {
+        Arc::clone(&self.blocks.read().expect("blocks lock poisoned"))
     }
 
-    fn add_series(&mut self, series: u32, labels: Labels, meta: Meta) {
-        self.postings.add(series, &labels);
-        self.by_labels.insert(labels.clone(), series);
-        self.series.push(Series {
-            labels,
-            meta,
-            profiles: Vec::new(),
-        });
-    }
-
-    fn insert(&mut self, series: u32, timestamp_ms: i64, profile: &Profile) {
-        let samples = Importer::new().import(&mut self.tables, profile);
-        let s = &mut self.series[series as usize];
-        s.profiles.push(HeadProfile {
-            timestamp_ms,
-            duration_nanos: profile.meta.duration_nanos,
-            period: profile.meta.period,
-            samples,
-        });
+    fn wake_worker(&self) {
+        self.worker.lock().expect("worker lock poisoned").wake = true;
+        self.worker_cv.notify_one();
     }
 }
 
-/// A profile store in a directory. Cheap to share between threads (`&Db` is `Sync`).
+/// A profile store in a directory. Cheap to share between threads (`&Db` is `Sync`; wrap it in
+/// an `Arc` to share it with tasks). It runs one background thread, stopped when the `Db` is
+/// dropped or closed.
 pub struct Db {
-    dir: PathBuf,
-    options: Options,
-    head: RwLock<Head>,
-    wal: Wal,
+    inner: Arc<Inner>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("dir", &self.inner.dir).finish()
+    }
 }
 
 impl Db {
-    /// Opens (or creates) the store in `dir`, replaying its write-ahead log.
+    /// Opens (or creates) the store in `dir`: opens and verifies its blocks (setting corrupt
+    /// ones aside in `dir/quarantine/`), replays its write-ahead log, and starts the background
+    /// thread that cuts, compacts and deletes blocks.
     pub fn open(dir: &Path, options: Options) -> Result<Db, Error> {
         std::fs::create_dir_all(dir).map_err(Error::io("cannot create data directory", dir))?;
+        let (blocks, quarantined) = crate::compact::open_blocks(dir)?;
+        let min_valid_ms = blocks.last().map_or(i64::MIN, |b| b.meta.max_time_ms);
         let wal_dir = dir.join("wal");
         std::fs::create_dir_all(&wal_dir)
             .map_err(Error::io("cannot create WAL directory", &wal_dir))?;
-        let mut head = Head::default();
-        let mut n_records = 0u64;
-        wal::replay(&wal_dir, |bytes, segment, offset| {
-            n_records += 1;
-            let corrupt = |what: String| Error::WalCorrupt {
-                segment: segment.to_owned(),
-                offset,
-                what,
-            };
-            match record::decode(bytes).map_err(corrupt)? {
-                record::Record::Series { series, labels } => {
-                    if series as usize != head.series.len() {
-                        return Err(corrupt(format!(
-                            "series {series} out of sequence (expected {})",
-                            head.series.len()
-                        )));
-                    }
-                    head.add_series(series, labels, Meta::default());
-                }
-                record::Record::Profile {
-                    series,
-                    timestamp_ms,
-                    duration_nanos,
-                    pprof,
-                } => {
-                    if series as usize >= head.series.len() {
-                        return Err(corrupt(format!("profile of unknown series {series}")));
-                    }
-                    let decoded =
-                        parca_pprof::Pprof::parse(pprof).map_err(|source| Error::WalProfile {
-                            segment: segment.to_owned(),
-                            offset,
-                            source,
-                        })?;
-                    let mut profiles = parca_profile::from_pprof(&decoded);
-                    let Some(mut profile) = profiles.pop() else {
-                        return Err(corrupt("profile record without a sample type".into()));
-                    };
-                    profile.meta.duration_nanos = duration_nanos;
-                    let s = &mut head.series[series as usize];
-                    if s.profiles.is_empty() {
-                        s.meta = Meta {
-                            time_nanos: 0,
-                            duration_nanos: 0,
-                            ..profile.meta.clone()
-                        };
-                    }
-                    head.insert(series, timestamp_ms, &profile);
-                }
-            }
-            Ok(())
-        })?;
-        tracing::info!(dir = %dir.display(), records = n_records, series = head.series.len(), "replayed WAL");
+        let head = replay(&wal_dir, min_valid_ms)?;
+        tracing::info!(
+            dir = %dir.display(),
+            series = head.series.len(),
+            blocks = blocks.len(),
+            quarantined = quarantined.len(),
+            "opened store"
+        );
         let wal = Wal::open(&wal_dir)?;
-        Ok(Db {
+        let inner = Arc::new(Inner {
             dir: dir.to_owned(),
             options,
             head: RwLock::new(head),
             wal,
+            blocks: RwLock::new(Arc::new(blocks)),
+            maintenance: Mutex::new(()),
+            quarantined: Mutex::new(quarantined),
+            worker: Mutex::new(Worker {
+                stop: false,
+                wake: true, // look for work once at start
+            }),
+            worker_cv: Condvar::new(),
+        });
+        let worker = {
+            let inner = Arc::clone(&inner);
+            std::thread::Builder::new()
+                .name("tsdb-maintenance".into())
+                .spawn(move || maintenance_loop(&inner))
+                .map_err(Error::io("cannot start maintenance thread", dir))?
+        };
+        Ok(Db {
+            inner,
+            worker: Some(worker),
         })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
     }
 
     /// The directory the store lives in.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.inner.dir
     }
 
     /// A batch of appends; nothing is durable before [`Appender::commit`] returns.
@@ -191,33 +201,281 @@ impl Db {
         Appender {
             db: self,
             last_seq: 0,
+            wake: false,
         }
     }
 
-    /// Reads profiles whose timestamp lies in `[min_ms, max_ms]`.
+    /// Reads profiles whose timestamp lies in `[min_ms, max_ms]`, from blocks and head.
+    ///
+    /// The querier holds the head's read lock while it lives (appends wait for it): use it and
+    /// drop it. Blocks it reads stay readable even if compaction replaces them meanwhile.
     pub fn querier(&self, min_ms: i64, max_ms: i64) -> Querier<'_> {
-        Querier {
-            head: self.head.read().expect("head lock poisoned"),
-            min_ms,
-            max_ms,
-        }
+        let head = self.inner.head.read().expect("head lock poisoned");
+        // Taken after the head: a cut swaps head and blocks under the head's write lock, so
+        // the two are consistent.
+        let blocks = self.inner.block_set();
+        Querier::new(head, blocks, min_ms, max_ms)
+    }
+
+    /// Does now what the background thread does from time to time: cuts the head's oldest
+    /// part into blocks when it spans more than 1.5 block durations, compacts adjacent blocks,
+    /// and deletes blocks past retention. Returns once nothing more is due.
+    pub fn compact(&self) -> Result<(), Error> {
+        crate::compact::maintain(&self.inner)
+    }
+
+    /// Blocks set aside as corrupt since the store was opened.
+    pub fn quarantined(&self) -> Vec<Quarantined> {
+        self.inner
+            .quarantined
+            .lock()
+            .expect("quarantine lock poisoned")
+            .clone()
     }
 
     /// What the store holds now.
     pub fn stats(&self) -> Stats {
-        let head = self.head.read().expect("head lock poisoned");
-        Stats {
+        let blocks = self.inner.block_set();
+        let head = self.inner.head.read().expect("head lock poisoned");
+        let n_head_profiles = head.series.iter().map(|s| s.profiles.len()).sum();
+        let n_head_samples: usize = head
+            .series
+            .iter()
+            .flat_map(|s| &s.profiles)
+            .map(|p| p.n_samples as usize)
+            .sum();
+        let stats = Stats {
             n_series: head.series.len(),
-            n_profiles: head.series.iter().map(|s| s.profiles.len()).sum(),
-            n_samples: head
-                .series
-                .iter()
-                .flat_map(|s| &s.profiles)
-                .map(|p| p.samples.len())
-                .sum(),
+            n_profiles: n_head_profiles
+                + blocks
+                    .iter()
+                    .map(|b| b.meta.stats.n_profiles as usize)
+                    .sum::<usize>(),
+            n_samples: n_head_samples
+                + blocks
+                    .iter()
+                    .map(|b| b.meta.stats.n_samples as usize)
+                    .sum::<usize>(),
             n_head_stacks: head.tables.n_stacks(),
-            n_blocks: 0,
+            n_head_profiles,
+            n_head_samples,
+            head_sample_bytes: head.sample_bytes() as u64,
+            n_blocks: blocks.len(),
+            block_bytes: blocks.iter().map(|b| b.size_bytes).sum(),
+            wal_bytes: 0,
+            n_quarantined: self
+                .inner
+                .quarantined
+                .lock()
+                .expect("quarantine lock poisoned")
+                .len(),
+        };
+        drop(head);
+        Stats {
+            wal_bytes: self.inner.wal.size_bytes(),
+            ..stats
         }
+    }
+
+    /// Stops the background thread (waiting for work in progress to finish) and makes every
+    /// appended profile durable. Dropping a `Db` stops the thread too, without the final sync.
+    pub fn close(mut self) -> Result<(), Error> {
+        self.stop_worker();
+        self.inner.wal.sync_all()
+    }
+
+    fn stop_worker(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            self.inner.worker.lock().expect("worker lock poisoned").stop = true;
+            self.inner.worker_cv.notify_one();
+            if worker.join().is_err() {
+                tracing::error!("tsdb maintenance thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        self.stop_worker();
+    }
+}
+
+fn maintenance_loop(inner: &Inner) {
+    loop {
+        {
+            let mut w = inner.worker.lock().expect("worker lock poisoned");
+            while !w.stop && !w.wake {
+                let (guard, timeout) = inner
+                    .worker_cv
+                    .wait_timeout(w, MAINTENANCE_INTERVAL)
+                    .expect("worker lock poisoned");
+                w = guard;
+                if timeout.timed_out() {
+                    break;
+                }
+            }
+            if w.stop {
+                return;
+            }
+            w.wake = false;
+        }
+        if let Err(e) = crate::compact::maintain(inner) {
+            tracing::error!(error = %e, "tsdb maintenance failed; will retry");
+        }
+    }
+}
+
+/// Rebuilds the head from the WAL in `wal_dir`. Profiles older than `min_valid_ms` are already
+/// in blocks (a cut that crashed before its checkpoint) and are skipped.
+fn replay(wal_dir: &Path, min_valid_ms: i64) -> Result<Head, Error> {
+    let mut head = Head::new(min_valid_ms);
+    // A checkpoint being read: adopted at its end record, dropped if its segment ends first.
+    let mut pending: Option<Head> = None;
+    let mut segment_of_pending = PathBuf::new();
+    let (mut n_records, mut n_skipped) = (0u64, 0u64);
+    wal::replay(wal_dir, |bytes, segment, offset| {
+        n_records += 1;
+        let corrupt = |what: String| Error::WalCorrupt {
+            segment: segment.to_owned(),
+            offset,
+            what,
+        };
+        if pending.is_some() && segment != segment_of_pending {
+            tracing::warn!(segment = %segment_of_pending.display(), "WAL checkpoint without its end (torn); ignoring it");
+            pending = None;
+        }
+        let record = record::decode(bytes).map_err(corrupt)?;
+        if let record::Record::CheckpointBegin { min_valid_ms: at } = record {
+            pending = Some(Head::new(at.max(min_valid_ms)));
+            segment_of_pending = segment.to_owned();
+            return Ok(());
+        }
+        if let record::Record::CheckpointEnd = record {
+            head = pending
+                .take()
+                .ok_or_else(|| corrupt("checkpoint end without a beginning".into()))?;
+            return Ok(());
+        }
+        let h = pending.as_mut().unwrap_or(&mut head);
+        match record {
+            record::Record::CheckpointBegin { .. } | record::Record::CheckpointEnd => {
+                unreachable!("handled above")
+            }
+            record::Record::Series {
+                series,
+                labels,
+                meta,
+            } => {
+                if series as usize != h.series.len() {
+                    return Err(corrupt(format!(
+                        "series {series} out of sequence (expected {})",
+                        h.series.len()
+                    )));
+                }
+                h.add_series(labels, meta.unwrap_or_default());
+            }
+            record::Record::Symbols(bytes) => {
+                let mut r = Reader::new(bytes);
+                encoding::decode_tables(&mut r, &mut h.tables)
+                    .map_err(|e| corrupt(format!("symbols {e}")))?;
+            }
+            record::Record::Profile {
+                series,
+                timestamp_ms,
+                duration_nanos,
+                period,
+                samples,
+            } => {
+                if series as usize >= h.series.len() {
+                    return Err(corrupt(format!("profile of unknown series {series}")));
+                }
+                let (mut n, mut total) = (0u32, 0i64);
+                let mut r = Reader::new(samples);
+                encoding::for_each_sample(&mut r, h.limits(), |_, _, v| {
+                    n += 1;
+                    total = total.wrapping_add(v);
+                })
+                .map_err(|e| corrupt(format!("profile samples {e}")))?;
+                let s = &mut h.series[series as usize];
+                if timestamp_ms < h.min_valid_ms
+                    || s.profiles
+                        .last()
+                        .is_some_and(|p| p.timestamp_ms >= timestamp_ms)
+                {
+                    n_skipped += 1;
+                    return Ok(());
+                }
+                h.push(
+                    series,
+                    StoredProfile {
+                        timestamp_ms,
+                        duration_nanos,
+                        period,
+                        total,
+                        n_samples: n,
+                        data: samples.into(),
+                    },
+                );
+            }
+            record::Record::LegacyProfile {
+                series,
+                timestamp_ms,
+                duration_nanos,
+                pprof,
+            } => {
+                if series as usize >= h.series.len() {
+                    return Err(corrupt(format!("profile of unknown series {series}")));
+                }
+                let decoded =
+                    parca_pprof::Pprof::parse(pprof).map_err(|source| Error::WalProfile {
+                        segment: segment.to_owned(),
+                        offset,
+                        source,
+                    })?;
+                let Some(mut profile) = parca_profile::from_pprof(&decoded).pop() else {
+                    return Err(corrupt("profile record without a sample type".into()));
+                };
+                profile.meta.duration_nanos = duration_nanos;
+                if h.series[series as usize].profiles.is_empty() {
+                    h.series[series as usize].meta = series_meta(&profile.meta);
+                }
+                if timestamp_ms < h.min_valid_ms {
+                    n_skipped += 1;
+                    return Ok(());
+                }
+                let samples = Importer::new().import(&mut h.tables, &profile);
+                let stored = StoredProfile::encode(
+                    timestamp_ms,
+                    duration_nanos,
+                    profile.meta.period,
+                    &samples,
+                );
+                h.push(series, stored);
+            }
+        }
+        Ok(())
+    })?;
+    if pending.is_some() {
+        tracing::warn!(segment = %segment_of_pending.display(), "WAL ends inside a checkpoint (torn); ignoring it");
+    }
+    tracing::info!(
+        dir = %wal_dir.display(),
+        records = n_records,
+        skipped_profiles = n_skipped,
+        series = head.series.len(),
+        "replayed WAL"
+    );
+    Ok(head)
+}
+
+/// What a series keeps of its first profile's meta: types and comments, not time.
+fn series_meta(meta: &Meta) -> Meta {
+    Meta {
+        time_nanos: 0,
+        duration_nanos: 0,
+        period: 0,
+        ..meta.clone()
     }
 }
 
@@ -228,12 +486,15 @@ impl Db {
 pub struct Appender<'a> {
     db: &'a Db,
     last_seq: u64,
+    /// Whether the head has grown enough that the background thread should look at it.
+    wake: bool,
 }
 
 impl Appender<'_> {
     /// Appends `profile` to the series `labels` at `timestamp_ms`. Refuses, and stores nothing
-    /// of, a profile without a `__name__` label, one not newer than the series' last, or one
-    /// with more stacks than [`Options::max_stacks_per_profile`].
+    /// of, a profile without a `__name__` label, one not newer than the series' last, one older
+    /// than the time already cut into blocks, or one with more stacks than
+    /// [`Options::max_stacks_per_profile`].
     pub fn append(
         &mut self,
         labels: &Labels,
@@ -245,7 +506,8 @@ impl Appender<'_> {
                 labels: labels.to_string(),
             });
         }
-        let limit = self.db.options.max_stacks_per_profile;
+        let inner = &self.db.inner;
+        let limit = inner.options.max_stacks_per_profile;
         if profile.samples.len() > limit {
             return Err(Error::TooManyStacks {
                 labels: labels.to_string(),
@@ -253,14 +515,16 @@ impl Appender<'_> {
                 limit,
             });
         }
-        // Encode before taking the lock: it is the costly part and needs no shared state.
-        let pprof = parca_pprof::encode(&parca_profile::to_pprof(profile), false);
-        let mut head = self.db.head.write().expect("head lock poisoned");
-        let last = head
-            .by_labels
-            .get(labels)
-            .and_then(|&s| head.series[s as usize].profiles.last());
-        if let Some(last) = last
+        let mut head = inner.head.write().expect("head lock poisoned");
+        if timestamp_ms < head.min_valid_ms {
+            return Err(Error::OutOfBounds {
+                labels: labels.to_string(),
+                timestamp_ms,
+                min_valid_ms: head.min_valid_ms,
+            });
+        }
+        let existing = head.by_labels.get(labels).copied();
+        if let Some(last) = existing.and_then(|s| head.series[s as usize].profiles.last())
             && timestamp_ms <= last.timestamp_ms
         {
             return Err(Error::OutOfOrder {
@@ -274,203 +538,62 @@ impl Appender<'_> {
                 },
             });
         }
-        let meta = Meta {
-            time_nanos: 0,
-            duration_nanos: 0,
-            ..profile.meta.clone()
+        let series = match existing {
+            Some(series) => series,
+            None => {
+                let meta = series_meta(&profile.meta);
+                inner.wal.write(&record::encode_series(
+                    head.series.len() as u32,
+                    labels,
+                    &meta,
+                ))?;
+                head.add_series(labels.clone(), meta)
+            }
         };
-        let series = head.series_ref(labels, &meta, &self.db.wal)?;
-        let record =
-            record::encode_profile(series, timestamp_ms, profile.meta.duration_nanos, &pprof);
-        self.last_seq = self.db.wal.write(&record)?;
-        head.insert(series, timestamp_ms, profile);
+        let before = TableCounts::of(&head.tables);
+        let samples = Importer::new().import(&mut head.tables, profile);
+        if TableCounts::of(&head.tables) != before {
+            inner
+                .wal
+                .write(&record::encode_symbols(&head.tables, before))?;
+        }
+        let stored = StoredProfile::encode(
+            timestamp_ms,
+            profile.meta.duration_nanos,
+            profile.meta.period,
+            &samples,
+        );
+        self.last_seq = inner.wal.write(&record::encode_profile(
+            series,
+            timestamp_ms,
+            stored.duration_nanos,
+            stored.period,
+            &stored.data,
+        ))?;
+        head.push(series, stored);
+        let block = inner.options.block_duration_ms.max(1);
+        if timestamp_ms.saturating_sub(head.oldest_ms) >= block.saturating_add(block / 2) {
+            self.wake = true;
+        }
         Ok(())
     }
 
     /// Returns once every profile appended so far is on disk. Concurrent commits share fsyncs.
     pub fn commit(self) -> Result<(), Error> {
         if self.last_seq > 0 {
-            self.db.wal.sync_through(self.last_seq)?;
+            self.db.inner.wal.sync_through(self.last_seq)?;
+        }
+        if self.wake {
+            self.db.inner.wake_worker();
         }
         Ok(())
-    }
-}
-
-/// The profiles of one series over a query's time range, sharing the query's tables.
-#[derive(Debug, Clone)]
-pub struct SeriesProfiles {
-    /// The series.
-    pub labels: Labels,
-    /// Its profiles with their timestamps, time-ordered.
-    pub profiles: Vec<(i64, Profile)>,
-}
-
-/// The totals of one series' profiles over a query's time range.
-#[derive(Debug, Clone)]
-pub struct SeriesTotals {
-    /// The series.
-    pub labels: Labels,
-    /// Its sample type and period type (time and duration are per point).
-    pub meta: Meta,
-    /// One point per profile, time-ordered.
-    pub points: Vec<TotalPoint>,
-}
-
-/// The total of one stored profile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TotalPoint {
-    /// When the profile was taken.
-    pub timestamp_ms: i64,
-    /// The sum of its values.
-    pub total: i64,
-    /// Its sampling period, in the period type's unit.
-    pub period: i64,
-    /// The window it covers (0 for a snapshot).
-    pub duration_nanos: i64,
-}
-
-/// A profile read out of the head before the query's tables are frozen: time, meta, samples.
-type ExtractedProfile = (i64, Meta, Samples);
-
-/// A read view of the store over a time range; holds the head's read lock while it lives.
-pub struct Querier<'a> {
-    head: RwLockReadGuard<'a, Head>,
-    min_ms: i64,
-    max_ms: i64,
-}
-
-impl Querier<'_> {
-    fn series_in_range(&self, matchers: &[Matcher]) -> Vec<u32> {
-        self.head
-            .postings
-            .select(matchers)
-            .iter()
-            .filter(|&s| {
-                self.head.series[s as usize]
-                    .profiles
-                    .iter()
-                    .any(|p| (self.min_ms..=self.max_ms).contains(&p.timestamp_ms))
-            })
-            .collect()
-    }
-
-    /// The series that match all `matchers` and have profiles in range, with those profiles.
-    /// All returned profiles share one set of tables holding only what they use, so merging
-    /// them is an array add.
-    pub fn select(&self, matchers: &[Matcher]) -> Vec<SeriesProfiles> {
-        let mut tables = Tables::new();
-        let mut extractor = Extractor::new(&self.head.tables);
-        let mut out: Vec<(Labels, Vec<ExtractedProfile>)> = Vec::new();
-        for series in self.series_in_range(matchers) {
-            let s = &self.head.series[series as usize];
-            let profiles = s
-                .profiles
-                .iter()
-                .filter(|p| (self.min_ms..=self.max_ms).contains(&p.timestamp_ms))
-                .map(|p| {
-                    let meta = Meta {
-                        time_nanos: p.timestamp_ms.saturating_mul(1_000_000),
-                        duration_nanos: p.duration_nanos,
-                        period: p.period,
-                        ..s.meta.clone()
-                    };
-                    (
-                        p.timestamp_ms,
-                        meta,
-                        extractor.samples(&mut tables, &p.samples),
-                    )
-                })
-                .collect();
-            out.push((s.labels.clone(), profiles));
-        }
-        let tables = Arc::new(tables);
-        out.into_iter()
-            .map(|(labels, profiles)| SeriesProfiles {
-                labels,
-                profiles: profiles
-                    .into_iter()
-                    .map(|(t, meta, samples)| {
-                        (
-                            t,
-                            Profile {
-                                tables: Arc::clone(&tables),
-                                meta,
-                                samples,
-                            },
-                        )
-                    })
-                    .collect(),
-            })
-            .collect()
-    }
-
-    /// The labels of the series that match all `matchers` and have profiles in range, without
-    /// reading any profile. Cheap: use it to check limits before [`Querier::select`].
-    pub fn series(&self, matchers: &[Matcher]) -> Vec<Labels> {
-        self.series_in_range(matchers)
-            .into_iter()
-            .map(|s| self.head.series[s as usize].labels.clone())
-            .collect()
-    }
-
-    /// Number of (stack, value) pairs the matching profiles in range hold: what a
-    /// [`Querier::select`] would read.
-    pub fn n_samples(&self, matchers: &[Matcher]) -> usize {
-        self.series_in_range(matchers)
-            .into_iter()
-            .flat_map(|s| &self.head.series[s as usize].profiles)
-            .filter(|p| (self.min_ms..=self.max_ms).contains(&p.timestamp_ms))
-            .map(|p| p.samples.len())
-            .sum()
-    }
-
-    /// The total (sum of values) of every matching profile in range, per series, without
-    /// copying samples: what a metrics graph needs.
-    pub fn totals(&self, matchers: &[Matcher]) -> Vec<SeriesTotals> {
-        self.series_in_range(matchers)
-            .into_iter()
-            .map(|series| {
-                let s = &self.head.series[series as usize];
-                SeriesTotals {
-                    labels: s.labels.clone(),
-                    meta: s.meta.clone(),
-                    points: s
-                        .profiles
-                        .iter()
-                        .filter(|p| (self.min_ms..=self.max_ms).contains(&p.timestamp_ms))
-                        .map(|p| TotalPoint {
-                            timestamp_ms: p.timestamp_ms,
-                            total: p
-                                .samples
-                                .values
-                                .iter()
-                                .fold(0i64, |a, &v| a.wrapping_add(v)),
-                            period: p.period,
-                            duration_nanos: p.duration_nanos,
-                        })
-                        .collect(),
-                }
-            })
-            .collect()
-    }
-
-    /// Label names of the matching series with profiles in range, sorted.
-    pub fn label_names(&self, matchers: &[Matcher]) -> Vec<String> {
-        let within = self.series_in_range(matchers).into_iter().collect();
-        self.head.postings.label_names(&within)
-    }
-
-    /// Values of label `name` among the matching series with profiles in range, sorted.
-    pub fn label_values(&self, name: &str, matchers: &[Matcher]) -> Vec<String> {
-        let within = self.series_in_range(matchers).into_iter().collect();
-        self.head.postings.label_values(name, &within)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::labels::MatchOp;
+    use crate::labels::{MatchOp, Matcher};
 
     fn corpus_cpu(rel: &str) -> Profile {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -585,6 +708,7 @@ mod tests {
             dir.path(),
             Options {
                 max_stacks_per_profile: 10,
+                ..Options::default()
             },
         )
         .expect("open");

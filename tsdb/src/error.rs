@@ -59,6 +59,37 @@ pub enum Error {
         /// The limit (`Options::max_stacks_per_profile`).
         limit: usize,
     },
+    /// A profile is older than the part of the store still open for appends: that time range
+    /// has been cut into an immutable block.
+    #[error(
+        "series {labels}: profile at {timestamp_ms} ms is older than {min_valid_ms} ms, the start of the time still open for appends"
+    )]
+    OutOfBounds {
+        /// The series.
+        labels: String,
+        /// The refused profile's time.
+        timestamp_ms: i64,
+        /// The oldest time the head accepts.
+        min_valid_ms: i64,
+    },
+    /// Profiles of different sample or period types cannot be merged.
+    #[error("cannot merge profiles of type {left} with profiles of type {right}")]
+    IncompatibleProfiles {
+        /// The first type met.
+        left: String,
+        /// The other type.
+        right: String,
+    },
+    /// A block file fails its checksum or structure check.
+    #[error("block `{block}` is corrupt: `{file}` {what}")]
+    BlockCorrupt {
+        /// The block's name (directory).
+        block: String,
+        /// The file within the block.
+        file: &'static str,
+        /// What is wrong, with the byte offset where known.
+        what: String,
+    },
     /// A file operation failed.
     #[error("{action} `{}`", path.display())]
     Io {
@@ -104,6 +135,7 @@ impl Error {
                 | Error::InvalidRegex { .. }
                 | Error::MissingName { .. }
                 | Error::OutOfOrder { .. }
+                | Error::OutOfBounds { .. }
                 | Error::TooManyStacks { .. }
         )
     }

@@ -39,14 +39,24 @@
 //! assert_eq!(found[0].profiles[0].1.total(), 5);
 //! ```
 
+mod block;
+mod compact;
 mod db;
+mod encoding;
 mod error;
+mod head;
 pub mod labels;
+mod mmap;
 pub mod postings;
+mod query;
 mod record;
 pub mod wal;
 
-pub use db::{Appender, Db, Options, Querier, SeriesProfiles, SeriesTotals, Stats, TotalPoint};
+#[cfg(test)]
+mod test_support;
+
+pub use db::{Appender, Db, Options, Quarantined, Stats};
 pub use error::Error;
 pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL, valid_label_name};
 pub use postings::MemPostings;
+pub use query::{Querier, SeriesProfiles, SeriesTotals, TotalPoint};

@@ -47,57 +47,12 @@ impl MemPostings {
     /// The series that one matcher selects. As in Prometheus, a series without the label counts
     /// as having the empty value: a matcher that accepts `""` also selects series without it.
     pub fn for_matcher(&self, matcher: &Matcher) -> RoaringBitmap {
-        let values = self.by_label.get(&matcher.name);
-        if matcher.op == MatchOp::Equal && !matcher.value.is_empty() {
-            return values
-                .and_then(|v| v.get(&matcher.value))
-                .cloned()
-                .unwrap_or_default();
-        }
-        let Some(values) = values else {
-            return if matcher.matches("") {
-                self.all.clone()
-            } else {
-                RoaringBitmap::new()
-            };
-        };
-        if matcher.matches("") {
-            // Everything except the series whose value is rejected.
-            let mut out = self.all.clone();
-            for (value, series) in values {
-                if !matcher.matches(value) {
-                    out -= series;
-                }
-            }
-            out
-        } else {
-            let mut out = RoaringBitmap::new();
-            for (value, series) in values {
-                if matcher.matches(value) {
-                    out |= series;
-                }
-            }
-            out
-        }
+        for_matcher(self, matcher)
     }
 
     /// The series that all matchers select (every series for no matchers).
     pub fn select(&self, matchers: &[Matcher]) -> RoaringBitmap {
-        // Exact equalities first: they are cheap and usually the most selective.
-        let mut ordered: Vec<&Matcher> = matchers.iter().collect();
-        ordered.sort_by_key(|m| m.op != MatchOp::Equal || m.value.is_empty());
-        let mut out: Option<RoaringBitmap> = None;
-        for m in ordered {
-            let set = self.for_matcher(m);
-            out = Some(match out {
-                None => set,
-                Some(acc) => acc & set,
-            });
-            if out.as_ref().is_some_and(RoaringBitmap::is_empty) {
-                break;
-            }
-        }
-        out.unwrap_or_else(|| self.all.clone())
+        select(self, matchers)
     }
 
     /// Label names that at least one series in `within` has, sorted.
@@ -122,6 +77,86 @@ impl MemPostings {
             })
             .unwrap_or_default()
     }
+}
+
+impl PostingsIndex for MemPostings {
+    fn all_series(&self) -> RoaringBitmap {
+        self.all.clone()
+    }
+
+    fn postings(&self, name: &str, value: &str) -> RoaringBitmap {
+        self.get(name, value).cloned().unwrap_or_default()
+    }
+
+    fn values_of(&self, name: &str, keep: &dyn Fn(&str) -> bool) -> Option<Vec<RoaringBitmap>> {
+        let values = self.by_label.get(name)?;
+        Some(
+            values
+                .iter()
+                .filter(|(v, _)| keep(v))
+                .map(|(_, series)| series.clone())
+                .collect(),
+        )
+    }
+}
+
+/// What selection needs from an index of series (the head's [`MemPostings`], a block's index):
+/// series numbered densely within the index.
+pub(crate) trait PostingsIndex {
+    /// Every series.
+    fn all_series(&self) -> RoaringBitmap;
+    /// The series with `name="value"` (empty if none).
+    fn postings(&self, name: &str, value: &str) -> RoaringBitmap;
+    /// The postings of each value of label `name` that `keep` accepts; `None` if no series has
+    /// the label.
+    fn values_of(&self, name: &str, keep: &dyn Fn(&str) -> bool) -> Option<Vec<RoaringBitmap>>;
+}
+
+/// The series that one matcher selects, Prometheus' rules: a series without the label counts
+/// as having the empty value.
+pub(crate) fn for_matcher(index: &impl PostingsIndex, matcher: &Matcher) -> RoaringBitmap {
+    if matcher.op == MatchOp::Equal && !matcher.value.is_empty() {
+        return index.postings(&matcher.name, &matcher.value);
+    }
+    if matcher.matches("") {
+        // Everything except the series whose value is rejected.
+        let mut out = index.all_series();
+        for series in index
+            .values_of(&matcher.name, &|v| !matcher.matches(v))
+            .unwrap_or_default()
+        {
+            out -= series;
+        }
+        out
+    } else {
+        let mut out = RoaringBitmap::new();
+        for series in index
+            .values_of(&matcher.name, &|v| matcher.matches(v))
+            .unwrap_or_default()
+        {
+            out |= series;
+        }
+        out
+    }
+}
+
+/// The series that all matchers select (every series for no matchers).
+pub(crate) fn select(index: &impl PostingsIndex, matchers: &[Matcher]) -> RoaringBitmap {
+    // Exact equalities first: they are cheap and usually the most selective.
+    let mut ordered: Vec<&Matcher> = matchers.iter().collect();
+    ordered.sort_by_key(|m| m.op != MatchOp::Equal || m.value.is_empty());
+    let mut out: Option<RoaringBitmap> = None;
+    for m in ordered {
+        let set = for_matcher(index, m);
+        out = Some(match out {
+            None => set,
+            Some(acc) => acc & set,
+        });
+        if out.as_ref().is_some_and(RoaringBitmap::is_empty) {
+            break;
+        }
+    }
+    out.unwrap_or_else(|| index.all_series())
 }
 
 #[cfg(test)]

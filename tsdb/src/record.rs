@@ -1,29 +1,62 @@
-//! The payloads of WAL records: a new series, or a profile of a series.
+//! The payloads of WAL records: a new series, symbols newly interned in the head, a profile as
+//! stack-id/value columns, and the markers around a checkpoint.
 //!
-//! Layout (little-endian): a kind byte, then for a series `ref: u32, n: u16, n × (name_len: u16,
-//! name, value_len: u32, value)`; for a profile `ref: u32, timestamp_ms: i64, duration_nanos: i64`
-//! followed by the profile as raw (uncompressed) pprof with one sample type.
+//! Layout (little-endian; varints as in [`crate::encoding`]), after a kind byte:
+//!
+//! - `1` series: `ref: u32, n: u16, n × (name_len: u16, name, value_len: u32, value)`, then its
+//!   meta as strings (`len: u32, bytes`): sample type, sample unit, period type, period unit,
+//!   and `n_comments: u32` comments. (Records written before the meta existed end after the
+//!   labels; they replay with the meta of the series' first legacy profile.)
+//! - `2` legacy profile (written before version 2 of the WAL, still replayed): `ref: u32,
+//!   timestamp_ms: i64, duration_nanos: i64`, then the profile as raw pprof.
+//! - `3` symbols: the head's tables past the counts they were at ([`encoding::encode_tables`]).
+//! - `4` profile: `ref: u32, timestamp_ms: i64, duration_nanos: i64, period: i64`, then its
+//!   samples in the head's ids ([`encoding::encode_samples`]), the same bytes the head keeps and
+//!   a block stores.
+//! - `5` checkpoint begin: `min_valid_ms: i64`. The records up to the matching `6` checkpoint
+//!   end describe the whole head after a cut; replay starts a new head at `5` and adopts it at
+//!   `6` (a checkpoint torn before its end is ignored).
 
+use parca_profile::{Meta, ValueType};
+
+use crate::encoding;
 use crate::labels::Labels;
 
 const SERIES: u8 = 1;
-const PROFILE: u8 = 2;
+const LEGACY_PROFILE: u8 = 2;
+const SYMBOLS: u8 = 3;
+const PROFILE: u8 = 4;
+const CHECKPOINT_BEGIN: u8 = 5;
+const CHECKPOINT_END: u8 = 6;
 
 /// A decoded WAL record.
 pub(crate) enum Record<'a> {
     Series {
         series: u32,
         labels: Labels,
+        meta: Option<Meta>,
     },
-    Profile {
+    LegacyProfile {
         series: u32,
         timestamp_ms: i64,
         duration_nanos: i64,
         pprof: &'a [u8],
     },
+    Symbols(&'a [u8]),
+    Profile {
+        series: u32,
+        timestamp_ms: i64,
+        duration_nanos: i64,
+        period: i64,
+        samples: &'a [u8],
+    },
+    CheckpointBegin {
+        min_valid_ms: i64,
+    },
+    CheckpointEnd,
 }
 
-pub(crate) fn encode_series(series: u32, labels: &Labels) -> Vec<u8> {
+pub(crate) fn encode_series(series: u32, labels: &Labels, meta: &Meta) -> Vec<u8> {
     let mut out = vec![SERIES];
     out.extend_from_slice(&series.to_le_bytes());
     out.extend_from_slice(&(labels.len() as u16).to_le_bytes());
@@ -33,22 +66,58 @@ pub(crate) fn encode_series(series: u32, labels: &Labels) -> Vec<u8> {
         out.extend_from_slice(&(l.value.len() as u32).to_le_bytes());
         out.extend_from_slice(l.value.as_bytes());
     }
+    let mut put = |s: &str| {
+        out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+        out.extend_from_slice(s.as_bytes());
+    };
+    put(&meta.sample_type.kind);
+    put(&meta.sample_type.unit);
+    put(&meta.period_type.kind);
+    put(&meta.period_type.unit);
+    out.extend_from_slice(&(meta.comments.len() as u32).to_le_bytes());
+    for c in &meta.comments {
+        out.extend_from_slice(&(c.len() as u32).to_le_bytes());
+        out.extend_from_slice(c.as_bytes());
+    }
     out
 }
 
+/// A symbols record: `tables` past `from`.
+pub(crate) fn encode_symbols(
+    tables: &parca_profile::Tables,
+    from: encoding::TableCounts,
+) -> Vec<u8> {
+    let mut out = vec![SYMBOLS];
+    encoding::encode_tables(tables, from, &mut out);
+    out
+}
+
+/// A profile record; `samples` are already encoded.
 pub(crate) fn encode_profile(
     series: u32,
     timestamp_ms: i64,
     duration_nanos: i64,
-    pprof: &[u8],
+    period: i64,
+    samples: &[u8],
 ) -> Vec<u8> {
-    let mut out = Vec::with_capacity(21 + pprof.len());
+    let mut out = Vec::with_capacity(29 + samples.len());
     out.push(PROFILE);
     out.extend_from_slice(&series.to_le_bytes());
     out.extend_from_slice(&timestamp_ms.to_le_bytes());
     out.extend_from_slice(&duration_nanos.to_le_bytes());
-    out.extend_from_slice(pprof);
+    out.extend_from_slice(&period.to_le_bytes());
+    out.extend_from_slice(samples);
     out
+}
+
+pub(crate) fn encode_checkpoint_begin(min_valid_ms: i64) -> Vec<u8> {
+    let mut out = vec![CHECKPOINT_BEGIN];
+    out.extend_from_slice(&min_valid_ms.to_le_bytes());
+    out
+}
+
+pub(crate) fn encode_checkpoint_end() -> Vec<u8> {
+    vec![CHECKPOINT_END]
 }
 
 /// Decodes a record; `Err` says what is malformed (the checksum matched, so this is a bug or a
@@ -68,19 +137,69 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Record<'_>, String> {
                 pairs.push((name, value));
             }
             let labels = Labels::new(pairs).map_err(|e| e.to_string())?;
-            Ok(Record::Series { series, labels })
+            let meta = if r.pos == bytes.len() {
+                None
+            } else {
+                let mut s = || -> Result<String, String> {
+                    let n = r.u32()? as usize;
+                    r.str(n)
+                };
+                let sample_type = ValueType {
+                    kind: s()?,
+                    unit: s()?,
+                };
+                let period_type = ValueType {
+                    kind: s()?,
+                    unit: s()?,
+                };
+                let n = r.u32()?;
+                let mut comments = Vec::new();
+                for _ in 0..n {
+                    let len = r.u32()? as usize;
+                    comments.push(r.str(len)?);
+                }
+                Some(Meta {
+                    sample_type,
+                    period_type,
+                    comments,
+                    ..Meta::default()
+                })
+            };
+            Ok(Record::Series {
+                series,
+                labels,
+                meta,
+            })
         }
-        PROFILE => {
+        LEGACY_PROFILE => {
             let series = r.u32()?;
             let timestamp_ms = r.i64()?;
             let duration_nanos = r.i64()?;
-            Ok(Record::Profile {
+            Ok(Record::LegacyProfile {
                 series,
                 timestamp_ms,
                 duration_nanos,
                 pprof: &bytes[r.pos..],
             })
         }
+        SYMBOLS => Ok(Record::Symbols(&bytes[1..])),
+        PROFILE => {
+            let series = r.u32()?;
+            let timestamp_ms = r.i64()?;
+            let duration_nanos = r.i64()?;
+            let period = r.i64()?;
+            Ok(Record::Profile {
+                series,
+                timestamp_ms,
+                duration_nanos,
+                period,
+                samples: &bytes[r.pos..],
+            })
+        }
+        CHECKPOINT_BEGIN => Ok(Record::CheckpointBegin {
+            min_valid_ms: r.i64()?,
+        }),
+        CHECKPOINT_END => Ok(Record::CheckpointEnd),
         kind => Err(format!("unknown record kind {kind}")),
     }
 }
@@ -94,7 +213,7 @@ impl<'a> Cursor<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
         let out = self
             .bytes
-            .get(self.pos..self.pos + n)
+            .get(self.pos..self.pos.saturating_add(n))
             .ok_or_else(|| format!("record ends early at byte {}", self.pos))?;
         self.pos += n;
         Ok(out)

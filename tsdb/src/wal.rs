@@ -231,6 +231,67 @@ impl Wal {
         Ok(w.written)
     }
 
+    /// Closes the current segment (durably) and starts the next one; returns the new segment's
+    /// index. A checkpoint is written at the start of a fresh segment so that the segments before
+    /// it can be deleted once it is on disk.
+    pub fn cut_segment(&self) -> Result<u64, Error> {
+        let mut w = self.writer.lock().expect("WAL writer lock poisoned");
+        let seg = &mut w.segment;
+        seg.out
+            .flush()
+            .map_err(Error::io("cannot write WAL segment", &seg.path))?;
+        seg.out
+            .get_ref()
+            .sync_data()
+            .map_err(Error::io("cannot sync WAL segment", &seg.path))?;
+        let next = Self::create_segment(&w.dir, w.segment.index + 1)?;
+        w.segment = next;
+        Ok(w.segment.index)
+    }
+
+    /// Deletes the segments numbered below `index` (they are covered by a checkpoint).
+    pub fn remove_segments_before(&self, index: u64) -> Result<(), Error> {
+        let dir = self
+            .writer
+            .lock()
+            .expect("WAL writer lock poisoned")
+            .dir
+            .clone();
+        for old in segments(&dir)?.into_iter().filter(|&i| i < index) {
+            let path = segment_path(&dir, old);
+            fs::remove_file(&path).map_err(Error::io("cannot delete WAL segment", &path))?;
+        }
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(Error::io("cannot sync WAL directory", &dir))
+    }
+
+    /// Bytes in all segments on disk (what is buffered and not yet written is not counted).
+    pub fn size_bytes(&self) -> u64 {
+        let dir = self
+            .writer
+            .lock()
+            .expect("WAL writer lock poisoned")
+            .dir
+            .clone();
+        segments(&dir)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|i| fs::metadata(segment_path(&dir, i)).ok())
+            .map(|m| m.len())
+            .sum()
+    }
+
+    /// Returns once every record written so far is on disk.
+    pub fn sync_all(&self) -> Result<(), Error> {
+        let seq = self
+            .writer
+            .lock()
+            .expect("WAL writer lock poisoned")
+            .written;
+        self.sync_through(seq)
+    }
+
     /// Returns once every record up to sequence number `seq` is on disk.
     pub fn sync_through(&self, seq: u64) -> Result<(), Error> {
         let mut synced = self.synced.lock().expect("WAL sync lock poisoned");

@@ -1,0 +1,2 @@
+//! Placeholder until the storage benchmark lands.
+fn main() {}

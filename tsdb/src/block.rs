@@ -1,0 +1,1113 @@
+//! Immutable blocks: a directory per time range holding `meta.json`, `index`, `symbols` and
+//! `profiles`, written once by [`BlockWriter`] and read through memory maps by [`Block`].
+//! `documentation/tsdb-format.md` describes every byte.
+//!
+//! Every file ends with the footer of [`encoding::seal`] (magic, version, crc32), checked when
+//! the block is opened, and the index's structure is checked then too: a block that opens is
+//! one whose every reference points inside its files.
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use parca_profile::{Meta, Tables, ValueType};
+use roaring::RoaringBitmap;
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+use crate::encoding::{self, Reader, TableCounts, put_ivarint, put_uvarint};
+use crate::head::{ExtractedSeries, StoredProfile};
+use crate::labels::Labels;
+use crate::mmap::MappedFile;
+use crate::postings::PostingsIndex;
+
+/// Footer magic of each file (the last bytes but eight of the file).
+pub(crate) const META_MAGIC: &[u8; 4] = b"PTMT";
+pub(crate) const INDEX_MAGIC: &[u8; 4] = b"PTIX";
+pub(crate) const SYMBOLS_MAGIC: &[u8; 4] = b"PTSY";
+pub(crate) const PROFILES_MAGIC: &[u8; 4] = b"PTPF";
+
+/// A chunk (one zstd frame) is closed once its raw bytes pass this: big enough to compress
+/// well, small enough that reading one profile does not decompress a whole day.
+const CHUNK_RAW_BYTES: usize = 1 << 20;
+
+/// Largest raw (decompressed) size accepted for a chunk or the symbols: larger is damage.
+const MAX_RAW_BYTES: u64 = 1 << 32;
+
+/// zstd level for blocks: 3 is zstd's default and compresses our varint columns within a few
+/// percent of level 9 at several times the speed.
+const ZSTD_LEVEL: i32 = 3;
+
+/// Bytes of one postings table entry: `name: u32, value: u32, offset: u64, len: u32`.
+const POSTINGS_ENTRY_BYTES: usize = 20;
+
+/// Bytes of the index's table of contents, just before its footer.
+const TOC_BYTES: usize = 40;
+
+/// What `meta.json` says about a block.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct BlockMeta {
+    /// The block's name (its directory), a ULID.
+    pub ulid: String,
+    /// Oldest profile time in the block (inclusive).
+    pub min_time_ms: i64,
+    /// End of the block's time range (exclusive): every profile is older.
+    pub max_time_ms: i64,
+    pub stats: BlockStats,
+    pub compaction: Compaction,
+    /// Format version of the block's files.
+    pub version: u32,
+}
+
+/// Counts of what a block holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub(crate) struct BlockStats {
+    pub n_series: u64,
+    pub n_profiles: u64,
+    pub n_samples: u64,
+    pub n_stacks: u64,
+}
+
+/// Where a block comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Compaction {
+    /// 1 for a block cut from the head, one more than its sources' highest for a compacted one.
+    pub level: u32,
+    /// The level-1 blocks whose data this block holds (itself for a level-1 block).
+    pub sources: Vec<String>,
+}
+
+/// A new sortable block name: a ULID (48 bits of milliseconds since the epoch, then 80 random
+/// bits, in Crockford's base 32), so names sort by creation time.
+pub(crate) fn new_ulid() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    const ALPHABET: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let ms = now.as_millis() as u64 & ((1 << 48) - 1);
+    // Randomness from std's per-process random hash keys, the clock and a counter.
+    let mut random = 0u128;
+    for i in 0..2u64 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(now.as_nanos());
+        h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        h.write_u32(std::process::id());
+        h.write_u64(i);
+        random = (random << 64) | u128::from(h.finish());
+    }
+    let value: u128 = (u128::from(ms) << 80) | (random & ((1u128 << 80) - 1));
+    (0..26)
+        .rev()
+        .map(|i| ALPHABET[((value >> (5 * i)) & 31) as usize] as char)
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing
+
+/// A profile as the index records it; its samples lie in a chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BlockProfile {
+    pub timestamp_ms: i64,
+    pub duration_nanos: i64,
+    pub period: i64,
+    pub total: i64,
+    pub n_samples: u32,
+    /// Bytes of its encoded samples in the chunk's raw data.
+    pub len: u32,
+}
+
+/// One zstd frame of the `profiles` file holding consecutive profiles of a series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChunkRef {
+    pub n_profiles: u32,
+    pub offset: u64,
+    pub len: u64,
+    pub raw_len: u64,
+}
+
+#[derive(Debug)]
+struct WrittenSeries {
+    labels: Labels,
+    meta: Meta,
+    profiles: Vec<BlockProfile>,
+    chunks: Vec<ChunkRef>,
+}
+
+/// Writes a block under `<name>.tmp` and renames it into place on [`BlockWriter::finish`]; a
+/// writer dropped before that removes its temporary directory.
+pub(crate) struct BlockWriter {
+    name: String,
+    data_dir: PathBuf,
+    tmp: PathBuf,
+    tables: Tables,
+    profiles_path: PathBuf,
+    profiles: BufWriter<File>,
+    profiles_crc: crc32fast::Hasher,
+    profiles_len: u64,
+    compressor: zstd::bulk::Compressor<'static>,
+    series: Vec<WrittenSeries>,
+    raw: Vec<u8>,
+    min_time_ms: i64,
+    max_time_ms: i64,
+    stats: BlockStats,
+    finished: bool,
+}
+
+impl BlockWriter {
+    /// Starts a block in `data_dir` whose samples point into `tables`.
+    pub fn new(data_dir: &Path, tables: Tables) -> Result<BlockWriter, Error> {
+        let name = new_ulid();
+        let tmp = data_dir.join(format!("{name}.tmp"));
+        fs::create_dir_all(&tmp).map_err(Error::io("cannot create block directory", &tmp))?;
+        let profiles_path = tmp.join("profiles");
+        let file = File::create(&profiles_path)
+            .map_err(Error::io("cannot create block file", &profiles_path))?;
+        let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL)
+            .and_then(|mut c| {
+                // A checksum in every frame: damage is caught when the chunk is read, too.
+                c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+                Ok(c)
+            })
+            .map_err(Error::io("cannot start zstd", &profiles_path))?;
+        compressor
+            .set_pledged_src_size(None)
+            .map_err(Error::io("cannot start zstd", &profiles_path))?;
+        Ok(BlockWriter {
+            name,
+            data_dir: data_dir.to_owned(),
+            tmp,
+            tables,
+            profiles_path,
+            profiles: BufWriter::with_capacity(1 << 20, file),
+            profiles_crc: crc32fast::Hasher::new(),
+            profiles_len: 0,
+            compressor,
+            series: Vec::new(),
+            raw: Vec::new(),
+            min_time_ms: i64::MAX,
+            max_time_ms: i64::MIN,
+            stats: BlockStats::default(),
+            finished: false,
+        })
+    }
+
+    /// The tables the samples of added series must point into.
+    pub fn tables_mut(&mut self) -> &mut Tables {
+        &mut self.tables
+    }
+
+    fn write_profiles_bytes(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.profiles
+            .write_all(bytes)
+            .map_err(Error::io("cannot write block file", &self.profiles_path))?;
+        self.profiles_crc.update(bytes);
+        self.profiles_len += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn flush_chunk(&mut self, n_profiles: u32) -> Result<(), Error> {
+        if n_profiles == 0 {
+            return Ok(());
+        }
+        let compressed = self.compressor.compress(&self.raw).map_err(Error::io(
+            "cannot compress block chunk",
+            &self.profiles_path,
+        ))?;
+        let chunk = ChunkRef {
+            n_profiles,
+            offset: self.profiles_len,
+            len: compressed.len() as u64,
+            raw_len: self.raw.len() as u64,
+        };
+        self.write_profiles_bytes(&compressed)?;
+        self.raw.clear();
+        self.series
+            .last_mut()
+            .expect("a chunk belongs to a series")
+            .chunks
+            .push(chunk);
+        Ok(())
+    }
+
+    /// Adds a series; series must come in ascending label order, profiles in time order.
+    pub fn add_series(&mut self, series: ExtractedSeries) -> Result<(), Error> {
+        assert!(
+            self.series.last().is_none_or(|s| s.labels < series.labels),
+            "block series must be added in ascending label order"
+        );
+        if series.profiles.is_empty() {
+            return Ok(());
+        }
+        self.series.push(WrittenSeries {
+            labels: series.labels,
+            meta: series.meta,
+            profiles: Vec::with_capacity(series.profiles.len()),
+            chunks: Vec::new(),
+        });
+        let mut in_chunk = 0u32;
+        for p in &series.profiles {
+            self.raw.extend_from_slice(&p.data);
+            self.min_time_ms = self.min_time_ms.min(p.timestamp_ms);
+            self.max_time_ms = self.max_time_ms.max(p.timestamp_ms);
+            self.stats.n_profiles += 1;
+            self.stats.n_samples += u64::from(p.n_samples);
+            self.series
+                .last_mut()
+                .expect("pushed above")
+                .profiles
+                .push(BlockProfile {
+                    timestamp_ms: p.timestamp_ms,
+                    duration_nanos: p.duration_nanos,
+                    period: p.period,
+                    total: p.total,
+                    n_samples: p.n_samples,
+                    len: p.data.len() as u32,
+                });
+            in_chunk += 1;
+            if self.raw.len() >= CHUNK_RAW_BYTES {
+                self.flush_chunk(in_chunk)?;
+                in_chunk = 0;
+            }
+        }
+        self.flush_chunk(in_chunk)
+    }
+
+    /// Writes the index, symbols and meta, syncs everything and renames the block into place.
+    /// `range` is the block's time range `[min, max)`; `None` takes it from the data.
+    pub fn finish(
+        mut self,
+        range: Option<(i64, i64)>,
+        level: u32,
+        sources: Vec<String>,
+    ) -> Result<PathBuf, Error> {
+        // profiles: footer, then sync.
+        let mut footer = Vec::with_capacity(8);
+        footer.extend_from_slice(PROFILES_MAGIC);
+        footer.extend_from_slice(&encoding::FORMAT_VERSION.to_le_bytes());
+        self.write_profiles_bytes(&footer)?;
+        let crc = std::mem::take(&mut self.profiles_crc).finalize();
+        self.write_profiles_bytes(&crc.to_le_bytes())?;
+        self.profiles
+            .flush()
+            .and_then(|()| self.profiles.get_ref().sync_all())
+            .map_err(Error::io("cannot write block file", &self.profiles_path))?;
+
+        // symbols: raw length, one zstd frame, footer.
+        let mut raw = Vec::new();
+        encoding::encode_tables(&self.tables, TableCounts::empty(), &mut raw);
+        let symbols_path = self.tmp.join("symbols");
+        let mut symbols = (raw.len() as u64).to_le_bytes().to_vec();
+        symbols.extend_from_slice(
+            &self
+                .compressor
+                .compress(&raw)
+                .map_err(Error::io("cannot compress block symbols", &symbols_path))?,
+        );
+        encoding::seal(SYMBOLS_MAGIC, &mut symbols);
+        write_synced(&symbols_path, &symbols)?;
+
+        let index = build_index(&self.series);
+        write_synced(&self.tmp.join("index"), &index)?;
+
+        self.stats.n_series = self.series.len() as u64;
+        self.stats.n_stacks = self.tables.n_stacks() as u64;
+        let (min_time_ms, max_time_ms) =
+            range.unwrap_or((self.min_time_ms, self.max_time_ms.saturating_add(1)));
+        let sources = if sources.is_empty() {
+            vec![self.name.clone()]
+        } else {
+            sources
+        };
+        let meta = BlockMeta {
+            ulid: self.name.clone(),
+            min_time_ms,
+            max_time_ms,
+            stats: self.stats,
+            compaction: Compaction { level, sources },
+            version: encoding::FORMAT_VERSION,
+        };
+        let mut meta_bytes = serde_json::to_vec_pretty(&meta).expect("meta serializes");
+        meta_bytes.push(b'\n');
+        encoding::seal(META_MAGIC, &mut meta_bytes);
+        write_synced(&self.tmp.join("meta.json"), &meta_bytes)?;
+
+        sync_dir(&self.tmp)?;
+        let dst = self.data_dir.join(&self.name);
+        fs::rename(&self.tmp, &dst).map_err(Error::io("cannot rename block into place", &dst))?;
+        sync_dir(&self.data_dir)?;
+        self.finished = true;
+        Ok(dst)
+    }
+}
+
+impl Drop for BlockWriter {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = fs::remove_dir_all(&self.tmp);
+        }
+    }
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let mut f = File::create(path).map_err(Error::io("cannot create block file", path))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(Error::io("cannot write block file", path))
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(Error::io("cannot sync directory", dir))
+}
+
+/// The index file's bytes (see the module docs of the format).
+fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
+    // Symbols: every label name and value and every meta string, sorted.
+    let mut strings: Vec<&str> = Vec::new();
+    for s in series {
+        for l in s.labels.iter() {
+            strings.push(&l.name);
+            strings.push(&l.value);
+        }
+        let m = &s.meta;
+        strings.extend([
+            m.sample_type.kind.as_str(),
+            m.sample_type.unit.as_str(),
+            m.period_type.kind.as_str(),
+            m.period_type.unit.as_str(),
+        ]);
+        strings.extend(m.comments.iter().map(String::as_str));
+    }
+    strings.sort_unstable();
+    strings.dedup();
+    let sym = |s: &str| strings.binary_search(&s).expect("collected above") as u64;
+
+    let mut out = Vec::new();
+    let symbols_offset = out.len() as u64;
+    put_uvarint(&mut out, strings.len() as u64);
+    for s in &strings {
+        put_uvarint(&mut out, s.len() as u64);
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    let mut series_offsets = Vec::with_capacity(series.len());
+    let mut postings: std::collections::BTreeMap<(u64, u64), RoaringBitmap> = Default::default();
+    for (i, s) in series.iter().enumerate() {
+        series_offsets.push(out.len() as u64);
+        put_uvarint(&mut out, s.labels.len() as u64);
+        for l in s.labels.iter() {
+            let (n, v) = (sym(&l.name), sym(&l.value));
+            put_uvarint(&mut out, n);
+            put_uvarint(&mut out, v);
+            postings.entry((n, v)).or_default().insert(i as u32);
+        }
+        let m = &s.meta;
+        for part in [
+            &m.sample_type.kind,
+            &m.sample_type.unit,
+            &m.period_type.kind,
+            &m.period_type.unit,
+        ] {
+            put_uvarint(&mut out, sym(part));
+        }
+        put_uvarint(&mut out, m.comments.len() as u64);
+        for c in &m.comments {
+            put_uvarint(&mut out, sym(c));
+        }
+        put_uvarint(&mut out, s.profiles.len() as u64);
+        let mut prev = 0i64;
+        for (j, p) in s.profiles.iter().enumerate() {
+            if j == 0 {
+                put_ivarint(&mut out, p.timestamp_ms);
+            } else {
+                put_uvarint(&mut out, p.timestamp_ms.wrapping_sub(prev) as u64);
+            }
+            prev = p.timestamp_ms;
+        }
+        for p in &s.profiles {
+            put_ivarint(&mut out, p.duration_nanos);
+        }
+        for p in &s.profiles {
+            put_ivarint(&mut out, p.period);
+        }
+        for p in &s.profiles {
+            put_ivarint(&mut out, p.total);
+        }
+        for p in &s.profiles {
+            put_uvarint(&mut out, u64::from(p.n_samples));
+        }
+        for p in &s.profiles {
+            put_uvarint(&mut out, u64::from(p.len));
+        }
+        put_uvarint(&mut out, s.chunks.len() as u64);
+        for c in &s.chunks {
+            put_uvarint(&mut out, u64::from(c.n_profiles));
+            put_uvarint(&mut out, c.offset);
+            put_uvarint(&mut out, c.len);
+            put_uvarint(&mut out, c.raw_len);
+        }
+    }
+    let series_offsets_offset = out.len() as u64;
+    for o in &series_offsets {
+        out.extend_from_slice(&o.to_le_bytes());
+    }
+    let mut table = Vec::with_capacity(postings.len() * POSTINGS_ENTRY_BYTES);
+    for ((n, v), bitmap) in &postings {
+        let offset = out.len() as u64;
+        bitmap
+            .serialize_into(&mut out)
+            .expect("writing to a Vec cannot fail");
+        table.extend_from_slice(&(*n as u32).to_le_bytes());
+        table.extend_from_slice(&(*v as u32).to_le_bytes());
+        table.extend_from_slice(&offset.to_le_bytes());
+        table.extend_from_slice(&((out.len() as u64 - offset) as u32).to_le_bytes());
+    }
+    let postings_table_offset = out.len() as u64;
+    out.extend_from_slice(&table);
+    for v in [
+        symbols_offset,
+        series_offsets_offset,
+        series.len() as u64,
+        postings_table_offset,
+        postings.len() as u64,
+    ] {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    encoding::seal(INDEX_MAGIC, &mut out);
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading
+
+/// A series as a block's index records it.
+#[derive(Debug, Clone)]
+pub(crate) struct SeriesEntry {
+    pub labels: Labels,
+    pub meta: Meta,
+    pub profiles: Vec<BlockProfile>,
+    pub chunks: Vec<ChunkRef>,
+}
+
+impl SeriesEntry {
+    /// Whether a profile lies in `[min_ms, max_ms]`.
+    pub fn has_profiles_in(&self, min_ms: i64, max_ms: i64) -> bool {
+        let start = self.profiles.partition_point(|p| p.timestamp_ms < min_ms);
+        self.profiles
+            .get(start)
+            .is_some_and(|p| p.timestamp_ms <= max_ms)
+    }
+}
+
+/// An open, verified block.
+#[derive(Debug)]
+pub(crate) struct Block {
+    pub meta: BlockMeta,
+    pub dir: PathBuf,
+    /// Bytes of its files on disk.
+    pub size_bytes: u64,
+    index: MappedFile,
+    symbols: MappedFile,
+    profiles: MappedFile,
+    /// Where each index string lies in `index`: (start, len).
+    strings: Vec<(usize, usize)>,
+    series_offsets_offset: usize,
+    n_series: u32,
+    postings_table_offset: usize,
+    n_postings: usize,
+    tables: OnceLock<Result<Arc<Tables>, String>>,
+}
+
+impl Block {
+    /// The block's name (directory name, a ULID).
+    pub fn name(&self) -> &str {
+        &self.meta.ulid
+    }
+
+    /// Opens the block in `dir`, verifying every file's footer and checksum and the index's
+    /// structure. An error is `Error::BlockCorrupt` naming the block and file, or `Error::Io`.
+    pub fn open(dir: &Path) -> Result<Block, Error> {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let corrupt = |file: &'static str, what: String| Error::BlockCorrupt {
+            block: name.clone(),
+            file,
+            what,
+        };
+        let mut size_bytes = 0u64;
+        let mut map = |file: &'static str| -> Result<MappedFile, Error> {
+            let path = dir.join(file);
+            let m = MappedFile::open(&path).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    corrupt(file, "is missing".into())
+                } else {
+                    Error::Io {
+                        action: "cannot map block file",
+                        path: path.clone(),
+                        source: e,
+                    }
+                }
+            })?;
+            size_bytes += m.len() as u64;
+            Ok(m)
+        };
+        let meta_file = map("meta.json")?;
+        let index = map("index")?;
+        let symbols = map("symbols")?;
+        let profiles = map("profiles")?;
+
+        let meta_json =
+            encoding::unseal(META_MAGIC, &meta_file).map_err(|w| corrupt("meta.json", w))?;
+        let meta: BlockMeta = serde_json::from_slice(meta_json)
+            .map_err(|e| corrupt("meta.json", format!("is not valid block metadata: {e}")))?;
+        if meta.ulid != name {
+            return Err(corrupt(
+                "meta.json",
+                format!("names block `{}`, not its directory", meta.ulid),
+            ));
+        }
+        if meta.min_time_ms > meta.max_time_ms {
+            return Err(corrupt("meta.json", "has min time after max time".into()));
+        }
+        let index_len = encoding::unseal(INDEX_MAGIC, &index)
+            .map_err(|w| corrupt("index", w))?
+            .len();
+        let symbols_body =
+            encoding::unseal(SYMBOLS_MAGIC, &symbols).map_err(|w| corrupt("symbols", w))?;
+        if symbols_body.len() < 8 {
+            return Err(corrupt("symbols", "has no length header".into()));
+        }
+        let profiles_len = encoding::unseal(PROFILES_MAGIC, &profiles)
+            .map_err(|w| corrupt("profiles", w))?
+            .len();
+
+        let mut block = Block {
+            meta,
+            dir: dir.to_owned(),
+            size_bytes,
+            index,
+            symbols,
+            profiles,
+            strings: Vec::new(),
+            series_offsets_offset: 0,
+            n_series: 0,
+            postings_table_offset: 0,
+            n_postings: 0,
+            tables: OnceLock::new(),
+        };
+        block
+            .parse_index(index_len, profiles_len)
+            .map_err(|e| corrupt("index", e.to_string()))?;
+        Ok(block)
+    }
+
+    fn index_body(&self) -> &[u8] {
+        &self.index[..self.index.len() - encoding::FOOTER_BYTES]
+    }
+
+    /// Reads the table of contents and symbols, and walks every series and postings entry to
+    /// check that all references point inside the files.
+    fn parse_index(&mut self, body_len: usize, profiles_len: usize) -> encoding::Result<()> {
+        let body = &self.index[..body_len];
+        let mut toc = Reader::new(
+            body.get(body_len.saturating_sub(TOC_BYTES)..)
+                .unwrap_or(&[]),
+        );
+        if body_len < TOC_BYTES {
+            return toc.fail("index is shorter than its table of contents");
+        }
+        let toc_start = body_len - TOC_BYTES;
+        let mut field = |what: &str, limit: usize| -> encoding::Result<usize> {
+            let v = toc.u64_le()?;
+            if v > limit as u64 {
+                return toc.fail(format!("{what} {v} is beyond {limit}"));
+            }
+            Ok(v as usize)
+        };
+        let symbols_offset = field("symbols offset", toc_start)?;
+        let series_offsets_offset = field("series offsets offset", toc_start)?;
+        let n_series = field("series count", (toc_start - series_offsets_offset) / 8)?;
+        let postings_table_offset = field("postings table offset", toc_start)?;
+        let n_postings = field(
+            "postings count",
+            toc_start.saturating_sub(postings_table_offset) / POSTINGS_ENTRY_BYTES,
+        )?;
+        if series_offsets_offset + 8 * n_series > postings_table_offset
+            || postings_table_offset + n_postings * POSTINGS_ENTRY_BYTES != toc_start
+        {
+            return Reader::new(body).fail("index sections overlap or leave gaps");
+        }
+
+        let mut r = Reader::new(&body[..series_offsets_offset]);
+        r.take(symbols_offset)?;
+        let n_strings = r.count(1, "symbol")?;
+        let mut strings = Vec::with_capacity(n_strings);
+        let mut prev: Option<&str> = None;
+        for _ in 0..n_strings {
+            let s = r.str()?;
+            if prev.is_some_and(|p| p >= s) {
+                return r.fail("index symbols are not sorted and distinct");
+            }
+            prev = Some(s);
+            strings.push((r.pos() - s.len(), s.len()));
+        }
+        self.strings = strings;
+        self.series_offsets_offset = series_offsets_offset;
+        self.n_series = n_series as u32;
+        self.postings_table_offset = postings_table_offset;
+        self.n_postings = n_postings;
+
+        let mut prev_labels: Option<Labels> = None;
+        let mut stats = BlockStats {
+            n_series: n_series as u64,
+            ..BlockStats::default()
+        };
+        for i in 0..n_series as u32 {
+            let entry = self.series_entry(i)?;
+            if prev_labels.as_ref().is_some_and(|p| *p >= entry.labels) {
+                return Reader::new(body).fail(format!("series {i} is out of label order"));
+            }
+            let mut profile = 0usize;
+            for c in &entry.chunks {
+                let end = c.offset.checked_add(c.len);
+                if end.is_none_or(|e| e > profiles_len as u64) || c.raw_len > MAX_RAW_BYTES {
+                    return Reader::new(body)
+                        .fail(format!("series {i} has a chunk outside `profiles`"));
+                }
+                let raw: u64 = entry
+                    .profiles
+                    .get(profile..profile + c.n_profiles as usize)
+                    .map(|ps| ps.iter().map(|p| u64::from(p.len)).sum())
+                    .unwrap_or(u64::MAX);
+                if raw != c.raw_len {
+                    return Reader::new(body).fail(format!("series {i}: chunk sizes disagree"));
+                }
+                profile += c.n_profiles as usize;
+            }
+            if profile != entry.profiles.len() {
+                return Reader::new(body)
+                    .fail(format!("series {i}: chunks do not cover its profiles"));
+            }
+            if entry
+                .profiles
+                .first()
+                .is_some_and(|p| p.timestamp_ms < self.meta.min_time_ms)
+                || entry
+                    .profiles
+                    .last()
+                    .is_some_and(|p| p.timestamp_ms >= self.meta.max_time_ms)
+            {
+                return Reader::new(body).fail(format!(
+                    "series {i} has profiles outside the block's time range"
+                ));
+            }
+            stats.n_profiles += entry.profiles.len() as u64;
+            stats.n_samples += entry
+                .profiles
+                .iter()
+                .map(|p| u64::from(p.n_samples))
+                .sum::<u64>();
+            prev_labels = Some(entry.labels);
+        }
+        if (stats.n_series, stats.n_profiles, stats.n_samples)
+            != (
+                self.meta.stats.n_series,
+                self.meta.stats.n_profiles,
+                self.meta.stats.n_samples,
+            )
+        {
+            return Reader::new(body).fail("index and meta.json disagree on counts");
+        }
+        let mut prev_key = None;
+        for k in 0..n_postings {
+            let (name, value, offset, len) = self.postings_entry(k);
+            if name as usize >= self.strings.len() || value as usize >= self.strings.len() {
+                return Reader::new(body)
+                    .fail(format!("postings entry {k} names an unknown symbol"));
+            }
+            if prev_key.is_some_and(|p| p >= (name, value)) {
+                return Reader::new(body).fail("postings entries are not sorted");
+            }
+            prev_key = Some((name, value));
+            if offset < series_offsets_offset + 8 * n_series || offset + len > postings_table_offset
+            {
+                return Reader::new(body)
+                    .fail(format!("postings entry {k} points outside the postings"));
+            }
+            let bitmap = RoaringBitmap::deserialize_from(&body[offset..offset + len])
+                .or_else(|e| Reader::new(body).fail(format!("postings entry {k}: {e}")))?;
+            if bitmap.max().is_some_and(|m| m >= n_series as u32) {
+                return Reader::new(body)
+                    .fail(format!("postings entry {k} names an unknown series"));
+            }
+        }
+        Ok(())
+    }
+
+    fn string(&self, id: u64) -> encoding::Result<&str> {
+        let Some(&(start, len)) = self.strings.get(id as usize) else {
+            return Reader::new(&[]).fail(format!("symbol {id} is out of range"));
+        };
+        std::str::from_utf8(&self.index[start..start + len])
+            .or_else(|_| Reader::new(&[]).fail("symbol is not UTF-8"))
+    }
+
+    fn find_string(&self, s: &str) -> Option<u32> {
+        self.strings
+            .binary_search_by(|&(start, len)| self.index[start..start + len].cmp(s.as_bytes()))
+            .ok()
+            .map(|i| i as u32)
+    }
+
+    fn postings_entry(&self, k: usize) -> (u32, u32, usize, usize) {
+        let at = self.postings_table_offset + k * POSTINGS_ENTRY_BYTES;
+        let b = &self.index[at..at + POSTINGS_ENTRY_BYTES];
+        let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut offset = [0u8; 8];
+        offset.copy_from_slice(&b[8..16]);
+        (
+            u32_at(0),
+            u32_at(4),
+            u64::from_le_bytes(offset) as usize,
+            u32_at(16) as usize,
+        )
+    }
+
+    /// The postings bitmap of entry `k` (checked when the block was opened).
+    fn bitmap(&self, k: usize) -> RoaringBitmap {
+        let (_, _, offset, len) = self.postings_entry(k);
+        RoaringBitmap::deserialize_from(&self.index_body()[offset..offset + len]).unwrap_or_else(
+            |e| {
+                tracing::error!(block = self.name(), entry = k, error = %e, "unreadable postings");
+                RoaringBitmap::new()
+            },
+        )
+    }
+
+    /// The range of postings entries of label name `name`.
+    fn postings_of_name(&self, name: u32) -> std::ops::Range<usize> {
+        let start = partition(self.n_postings, |k| self.postings_entry(k).0 < name);
+        let end = partition(self.n_postings, |k| self.postings_entry(k).0 <= name);
+        start..end
+    }
+
+    /// Number of series.
+    pub fn n_series(&self) -> u32 {
+        self.n_series
+    }
+
+    /// Reads series `i` from the index.
+    pub fn series_entry(&self, i: u32) -> encoding::Result<SeriesEntry> {
+        let at = self.series_offsets_offset + 8 * i as usize;
+        let mut off = Reader::new(self.index.get(at..at + 8).unwrap_or(&[]));
+        let offset = off.u64_le()? as usize;
+        let body = &self.index_body()[..self.series_offsets_offset];
+        if offset > body.len() {
+            return off.fail(format!("series {i} offset {offset} is outside the index"));
+        }
+        let mut r = Reader::new(body);
+        r.take(offset)?;
+        let n_labels = r.count(2, "label")?;
+        let mut pairs = Vec::with_capacity(n_labels);
+        for _ in 0..n_labels {
+            let name = self.string(r.uvarint()?)?;
+            let value = self.string(r.uvarint()?)?;
+            pairs.push((name, value));
+        }
+        let labels = Labels::new(pairs).or_else(|e| r.fail(e.to_string()))?;
+        if labels.len() != n_labels {
+            return r.fail("series has an empty label value");
+        }
+        let mut meta_part =
+            || -> encoding::Result<String> { Ok(self.string(r.uvarint()?)?.to_owned()) };
+        let sample_type = ValueType {
+            kind: meta_part()?,
+            unit: meta_part()?,
+        };
+        let period_type = ValueType {
+            kind: meta_part()?,
+            unit: meta_part()?,
+        };
+        let n_comments = r.count(1, "comment")?;
+        let comments = (0..n_comments)
+            .map(|_| Ok(self.string(r.uvarint()?)?.to_owned()))
+            .collect::<encoding::Result<Vec<_>>>()?;
+        let n = r.count(6, "profile")?;
+        let mut profiles = vec![
+            BlockProfile {
+                timestamp_ms: 0,
+                duration_nanos: 0,
+                period: 0,
+                total: 0,
+                n_samples: 0,
+                len: 0,
+            };
+            n
+        ];
+        let mut t = 0i64;
+        for (j, p) in profiles.iter_mut().enumerate() {
+            if j == 0 {
+                t = r.ivarint()?;
+            } else {
+                let delta = r.uvarint()?;
+                match i64::try_from(delta)
+                    .ok()
+                    .filter(|&d| d > 0)
+                    .and_then(|d| t.checked_add(d))
+                {
+                    Some(next) => t = next,
+                    None => return r.fail("timestamps are not increasing"),
+                }
+            }
+            p.timestamp_ms = t;
+        }
+        for p in profiles.iter_mut() {
+            p.duration_nanos = r.ivarint()?;
+        }
+        for p in profiles.iter_mut() {
+            p.period = r.ivarint()?;
+        }
+        for p in profiles.iter_mut() {
+            p.total = r.ivarint()?;
+        }
+        for p in profiles.iter_mut() {
+            p.n_samples = r.below(u64::from(u32::MAX), "sample count")? as u32;
+        }
+        for p in profiles.iter_mut() {
+            p.len = r.below(u64::from(u32::MAX), "profile length")? as u32;
+        }
+        let n_chunks = r.count(4, "chunk")?;
+        let mut chunks = Vec::with_capacity(n_chunks);
+        for _ in 0..n_chunks {
+            chunks.push(ChunkRef {
+                n_profiles: r.below(u64::from(u32::MAX), "chunk profile count")? as u32,
+                offset: r.uvarint()?,
+                len: r.uvarint()?,
+                raw_len: r.uvarint()?,
+            });
+        }
+        Ok(SeriesEntry {
+            labels,
+            meta: Meta {
+                sample_type,
+                period_type,
+                period: 0,
+                time_nanos: 0,
+                duration_nanos: 0,
+                comments,
+            },
+            profiles,
+            chunks,
+        })
+    }
+
+    /// Decompresses a chunk of `profiles` into `out`.
+    pub fn read_chunk(
+        &self,
+        chunk: &ChunkRef,
+        decompressor: &mut zstd::bulk::Decompressor<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let corrupt = |what: String| Error::BlockCorrupt {
+            block: self.name().to_owned(),
+            file: "profiles",
+            what,
+        };
+        let start = chunk.offset as usize;
+        let src = self
+            .profiles
+            .get(start..start.saturating_add(chunk.len as usize))
+            .ok_or_else(|| corrupt(format!("chunk at byte {start} runs past the end")))?;
+        out.clear();
+        out.reserve(chunk.raw_len as usize);
+        decompressor
+            .decompress_to_buffer(src, out)
+            .map_err(|e| corrupt(format!("chunk at byte {start} does not decompress: {e}")))?;
+        if out.len() as u64 != chunk.raw_len {
+            return Err(corrupt(format!(
+                "chunk at byte {start} holds {} bytes, the index says {}",
+                out.len(),
+                chunk.raw_len
+            )));
+        }
+        Ok(())
+    }
+
+    /// The block's interned symbols and stacks, read on first use and kept.
+    pub fn tables(&self) -> Result<Arc<Tables>, Error> {
+        self.tables
+            .get_or_init(|| {
+                let body = &self.symbols[..self.symbols.len() - encoding::FOOTER_BYTES];
+                let mut len = [0u8; 8];
+                len.copy_from_slice(&body[..8]);
+                let raw_len = u64::from_le_bytes(len);
+                if raw_len > MAX_RAW_BYTES {
+                    return Err(format!("raw length {raw_len} is beyond the limit"));
+                }
+                let raw = zstd::bulk::decompress(&body[8..], raw_len as usize)
+                    .map_err(|e| format!("does not decompress: {e}"))?;
+                if raw.len() as u64 != raw_len {
+                    return Err(format!(
+                        "holds {} bytes, its header says {raw_len}",
+                        raw.len()
+                    ));
+                }
+                let mut tables = Tables::new();
+                let mut r = Reader::new(&raw);
+                encoding::decode_tables(&mut r, &mut tables).map_err(|e| e.to_string())?;
+                if !r.is_empty() {
+                    return Err(format!("has {} bytes after its tables", r.remaining()));
+                }
+                Ok(Arc::new(tables))
+            })
+            .clone()
+            .map_err(|what| Error::BlockCorrupt {
+                block: self.name().to_owned(),
+                file: "symbols",
+                what,
+            })
+    }
+
+    /// Label names of the series in `within`.
+    pub fn label_names(
+        &self,
+        within: &RoaringBitmap,
+        out: &mut std::collections::BTreeSet<String>,
+    ) {
+        let mut k = 0;
+        while k < self.n_postings {
+            let name = self.postings_entry(k).0;
+            let range = self.postings_of_name(name);
+            if range.clone().any(|j| !self.bitmap(j).is_disjoint(within))
+                && let Ok(s) = self.string(u64::from(name))
+            {
+                out.insert(s.to_owned());
+            }
+            k = range.end.max(k + 1);
+        }
+    }
+
+    /// Values of label `name` among the series in `within`.
+    pub fn label_values(
+        &self,
+        name: &str,
+        within: &RoaringBitmap,
+        out: &mut std::collections::BTreeSet<String>,
+    ) {
+        let Some(name) = self.find_string(name) else {
+            return;
+        };
+        for k in self.postings_of_name(name) {
+            if !self.bitmap(k).is_disjoint(within)
+                && let Ok(s) = self.string(u64::from(self.postings_entry(k).1))
+            {
+                out.insert(s.to_owned());
+            }
+        }
+    }
+}
+
+/// The first `k` in `0..n` for which `before(k)` is false (`before` must be monotone).
+fn partition(n: usize, before: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if before(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+impl PostingsIndex for Block {
+    fn all_series(&self) -> RoaringBitmap {
+        let mut all = RoaringBitmap::new();
+        all.insert_range(0..self.n_series);
+        all
+    }
+
+    fn postings(&self, name: &str, value: &str) -> RoaringBitmap {
+        let (Some(n), Some(v)) = (self.find_string(name), self.find_string(value)) else {
+            return RoaringBitmap::new();
+        };
+        let k = partition(self.n_postings, |k| {
+            let e = self.postings_entry(k);
+            (e.0, e.1) < (n, v)
+        });
+        if k < self.n_postings && self.postings_entry(k).0 == n && self.postings_entry(k).1 == v {
+            self.bitmap(k)
+        } else {
+            RoaringBitmap::new()
+        }
+    }
+
+    fn values_of(&self, name: &str, keep: &dyn Fn(&str) -> bool) -> Option<Vec<RoaringBitmap>> {
+        let name = self.find_string(name)?;
+        let range = self.postings_of_name(name);
+        if range.is_empty() {
+            return None;
+        }
+        Some(
+            range
+                .filter(|&k| {
+                    self.string(u64::from(self.postings_entry(k).1))
+                        .is_ok_and(keep)
+                })
+                .map(|k| self.bitmap(k))
+                .collect(),
+        )
+    }
+}
+
+/// Writes `series` (already in `tables`' ids) as a block of level 1 in `data_dir` and opens it.
+pub(crate) fn write_block(
+    data_dir: &Path,
+    tables: Tables,
+    series: Vec<ExtractedSeries>,
+    range: (i64, i64),
+) -> Result<Block, Error> {
+    let mut writer = BlockWriter::new(data_dir, tables)?;
+    for s in series {
+        writer.add_series(s)?;
+    }
+    let dir = writer.finish(Some(range), 1, Vec::new())?;
+    Block::open(&dir)
+}
+
+/// Decodes the profiles of one chunk's raw bytes: calls `each` with each profile's header and
+/// encoded samples.
+pub(crate) fn split_chunk<'a>(
+    raw: &'a [u8],
+    profiles: &[BlockProfile],
+    mut each: impl FnMut(&BlockProfile, &'a [u8]),
+) {
+    let mut at = 0usize;
+    for p in profiles {
+        let end = at + p.len as usize;
+        each(p, &raw[at..end]);
+        at = end;
+    }
+}
+
+impl From<&StoredProfile> for BlockProfile {
+    fn from(p: &StoredProfile) -> Self {
+        BlockProfile {
+            timestamp_ms: p.timestamp_ms,
+            duration_nanos: p.duration_nanos,
+            period: p.period,
+            total: p.total,
+            n_samples: p.n_samples,
+            len: p.data.len() as u32,
+        }
+    }
+}
