@@ -11,13 +11,29 @@ const NAME_LABEL: &str = "__name__";
 
 /// Appends every problem of `expr` to `errors`, innermost first.
 pub(crate) fn check(query: &str, expr: &Expr, errors: &mut Vec<ParseError>) {
-    let mut checker = Checker { query, errors };
+    let mut checker = Checker {
+        query,
+        errors,
+        series_selector: false,
+    };
+    checker.expr(expr);
+}
+
+/// Checks a series selector of the metadata endpoints (`match[]`), which may select by any
+/// label: at least one matcher must reject the empty value, as Prometheus requires.
+pub(crate) fn check_series_selector(query: &str, expr: &Expr, errors: &mut Vec<ParseError>) {
+    let mut checker = Checker {
+        query,
+        errors,
+        series_selector: true,
+    };
     checker.expr(expr);
 }
 
 struct Checker<'a> {
     query: &'a str,
     errors: &'a mut Vec<ParseError>,
+    series_selector: bool,
 }
 
 impl Checker<'_> {
@@ -98,6 +114,15 @@ impl Checker<'_> {
                 self.error(
                     m.span,
                     format!("the profile type is given twice: before `{{` and by `{NAME_LABEL}`"),
+                );
+            }
+        } else if self.series_selector {
+            if !selector.matchers.iter().any(selects_something) {
+                self.error(
+                    span,
+                    "a series selector needs at least one matcher that does not match the \
+                     empty value, such as {job=\"api\"}"
+                        .into(),
                 );
             }
         } else if !name_matchers().any(selects_something) {

@@ -112,6 +112,32 @@ pub fn parse(query: &str) -> Result<Expr, ParseError> {
     }
 }
 
+/// Parses a series selector for the metadata endpoints (`match[]` of `/api/v1/series`,
+/// `/api/v1/labels`): a selector without a range, which, unlike in a query, may select by any
+/// label (`{job="api"}`) as long as one matcher rejects the empty value.
+pub fn parse_series_selector(text: &str) -> Result<Selector, ParseError> {
+    let scan = lenient::scan(text);
+    if let Some(at) = scan.too_deep_at {
+        let message = format!("the query nests deeper than {} levels", parser::MAX_DEPTH);
+        return Err(ParseError::new(text, Span::new(at, at + 1), message));
+    }
+    let built = parser::build(text)?;
+    let mut errors = built.errors;
+    check::check_series_selector(text, &built.expr, &mut errors);
+    if let Some(e) = errors.into_iter().min_by_key(|e| e.span.start) {
+        return Err(e);
+    }
+    match built.expr.kind {
+        ExprKind::Selector(selector) if selector.range.is_none() => Ok(selector),
+        _ => Err(ParseError::new(
+            text,
+            built.expr.span,
+            "expected a series selector such as memory:inuse_space:bytes:space:bytes{job=\"api\"} \
+             or {job=\"api\"}, without a range or functions",
+        )),
+    }
+}
+
 /// What [`parse_lenient`] made of a query.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LenientParse {
@@ -132,4 +158,29 @@ pub struct LenientParse {
 /// with `job="ap"`). The returned errors are those of the original text only.
 pub fn parse_lenient(query: &str) -> LenientParse {
     lenient::parse_lenient(query)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_selectors_may_select_by_any_label() {
+        let selector = parse_series_selector(r#"{job="api"}"#).expect("valid");
+        assert!(selector.profile_type.is_none());
+        assert_eq!(selector.matchers.len(), 1);
+        assert!(parse_series_selector("memory:inuse_space:bytes:space:bytes").is_ok());
+        assert_eq!(
+            parse_series_selector(r#"{job=~".*"}"#)
+                .unwrap_err()
+                .to_string(),
+            "line 1, column 1: a series selector needs at least one matcher that does not match the empty value, such as {job=\"api\"}"
+        );
+        assert!(
+            parse_series_selector(r#"merge({job="api"})"#)
+                .unwrap_err()
+                .to_string()
+                .contains("expected a series selector")
+        );
+    }
 }

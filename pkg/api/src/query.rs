@@ -271,15 +271,10 @@ fn match_selectors(call: &Call) -> Result<Vec<Vec<Matcher>>, ApiError> {
         .all("match[]")
         .iter()
         .map(|text| {
-            let expr = parse(text)?;
-            match expr.kind {
-                ExprKind::Selector(selector) if selector.range.is_none() => {
-                    parca_query::selector_matchers(&selector).map_err(query_error)
-                }
-                _ => Err(ApiError::bad_data(format!(
-                    "`match[]` takes a series selector such as memory:inuse_space:bytes:space:bytes{{job=\"api\"}}, got `{text}`"
-                ))),
-            }
+            let selector = parca_querylang::parse_series_selector(text).map_err(|e| {
+                ApiError::bad_data(format!("invalid `match[]`: {}", e.render(text)))
+            })?;
+            parca_query::selector_matchers(&selector).map_err(query_error)
         })
         .collect()
 }
