@@ -1111,3 +1111,167 @@ impl From<&StoredProfile> for BlockProfile {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::test_support::{Lcg, corpus, series_labels, vary};
+    use crate::{Db, MatchOp, Matcher, Options};
+
+    fn options() -> Options {
+        Options {
+            block_duration_ms: 1000,
+            retention_ms: 0,
+            ..Options::default()
+        }
+    }
+
+    /// A store with two blocks (`[0, 1000)` and `[1000, 2000)`) and a head, closed.
+    fn store_with_two_blocks(dir: &Path) -> Vec<String> {
+        let db = Db::open(dir, options()).expect("open");
+        let cpu = corpus("go/go-cpu.pb.gz", "cpu");
+        let heap = corpus("go/go-heap.pb.gz", "alloc_space");
+        let mut rng = Lcg(7);
+        for t in (0..2600).step_by(100) {
+            let mut app = db.appender();
+            app.append(&series_labels("cpu", "api", "a"), t, &vary(&cpu, &mut rng))
+                .expect("append");
+            app.append(&series_labels("heap", "db", "b"), t, &vary(&heap, &mut rng))
+                .expect("append");
+            app.commit().expect("commit");
+        }
+        db.compact().expect("compact");
+        let names: Vec<String> = db
+            .inner()
+            .block_set()
+            .iter()
+            .map(|b| b.name().to_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "two blocks, not yet compactable");
+        db.close().expect("close");
+        names
+    }
+
+    fn copy_dir(from: &Path, to: &Path) {
+        fs::create_dir_all(to).expect("mkdir");
+        for e in fs::read_dir(from).expect("read dir") {
+            let e = e.expect("entry");
+            let dst = to.join(e.file_name());
+            if e.file_type().expect("type").is_dir() {
+                copy_dir(&e.path(), &dst);
+            } else {
+                fs::copy(e.path(), dst).expect("copy");
+            }
+        }
+    }
+
+    /// Per series: number of profiles in the whole store.
+    fn counts(db: &Db) -> Vec<(String, usize)> {
+        db.querier(i64::MIN, i64::MAX)
+            .select(&[])
+            .into_iter()
+            .map(|s| (s.labels.to_string(), s.profiles.len()))
+            .collect()
+    }
+
+    #[test]
+    fn a_flipped_byte_in_any_block_file_quarantines_that_block_and_the_rest_answers() {
+        let pristine = tempfile::tempdir().expect("tempdir");
+        let names = store_with_two_blocks(pristine.path());
+        let bad = &names[0];
+        let full = {
+            let db = Db::open(pristine.path(), options()).expect("open");
+            let c = counts(&db);
+            assert_eq!(c.iter().map(|(_, n)| n).sum::<usize>(), 52);
+            c
+        };
+        let mut trials = 0;
+        for file in ["meta.json", "index", "symbols", "profiles"] {
+            let len = fs::metadata(pristine.path().join(bad).join(file))
+                .expect("file")
+                .len() as usize;
+            for at in [0, len / 3, len / 2, len - 13, len - 12, len - 5, len - 1] {
+                let dir = tempfile::tempdir().expect("tempdir");
+                copy_dir(pristine.path(), dir.path());
+                let path = dir.path().join(bad).join(file);
+                let mut bytes = fs::read(&path).expect("read");
+                bytes[at] ^= 0x5a;
+                fs::write(&path, &bytes).expect("write");
+
+                let db = Db::open(dir.path(), options()).expect("opens despite the damage");
+                let q = db.quarantined();
+                assert_eq!(q.len(), 1, "{file}@{at}: {q:?}");
+                assert_eq!(&q[0].block, bad);
+                assert!(
+                    q[0].reason.contains(&format!("`{file}`"))
+                        && q[0].reason.contains(bad.as_str()),
+                    "{file}@{at}: {}",
+                    q[0].reason
+                );
+                assert!(dir.path().join("quarantine").join(bad).join(file).exists());
+                assert!(!dir.path().join(bad).exists());
+                // The other block and the head still answer: only the first block's 10
+                // timestamps of both series are gone.
+                let c = counts(&db);
+                assert_eq!(c.len(), full.len(), "{file}@{at}");
+                for ((l1, n1), (l2, n2)) in c.iter().zip(&full) {
+                    assert_eq!(l1, l2);
+                    assert_eq!(*n1, n2 - 10, "{file}@{at}: {l1}");
+                }
+                let m = Matcher::new(MatchOp::Equal, "job", "api").expect("valid");
+                assert!(db.querier(1000, 1999).merge(&[m]).expect("merge").is_some());
+                trials += 1;
+            }
+        }
+        assert_eq!(trials, 28);
+    }
+
+    /// Changes one byte and fixes the footer's checksum: only the structure checks stand
+    /// between the bytes and the readers.
+    fn damage_behind_the_checksum(path: &Path, at: usize, magic: &[u8; 4]) {
+        let mut bytes = fs::read(path).expect("read");
+        bytes.truncate(bytes.len() - encoding::FOOTER_BYTES);
+        bytes[at] ^= 0x5a;
+        encoding::seal(magic, &mut bytes);
+        fs::write(path, &bytes).expect("write");
+    }
+
+    #[test]
+    fn damage_with_a_valid_checksum_is_refused_or_read_without_panicking() {
+        let pristine = tempfile::tempdir().expect("tempdir");
+        let names = store_with_two_blocks(pristine.path());
+        let bad = &names[1];
+        for (file, magic) in [
+            ("meta.json", META_MAGIC),
+            ("index", INDEX_MAGIC),
+            ("symbols", SYMBOLS_MAGIC),
+            ("profiles", PROFILES_MAGIC),
+        ] {
+            let len = fs::metadata(pristine.path().join(bad).join(file))
+                .expect("file")
+                .len() as usize
+                - encoding::FOOTER_BYTES;
+            let step = (len / 40).max(1);
+            for at in (0..len).step_by(step) {
+                let dir = tempfile::tempdir().expect("tempdir");
+                copy_dir(pristine.path(), dir.path());
+                let path: PathBuf = dir.path().join(bad).join(file);
+                damage_behind_the_checksum(&path, at, magic);
+                let db = Db::open(dir.path(), options()).expect("opens despite the damage");
+                // Whatever opened must answer every kind of query without panicking.
+                let q = db.querier(i64::MIN, i64::MAX);
+                let _ = q.select(&[]);
+                let _ = q.merge(&[Matcher::new(MatchOp::Equal, "job", "api").expect("valid")]);
+                let _ = (
+                    q.totals(&[]),
+                    q.label_names(&[]),
+                    q.label_values("job", &[]),
+                );
+                drop(q);
+                let _ = db.compact();
+            }
+        }
+    }
+}

@@ -21,6 +21,22 @@ use crate::{Error, encoding, record};
 /// Compacted blocks never span more than this (Prometheus' cap too).
 const MAX_BLOCK_RANGE_MS: i64 = 31 * 24 * 3_600_000;
 
+/// A block being deleted is first renamed to `<name>.deleting` (one atomic step), so a crash
+/// in the middle of removing its files never leaves a half block under a block's name.
+const DELETING_SUFFIX: &str = ".deleting";
+
+/// Deletes a block directory: rename, sync, then remove the files.
+pub(crate) fn delete_block_dir(dir: &Path) -> Result<(), Error> {
+    let mut doomed = dir.as_os_str().to_owned();
+    doomed.push(DELETING_SUFFIX);
+    let doomed = std::path::PathBuf::from(doomed);
+    fs::rename(dir, &doomed).map_err(Error::io("cannot delete block", dir))?;
+    if let Some(parent) = dir.parent() {
+        block::sync_dir(parent)?;
+    }
+    fs::remove_dir_all(&doomed).map_err(Error::io("cannot delete block", &doomed))
+}
+
 /// Name of the folder corrupt blocks are moved to.
 pub(crate) const QUARANTINE_DIR: &str = "quarantine";
 
@@ -37,8 +53,8 @@ pub(crate) fn open_blocks(dir: &Path) -> Result<(Vec<Arc<Block>>, Vec<Quarantine
         if !entry.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
-        if name.ends_with(".tmp") {
-            tracing::info!(dir = %entry.path().display(), "removing an interrupted block write");
+        if name.ends_with(".tmp") || name.ends_with(DELETING_SUFFIX) {
+            tracing::info!(dir = %entry.path().display(), "removing an interrupted block write or deletion");
             fs::remove_dir_all(entry.path())
                 .map_err(Error::io("cannot remove temporary block", entry.path()))?;
         } else if is_block_name(&name) {
@@ -75,7 +91,7 @@ pub(crate) fn open_blocks(dir: &Path) -> Result<(Vec<Arc<Block>>, Vec<Quarantine
             block = b.name(),
             "removing a block a compacted block supersedes"
         );
-        fs::remove_dir_all(&b.dir).map_err(Error::io("cannot delete block", &b.dir))?;
+        delete_block_dir(&b.dir)?;
     }
     blocks.sort_by_key(|b| (b.meta.min_time_ms, b.meta.max_time_ms));
     for w in blocks.windows(2) {
@@ -377,9 +393,9 @@ fn replace_blocks(inner: &Inner, old: &[Arc<Block>], new: Option<Arc<Block>>) ->
     // Queries still holding the old set keep reading through their maps: unlinking a mapped
     // file leaves the mapping valid.
     for b in old {
-        fs::remove_dir_all(&b.dir).map_err(Error::io("cannot delete block", &b.dir))?;
+        delete_block_dir(&b.dir)?;
     }
-    block::sync_dir(&inner.dir)
+    Ok(())
 }
 
 /// Deletes blocks wholly older than the retention time (counted back from the newest profile

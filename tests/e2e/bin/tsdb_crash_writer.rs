@@ -2,7 +2,8 @@
 //! small batches, and after each commit prints `instance timestamp_ms` for every profile of the
 //! batch: a printed line is an acknowledgment. It never stops by itself; the test kills it.
 //!
-//! `tsdb-crash-writer DATA_DIR PROFILE_FILE`
+//! `tsdb-crash-writer DATA_DIR PROFILE_FILE [BLOCK_DURATION_MS]`: with a short block duration
+//! the store cuts blocks, writes WAL checkpoints and compacts while it is being killed.
 
 use std::io::Write;
 
@@ -18,7 +19,11 @@ fn main() -> anyhow::Result<()> {
     let bytes = std::fs::read(&file).with_context(|| format!("read {file}"))?;
     let profiles = parca_profile::decode(&bytes, &Default::default())?;
     let profile = parca_profile::select_sample_type(profiles, None, None)?;
-    let db = Db::open(std::path::Path::new(&dir), Options::default())?;
+    let mut options = Options::default();
+    if let Some(ms) = args.next() {
+        options.block_duration_ms = ms.parse().context("BLOCK_DURATION_MS")?;
+    }
+    let db = Db::open(std::path::Path::new(&dir), options)?;
     let start = db
         .querier(i64::MIN, i64::MAX)
         .select(&[])
