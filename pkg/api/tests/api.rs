@@ -1,0 +1,265 @@
+//! The API served for real on a loopback port, over a real store, asked with a real HTTP client.
+
+use std::sync::Arc;
+
+use parca_api::{Api, Control, Options, TargetsReport};
+use serde_json::Value;
+
+struct NoScrapes;
+
+impl Control for NoScrapes {
+    fn config_yaml(&self) -> String {
+        "scrape_configs: []\n".into()
+    }
+    fn reload(&self) -> Result<(), String> {
+        Err("parca.yaml:1:1: unknown field `scrape_config`".into())
+    }
+    fn targets(&self) -> TargetsReport {
+        TargetsReport::default()
+    }
+}
+
+struct Server {
+    base: String,
+    api: Arc<Api>,
+    _dir: tempfile::TempDir,
+    client: reqwest::Client,
+}
+
+impl Server {
+    /// A server whose store is not set yet (as during WAL replay).
+    async fn unready() -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let api = Arc::new(Api::new(
+            Options::default(),
+            Arc::new(NoScrapes),
+            Default::default(),
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("address"));
+        tokio::spawn(parca_api::serve(
+            listener,
+            Arc::clone(&api),
+            std::future::pending(),
+        ));
+        Server {
+            base,
+            api,
+            _dir: dir,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    async fn ready() -> Server {
+        let server = Server::unready().await;
+        let db = parca_tsdb::Db::open(server._dir.path(), Default::default()).expect("open");
+        server.api.set_store(Arc::new(db));
+        server
+    }
+
+    async fn get(&self, path_and_query: &str) -> (u16, String) {
+        let response = self
+            .client
+            .get(format!("{}{path_and_query}", self.base))
+            .send()
+            .await
+            .expect("request");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("body"))
+    }
+
+    async fn post(&self, path_and_query: &str, body: Vec<u8>) -> (u16, String) {
+        let response = self
+            .client
+            .post(format!("{}{path_and_query}", self.base))
+            .body(body)
+            .send()
+            .await
+            .expect("request");
+        let status = response.status().as_u16();
+        (status, response.text().await.expect("body"))
+    }
+}
+
+fn corpus(path: &str) -> Vec<u8> {
+    std::fs::read(format!(
+        "{}/../../tests/testdata/pprof/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .expect("corpus file")
+}
+
+fn json(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+fn enc(s: &str) -> String {
+    form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta";
+
+#[tokio::test]
+async fn not_ready_until_the_store_is_set() {
+    let server = Server::unready().await;
+    assert_eq!(server.get("/-/healthy").await.0, 200);
+    let (status, body) = server.get("/-/ready").await;
+    assert_eq!(status, 503);
+    assert_eq!(json(&body)["errorType"], "unavailable");
+    assert_eq!(server.get("/api/v1/labels").await.0, 503);
+}
+
+#[tokio::test]
+async fn push_then_query_in_every_format() {
+    let server = Server::ready().await;
+    let (status, body) = server
+        .post(
+            "/api/v1/write?__name__=process_cpu&job=go&instance=a",
+            corpus("go/go-cpu.pb.gz"),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["status"], "success");
+
+    let (_, body) = server.get("/api/v1/profile_types").await;
+    let types = json(&body)["data"].as_array().expect("list").len();
+    assert_eq!(types, 2);
+    let (_, body) = server
+        .get(&format!(
+            "/api/v1/label/instance/values?match[]={}",
+            enc("{job=\"go\"}")
+        ))
+        .await;
+    assert_eq!(json(&body)["data"], serde_json::json!(["a"]));
+
+    let query = enc(&format!("merge({CPU}{{job=\"go\"}})"));
+    let window = "start=0&end=4000000000";
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/query?query={query}&{window}&format=top&limit=3"
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let top = json(&body);
+    assert_eq!(top["data"]["rows"].as_array().expect("rows").len(), 3);
+    assert_eq!(top["data"]["rows"][0]["name"], "main.(*counter).inc");
+
+    let (status, body) = server
+        .get(&format!("/api/v1/query?query={query}&{window}"))
+        .await;
+    assert_eq!(status, 200);
+    // The tree nests deeper than serde_json's default limit: check its head as text.
+    assert!(
+        body.starts_with(
+            r#"{"status":"success","data":{"sample_type":"cpu","unit":"nanoseconds","#
+        ),
+        "{}",
+        &body[..200]
+    );
+    assert!(body.contains(r#""total":5310000000,"root":{"name":"root","value":5310000000,"#));
+
+    let (_, folded) = server
+        .get(&format!(
+            "/api/v1/query?query={query}&{window}&format=folded"
+        ))
+        .await;
+    assert!(folded.lines().any(|l| l.contains("crypto/sha256.block")));
+    let (_, svg) = server
+        .get(&format!("/api/v1/query?query={query}&{window}&format=svg"))
+        .await;
+    assert!(svg.contains("<svg") && svg.contains("sha256"));
+
+    let response = server
+        .client
+        .get(format!(
+            "{}/api/v1/query?query={query}&{window}&format=pprof",
+            server.base
+        ))
+        .send()
+        .await
+        .expect("request");
+    let bytes = response.bytes().await.expect("body");
+    let profiles = parca_profile::decode(&bytes, &Default::default()).expect("valid pprof");
+    assert_eq!(
+        profiles[0].total(),
+        top["data"]["total"].as_i64().expect("total")
+    );
+
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/query_range?query={}&start=0&end=4000000000&step=30d",
+            enc(&format!("sum({CPU})"))
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let matrix = json(&body);
+    assert_eq!(matrix["data"]["resultType"], "matrix");
+    assert_eq!(matrix["data"]["result"][0]["unit"], "nanoseconds");
+}
+
+#[tokio::test]
+async fn bad_requests_say_what_is_wrong() {
+    let server = Server::ready().await;
+    let cases: Vec<(&str, u16, &str)> = vec![
+        ("/api/v1/query?query=merge(", 400, "line 1, column 7"),
+        ("/api/v1/query", 400, "parameter `query` is required"),
+        (
+            "/api/v1/query?query=memory:inuse_space:bytes:space:bytes&time=yesterday",
+            400,
+            "invalid parameter `time`",
+        ),
+        (
+            "/api/v1/query_range?query=memory:inuse_space:bytes:space:bytes&start=0&end=1&step=0",
+            400,
+            "zero or negative query resolution step",
+        ),
+        ("/api/v1/nothing", 404, "no endpoint at /api/v1/nothing"),
+        ("/api/v1/series", 400, "no `match[]`"),
+    ];
+    for (path, status, message) in cases {
+        let (got, body) = server.get(path).await;
+        assert_eq!(got, status, "{path}: {body}");
+        let body = json(&body);
+        assert_eq!(body["status"], "error");
+        assert!(
+            body["error"].as_str().expect("message").contains(message),
+            "{path}: {body}"
+        );
+    }
+    let (status, body) = server
+        .post("/api/v1/write?__name__=memory", b"not a profile".to_vec())
+        .await;
+    assert_eq!(status, 400);
+    assert!(
+        json(&body)["error"]
+            .as_str()
+            .expect("message")
+            .starts_with("invalid pprof body")
+    );
+    let (status, _) = server.post("/api/v1/targets", Vec::new()).await;
+    assert_eq!(status, 405);
+    let (status, body) = server.post("/-/reload", Vec::new()).await;
+    assert_eq!(status, 400);
+    assert!(body.contains("unknown field `scrape_config`"));
+}
+
+#[tokio::test]
+async fn a_duplicate_push_is_refused_and_metrics_count_it() {
+    let server = Server::ready().await;
+    let path = "/api/v1/write?__name__=memory&job=batch";
+    assert_eq!(server.post(path, corpus("go/go-heap.pb.gz")).await.0, 200);
+    let (status, body) = server.post(path, corpus("go/go-heap.pb.gz")).await;
+    assert_eq!(status, 400);
+    assert!(
+        body.contains("at the same time as the last stored one"),
+        "{body}"
+    );
+    let (_, metrics) = server.get("/metrics").await;
+    assert!(
+        metrics.contains("parca_ingest_refused_profiles_total{protocol=\"write\"} 4"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("parca_tsdb_head_series 4"));
+}

@@ -1,0 +1,172 @@
+//! The scrape manager against real HTTP targets on loopback, storing into a real store.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use parca_scrape::{Health, Manager, ScrapeMetrics};
+use parca_tsdb::{Db, MatchOp, Matcher};
+
+fn corpus(path: &str) -> Bytes {
+    Bytes::from(
+        std::fs::read(format!(
+            "{}/../../tests/testdata/pprof/{path}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .expect("corpus file"),
+    )
+}
+
+/// A Go-like pprof target on a free port; `junk` answers 200 with a body that is not a profile.
+async fn target(junk: bool) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address").to_string();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(
+                    move |request: Request<hyper::body::Incoming>| async move {
+                        let body = if junk {
+                            Bytes::from_static(b"<html>not a profile</html>")
+                        } else {
+                            match request.uri().path() {
+                                "/debug/pprof/profile" => corpus("go/go-cpu.pb.gz"),
+                                "/debug/pprof/allocs" => corpus("go/go-allocs.pb.gz"),
+                                "/debug/pprof/block" => corpus("go/go-block.pb.gz"),
+                                "/debug/pprof/mutex" => corpus("go/go-mutex.pb.gz"),
+                                "/debug/pprof/goroutine" => corpus("go/go-goroutine.pb.gz"),
+                                _ => {
+                                    let mut r = Response::new(Full::new(Bytes::from_static(
+                                        b"404 page not found",
+                                    )));
+                                    *r.status_mut() = hyper::StatusCode::NOT_FOUND;
+                                    return Ok::<_, Infallible>(r);
+                                }
+                            }
+                        };
+                        Ok::<_, Infallible>(Response::new(Full::new(body)))
+                    },
+                );
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    address
+}
+
+fn config(good: &str, junk: &str) -> parca_config::Config {
+    let yaml = format!(
+        r#"
+scrape_configs:
+  - job_name: go
+    scrape_interval: 1s
+    static_configs:
+      - targets: ["{good}", "{junk}", "127.0.0.1:1"]
+"#
+    );
+    parca_config::parse(&yaml, "test.yaml").expect("valid config")
+}
+
+/// Polls `check` until it holds or 20 s pass.
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scrapes_stores_deltas_and_reports_health() {
+    let good = target(false).await;
+    let junk = target(true).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Arc::new(Db::open(dir.path(), Default::default()).expect("open"));
+    let mut registry = prometheus_client::registry::Registry::default();
+    let manager = Manager::new(
+        db.clone(),
+        Default::default(),
+        ScrapeMetrics::register(&mut registry),
+    );
+    let config = config(&good, &junk);
+    manager.apply(&config);
+
+    let health_of = |address: &str| {
+        let (active, _) = manager.targets();
+        active
+            .iter()
+            .find(|t| t.target.relabeled["__address__"] == address)
+            .map(|t| t.profiles.clone())
+            .unwrap_or_default()
+    };
+    let wanted = [
+        "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta",
+        "memory:alloc_space:bytes:space:bytes",
+        "memory:alloc_space:bytes:space:bytes:delta",
+        "memory:inuse_space:bytes:space:bytes",
+        "block:delay:nanoseconds:contentions:count:delta",
+        "mutex:delay:nanoseconds:contentions:count:delta",
+        "goroutine:goroutine:count:goroutine:count",
+    ];
+    // Deltas of cumulative profiles need two scrapes.
+    eventually("every type, deltas included, from the good target", || {
+        let profiles = health_of(&good);
+        let names = db.querier(i64::MIN, i64::MAX).label_values("__name__", &[]);
+        profiles.len() == 5
+            && profiles.iter().all(|p| p.health == Health::Up)
+            && wanted.iter().all(|w| names.iter().any(|n| n == w))
+    })
+    .await;
+    eventually("the junk and the closed targets down", || {
+        let junk = health_of(&junk);
+        let closed = health_of("127.0.0.1:1");
+        junk.iter().all(|p| p.health == Health::Down)
+            && closed.iter().all(|p| p.health == Health::Down)
+            && !junk.is_empty()
+            && !closed.is_empty()
+    })
+    .await;
+    let junk_error = health_of(&junk)[0].last_error.clone().expect("an error");
+    assert!(junk_error.starts_with("invalid profile:"), "{junk_error}");
+    let closed_error = health_of("127.0.0.1:1")[0]
+        .last_error
+        .clone()
+        .expect("an error");
+    assert!(
+        closed_error.starts_with("request failed:"),
+        "{closed_error}"
+    );
+
+    // What was stored carries the target's labels and Parca's type names.
+    let querier = db.querier(i64::MIN, i64::MAX);
+    assert_eq!(querier.label_values("instance", &[]), vec![good.clone()]);
+    drop(querier);
+
+    // A reload with the same configuration keeps the loops (and their last scrape).
+    let before = health_of(&good)[0].last_scrape;
+    manager.apply(&config);
+    assert_eq!(health_of(&good)[0].last_scrape, before);
+    // Dropping the job stops its loops.
+    manager.apply(&parca_config::parse("scrape_configs: []", "empty.yaml").unwrap());
+    assert!(manager.targets().0.is_empty());
+    manager.stop().await;
+
+    let mut metrics = String::new();
+    prometheus_client::encoding::text::encode(&mut metrics, &registry).unwrap();
+    assert!(
+        metrics
+            .contains("parca_scrapes_total{job=\"go\",profile=\"process_cpu\",result=\"success\"}"),
+        "{metrics}"
+    );
+}
