@@ -9,7 +9,7 @@ use http_body_util::Full;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use parca_scrape::{Health, Manager, ScrapeMetrics};
-use parca_tsdb::{Db, MatchOp, Matcher};
+use parca_tsdb::Db;
 
 fn corpus(path: &str) -> Bytes {
     Bytes::from(
