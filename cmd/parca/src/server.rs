@@ -106,6 +106,7 @@ struct ServerControl {
         prometheus_client::metrics::counter::Counter,
     >,
     last_reload_ok: prometheus_client::metrics::gauge::Gauge,
+    last_reload_error: Mutex<Option<String>>,
 }
 
 impl Control for ServerControl {
@@ -117,16 +118,22 @@ impl Control for ServerControl {
         let result = parca_config::load(&self.config_path).map_err(|e| e.to_string());
         let outcome = if result.is_ok() { "success" } else { "failure" };
         self.reloads.get_or_create(&vec![("result", outcome)]).inc();
-        let config = result.inspect_err(|_| {
+        let config = result.inspect_err(|why| {
             self.last_reload_ok.set(0);
+            *self.last_reload_error.lock().expect("config lock") = Some(why.clone());
         })?;
         self.last_reload_ok.set(1);
+        *self.last_reload_error.lock().expect("config lock") = None;
         if let Some(scrape) = self.scrape.get() {
             scrape.apply(&config);
         }
         *self.config.lock().expect("config lock") = config;
         tracing::info!(path = %self.config_path.display(), "configuration reloaded");
         Ok(())
+    }
+
+    fn last_reload_error(&self) -> Option<String> {
+        self.last_reload_error.lock().expect("config lock").clone()
     }
 
     fn targets(&self) -> TargetsReport {
@@ -229,6 +236,7 @@ async fn serve(
         scrape: OnceLock::new(),
         reloads: Default::default(),
         last_reload_ok: Default::default(),
+        last_reload_error: Mutex::new(None),
     });
     control.last_reload_ok.set(1);
     registry.register(

@@ -21,6 +21,10 @@ pub trait Control: Send + Sync {
     fn reload(&self) -> Result<(), String>;
     /// The scrape targets and their health.
     fn targets(&self) -> TargetsReport;
+    /// Why the last reload failed, while the configuration in force is older than the file.
+    fn last_reload_error(&self) -> Option<String> {
+        None
+    }
 }
 
 /// `/api/v1/targets`, Prometheus' shape.
@@ -112,7 +116,11 @@ pub(crate) fn targets(api: &Api, call: &Call) -> Result<Response<Body>, ApiError
 }
 
 pub(crate) fn config(api: &Api) -> Response<Body> {
-    success(&serde_json::json!({ "yaml": api.control.config_yaml() }))
+    let mut data = serde_json::json!({ "yaml": api.control.config_yaml() });
+    if let Some(error) = api.control.last_reload_error() {
+        data["lastReloadError"] = error.into();
+    }
+    success(&data)
 }
 
 pub(crate) fn buildinfo(api: &Api) -> Response<Body> {

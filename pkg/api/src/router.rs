@@ -160,9 +160,52 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
         "/-/reload" => ops::reload(api).await,
         "/metrics" => Ok(ops::metrics(api)),
         p if p.starts_with("/debug/pprof") => selfprof::handle(api, call).await,
+        _ if is_ui(&call) => ui_asset(&call),
         _ => Err(ApiError {
             kind: ErrorType::NotFound,
             message: format!("no endpoint at {}", call.path),
         }),
     }
+}
+
+/// Paths the API owns; GET and HEAD on any other path is the web UI's.
+const API_PREFIXES: &[&str] = &[
+    "/api/",
+    "/-/",
+    "/metrics",
+    "/debug/pprof",
+    "/ingest",
+    "/push.v1.",
+];
+
+fn is_ui(call: &Call) -> bool {
+    (call.method == Method::GET || call.method == Method::HEAD)
+        && !API_PREFIXES.iter().any(|p| call.path.starts_with(p))
+}
+
+/// A file of the embedded UI (`index.html` for client-side routes), 304 when the ETag matches.
+fn ui_asset(call: &Call) -> Result<Response<Body>, ApiError> {
+    use hyper::header::{CACHE_CONTROL, ETAG, HeaderValue, IF_NONE_MATCH};
+    let asset = parca_web::asset(&call.path).ok_or_else(|| ApiError {
+        kind: ErrorType::NotFound,
+        message: format!("no file at {}", call.path),
+    })?;
+    let fresh = call
+        .headers
+        .get(IF_NONE_MATCH)
+        .is_some_and(|v| v.as_bytes() == asset.etag.as_bytes());
+    let mut response = crate::response::with_type(
+        if fresh { &[][..] } else { asset.bytes },
+        asset.content_type,
+    );
+    if fresh {
+        *response.status_mut() = hyper::StatusCode::NOT_MODIFIED;
+    }
+    let headers = response.headers_mut();
+    headers.insert(ETAG, HeaderValue::from_static(asset.etag));
+    headers.insert(
+        CACHE_CONTROL,
+        HeaderValue::from_static(parca_web::CACHE_CONTROL),
+    );
+    Ok(response)
 }

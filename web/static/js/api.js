@@ -1,0 +1,88 @@
+// The documented HTTP API (shared/design/http-api.md), and nothing else.
+
+/** An answer with `status: "error"`, or a failed request. */
+export class ApiError extends Error {
+  constructor(message, { type = 'error', status = 0 } = {}) {
+    super(message);
+    this.type = type;
+    this.status = status;
+  }
+
+  /** `{line, column}` of a query parse error (`line L, column C:`), or null. */
+  get position() {
+    const m = /line (\d+), column (\d+)/.exec(this.message);
+    return m ? { line: Number(m[1]), column: Number(m[2]) } : null;
+  }
+}
+
+/** GETs `path` with `params` (arrays repeat the key) and returns the envelope's `data`. */
+export async function get(path, params = {}, { signal } = {}) {
+  const res = await fetchApi(url(path, params), signal);
+  let body;
+  try {
+    body = await res.json();
+  } catch {
+    throw new ApiError(`the server answered ${res.status} ${res.statusText} without JSON`, { status: res.status });
+  }
+  if (body.status !== 'success') {
+    throw new ApiError(body.error || `request failed with ${res.status}`, { type: body.errorType, status: res.status });
+  }
+  return body.data;
+}
+
+/** GETs `path` and returns the raw body as a Blob (downloads), throwing the API's error. */
+export async function getBlob(path, params = {}) {
+  const res = await fetchApi(url(path, params));
+  if (!res.ok) {
+    let message = `${res.status} ${res.statusText}`;
+    try {
+      message = (await res.json()).error || message;
+    } catch { /* not JSON */ }
+    throw new ApiError(message, { status: res.status });
+  }
+  return res.blob();
+}
+
+async function fetchApi(u, signal) {
+  try {
+    return await fetch(u, { signal, headers: { Accept: 'application/json' } });
+  } catch (e) {
+    if (e.name === 'AbortError') throw e;
+    throw new ApiError(`cannot reach the server: ${e.message}`);
+  }
+}
+
+/** The URL of `path` with `params` encoded (arrays repeat the key). */
+export function url(path, params = {}) {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v === undefined || v === null || v === '') continue;
+    for (const item of Array.isArray(v) ? v : [v]) q.append(k, String(item));
+  }
+  const s = q.toString();
+  return s ? `${path}?${s}` : path;
+}
+
+/** Seconds (the API's time format) from milliseconds. */
+export const seconds = (ms) => (ms / 1000).toFixed(3);
+
+export const profileTypes = (opts) => get('/api/v1/profile_types', {}, opts);
+export const labelNames = (match, opts) => get('/api/v1/labels', { 'match[]': match }, opts);
+export const labelValues = (name, match, opts) =>
+  get(`/api/v1/label/${encodeURIComponent(name)}/values`, { 'match[]': match }, opts);
+export const targets = (opts) => get('/api/v1/targets', {}, opts);
+
+/** `query_range` over `[startMs, endMs]` with `stepMs`. */
+export const queryRange = (query, startMs, endMs, stepMs, opts) =>
+  get('/api/v1/query_range', { query, start: seconds(startMs), end: seconds(endMs), step: `${Math.max(1, Math.round(stepMs / 1000))}s` }, opts);
+
+/**
+ * Parameters of `/api/v1/query` for a window: `{start, end}` or `{time}`; `format` is added by
+ * the caller.
+ */
+export function windowParams(w) {
+  return w.time !== undefined ? { time: seconds(w.time) } : { start: seconds(w.start), end: seconds(w.end) };
+}
+
+/** A profile as the flame-graph JSON (or `{groups}` for `merge by`). */
+export const queryProfile = (query, w, opts) => get('/api/v1/query', { query, ...windowParams(w), format: 'json' }, opts);

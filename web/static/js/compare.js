@@ -1,0 +1,143 @@
+// Compare: two queries, A and B, each with its own range, and the diff icicle of B against A
+// (red grew, green shrank).
+
+import { h, replace, stateBox } from './dom.js';
+import { profileTypes, queryRange, queryProfile, ApiError } from './api.js';
+import { typeString } from './profiletypes.js';
+import { rangePicker, window as rangeWindow, stepFor, describeRange } from './timerange.js';
+import { queryEditor } from './querybox.js';
+import { metricsGraph } from './metricsgraph.js';
+import { profileView, emptyProfile } from './profileview.js';
+import { mergeWindow, queryKind } from './querytext.js';
+import { readState, writeState } from './urlstate.js';
+
+/** Mounts the compare view into `app`; returns `{destroy}`. */
+export function mountCompare(app) {
+  let state = readState();
+  let types = [];
+  let controller = null;
+  let profile = null;
+  const graphs = [];
+  profileTypes().then((list) => { types = list.map(typeString); }).catch(() => {});
+
+  const side = (key, title) => {
+    const editor = queryEditor({
+      value: state[key] || '', label: `query ${key.toUpperCase()}`, types: () => types,
+      onSubmit: (text) => run({ [key]: text.trim() }),
+    });
+    const picker = h('div', { class: 'range-slot' });
+    const graph = h('div', { class: 'side-graph' });
+    const el = h('section', { class: `panel side side-${key}`, 'aria-label': title }, h('h2', {}, title), editor.el, picker, graph);
+    return { key, editor, picker, graph, el };
+  };
+  const A = side('a', 'A (base)');
+  const B = side('b', 'B (compared with A)');
+  const diffHead = h('div', { class: 'profile-head' });
+  const diffPanel = h('section', { class: 'panel profile-panel diff-panel', 'aria-label': 'diff' });
+  replace(app, h('div', { class: 'compare' },
+    h('div', { class: 'sides' }, A.el, B.el),
+    h('div', { class: 'row' }, h('button', { type: 'button', class: 'primary run-compare', onclick: () => run({ a: A.editor.value().trim(), b: B.editor.value().trim() }) }, 'Compare'),
+      h('span', { class: 'muted' }, 'Drag across a graph to choose that side’s range.')),
+    h('div', { class: 'panel profile-wrap' }, diffHead, diffPanel)));
+
+  const rangeOf = (key) => ({ from: state[`${key}from`] || 'now-1h', to: state[`${key}to`] || 'now' });
+
+  const run = (patch) => {
+    writeState({ ...patch, focus: '', search: '' }, { push: true });
+    state = readState();
+    load();
+  };
+
+  function load() {
+    if (controller) controller.abort();
+    controller = new AbortController();
+    const { signal } = controller;
+    for (const g of graphs.splice(0)) g.destroy();
+    if (profile) profile.destroy();
+    profile = null;
+    for (const s of [A, B]) {
+      const q = (state[s.key] || '').trim();
+      if (s.editor.value().trim() !== q) s.editor.setValue(q);
+      s.editor.setError(null);
+      replace(s.picker, rangePicker(rangeOf(s.key), (r) => run({ [`${s.key}from`]: r.from, [`${s.key}to`]: r.to })));
+      loadSide(s, q, signal);
+    }
+    loadDiff(signal);
+  }
+
+  async function loadSide(s, q, signal) {
+    if (!q) {
+      replace(s.graph, stateBox('empty', 'Type a query for this side.'));
+      return;
+    }
+    if (queryKind(q) !== 'set') {
+      replace(s.graph, stateBox('error', 'Each side takes a profile set: a selector, optionally with stack filters.', `got: ${q}`));
+      return;
+    }
+    const range = rangeOf(s.key);
+    const { start, end } = rangeWindow(range);
+    replace(s.graph, stateBox('loading', 'Loading…'));
+    try {
+      const data = await queryRange(`sum(${q})`, start, end, stepFor(start, end), { signal });
+      if (!data.result.length) {
+        replace(s.graph, stateBox('empty', `No data in ${describeRange(range)}.`, 'Pick a longer range or another query.'));
+        return;
+      }
+      const g = metricsGraph(data.result, {
+        start, end,
+        onRange: (a, b) => run({ [`${s.key}from`]: String(a), [`${s.key}to`]: String(b) }),
+        onPoint: () => {},
+      });
+      graphs.push(g);
+      replace(s.graph, g);
+    } catch (e) {
+      if (e.name === 'AbortError') return;
+      if (e instanceof ApiError && e.position) s.editor.setError(e);
+      replace(s.graph, stateBox('error', 'The server answered with an error.', e.message));
+    }
+  }
+
+  async function loadDiff(signal) {
+    const qa = (state.a || '').trim();
+    const qb = (state.b || '').trim();
+    replace(diffHead);
+    if (!qa || !qb || queryKind(qa) !== 'set' || queryKind(qb) !== 'set') {
+      replace(diffPanel, stateBox('empty', 'Give both A and B a query to see how B differs from A.'));
+      return;
+    }
+    const wa = rangeWindow(rangeOf('a'));
+    const wb = rangeWindow(rangeOf('b'));
+    // Both sides are evaluated at one time: each reaches its own range with [range] offset.
+    const at = Math.max(wa.end, wb.end);
+    const query = `diff(${mergeWindow(qa, wa.start, wa.end, at)}, ${mergeWindow(qb, wb.start, wb.end, at)})`;
+    replace(diffHead, h('h2', {}, 'B compared with A'), h('code', { class: 'profile-query muted' }, query));
+    replace(diffPanel, stateBox('loading', 'Loading the diff…'));
+    try {
+      const data = await queryProfile(query, { time: at }, { signal });
+      profile = profileView(diffPanel, data, { ...state }, (patch) => writeState(patch), { query, params: { time: (at / 1000).toFixed(3) } });
+    } catch (e) {
+      if (e.name === 'AbortError') return;
+      if (e.status === 422 && /gives 0 profiles|no profiles match/.test(e.message)) {
+        replace(diffPanel, emptyProfile('One side has no profiles in its range. Widen that side’s range (its graph shows where data is), or check its selector.'));
+        return;
+      }
+      replace(diffPanel, stateBox('error', 'The server answered with an error.', e.message));
+    }
+  }
+
+  load();
+  const onPop = () => {
+    if (location.pathname !== '/compare') return;
+    state = readState();
+    load();
+  };
+  window.addEventListener('popstate', onPop);
+  return {
+    destroy() {
+      window.removeEventListener('popstate', onPop);
+      if (controller) controller.abort();
+      for (const g of graphs) g.destroy();
+      if (profile) profile.destroy();
+    },
+  };
+}

@@ -1,0 +1,303 @@
+// The explorer: choose a profile type and labels (or type a query), a time range and `sum by`;
+// the metrics graph shows totals over time; the profile below is the merge of the range, the
+// profile of a clicked point, or the merge of a dragged range.
+
+import { h, replace, stateBox } from './dom.js';
+import { profileTypes, queryRange, queryProfile, labelNames, labelValues, ApiError } from './api.js';
+import { typeString, describe, typeOfQuery } from './profiletypes.js';
+import { rangePicker, window as rangeWindow, stepFor, describeRange } from './timerange.js';
+import { queryEditor } from './querybox.js';
+import { metricsGraph, labelText } from './metricsgraph.js';
+import { profileView, emptyProfile } from './profileview.js';
+import { graphQuery, withMatchers, queryKind } from './querytext.js';
+import { readState, writeState } from './urlstate.js';
+import { formatTime } from './units.js';
+
+const PROFILE_KEYS = ['time', 'labels', 'pfrom', 'pto', 'focus', 'search'];
+
+/** Mounts the explorer into `app`; returns `{destroy}`. */
+export function mountExplorer(app) {
+  let state = readState();
+  let types = [];
+  let controller = null;
+  let profile = null;
+  let graph = null;
+
+  const typeSelect = h('select', { class: 'type-select', 'aria-label': 'profile type', onchange: () => chooseType(typeSelect.value) });
+  const typeHelp = h('p', { class: 'type-help muted' });
+  const editor = queryEditor({
+    value: state.query || '',
+    placeholder: 'process_cpu:samples:count:cpu:nanoseconds:delta{job="api"}',
+    types: () => types,
+    onSubmit: (text) => run({ query: text.trim() }),
+    onInput: (text) => showTypeHelp(typeOfQuery(text)),
+  });
+  const byInput = h('input', { type: 'text', class: 'sum-by', placeholder: 'label, label', value: state.by || '', list: 'label-names', 'aria-label': 'sum by labels',
+    onchange: () => run({ by: byInput.value.trim() }) });
+  const labelList = h('datalist', { id: 'label-names' });
+  const builder = matcherBuilder(() => typeOfQuery(editor.value()), (m) => {
+    editor.setValue(withMatchers(editor.value(), m));
+    run({ query: editor.value() });
+  });
+  const graphPanel = h('section', { class: 'panel graph-panel', 'aria-label': 'metrics graph' });
+  const profileHead = h('div', { class: 'profile-head' });
+  const profilePanel = h('section', { class: 'panel profile-panel', 'aria-label': 'profile' });
+  const picker = h('div', { class: 'range-slot' });
+
+  replace(app, h('div', { class: 'explorer' },
+    h('section', { class: 'panel query-panel' },
+      h('div', { class: 'row' }, h('label', { class: 'field' }, h('span', {}, 'Profile type'), typeSelect), typeHelp),
+      h('div', { class: 'row query-row' }, editor.el, h('button', { type: 'button', class: 'run primary', onclick: () => run({ query: editor.value().trim() }) }, 'Run')),
+      h('div', { class: 'row' }, builder.el,
+        h('label', { class: 'field' }, h('span', {}, 'Sum by'), byInput), labelList,
+        h('a', { class: 'compare-link', href: '#', onclick: (e) => { e.preventDefault(); openCompare(); } }, 'Compare this query…')),
+      picker),
+    graphPanel, h('div', { class: 'panel profile-wrap' }, profileHead, profilePanel)));
+
+  const showTypeHelp = (type) => {
+    if (!type) {
+      typeHelp.textContent = '';
+      return;
+    }
+    const d = describe(type);
+    replace(typeHelp, h('strong', {}, d.title), ` — ${d.help}`);
+    if ([...typeSelect.options].some((o) => o.value === type)) typeSelect.value = type;
+  };
+
+  const chooseType = (type) => {
+    const q = editor.value();
+    const old = typeOfQuery(q);
+    const next = old && q.trimStart().startsWith(old) ? q.replace(old, type) : type;
+    editor.setValue(next);
+    run({ query: next });
+  };
+
+  const openCompare = () => {
+    const { start, end } = rangeWindow(state);
+    const mid = Math.round((start + end) / 2);
+    const q = state.query || '';
+    history.pushState(null, '', `/compare?${new URLSearchParams({ a: q, afrom: start, ato: mid, b: q, bfrom: mid, bto: end })}`);
+    window.dispatchEvent(new PopStateEvent('popstate'));
+  };
+
+  /** Applies a change of query, range or grouping: new history entry, selection cleared. */
+  const run = (patch) => {
+    const clear = Object.fromEntries(PROFILE_KEYS.map((k) => [k, '']));
+    writeState({ ...clear, ...patch }, { push: true });
+    state = readState();
+    load();
+  };
+
+  const renderPicker = () => replace(picker, rangePicker({ from: state.from || 'now-1h', to: state.to || 'now' }, (r) => run(r)));
+
+  async function load() {
+    if (controller) controller.abort();
+    controller = new AbortController();
+    const { signal } = controller;
+    renderPicker();
+    const q = (state.query || '').trim();
+    if (editor.value().trim() !== q) editor.setValue(q);
+    byInput.value = state.by || '';
+    showTypeHelp(typeOfQuery(q));
+    editor.setError(null);
+    if (!q) {
+      replace(graphPanel, stateBox('empty', 'Choose a profile type or type a query to start.'));
+      replace(profilePanel);
+      replace(profileHead);
+      return;
+    }
+    const range = { from: state.from || 'now-1h', to: state.to || 'now' };
+    const { start, end } = rangeWindow(range);
+    const kind = queryKind(q);
+    loadGraph(q, kind, start, end, range, signal);
+    loadProfile(q, kind, start, end, range, signal);
+    const type = typeOfQuery(q);
+    if (type) labelNames(`{__name__="${type}"}`, { signal }).then((names) => replace(labelList, names.filter((n) => n !== '__name__').map((n) => h('option', { value: n })))).catch(() => {});
+  }
+
+  async function loadGraph(q, kind, start, end, range, signal) {
+    if (graph) graph.destroy();
+    graph = null;
+    if (kind === 'profile') {
+      replace(graphPanel, stateBox('empty', 'No metrics graph for a profile query.', 'merge(…) and diff(…) give one profile. Type a selector such as process_cpu:samples:count:cpu:nanoseconds:delta{job="api"} to see its totals over time.'));
+      return;
+    }
+    replace(graphPanel, stateBox('loading', 'Loading the metrics graph…'));
+    const gq = kind === 'series' ? q : graphQuery(q, state.by);
+    try {
+      const data = await queryRange(gq, start, end, stepFor(start, end), { signal });
+      if (!data.result.length) {
+        replace(graphPanel, stateBox('empty', `No series match in ${describeRange(range)}.`,
+          h('p', {}, 'Try a longer range (24h or 7d), remove label matchers, or check the ', h('a', { href: '/targets', 'data-nav': '' }, 'targets'), ' are up and scraped.')));
+        return;
+      }
+      const sel = state.time ? { time: Number(state.time) } : state.pfrom ? { start: Number(state.pfrom), end: Number(state.pto) } : null;
+      graph = metricsGraph(data.result, {
+        start, end, selection: sel,
+        onPoint: (metric, t) => select({ time: String(Math.round(t)), labels: JSON.stringify(metric), pfrom: '', pto: '' }),
+        onRange: (a, b) => select({ pfrom: String(a), pto: String(b), time: '', labels: '' }),
+      });
+      replace(graphPanel, h('div', { class: 'panel-title' }, h('code', {}, gq), h('span', { class: 'muted' }, ` · ${data.result.length} series · ${describeRange(range)}`)), graph);
+    } catch (e) {
+      if (e.name === 'AbortError') return;
+      showError(graphPanel, e);
+    }
+  }
+
+  const select = (patch) => {
+    writeState({ ...patch, focus: '' }, { push: true });
+    state = readState();
+    if (controller) controller.abort();
+    controller = new AbortController();
+    const q = state.query.trim();
+    const range = { from: state.from || 'now-1h', to: state.to || 'now' };
+    const { start, end } = rangeWindow(range);
+    loadGraph(q, queryKind(q), start, end, range, controller.signal);
+    loadProfile(q, queryKind(q), start, end, range, controller.signal);
+  };
+
+  async function loadProfile(q, kind, start, end, range, signal) {
+    if (profile) profile.destroy();
+    profile = null;
+    if (kind === 'series') {
+      replace(profileHead);
+      replace(profilePanel, stateBox('empty', 'An aggregation gives numbers, not a profile.', 'Use the “Sum by” field with a plain selector to keep both the graph and the profile.'));
+      return;
+    }
+    let pq;
+    let win;
+    let title;
+    if (kind === 'profile') {
+      pq = q;
+      win = { start, end };
+      title = `Profile of ${describeRange(range)}`;
+    } else if (state.time) {
+      const labels = state.labels ? JSON.parse(state.labels) : {};
+      pq = withMatchers(q, labels);
+      win = { time: Number(state.time) };
+      title = `Profile at ${formatTime(win.time)} of ${labelText(labels)}`;
+    } else if (state.pfrom) {
+      pq = `merge(${q})`;
+      win = { start: Number(state.pfrom), end: Number(state.pto) };
+      title = `Merged profile of ${formatTime(win.start)} – ${formatTime(win.end)}`;
+    } else {
+      pq = `merge(${q})`;
+      win = { start, end };
+      title = `Merged profile of ${describeRange(range)}`;
+    }
+    const back = state.time || state.pfrom
+      ? h('button', { type: 'button', class: 'back-to-range', onclick: () => select({ time: '', labels: '', pfrom: '', pto: '' }) }, 'Merge the whole range')
+      : null;
+    replace(profileHead, h('h2', {}, title), h('code', { class: 'profile-query muted' }, pq), back);
+    replace(profilePanel, stateBox('loading', 'Loading the profile…'));
+    try {
+      const data = await queryProfile(pq, win, { signal });
+      showProfile(data, pq, win);
+    } catch (e) {
+      if (e.name === 'AbortError') return;
+      if (e.status === 422 && /no profiles match/.test(e.message)) {
+        replace(profilePanel, emptyProfile(`Nothing was stored for this selector in ${win.time ? 'the time clicked' : 'this range'}. Widen the time range (try 24h or 7d), drop a label matcher, or check /targets.`));
+        return;
+      }
+      showError(profilePanel, e);
+    }
+  }
+
+  function showProfile(data, pq, win) {
+    const params = win.time !== undefined ? { time: (win.time / 1000).toFixed(3) } : { start: (win.start / 1000).toFixed(3), end: (win.end / 1000).toFixed(3) };
+    const onState = (patch) => writeState(patch);
+    if (data.groups) {
+      const k = Math.min(Number(state.group || 0), data.groups.length - 1);
+      const tabs = h('div', { class: 'groups' }, data.groups.map((g, j) => h('button', {
+        type: 'button', class: j === k ? 'active' : '',
+        onclick: () => {
+          writeState({ group: j ? String(j) : '', focus: '' });
+          state = readState();
+          showProfile(data, pq, win);
+        },
+      }, labelText(g.labels), h('span', { class: 'muted' }, ` (${g.profiles})`))));
+      const inner = h('div');
+      replace(profilePanel, tabs, inner);
+      profile = profileView(inner, data.groups[k].flamegraph, { ...state }, onState, null);
+      return;
+    }
+    if (!data.root || !data.root.children || !data.root.children.length) {
+      replace(profilePanel, emptyProfile('The profiles in this range have no samples: try a longer range or another profile type.'));
+      return;
+    }
+    profile = profileView(profilePanel, data, { ...state }, onState, { query: pq, params });
+  }
+
+  function showError(panel, e) {
+    const isQuery = e instanceof ApiError && e.status === 400;
+    if (isQuery && e.position) editor.setError(e);
+    replace(panel, stateBox('error', isQuery ? 'The query is not valid.' : 'The server answered with an error.', e.message));
+  }
+
+  // Profile types fill the picker; without a query, the first CPU type with data is chosen.
+  profileTypes().then((list) => {
+    types = list.map(typeString);
+    const options = types.map((t) => h('option', { value: t }, `${describe(t).title} — ${t}`));
+    replace(typeSelect, h('option', { value: '', disabled: true, selected: true }, types.length ? 'Choose a profile type…' : 'No profiles stored yet'), options);
+    if (!types.length && !state.query) {
+      replace(graphPanel, stateBox('empty', 'No profiles are stored yet.',
+        h('p', {}, 'Add scrape targets to parca.yaml (see ', h('a', { href: '/targets', 'data-nav': '' }, 'Targets'), ') or push a profile: ',
+          h('code', {}, 'curl -X POST --data-binary @cpu.pb.gz "http://HOST:7070/api/v1/write?__name__=process_cpu&job=app"'))));
+      return;
+    }
+    if (!state.query) {
+      const cpu = types.find((t) => t.startsWith('process_cpu:')) || types[0];
+      writeState({ query: cpu });
+      state = readState();
+      load();
+    } else {
+      showTypeHelp(typeOfQuery(state.query));
+    }
+  }).catch((e) => replace(graphPanel, stateBox('error', 'Cannot list profile types.', e.message)));
+
+  load();
+  const onPop = () => {
+    if (location.pathname !== '/') return;
+    state = readState();
+    load();
+  };
+  window.addEventListener('popstate', onPop);
+  return {
+    destroy() {
+      window.removeEventListener('popstate', onPop);
+      if (controller) controller.abort();
+      if (profile) profile.destroy();
+      if (graph) graph.destroy();
+    },
+  };
+}
+
+/** Pick a label and a value from the API, then add `label="value"` to the selector. */
+function matcherBuilder(currentType, onAdd) {
+  const nameSel = h('select', { class: 'matcher-name', 'aria-label': 'label name' });
+  const valueSel = h('select', { class: 'matcher-value', 'aria-label': 'label value' });
+  const match = () => {
+    const t = currentType();
+    return t ? `{__name__="${t}"}` : '{__name__=~".+"}';
+  };
+  const loadNames = async () => {
+    try {
+      const names = (await labelNames(match())).filter((n) => n !== '__name__');
+      replace(nameSel, h('option', { value: '' }, 'label…'), names.map((n) => h('option', { value: n }, n)));
+    } catch {
+      replace(nameSel, h('option', { value: '' }, 'labels unavailable'));
+    }
+  };
+  nameSel.addEventListener('focus', loadNames);
+  nameSel.addEventListener('mousedown', () => { if (nameSel.options.length <= 1) loadNames(); });
+  nameSel.addEventListener('change', async () => {
+    replace(valueSel);
+    if (!nameSel.value) return;
+    const values = await labelValues(nameSel.value, match()).catch(() => []);
+    replace(valueSel, h('option', { value: '' }, 'value…'), values.map((v) => h('option', { value: v }, v)));
+  });
+  replace(nameSel, h('option', { value: '' }, 'label…'));
+  const el = h('div', { class: 'field matcher-builder' }, h('span', {}, 'Add filter'), nameSel, h('span', {}, '='), valueSel,
+    h('button', { type: 'button', class: 'add-matcher', onclick: () => { if (nameSel.value && valueSel.value) onAdd({ [nameSel.value]: valueSel.value }); } }, 'Add'));
+  return { el, refresh: loadNames };
+}

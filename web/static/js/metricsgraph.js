@@ -1,0 +1,201 @@
+// The metrics graph: one line per series of `query_range`, hover for labels and value, click a
+// point to open that profile, drag across to merge a range.
+
+import { h } from './dom.js';
+import { SERIES } from './colors.js';
+import { formatValue, formatTime } from './units.js';
+
+const NS = 'http://www.w3.org/2000/svg';
+const HEIGHT = 200;
+const M = { left: 70, right: 12, top: 10, bottom: 24 };
+
+const svg = (tag, attrs = {}) => {
+  const el = document.createElementNS(NS, tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  return el;
+};
+
+/** `{job="api", instance="a"}` from a label map (without `__name__` when others exist). */
+export function labelText(metric) {
+  const entries = Object.entries(metric).filter(([k]) => k !== '__name__' || Object.keys(metric).length === 1);
+  return `{${entries.map(([k, v]) => `${k}="${v}"`).join(', ')}}`;
+}
+
+function niceTicks(max, count) {
+  if (max <= 0) return [0];
+  const raw = max / count;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw);
+  const out = [];
+  for (let v = 0; v <= max * 1.0001; v += step) out.push(v);
+  return out;
+}
+
+function timeLabel(ms, span) {
+  const d = new Date(ms);
+  const pad = (n) => String(n).padStart(2, '0');
+  const hm = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  return span > 2 * 86400e3 ? `${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${hm}` : span < 600e3 ? `${hm}:${pad(d.getSeconds())}` : hm;
+}
+
+/**
+ * Draws `result` (the matrix of `query_range`) over `[start, end]` ms. `selection` is
+ * `{time}` or `{start, end}` to mark; `onPoint(metric, timeMs)` and `onRange(startMs, endMs)`
+ * report clicks and drags.
+ */
+export function metricsGraph(result, { start, end, selection, onPoint, onRange }) {
+  const box = h('div', { class: 'metrics-graph' });
+  const tip = h('div', { class: 'tooltip graph-tip', hidden: true });
+  const legend = h('ul', { class: 'legend' });
+  const series = result.map((s, k) => ({
+    metric: s.metric,
+    unit: s.unit,
+    periodUnit: s.periodUnit,
+    color: SERIES[k % SERIES.length],
+    points: s.values.map(([t, v], j) => ({ t: t * 1000, v: Number(v), pv: s.periodValues ? Number(s.periodValues[j][1]) : undefined })),
+  }));
+  const unit = series[0] ? series[0].unit : '';
+  let max = 0;
+  for (const s of series) for (const p of s.points) if (p.v > max) max = p.v;
+  const root = svg('svg', { class: 'graph-svg', height: HEIGHT, role: 'img', 'aria-label': 'metrics graph' });
+  box.append(root, tip);
+
+  const draw = () => {
+    const width = Math.max(300, box.clientWidth || 800);
+    root.setAttribute('width', width);
+    root.setAttribute('viewBox', `0 0 ${width} ${HEIGHT}`);
+    root.replaceChildren();
+    const iw = width - M.left - M.right;
+    const ih = HEIGHT - M.top - M.bottom;
+    const ticks = niceTicks(max * 1.05 || 1, 4);
+    const top = ticks[ticks.length - 1] || 1;
+    const X = (t) => M.left + ((t - start) / (end - start || 1)) * iw;
+    const Y = (v) => M.top + ih - (v / top) * ih;
+    for (const v of ticks) {
+      root.append(svg('line', { x1: M.left, x2: width - M.right, y1: Y(v), y2: Y(v), class: 'grid' }));
+      const label = svg('text', { x: M.left - 6, y: Y(v) + 4, 'text-anchor': 'end', class: 'axis' });
+      label.textContent = formatValue(v, unit);
+      root.append(label);
+    }
+    const n = Math.max(2, Math.floor(iw / 110));
+    for (let k = 0; k <= n; k++) {
+      const t = start + ((end - start) * k) / n;
+      const label = svg('text', { x: X(t), y: HEIGHT - 6, 'text-anchor': k === 0 ? 'start' : k === n ? 'end' : 'middle', class: 'axis' });
+      label.textContent = timeLabel(t, end - start);
+      root.append(label);
+    }
+    if (selection && selection.start !== undefined) {
+      root.append(svg('rect', { x: X(selection.start), y: M.top, width: Math.max(2, X(selection.end) - X(selection.start)), height: ih, class: 'selection' }));
+    }
+    if (selection && selection.time !== undefined) {
+      root.append(svg('line', { x1: X(selection.time), x2: X(selection.time), y1: M.top, y2: M.top + ih, class: 'selected-time' }));
+    }
+    for (const s of series) {
+      if (s.points.length > 1) {
+        const d = s.points.map((p, j) => `${j ? 'L' : 'M'}${X(p.t).toFixed(1)},${Y(p.v).toFixed(1)}`).join('');
+        root.append(svg('path', { d, stroke: s.color, class: 'line' }));
+      }
+      if (s.points.length < 120) {
+        for (const p of s.points) root.append(svg('circle', { cx: X(p.t), cy: Y(p.v), r: 2.5, fill: s.color, class: 'point' }));
+      }
+    }
+    const brush = svg('rect', { class: 'brush', y: M.top, height: ih, width: 0, visibility: 'hidden' });
+    const guide = svg('line', { class: 'guide', y1: M.top, y2: M.top + ih, visibility: 'hidden' });
+    const dot = svg('circle', { r: 5, class: 'hover-dot', visibility: 'hidden' });
+    const overlay = svg('rect', { x: M.left, y: M.top, width: iw, height: ih, class: 'overlay' });
+    root.append(brush, guide, dot, overlay);
+
+    const nearest = (mx, my) => {
+      let best = null;
+      let bestD = Infinity;
+      for (const s of series) {
+        for (const p of s.points) {
+          const dx = X(p.t) - mx;
+          const dy = Y(p.v) - my;
+          const d = dx * dx * 4 + dy * dy; // horizontal distance counts more
+          if (d < bestD) {
+            bestD = d;
+            best = { s, p };
+          }
+        }
+      }
+      return best;
+    };
+    const toTime = (mx) => start + ((mx - M.left) / iw) * (end - start);
+    let drag = null;
+    let hit = null;
+    const local = (e) => {
+      const r = root.getBoundingClientRect();
+      return [e.clientX - r.left, e.clientY - r.top];
+    };
+    overlay.addEventListener('mousedown', (e) => {
+      drag = { x: local(e)[0], moved: false };
+      e.preventDefault();
+    });
+    overlay.addEventListener('mousemove', (e) => {
+      const [mx, my] = local(e);
+      if (drag) {
+        if (Math.abs(mx - drag.x) > 4) drag.moved = true;
+        if (drag.moved) {
+          const a = Math.max(M.left, Math.min(mx, drag.x));
+          const b = Math.min(M.left + iw, Math.max(mx, drag.x));
+          brush.setAttribute('x', a);
+          brush.setAttribute('width', b - a);
+          brush.setAttribute('visibility', 'visible');
+          tip.hidden = true;
+          return;
+        }
+      }
+      hit = nearest(mx, my);
+      if (!hit) return;
+      const px = X(hit.p.t);
+      guide.setAttribute('x1', px);
+      guide.setAttribute('x2', px);
+      guide.setAttribute('visibility', 'visible');
+      dot.setAttribute('cx', px);
+      dot.setAttribute('cy', Y(hit.p.v));
+      dot.setAttribute('fill', hit.s.color);
+      dot.setAttribute('visibility', 'visible');
+      tip.replaceChildren(
+        h('div', { class: 'tt-name' }, labelText(hit.s.metric)),
+        h('div', {}, formatTime(hit.p.t)),
+        h('div', {}, h('strong', {}, formatValue(hit.p.v, hit.s.unit)),
+          hit.p.pv !== undefined ? ` · ${formatValue(hit.p.pv, hit.s.periodUnit)} CPU` : ''),
+        h('div', { class: 'tt-hint muted' }, 'click: this profile · drag: merge a range'));
+      tip.hidden = false;
+      const left = px + 12 + tip.offsetWidth > width ? px - 12 - tip.offsetWidth : px + 12;
+      tip.style.left = `${Math.max(0, left)}px`;
+      tip.style.top = `${Math.max(0, Y(hit.p.v) - 10)}px`;
+    });
+    overlay.addEventListener('mouseleave', () => {
+      tip.hidden = true;
+      guide.setAttribute('visibility', 'hidden');
+      dot.setAttribute('visibility', 'hidden');
+    });
+    overlay.addEventListener('mouseup', (e) => {
+      if (!drag) return;
+      const d = drag;
+      drag = null;
+      brush.setAttribute('visibility', 'hidden');
+      if (d.moved) {
+        const mx = local(e)[0];
+        const a = toTime(Math.max(M.left, Math.min(mx, d.x)));
+        const b = toTime(Math.min(M.left + iw, Math.max(mx, d.x)));
+        if (onRange) onRange(Math.round(a), Math.round(b));
+      } else if (hit && onPoint) {
+        onPoint(hit.s.metric, hit.p.t);
+      }
+    });
+  };
+
+  for (const s of series.slice(0, 30)) {
+    legend.append(h('li', {}, h('span', { class: 'swatch', style: { background: s.color } }), labelText(s.metric)));
+  }
+  if (series.length > 30) legend.append(h('li', { class: 'muted' }, `and ${series.length - 30} more series`));
+  const wrap = h('div', { class: 'metrics' }, box, legend);
+  // Drawn once attached (it needs its width), and again on resize.
+  const ro = new ResizeObserver(() => draw());
+  ro.observe(box);
+  wrap.destroy = () => ro.disconnect();
+  return wrap;
+}

@@ -1,0 +1,79 @@
+// Building queries from the explorer's parts: which query draws the graph, which gives the
+// profile, matchers for a clicked series, a range and offset for compare.
+
+/** The kind of a typed query: 'profile' (merge, diff), 'series' (an aggregation) or 'set'. */
+export function queryKind(q) {
+  const s = q.trim();
+  if (/^(merge|diff)\b/.test(s)) return 'profile';
+  if (/^(sum|avg|min|max|count|topk)\b/.test(s)) return 'series';
+  return 'set';
+}
+
+/** The query of the metrics graph: the profile set, summed by labels when asked. */
+export function graphQuery(q, by) {
+  const labels = (by || '').split(',').map((s) => s.trim()).filter(Boolean);
+  return labels.length ? `sum by (${labels.join(', ')}) (${q})` : q;
+}
+
+/** Where the selector at the start of `q` ends (after its `}`, or after the type name). */
+export function selectorEnd(q) {
+  let i = 0;
+  while (i < q.length && /\s/.test(q[i])) i++;
+  while (i < q.length && /[\w:]/.test(q[i])) i++;
+  let j = i;
+  while (j < q.length && /\s/.test(q[j])) j++;
+  if (q[j] !== '{') return i;
+  let inString = null;
+  for (let k = j + 1; k < q.length; k++) {
+    const c = q[k];
+    if (inString) {
+      if (c === '\\') k++;
+      else if (c === inString) inString = null;
+    } else if (c === '"' || c === "'" || c === '`') inString = c;
+    else if (c === '}') return k + 1;
+  }
+  return q.length;
+}
+
+const quote = (v) => `"${String(v).replace(/["\\]/g, '\\$&')}"`;
+
+/** `q` with equality matchers for `labels` added to its selector. */
+export function withMatchers(q, labels) {
+  const extra = Object.entries(labels).map(([k, v]) => `${k}=${quote(v)}`);
+  if (!extra.length) return q;
+  const end = selectorEnd(q);
+  const head = q.slice(0, end);
+  const tail = q.slice(end);
+  if (head.trimEnd().endsWith('}')) {
+    const close = head.lastIndexOf('}');
+    const inside = head.slice(head.indexOf('{') + 1, close).trim();
+    return `${head.slice(0, head.indexOf('{') + 1)}${inside ? `${inside.replace(/,\s*$/, '')}, ` : ''}${extra.join(', ')}}${tail}`;
+  }
+  return `${head}{${extra.join(', ')}}${tail}`;
+}
+
+/** A duration in querylang's units: 1h30m, 45s, 250ms. */
+export function duration(ms) {
+  let rest = Math.max(0, Math.round(ms));
+  if (rest === 0) return '0s';
+  let out = '';
+  for (const [size, unit] of [[86400e3, 'd'], [3600e3, 'h'], [60e3, 'm'], [1e3, 's'], [1, 'ms']]) {
+    const n = Math.floor(rest / size);
+    if (n) {
+      out += `${n}${unit}`;
+      rest -= n * size;
+    }
+  }
+  return out;
+}
+
+/**
+ * `merge(q[range] offset o)` covering `[start, end]` when evaluated at time `at` (for compare,
+ * where both sides are evaluated at one time).
+ */
+export function mergeWindow(q, start, end, at) {
+  const end0 = selectorEnd(q);
+  const off = at - end;
+  const ranged = `${q.slice(0, end0)}[${duration(end - start)}]${off > 0 ? ` offset ${duration(off)}` : ''}${q.slice(end0)}`;
+  return `merge(${ranged})`;
+}

@@ -1,0 +1,23 @@
+// The state of every view lives in the URL's query string, so a link shows exactly what was seen.
+
+/** The current query parameters as a plain object. */
+export function readState() {
+  return Object.fromEntries(new URLSearchParams(location.search));
+}
+
+/**
+ * Merges `patch` into the URL (empty values removed). `push` adds a history entry (a new
+ * query, a new selection); otherwise the entry is replaced (typing, zooming).
+ */
+export function writeState(patch, { push = false } = {}) {
+  const q = new URLSearchParams(location.search);
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === undefined || v === null || v === '') q.delete(k);
+    else q.set(k, String(v));
+  }
+  const s = q.toString();
+  const next = `${location.pathname}${s ? `?${s}` : ''}`;
+  if (next === `${location.pathname}${location.search}`) return;
+  if (push) history.pushState(null, '', next);
+  else history.replaceState(null, '', next);
+}
