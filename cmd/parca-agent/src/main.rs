@@ -1,0 +1,2 @@
+//! `parca-agent` (work in progress).
+fn main() {}

@@ -1,0 +1,202 @@
+// SPDX-License-Identifier: GPL-2.0
+//
+// profiler.bpf.c: the agent's CPU sampler. Attached to a `cpu-clock` perf event on every online
+// CPU, it counts samples per (process, user stack, kernel stack), walking stacks with frame
+// pointers (`bpf_get_stackid`). Userspace (`pkg/agent/src/bpf.rs`) loads it with aya.
+//
+// Two sets of maps, switched: `counts0`/`stacks0` and `counts1`/`stacks1`. `half` (one u32)
+// says which set the program writes; userspace flips it, waits out the programs already running,
+// then drains and clears the other set while new samples go to the fresh one. Nothing is lost
+// while userspace reads.
+//
+// The ABI shared with userspace (the key layout, the `stats` indices, the `proc_event` layout)
+// is mirrored in `pkg/agent/src/bpf.rs`: change both together.
+//
+// Build: ebpf/build.sh (clang -O2 -g -target bpf; the object is committed as profiler.bpf.o).
+
+#include <linux/bpf.h>
+#include <linux/bpf_perf_event.h>
+#include <linux/ptrace.h>
+#include <bpf/bpf_helpers.h>
+
+// Deepest stack recorded, in frames: the kernel's own limit for stack maps
+// (`sysctl kernel.perf_event_max_stack` defaults to 127).
+#define MAX_STACK_DEPTH 127
+// Distinct stacks one half can hold per window (each bucket preallocates 127 × 8 bytes, so one
+// stack map costs about 17 MB of kernel memory).
+#define MAX_STACKS 16384
+// Distinct (process, user stack, kernel stack) keys one half can hold per window.
+#define MAX_COUNTS 16384
+// Processes whose first sample has been announced to userspace.
+#define MAX_KNOWN_PIDS 32768
+
+// `bpf_get_stackid` returns -EFAULT when there is no stack of that kind (the kernel stack of a
+// sample taken in user mode, the user stack of a kernel thread), -EEXIST when another stack
+// already holds its hash bucket (no BPF_F_REUSE_STACKID: reusing would corrupt counted ids).
+#define EFAULT 14
+#define EEXIST 17
+
+// Indices into `stats`: mirrored by `Stat` in pkg/agent/src/bpf.rs.
+enum stat {
+	STAT_SAMPLES = 0,          // samples of a process (pid != 0) seen by the program
+	STAT_IDLE = 1,             // samples of the idle task, not recorded
+	STAT_STACK_COLLISION = 2,  // a stack's bucket was taken by another stack: recorded without it
+	STAT_STACK_ERROR = 3,      // any other stack map failure (map full, no memory)
+	STAT_USER_UNREADABLE = 4,  // a user-mode sample whose user stack could not be read
+	STAT_COUNTS_FULL = 5,      // the counts map was full: the sample is lost
+	STAT_EVENTS_LOST = 6,      // the ring buffer was full: a new process was not announced
+	STAT_LEN = 7,
+};
+
+struct count_key {
+	__u32 pid;           // the process (thread group id)
+	__s32 user_stack;    // id in stacks<half>, or -1 when there is none
+	__s32 kernel_stack;  // id in stacks<half>, or -1 when there is none
+};
+
+// Sent at a process's first sample (and first after an exec) so userspace reads /proc/PID while it lives.
+struct proc_event {
+	__u32 pid;
+	__u32 kind;          // 0: first sample of the process (or first since its exec)
+	char comm[16];       // the sampled thread's name
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} half SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_COUNTS);
+	__type(key, struct count_key);
+	__type(value, __u64);
+} counts0 SEC(".maps"), counts1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, MAX_STACKS);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+} stacks0 SEC(".maps"), stacks1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STAT_LEN);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_KNOWN_PIDS);
+	__type(key, __u32);
+	__type(value, __u8);
+} known_pids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} proc_events SEC(".maps");
+
+static __always_inline void bump(__u32 index)
+{
+	__u64 *value = bpf_map_lookup_elem(&stats, &index);
+	if (value)
+		*value += 1; // per-CPU: no other writer
+}
+
+static __always_inline void announce(__u32 pid)
+{
+	struct proc_event *event = bpf_ringbuf_reserve(&proc_events, sizeof(*event), 0);
+	if (!event) {
+		bump(STAT_EVENTS_LOST);
+		// Forget the process so that its next sample tries again.
+		bpf_map_delete_elem(&known_pids, &pid);
+		return;
+	}
+	event->pid = pid;
+	event->kind = 0;
+	bpf_get_current_comm(event->comm, sizeof(event->comm));
+	bpf_ringbuf_submit(event, 0);
+}
+
+// Stack id from `bpf_get_stackid`, counting failures; -1 when there is none.
+static __always_inline __s32 stack_id(long id, int user_mode_sample, int is_user_stack)
+{
+	if (id >= 0)
+		return (__s32)id;
+	if (id == -EFAULT) {
+		// Empty, except for the user stack of a sample taken in user mode.
+		if (is_user_stack && user_mode_sample)
+			bump(STAT_USER_UNREADABLE);
+	} else if (id == -EEXIST) {
+		bump(STAT_STACK_COLLISION);
+	} else {
+		bump(STAT_STACK_ERROR);
+	}
+	return -1;
+}
+
+SEC("perf_event")
+int profile_cpu(struct bpf_perf_event_data *ctx)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	if (pid == 0) {
+		bump(STAT_IDLE);
+		return 0;
+	}
+	bump(STAT_SAMPLES);
+
+	__u32 zero = 0;
+	__u32 *which = bpf_map_lookup_elem(&half, &zero);
+	if (!which)
+		return 0;
+	// Read once: the two maps written below must be of the same half.
+	__u32 h = *which & 1;
+	void *stacks = h ? (void *)&stacks1 : (void *)&stacks0;
+	void *counts = h ? (void *)&counts1 : (void *)&counts0;
+
+	// x86-64: the low two bits of CS are the privilege level, 3 in user mode.
+	int user_mode = (ctx->regs.cs & 3) == 3;
+	struct count_key key = {
+		.pid = pid,
+		.user_stack = stack_id(bpf_get_stackid(ctx, stacks, BPF_F_USER_STACK), user_mode, 1),
+		.kernel_stack = stack_id(bpf_get_stackid(ctx, stacks, 0), user_mode, 0),
+	};
+
+	__u64 *count = bpf_map_lookup_elem(counts, &key);
+	if (count) {
+		__sync_fetch_and_add(count, 1);
+	} else {
+		__u64 one = 1;
+		// BPF_NOEXIST: when two CPUs insert the same key at once, the loser adds instead.
+		if (bpf_map_update_elem(counts, &key, &one, BPF_NOEXIST) != 0) {
+			count = bpf_map_lookup_elem(counts, &key);
+			if (count)
+				__sync_fetch_and_add(count, 1);
+			else
+				bump(STAT_COUNTS_FULL);
+		}
+	}
+
+	__u8 yes = 1;
+	if (bpf_map_update_elem(&known_pids, &pid, &yes, BPF_NOEXIST) == 0)
+		announce(pid);
+	return 0;
+}
+
+// exec replaces a process's mappings: forget the process so that its next sample announces it
+// again and userspace rereads /proc/PID/maps. (Announcing every exec would make userspace read
+// /proc for processes that never run long enough to be sampled.)
+SEC("tracepoint/sched/sched_process_exec")
+int on_exec(void *ctx)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	bpf_map_delete_elem(&known_pids, &pid);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

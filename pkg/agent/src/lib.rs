@@ -1,0 +1,1 @@
+//! The eBPF agent's runtime (work in progress).

@@ -1,0 +1,447 @@
+//! One ELF object: its build id, load segments, symbol table and DWARF.
+//!
+//! Objects are read through [`object::ReadCache`] over an open file: only the headers, the
+//! symbol tables and the DWARF sections are read, never the whole file, so a large binary costs
+//! what its symbols and debug info cost, not its size.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use object::read::ReadCache;
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags, SymbolKind};
+
+use crate::{Error, Frame, demangle};
+
+/// DWARF sections are copied out of the file into shared buffers that gimli reads.
+type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+
+/// An object's GNU build id (the bytes of its `NT_GNU_BUILD_ID` note; Go's own `.note.go.buildid`
+/// is not used). Shown as lower-case hex, as pprof and debuginfod spell it.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BuildId(Box<[u8]>);
+
+impl BuildId {
+    /// A build id from its bytes.
+    pub fn new(bytes: &[u8]) -> BuildId {
+        BuildId(bytes.into())
+    }
+
+    /// The raw bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Display for BuildId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0.iter() {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for BuildId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BuildId({self})")
+    }
+}
+
+/// Reads only the build id of the ELF object open as `file` (`path` is for messages).
+/// `Ok(None)` when it has none.
+pub fn read_build_id(file: &File, path: &Path) -> Result<Option<BuildId>, Error> {
+    let cache = ReadCache::new(file);
+    let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
+    let id = obj.build_id().map_err(|source| elf_error(path, source))?;
+    Ok(id.filter(|b| !b.is_empty()).map(BuildId::new))
+}
+
+fn elf_error(path: &Path, source: object::Error) -> Error {
+    Error::Elf {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// A `PT_LOAD` segment: where file bytes land in the object's virtual addresses.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    file_offset: u64,
+    file_size: u64,
+    vaddr: u64,
+    mem_size: u64,
+    executable: bool,
+}
+
+/// A function symbol.
+#[derive(Debug)]
+struct Symbol {
+    address: u64,
+    /// 0 when the table gives none: the symbol then runs to the next one.
+    size: u64,
+    name: Box<str>,
+}
+
+/// A parsed ELF object, ready to symbolize its addresses.
+pub struct ElfObject {
+    path: PathBuf,
+    build_id: Option<BuildId>,
+    segments: Vec<Segment>,
+    /// Sorted by address.
+    symbols: Vec<Symbol>,
+    dwarf: Option<addr2line::Context<Reader>>,
+    dwarf_error: Option<Error>,
+    is_go: bool,
+}
+
+impl fmt::Debug for ElfObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ElfObject")
+            .field("path", &self.path)
+            .field("build_id", &self.build_id)
+            .field("n_symbols", &self.symbols.len())
+            .field("has_dwarf", &self.dwarf.is_some())
+            .field("is_go", &self.is_go)
+            .finish()
+    }
+}
+
+impl ElfObject {
+    /// Opens and reads the object at `path`.
+    pub fn open(path: &Path) -> Result<ElfObject, Error> {
+        let file = File::open(path).map_err(|source| Error::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        ElfObject::read(&file, path)
+    }
+
+    /// Reads the object open as `file` (`path` names it in messages). A DWARF that does not
+    /// parse is not an error: the symbol table is still used, and [`ElfObject::dwarf_error`]
+    /// says what was wrong.
+    pub fn read(file: &File, path: &Path) -> Result<ElfObject, Error> {
+        let cache = ReadCache::new(file);
+        let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
+        let build_id = obj
+            .build_id()
+            .ok()
+            .flatten()
+            .filter(|b| !b.is_empty())
+            .map(BuildId::new);
+        let segments = obj
+            .segments()
+            .map(|s| {
+                let (file_offset, file_size) = s.file_range();
+                Segment {
+                    file_offset,
+                    file_size,
+                    vaddr: s.address(),
+                    mem_size: s.size(),
+                    // PF_X: the segment holds code.
+                    executable: matches!(s.flags(), SegmentFlags::Elf { p_flags } if p_flags & 1 != 0),
+                }
+            })
+            .collect();
+        let is_go = obj.section_by_name(".gopclntab").is_some()
+            || obj.section_by_name(".note.go.buildid").is_some();
+        let symbols = read_symbols(&obj);
+        let (dwarf, dwarf_error) = match read_dwarf(&obj) {
+            Ok(dwarf) => (dwarf, None),
+            Err(source) => (
+                None,
+                Some(Error::Dwarf {
+                    path: path.to_owned(),
+                    source,
+                }),
+            ),
+        };
+        Ok(ElfObject {
+            path: path.to_owned(),
+            build_id,
+            segments,
+            symbols,
+            dwarf,
+            dwarf_error,
+            is_go,
+        })
+    }
+
+    /// The path it was read from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its build id, if it has one.
+    pub fn build_id(&self) -> Option<&BuildId> {
+        self.build_id.as_ref()
+    }
+
+    /// Number of function symbols (`.symtab`, or `.dynsym` when there is no `.symtab`).
+    pub fn n_symbols(&self) -> usize {
+        self.symbols.len()
+    }
+
+    /// Whether it has DWARF that parsed.
+    pub fn has_dwarf(&self) -> bool {
+        self.dwarf.is_some()
+    }
+
+    /// Why its DWARF could not be used, if it has DWARF that did not parse.
+    pub fn dwarf_error(&self) -> Option<&Error> {
+        self.dwarf_error.as_ref()
+    }
+
+    /// Whether it was built by Go.
+    pub fn is_go(&self) -> bool {
+        self.is_go
+    }
+
+    /// The virtual address (as in the symbol table) of the byte at `file_offset`, through the
+    /// `PT_LOAD` segment holding it. A process's address `a` in a mapping that starts at `start`
+    /// with file offset `off` is at file offset `a - start + off`.
+    pub fn vaddr_of_file_offset(&self, file_offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|s| {
+                file_offset >= s.file_offset && file_offset - s.file_offset < s.file_size.max(1)
+            })
+            .map(|s| file_offset - s.file_offset + s.vaddr)
+    }
+
+    /// The frames at virtual address `vaddr`, innermost first: inlined functions from DWARF
+    /// (with files and lines) then the function they were inlined into; from the symbol table
+    /// alone when DWARF has nothing there. Empty when nothing is known. Pass a return address
+    /// minus one.
+    pub fn symbolize(&self, vaddr: u64) -> Vec<Frame> {
+        // Outside code there is nothing to find; and DWARF places functions that the linker
+        // dropped at address 0, which must not match low addresses.
+        let in_code = self
+            .segments
+            .iter()
+            .any(|s| s.executable && vaddr >= s.vaddr && vaddr - s.vaddr < s.mem_size);
+        if !in_code {
+            return Vec::new();
+        }
+        let mut frames = self.dwarf_frames(vaddr);
+        let symbol = self.symbol_at(vaddr);
+        match (frames.last_mut(), symbol) {
+            (Some(outer), Some(sym)) if outer.system_name.is_empty() => {
+                outer.system_name = sym.name.to_string();
+                outer.function = demangle(&sym.name).into_owned();
+            }
+            (None, Some(sym)) => frames.push(Frame {
+                function: demangle(&sym.name).into_owned(),
+                system_name: sym.name.to_string(),
+                file: None,
+                line: 0,
+            }),
+            _ => {}
+        }
+        // DWARF can know lines but not names (no DW_AT_name): drop what names nothing.
+        frames.retain(|f| !f.function.is_empty());
+        frames
+    }
+
+    fn dwarf_frames(&self, vaddr: u64) -> Vec<Frame> {
+        let mut out = Vec::new();
+        let Some(ctx) = &self.dwarf else {
+            return out;
+        };
+        let Ok(mut iter) = ctx.find_frames(vaddr).skip_all_loads() else {
+            return out;
+        };
+        while let Ok(Some(frame)) = iter.next() {
+            let system_name = frame
+                .function
+                .as_ref()
+                .and_then(|f| f.raw_name().ok())
+                .map(Cow::into_owned)
+                .unwrap_or_default();
+            let (file, line) = frame
+                .location
+                .map(|l| (l.file.map(str::to_owned), l.line.unwrap_or(0)))
+                .unwrap_or((None, 0));
+            out.push(Frame {
+                function: demangle(&system_name).into_owned(),
+                system_name,
+                file,
+                line,
+            });
+        }
+        out
+    }
+
+    fn symbol_at(&self, vaddr: u64) -> Option<&Symbol> {
+        let i = self
+            .symbols
+            .partition_point(|s| s.address <= vaddr)
+            .checked_sub(1)?;
+        let sym = &self.symbols[i];
+        (sym.size == 0 || vaddr - sym.address < sym.size).then_some(sym)
+    }
+}
+
+fn read_symbols<'data, O: Object<'data>>(obj: &O) -> Vec<Symbol> {
+    let collect = |iter: O::SymbolIterator<'_>| -> Vec<Symbol> {
+        iter.filter(|s| s.kind() == SymbolKind::Text && s.address() != 0 && !s.is_undefined())
+            .filter_map(|s| {
+                let name = s.name().ok()?;
+                (!name.is_empty()).then(|| Symbol {
+                    address: s.address(),
+                    size: s.size(),
+                    name: name.into(),
+                })
+            })
+            .collect()
+    };
+    let mut symbols = collect(obj.symbols());
+    if symbols.is_empty() {
+        symbols = collect(obj.dynamic_symbols());
+    }
+    // Aliases share an address: keep one, preferring a sized, global one.
+    symbols.sort_by(|a, b| a.address.cmp(&b.address).then(b.size.cmp(&a.size)));
+    symbols.dedup_by_key(|s| s.address);
+    symbols.shrink_to_fit();
+    symbols
+}
+
+fn read_dwarf<'data, O: Object<'data>>(
+    obj: &O,
+) -> Result<Option<addr2line::Context<Reader>>, gimli::Error> {
+    if obj.section_by_name(".debug_info").is_none() {
+        return Ok(None);
+    }
+    let endian = if obj.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+        // `section_by_name` also finds GNU `.zdebug_*` sections; `uncompressed_data` inflates
+        // those and SHF_COMPRESSED ones (Go compresses its DWARF).
+        let data: Arc<[u8]> = match obj.section_by_name(id.name()) {
+            Some(section) => match section.uncompressed_data() {
+                Ok(data) => Arc::from(&*data),
+                Err(_) => Arc::from(&[][..]),
+            },
+            None => Arc::from(&[][..]),
+        };
+        Ok(Reader::new(data, endian))
+    };
+    let dwarf = gimli::Dwarf::load(load)?;
+    addr2line::Context::from_dwarf(dwarf).map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A function of this test binary, kept out of line so it has its own symbol.
+    #[inline(never)]
+    fn outer_for_test(x: u64) -> u64 {
+        inlined_for_test(x) + 1
+    }
+
+    /// Inlined even in debug builds, so DWARF has an inlined-subroutine entry for it.
+    #[inline(always)]
+    fn inlined_for_test(x: u64) -> u64 {
+        std::hint::black_box(x).wrapping_mul(3)
+    }
+
+    /// This test binary as a mapping: (start, end, file offset) of the mapping of
+    /// `/proc/self/exe` that holds `addr`.
+    fn self_mapping(addr: u64) -> (u64, u64, u64) {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for line in maps.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 6 || Path::new(f[5]) != exe {
+                continue;
+            }
+            let (s, e) = f[0].split_once('-').unwrap();
+            let (s, e) = (
+                u64::from_str_radix(s, 16).unwrap(),
+                u64::from_str_radix(e, 16).unwrap(),
+            );
+            if (s..e).contains(&addr) {
+                return (s, e, u64::from_str_radix(f[2], 16).unwrap());
+            }
+        }
+        panic!("no mapping of {} holds {addr:#x}", exe.display());
+    }
+
+    #[test]
+    fn symbolizes_this_test_binary_with_inlined_frames() {
+        assert_eq!(outer_for_test(2), 7);
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let obj = ElfObject::open(&exe).unwrap();
+        assert!(obj.build_id().is_some(), "rustc emits a build id on Linux");
+        assert!(obj.has_dwarf(), "test builds carry DWARF");
+
+        let addr = outer_for_test as *const () as u64;
+        let (start, _, offset) = self_mapping(addr);
+        let vaddr = obj.vaddr_of_file_offset(addr - start + offset).unwrap();
+        let frames = obj.symbolize(vaddr);
+        let outer = frames.last().unwrap();
+        assert!(
+            outer.function.ends_with("elf::tests::outer_for_test"),
+            "{frames:?}"
+        );
+        assert!(outer.file.as_deref().unwrap().ends_with("elf.rs"));
+
+        // Somewhere inside outer_for_test the inlined call has its own frame, innermost first.
+        let found = (0..256).any(|d| {
+            let f = obj.symbolize(vaddr + d);
+            f.len() >= 2
+                && f[0].function.ends_with("inlined_for_test")
+                && f[1].function.ends_with("outer_for_test")
+        });
+        assert!(found, "no inlined frame for inlined_for_test");
+    }
+
+    #[test]
+    fn build_id_alone_matches_the_full_read() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let file = File::open(&exe).unwrap();
+        let id = read_build_id(&file, &exe).unwrap().unwrap();
+        assert_eq!(Some(&id), ElfObject::read(&file, &exe).unwrap().build_id());
+        assert_eq!(id.to_string().len(), id.as_bytes().len() * 2);
+    }
+
+    #[test]
+    fn unknown_addresses_give_no_frames() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let obj = ElfObject::open(&exe).unwrap();
+        assert!(obj.symbolize(1).is_empty());
+        assert_eq!(obj.vaddr_of_file_offset(u64::MAX), None);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        for (i, bytes) in [
+            &b""[..],
+            b"\x7fELF",
+            b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0\x03\0>\0",
+            b"#!/bin/sh\n",
+        ]
+        .iter()
+        .enumerate()
+        {
+            let path = dir.path().join(format!("f{i}"));
+            std::fs::write(&path, bytes).unwrap();
+            let err = ElfObject::open(&path).unwrap_err();
+            assert!(err.to_string().contains("ELF"), "{err}");
+        }
+        let missing = dir.path().join("missing");
+        assert!(
+            ElfObject::open(&missing)
+                .unwrap_err()
+                .to_string()
+                .contains("cannot read")
+        );
+    }
+}

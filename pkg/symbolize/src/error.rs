@@ -1,0 +1,44 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// What can go wrong while reading an object file or the kernel's symbols.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file could not be opened or read.
+    #[error("cannot read `{path}`")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not an ELF object we can parse (or its headers are corrupt).
+    #[error("`{path}` is not a readable ELF object")]
+    Elf {
+        /// The file.
+        path: PathBuf,
+        /// What the parser found.
+        #[source]
+        source: object::Error,
+    },
+    /// The file's DWARF is malformed; its symbol table can still be used.
+    #[error("`{path}` has malformed DWARF")]
+    Dwarf {
+        /// The file.
+        path: PathBuf,
+        /// What gimli found.
+        #[source]
+        source: gimli::Error,
+    },
+    /// `/proc/kallsyms` lists every address as zero: the reader lacks the right to see them.
+    #[error(
+        "kernel symbol addresses in `{path}` are hidden (all zero): reading them needs root or \
+         CAP_SYSLOG, and `kernel.kptr_restrict` below 2"
+    )]
+    KallsymsHidden {
+        /// The file read.
+        path: PathBuf,
+    },
+}

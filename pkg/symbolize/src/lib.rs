@@ -1,0 +1,58 @@
+//! Symbolization for the agent: addresses of running processes and of the kernel to function
+//! names, files and lines.
+//!
+//! - [`ElfObject`] reads one ELF object: its GNU build id, `PT_LOAD` segments (to turn a file
+//!   offset into a virtual address), function symbols from `.symtab` (or `.dynsym` when
+//!   stripped), and DWARF line tables with inlined frames (gimli, addr2line). Go binaries work
+//!   through their symbol table and DWARF (compressed DWARF is inflated).
+//! - [`Kallsyms`] reads `/proc/kallsyms` for kernel frames.
+//! - [`demangle`] turns Rust (legacy and v0) and C++ names into readable ones.
+//! - [`Symbolizer`] caches parsed objects per [`ObjectKey`] (build id, else device and inode)
+//!   and results per address, and counts hits and misses for metrics.
+//!
+//! # Design constraints
+//!
+//! - Hostile or corrupt object files give an [`Error`] or no frames, never a panic: an address
+//!   that cannot be symbolized yields an empty frame list and the caller keeps its mapping and
+//!   address.
+//! - No I/O beyond reading the files it is asked to read; which file holds a process's code
+//!   (through `/proc/PID/root`, for containers) is the caller's business.
+//! - Objects are read piecewise (headers, symbol tables, DWARF sections), never whole.
+//! - Only this crate sees gimli, addr2line and object.
+//!
+//! # Example
+//!
+//! ```
+//! use parca_symbolize::{ElfObject, demangle};
+//!
+//! let exe = std::env::current_exe().unwrap();
+//! let object = ElfObject::open(&exe).unwrap();
+//! assert!(object.n_symbols() > 0);
+//! assert_eq!(demangle("_ZN4core3fmt5write17h0123456789abcdefE"), "core::fmt::write");
+//! ```
+
+mod demangle;
+mod elf;
+mod error;
+mod kallsyms;
+mod symbolizer;
+
+pub use demangle::demangle;
+pub use elf::{BuildId, ElfObject, read_build_id};
+pub use error::Error;
+pub use kallsyms::Kallsyms;
+pub use symbolizer::{ObjectKey, Options, Stats, Symbolizer};
+
+/// One frame of a symbolized address. An address gives several when functions were inlined
+/// there: innermost first, the function they were inlined into last.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Frame {
+    /// The readable name (demangled).
+    pub function: String,
+    /// The name as the object spells it (mangled).
+    pub system_name: String,
+    /// The source file, when DWARF says.
+    pub file: Option<String>,
+    /// The source line, 0 when unknown.
+    pub line: u32,
+}

@@ -1,0 +1,340 @@
+//! [`Symbolizer`]: objects parsed once per build id, results memoized per address.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustc_hash::FxHashMap;
+
+use crate::{BuildId, ElfObject, Error, Frame, Kallsyms};
+
+/// What identifies an object file across processes: its build id, or without one the file
+/// itself (device and inode as `stat` gives them, which are unique on the node).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ObjectKey {
+    /// The object's GNU build id.
+    BuildId(BuildId),
+    /// An object without a build id.
+    File {
+        /// `st_dev`.
+        dev: u64,
+        /// `st_ino`.
+        inode: u64,
+    },
+}
+
+/// Limits and paths of a [`Symbolizer`].
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// At most this many objects are kept parsed; the least recently used go first.
+    pub max_objects: usize,
+    /// At most this many addresses are memoized per object (the memo is cleared past it).
+    pub max_addresses_per_object: usize,
+    /// The kernel's symbol list, normally `/proc/kallsyms`.
+    pub kallsyms_path: PathBuf,
+    /// A kernel address not found is retried after reloading kallsyms (modules come and go),
+    /// at most this often.
+    pub kallsyms_reload_interval: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            max_objects: 512,
+            max_addresses_per_object: 1 << 16,
+            kallsyms_path: PathBuf::from("/proc/kallsyms"),
+            kallsyms_reload_interval: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Counters of a [`Symbolizer`], for metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Lookups answered from the memo.
+    pub hits: u64,
+    /// Lookups that had to search an object or kallsyms.
+    pub misses: u64,
+    /// Objects parsed (each build id once while it stays cached).
+    pub objects_loaded: u64,
+    /// Objects that could not be opened or parsed.
+    pub object_errors: u64,
+    /// Objects dropped to stay within [`Options::max_objects`].
+    pub objects_evicted: u64,
+    /// Objects held now.
+    pub objects_cached: u64,
+    /// Addresses memoized now.
+    pub addresses_cached: u64,
+}
+
+enum Loaded {
+    Ok(ElfObject),
+    Failed,
+}
+
+struct Slot {
+    object: Loaded,
+    memo: FxHashMap<u64, Arc<[Frame]>>,
+    last_used: u64,
+}
+
+/// Symbolizes user addresses (per object file) and kernel addresses, caching parsed objects
+/// per [`ObjectKey`] and results per address.
+///
+/// Unknown addresses give an empty frame list: callers keep the address and its mapping.
+pub struct Symbolizer {
+    options: Options,
+    objects: FxHashMap<ObjectKey, Slot>,
+    kernel: Option<Kallsyms>,
+    kernel_memo: FxHashMap<u64, Arc<[Frame]>>,
+    kernel_error: Option<String>,
+    kernel_loaded_at: Option<Instant>,
+    last_object_error: Option<String>,
+    empty: Arc<[Frame]>,
+    tick: u64,
+    stats: Stats,
+}
+
+impl std::fmt::Debug for Symbolizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Symbolizer")
+            .field("options", &self.options)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Symbolizer {
+    /// An empty symbolizer.
+    pub fn new(options: Options) -> Symbolizer {
+        Symbolizer {
+            options,
+            objects: FxHashMap::default(),
+            kernel: None,
+            kernel_memo: FxHashMap::default(),
+            kernel_error: None,
+            kernel_loaded_at: None,
+            last_object_error: None,
+            empty: Arc::from(Vec::new()),
+            tick: 0,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Whether the object `key` is parsed and cached (successfully or not).
+    pub fn contains(&self, key: &ObjectKey) -> bool {
+        self.objects.contains_key(key)
+    }
+
+    /// Parses the object `key` with `open` unless it is cached already.
+    pub fn prepare(&mut self, key: &ObjectKey, open: impl FnOnce() -> Result<ElfObject, Error>) {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some(slot) = self.objects.get_mut(key) {
+            slot.last_used = tick;
+            return;
+        }
+        let object = match open() {
+            Ok(object) => {
+                self.stats.objects_loaded += 1;
+                Loaded::Ok(object)
+            }
+            Err(e) => {
+                self.stats.object_errors += 1;
+                self.last_object_error = Some(format!("{e}"));
+                Loaded::Failed
+            }
+        };
+        self.objects.insert(
+            key.clone(),
+            Slot {
+                object,
+                memo: FxHashMap::default(),
+                last_used: tick,
+            },
+        );
+    }
+
+    /// The frames at `file_offset` of object `key`, innermost first; `open` parses the object
+    /// the first time. Pass the offset of a return address minus one. Empty when unknown (the
+    /// object could not be read, or has no symbol there).
+    pub fn symbolize(
+        &mut self,
+        key: &ObjectKey,
+        open: impl FnOnce() -> Result<ElfObject, Error>,
+        file_offset: u64,
+    ) -> Arc<[Frame]> {
+        self.prepare(key, open);
+        let max = self.options.max_addresses_per_object;
+        let slot = self.objects.get_mut(key).expect("prepare inserted it");
+        if let Some(frames) = slot.memo.get(&file_offset) {
+            self.stats.hits += 1;
+            return frames.clone();
+        }
+        self.stats.misses += 1;
+        let frames: Arc<[Frame]> = match &slot.object {
+            Loaded::Ok(object) => match object.vaddr_of_file_offset(file_offset) {
+                Some(vaddr) => Arc::from(object.symbolize(vaddr)),
+                None => self.empty.clone(),
+            },
+            Loaded::Failed => self.empty.clone(),
+        };
+        if slot.memo.len() >= max {
+            slot.memo.clear();
+        }
+        slot.memo.insert(file_offset, frames.clone());
+        frames
+    }
+
+    /// The kernel function at `addr` (pass a return address minus one), from kallsyms (read on
+    /// first use, reread when an address is not found and the last read is old enough).
+    /// `None` when kallsyms cannot be read or has no symbol there.
+    pub fn symbolize_kernel(&mut self, addr: u64) -> Option<Arc<[Frame]>> {
+        if let Some(frames) = self.kernel_memo.get(&addr) {
+            self.stats.hits += 1;
+            return (!frames.is_empty()).then(|| frames.clone());
+        }
+        self.stats.misses += 1;
+        let stale = self
+            .kernel_loaded_at
+            .is_none_or(|t| t.elapsed() >= self.options.kallsyms_reload_interval);
+        let mut frame = self.kernel.as_ref().and_then(|k| k.frame(addr));
+        if frame.is_none() && stale {
+            self.reload_kallsyms();
+            frame = self.kernel.as_ref().and_then(|k| k.frame(addr));
+        }
+        let frames: Arc<[Frame]> = frame.map_or_else(|| self.empty.clone(), |f| Arc::from([f]));
+        if self.kernel_memo.len() >= self.options.max_addresses_per_object {
+            self.kernel_memo.clear();
+        }
+        self.kernel_memo.insert(addr, frames.clone());
+        (!frames.is_empty()).then_some(frames)
+    }
+
+    fn reload_kallsyms(&mut self) {
+        self.kernel_loaded_at = Some(Instant::now());
+        self.kernel_memo.clear();
+        match Kallsyms::load(&self.options.kallsyms_path) {
+            Ok(k) => {
+                self.kernel = Some(k);
+                self.kernel_error = None;
+            }
+            Err(e) => self.kernel_error = Some(format!("{e}")),
+        }
+    }
+
+    /// Loads kallsyms now; the error says why kernel frames will stay unsymbolized.
+    pub fn load_kallsyms(&mut self) -> Result<usize, String> {
+        self.reload_kallsyms();
+        match (&self.kernel, &self.kernel_error) {
+            (_, Some(e)) => Err(e.clone()),
+            (Some(k), None) => Ok(k.len()),
+            (None, None) => Ok(0),
+        }
+    }
+
+    /// Why kernel frames are not symbolized, if they are not.
+    pub fn kernel_error(&self) -> Option<&str> {
+        self.kernel_error.as_deref()
+    }
+
+    /// The last object that could not be read, and why.
+    pub fn last_object_error(&self) -> Option<&str> {
+        self.last_object_error.as_deref()
+    }
+
+    /// Drops the least recently used objects beyond [`Options::max_objects`]. Call once per
+    /// profiling window.
+    pub fn trim(&mut self) {
+        let excess = self.objects.len().saturating_sub(self.options.max_objects);
+        if excess > 0 {
+            let mut ticks: Vec<u64> = self.objects.values().map(|s| s.last_used).collect();
+            ticks.sort_unstable();
+            let cutoff = ticks[excess - 1];
+            let before = self.objects.len();
+            self.objects.retain(|_, s| s.last_used > cutoff);
+            self.stats.objects_evicted += (before - self.objects.len()) as u64;
+        }
+    }
+
+    /// The counters, with the current cache sizes.
+    pub fn stats(&self) -> Stats {
+        let mut stats = self.stats.clone();
+        stats.objects_cached = self.objects.len() as u64;
+        stats.addresses_cached = self
+            .objects
+            .values()
+            .map(|s| s.memo.len() as u64)
+            .sum::<u64>()
+            + self.kernel_memo.len() as u64;
+        stats
+    }
+
+    /// Path of the kallsyms file in use.
+    pub fn kallsyms_path(&self) -> &Path {
+        &self.options.kallsyms_path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_parse_once_and_failures_are_remembered() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let mut s = Symbolizer::new(Options::default());
+        let key = ObjectKey::File { dev: 1, inode: 2 };
+        let mut opens = 0;
+        for _ in 0..3 {
+            s.symbolize(
+                &key,
+                || {
+                    opens += 1;
+                    ElfObject::open(&exe)
+                },
+                0,
+            );
+        }
+        assert_eq!(opens, 1);
+        let stats = s.stats();
+        assert_eq!((stats.objects_loaded, stats.hits, stats.misses), (1, 2, 1));
+
+        let bad = ObjectKey::File { dev: 1, inode: 3 };
+        let missing = Path::new("/nonexistent/object");
+        assert!(s.symbolize(&bad, || ElfObject::open(missing), 0).is_empty());
+        assert!(s.symbolize(&bad, || panic!("not reopened"), 8).is_empty());
+        assert_eq!(s.stats().object_errors, 1);
+        assert!(
+            s.last_object_error()
+                .unwrap()
+                .contains("/nonexistent/object")
+        );
+    }
+
+    #[test]
+    fn trim_keeps_the_most_recent() {
+        let mut s = Symbolizer::new(Options {
+            max_objects: 2,
+            ..Options::default()
+        });
+        for inode in 0..5 {
+            let key = ObjectKey::File { dev: 0, inode };
+            s.prepare(&key, || ElfObject::open(Path::new("/nonexistent")));
+        }
+        s.trim();
+        assert_eq!(s.stats().objects_cached, 2);
+        assert_eq!(s.stats().objects_evicted, 3);
+        assert!(s.contains(&ObjectKey::File { dev: 0, inode: 4 }));
+    }
+
+    #[test]
+    fn kernel_without_kallsyms_is_unknown_not_a_crash() {
+        let mut s = Symbolizer::new(Options {
+            kallsyms_path: PathBuf::from("/nonexistent/kallsyms"),
+            ..Options::default()
+        });
+        assert!(s.symbolize_kernel(0xffffffff81000000).is_none());
+        assert!(s.kernel_error().unwrap().contains("/nonexistent/kallsyms"));
+    }
+}
