@@ -48,7 +48,17 @@ fn the_repository_parca_yaml_loads() {
     assert_eq!(job.scrape_timeout, secs(13));
     assert_eq!(job.scheme, Scheme::Http);
     assert_eq!(job.static_configs[0].targets, ["127.0.0.1:7070"]);
-    assert_eq!(endpoints(job), DEFAULTS);
+    // The server serves only its CPU profile: the file turns Go's other defaults off.
+    assert_eq!(
+        endpoints(job),
+        [
+            ("memory", "/debug/pprof/allocs", false, false),
+            ("block", "/debug/pprof/block", false, false),
+            ("goroutine", "/debug/pprof/goroutine", false, false),
+            ("mutex", "/debug/pprof/mutex", false, false),
+            ("process_cpu", "/debug/pprof/profile", true, true),
+        ]
+    );
     let bucket = &config.object_storage.as_ref().unwrap().bucket;
     assert_eq!(bucket.kind, BucketType::Filesystem);
     assert_eq!(bucket.get_str("directory"), Some("./data"));
@@ -781,19 +791,19 @@ scrape_configs:
   profiling_config:
     pprof_config:
       memory:
-        enabled: true
+        enabled: false
         path: /debug/pprof/allocs
         delta: false
       block:
-        enabled: true
+        enabled: false
         path: /debug/pprof/block
         delta: false
       goroutine:
-        enabled: true
+        enabled: false
         path: /debug/pprof/goroutine
         delta: false
       mutex:
-        enabled: true
+        enabled: false
         path: /debug/pprof/mutex
         delta: false
       process_cpu:
