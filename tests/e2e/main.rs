@@ -5,5 +5,7 @@
 mod corpus;
 mod pprof_oracle;
 mod query_golden;
+mod server;
+mod server_harness;
 mod support;
 mod tsdb_crash;

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Prepares one real target of the server's end-to-end tests and prints what to run:
+#   tests/tools/targets.sh go          builds tests/targets/go with Debian's Go (1.19) in GOPATH
+#                                      mode and prints the binary's path
+#   tests/tools/targets.sh python      makes a venv with tests/targets/python/requirements.txt
+#                                      (every version pinned) and prints its python's path
+#   tests/tools/targets.sh prometheus  prints the path of Debian's prometheus
+#   tests/tools/targets.sh all         all three, one per line
+# Everything is built into ${PARCA_TESTS_CACHE:-~/.cache/parca-tests}/targets, never into the
+# repository. Run as root, it installs the Debian packages it needs (golang-go, prometheus,
+# python3-venv); otherwise it says what is missing and exits 1, and the tests skip.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+out=${PARCA_TESTS_CACHE:-$HOME/.cache/parca-tests}/targets
+mkdir -p "$out"
+log() { echo "targets.sh: $*" >&2; }
+
+# apt_install PKG...: installs Debian packages when root, else fails saying what to install.
+apt_install() {
+  if [ "$(id -u)" != 0 ]; then
+    log "missing: run as root, or apt-get install $*"
+    return 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends "$@" >&2 \
+    || { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "$@" >&2; }
+}
+
+go_target() {
+  command -v go >/dev/null || apt_install golang-go
+  local src=$here/targets/go bin=$out/e2e-go-target
+  if [ ! -x "$bin" ] || [ "$src/main.go" -nt "$bin" ]; then
+    log "building $bin with $(go version)"
+    (cd "$src" && GO111MODULE=off GOFLAGS= GOCACHE="$out/gocache" go build -o "$bin.tmp" . \
+      && mv "$bin.tmp" "$bin")
+  fi
+  echo "$bin"
+}
+
+python_target() {
+  local req=$here/targets/python/requirements.txt py=${PYTHON:-python3}
+  command -v "$py" >/dev/null || { log "no $py"; return 1; }
+  local venv=$out/venv-$(sha256sum "$req" | cut -c1-12)
+  if [ ! -e "$venv/.complete" ]; then
+    rm -rf "$venv"
+    if ! "$py" -m venv "$venv" >&2; then
+      rm -rf "$venv"
+      apt_install python3-venv
+      "$py" -m venv "$venv" >&2
+    fi
+    log "installing $req into $venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
+    touch "$venv/.complete"
+  fi
+  echo "$venv/bin/python"
+}
+
+prometheus_target() {
+  command -v prometheus >/dev/null || apt_install prometheus
+  command -v prometheus
+}
+
+case ${1:-all} in
+  go) go_target ;;
+  python) python_target ;;
+  prometheus) prometheus_target ;;
+  all) go_target; python_target; prometheus_target ;;
+  *) echo "usage: $0 go|python|prometheus|all" >&2; exit 2 ;;
+esac
