@@ -191,11 +191,23 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 // exec replaces a process's mappings: forget the process so that its next sample announces it
 // again and userspace rereads /proc/PID/maps. (Announcing every exec would make userspace read
 // /proc for processes that never run long enough to be sampled.)
-SEC("tracepoint/sched/sched_process_exec")
+SEC("raw_tracepoint/sched_process_exec")
 int on_exec(void *ctx)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	bpf_map_delete_elem(&known_pids, &pid);
+	return 0;
+}
+
+// A process that exits is forgotten, so that a new process given the same pid is announced.
+SEC("raw_tracepoint/sched_process_exit")
+int on_exit(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 pid = pid_tgid >> 32;
+	// Only the thread group leader's exit ends the process.
+	if ((__u32)pid_tgid == pid)
+		bpf_map_delete_elem(&known_pids, &pid);
 	return 0;
 }
 

@@ -1,2 +1,145 @@
-//! `parca-agent` (work in progress).
-fn main() {}
+//! `parca-agent`: the eBPF CPU profiler of the node. Flags (Parca agent's names) and wiring only;
+//! everything else is `parca_agent_runtime`.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+
+/// Samples the stacks of every process on every CPU with a BPF program, symbolizes them, and
+/// serves them as pprof at /debug/pprof/profile (scrape it with a parca server). Needs root, or
+/// CAP_BPF and CAP_PERFMON (plus CAP_SYSLOG and CAP_SYS_PTRACE for kernel and other users'
+/// symbols), and a kernel with BTF.
+#[derive(Debug, Parser)]
+#[command(name = "parca-agent", version)]
+struct Args {
+    /// Address to listen on; `:7071` means every interface.
+    #[arg(long, default_value = ":7071")]
+    http_address: String,
+    /// Samples per second on each CPU. 19 (a prime, as Parca) costs well under 0.1% of a CPU.
+    #[arg(long, default_value_t = 19)]
+    profiling_cpu_sampling_frequency: u64,
+    /// How often the BPF maps are drained (and a window pushed), e.g. 10s.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    profiling_duration: Duration,
+    /// A parca server to push every window to (`host:port` or `http://host:port`).
+    #[arg(long)]
+    remote_store_address: Option<String>,
+    /// The `node` label of every sample (default: the host name).
+    #[arg(long)]
+    node: Option<String>,
+    /// Least severe log level shown: error, warn, info or debug.
+    #[arg(long, default_value = "info")]
+    log_level: tracing::Level,
+}
+
+/// `10s`, `500ms`, `1m`, `1h`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration such as 10s, 500ms or 1m"))?;
+    let ms = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("`{text}`: the unit must be ms, s, m or h")),
+    };
+    Ok(Duration::from_millis(number.saturating_mul(ms)))
+}
+
+/// `:7071` (every interface), `127.0.0.1:7071` or `[::1]:7071`.
+fn listen_address(text: &str) -> anyhow::Result<SocketAddr> {
+    let full = if text.starts_with(':') {
+        format!("0.0.0.0{text}")
+    } else {
+        text.to_owned()
+    };
+    full.parse()
+        .with_context(|| format!("--http-address `{text}` is not of the form host:port or :port"))
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        // Without handlers the default action (exit) still detaches everything.
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+    tracing::info!("stopping");
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    let defaults = parca_agent_runtime::Config::default();
+    let config = parca_agent_runtime::Config {
+        frequency_hz: args.profiling_cpu_sampling_frequency,
+        profiling_duration: args.profiling_duration,
+        http_address: listen_address(&args.http_address)?,
+        remote_store_address: args.remote_store_address,
+        node: args.node.unwrap_or(defaults.node),
+        btf_path: defaults.btf_path,
+    };
+    parca_agent_runtime::run(config, shutdown_signal()).await?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_max_level(args.log_level)
+        .with_writer(std::io::stderr)
+        .event_format(tracing_logfmt::EventsFormatter::default())
+        .fmt_fields(tracing_logfmt::FieldsFormatter::default())
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(2)
+        .thread_name("parca-agent")
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!("cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // `{:#}` prints the chain: what failed, then why.
+            tracing::error!("{error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_addresses() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("10").is_err());
+        assert!(parse_duration("s").is_err());
+        assert_eq!(
+            listen_address(":7071").unwrap(),
+            "0.0.0.0:7071".parse::<SocketAddr>().unwrap()
+        );
+        assert!(listen_address("nonsense").is_err());
+    }
+}

@@ -1,1 +1,300 @@
-//! The eBPF agent's runtime (work in progress).
+//! The eBPF agent's runtime: whole-node CPU sampling with a BPF program, symbolized and served
+//! as pprof.
+//!
+//! [`run`] checks privileges and BTF, loads `ebpf/profiler.bpf.o` with aya and attaches it to a
+//! `cpu-clock` perf event on every online CPU ([`Config::frequency_hz`]), then:
+//!
+//! - a sampling thread (`collector.rs`) switches the BPF program between two sets of maps and
+//!   drains the idle set at every window's end ([`Config::profiling_duration`]) and whenever a
+//!   profile request starts or ends, so no sample is lost while it reads;
+//! - new processes announced by the program (a ring buffer) are read from `/proc/PID` at once
+//!   (`process.rs`: mappings with build ids, `comm`, executable, cgroup → `systemd_unit` or
+//!   container id), so short-lived ones keep their labels and symbols;
+//! - the HTTP server (`http.rs`) serves `GET /debug/pprof/profile?seconds=N[&pid=|&comm=]`
+//!   Go-style (gzipped pprof, built by `profile.rs` and symbolized by `parca_symbolize`), `/`,
+//!   `/metrics` and `/healthy`;
+//! - with [`Config::remote_store_address`] every window is pushed to a server's
+//!   `POST /api/v1/write` (`push.rs`).
+//!
+//! The profile type is `parca_agent:samples:count:cpu:nanoseconds:delta`: sample type
+//! samples/count, period type cpu/nanoseconds with period 1e9/frequency, one sample per
+//! (process, stack) with string labels `pid`, `comm`, `executable`, `systemd_unit`,
+//! `container_id` and `node` where known.
+//!
+//! # Design constraints
+//!
+//! - Only `bpf.rs` sees aya; `unsafe` is limited to aya's `Pod` marker there and to polling
+//!   aya's ring buffer with tokio (`AsyncFd::register_with_interest` in [`run`]).
+//! - Nothing is pinned: the programs and links live as file descriptors of this process, so they
+//!   are gone when it exits, however it exits.
+//! - The BPF side does no symbolization and no string work; userspace drains maps at most once
+//!   per window plus once per request boundary, and symbolizes only when a profile is built,
+//!   with results cached per build id and address.
+//! - A frame that cannot be symbolized keeps its mapping and address.
+//!
+//! # Example
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), parca_agent_runtime::Error> {
+//! let config = parca_agent_runtime::Config::default();
+//! // Samples for a minute; needs root (or CAP_BPF and CAP_PERFMON) and a kernel with BTF.
+//! parca_agent_runtime::run(config, tokio::time::sleep(std::time::Duration::from_secs(60))).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod bpf;
+mod collector;
+mod error;
+mod http;
+mod metrics;
+mod privileges;
+mod process;
+mod profile;
+mod push;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use parca_symbolize::{Options, Symbolizer};
+use tokio::io::unix::AsyncFd;
+use tokio::net::TcpListener;
+
+pub use bpf::BpfStats;
+pub use error::Error;
+pub use privileges::{check_btf, check_capabilities, effective_capabilities, limitations};
+pub use process::{MappedObject, Mapping, ProcessInfo, ProcessTable};
+pub use profile::{Filter, PROFILE_NAME};
+
+/// How the agent runs (the binary's flags).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Samples per second per CPU (`--profiling-cpu-sampling-frequency`, default 19).
+    pub frequency_hz: u64,
+    /// Length of a window (`--profiling-duration`, default 10 s): how often the maps are
+    /// drained when nobody asks, and what is pushed each time.
+    pub profiling_duration: Duration,
+    /// Where the HTTP server listens (`--http-address`, default `:7071`).
+    pub http_address: SocketAddr,
+    /// A server to push every window to (`--remote-store-address`, `host:port` or `http://…`).
+    pub remote_store_address: Option<String>,
+    /// The `node` label (`--node`, default the host name).
+    pub node: String,
+    /// Where the kernel's BTF is (`/sys/kernel/btf/vmlinux`).
+    pub btf_path: PathBuf,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            frequency_hz: 19,
+            profiling_duration: Duration::from_secs(10),
+            http_address: SocketAddr::from(([0, 0, 0, 0], 7071)),
+            remote_store_address: None,
+            node: hostname(),
+            btf_path: PathBuf::from("/sys/kernel/btf/vmlinux"),
+        }
+    }
+}
+
+/// This machine's host name (`/proc/sys/kernel/hostname`), empty when unreadable.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+impl Config {
+    fn validate(&self) -> Result<(), Error> {
+        // perf_event_max_sample_rate caps frequencies (100 kHz by default, lowered under load).
+        if !(1..=10_000).contains(&self.frequency_hz) {
+            return Err(Error::Config(format!(
+                "--profiling-cpu-sampling-frequency must be from 1 to 10000 Hz, got {}",
+                self.frequency_hz
+            )));
+        }
+        if self.profiling_duration < Duration::from_secs(1) {
+            return Err(Error::Config(format!(
+                "--profiling-duration must be at least 1s, got {:?}",
+                self.profiling_duration
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Runs the agent until `shutdown` completes or sampling fails. Refuses at once, saying why,
+/// without the capabilities or without kernel BTF. Everything attached is detached before it
+/// returns (and by the kernel if the process dies).
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+    config.validate()?;
+    let caps = effective_capabilities();
+    check_capabilities(caps)?;
+    check_btf(&config.btf_path)?;
+    for limitation in limitations(caps) {
+        tracing::warn!("{limitation}");
+    }
+    let pusher = config
+        .remote_store_address
+        .as_deref()
+        .map(|address| push::Pusher::new(address, &config.node))
+        .transpose()?;
+    if let Some(pusher) = &pusher {
+        tracing::info!(url = pusher.url(), "pushing every window");
+    }
+    let listener = TcpListener::bind(config.http_address)
+        .await
+        .map_err(|source| Error::Listen {
+            address: config.http_address,
+            source,
+        })?;
+    let local = listener.local_addr().unwrap_or(config.http_address);
+
+    let (sampler, events) = bpf::Sampler::start(config.frequency_hz)?;
+    // SAFETY: `ProcEvents` returns the descriptor of the ring buffer it owns (aya's `MapData`
+    // holds it as an `OwnedFd`), which stays open and the same for as long as the `AsyncFd`
+    // owns the `ProcEvents`; aya's docs poll ring buffers exactly this way.
+    let events = unsafe { AsyncFd::register_with_interest(events, tokio::io::Interest::READABLE) }
+        .map_err(|e| Error::Stopped(format!("cannot poll the process ring buffer: {e}")))?;
+    let events = Arc::new(events);
+    let n_cpus = sampler.n_cpus();
+    tracing::info!(
+        cpus = n_cpus,
+        frequency_hz = config.frequency_hz,
+        window = ?config.profiling_duration,
+        address = %local,
+        "sampling"
+    );
+
+    let mut symbolizer = Symbolizer::new(Options::default());
+    match symbolizer.load_kallsyms() {
+        Ok(n) => tracing::debug!(symbols = n, "read kallsyms"),
+        Err(error) => tracing::warn!(%error, "kernel frames will stay unsymbolized"),
+    }
+    let symbolizer = Arc::new(Mutex::new(symbolizer));
+    let shared = Arc::new(collector::Shared {
+        processes: Mutex::new(ProcessTable::new("/proc")),
+        events: events.clone(),
+        metrics: metrics::Metrics::default(),
+        window: Default::default(),
+    });
+    let (commands, command_rx) = std::sync::mpsc::channel();
+    let (window_tx, mut window_rx) = tokio::sync::mpsc::channel::<profile::RawProfile>(2);
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let thread_shared = shared.clone();
+    let window_length = config.profiling_duration;
+    let sampler_thread = std::thread::Builder::new()
+        .name("sampler".into())
+        .spawn(move || {
+            let result =
+                collector::run(sampler, command_rx, thread_shared, window_length, window_tx);
+            done_tx.send(result).ok();
+        })
+        .map_err(|e| Error::Stopped(format!("cannot start the sampling thread: {e}")))?;
+
+    // New processes: read them while they run.
+    let event_shared = shared.clone();
+    let events = tokio::spawn(async move {
+        loop {
+            let Ok(mut guard) = event_shared.events.readable().await else {
+                return;
+            };
+            guard.clear_ready();
+            let shared = event_shared.clone();
+            tokio::task::spawn_blocking(move || {
+                let batch = shared.events.get_ref().read();
+                if batch.is_empty() {
+                    return;
+                }
+                shared
+                    .metrics
+                    .process_events
+                    .fetch_add(batch.len() as u64, Relaxed);
+                let window = shared.window.load(Relaxed);
+                let mut table = shared.processes.lock().expect("process table lock");
+                for event in batch {
+                    table.announce(event.pid, &event.comm, window);
+                }
+            })
+            .await
+            .ok();
+        }
+    });
+
+    let build_options = profile::BuildOptions {
+        period_ns: 1_000_000_000 / config.frequency_hz as i64,
+        node: config.node.clone(),
+    };
+    let state = Arc::new(http::HttpState {
+        shared: shared.clone(),
+        commands: Mutex::new(commands.clone()),
+        symbolizer: symbolizer.clone(),
+        build: build_options.clone(),
+        last_window: Mutex::new(None),
+        n_cpus,
+        frequency_hz: config.frequency_hz,
+        window_length,
+    });
+
+    // Finished windows: shown at `/`, pushed when asked.
+    let window_state = state.clone();
+    let windows = tokio::spawn(async move {
+        while let Some(window) = window_rx.recv().await {
+            let window = Arc::new(window);
+            *window_state.last_window.lock().expect("last window lock") = Some(window.clone());
+            let symbolizer = window_state.symbolizer.clone();
+            let Some(pusher) = &pusher else {
+                symbolizer.lock().expect("symbolizer lock").trim();
+                continue;
+            };
+            let options = build_options.clone();
+            let body = tokio::task::spawn_blocking(move || {
+                let mut symbolizer = symbolizer.lock().expect("symbolizer lock");
+                let p = profile::build(&window, &Filter::default(), &mut symbolizer, &options);
+                symbolizer.trim();
+                parca_pprof::encode(&p, true)
+            })
+            .await;
+            let Ok(body) = body else { continue };
+            let metrics = &window_state.shared.metrics;
+            match pusher.push(body).await {
+                Ok(()) => {
+                    metrics.pushes.fetch_add(1, Relaxed);
+                }
+                Err(error) => {
+                    metrics.push_failures.fetch_add(1, Relaxed);
+                    tracing::warn!(%error, "push failed");
+                }
+            }
+        }
+    });
+
+    let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(http::serve(listener, state, async {
+        http_stopped.await.ok();
+    }));
+
+    let result = tokio::select! {
+        () = shutdown => Ok(()),
+        result = done_rx => match result {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(Error::Stopped("the sampling thread panicked".into())),
+        },
+    };
+    stop_http.send(()).ok();
+    server.await.ok();
+    events.abort();
+    commands.send(collector::Command::Stop).ok();
+    // Joining detaches everything: the thread owns the sampler, and drops it on return.
+    tokio::task::spawn_blocking(move || sampler_thread.join().ok())
+        .await
+        .ok();
+    windows.abort();
+    tracing::info!("stopped; BPF programs detached");
+    result
+}

@@ -228,9 +228,15 @@ impl ElfObject {
         let mut frames = self.dwarf_frames(vaddr);
         let symbol = self.symbol_at(vaddr);
         match (frames.last_mut(), symbol) {
-            (Some(outer), Some(sym)) if outer.system_name.is_empty() => {
-                outer.system_name = sym.name.to_string();
-                outer.function = demangle(&sym.name).into_owned();
+            // The outermost frame is the function the symbol names. DWARF may name it without
+            // its path (Rust generics have no linkage name: `write` for `core::fmt::write`):
+            // the symbol's name is then the better one.
+            (Some(outer), Some(sym)) => {
+                let demangled = demangle(&sym.name);
+                if outer.system_name.is_empty() || demangled.ends_with(outer.function.as_str()) {
+                    outer.system_name = sym.name.to_string();
+                    outer.function = demangled.into_owned();
+                }
             }
             (None, Some(sym)) => frames.push(Frame {
                 function: demangle(&sym.name).into_owned(),

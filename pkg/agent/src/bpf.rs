@@ -1,0 +1,356 @@
+//! The BPF side: loads `ebpf/profiler.bpf.o` with aya, attaches it, drains its maps.
+//!
+//! This is the only module that sees aya. The ABI it mirrors is in `ebpf/profiler.bpf.c`:
+//! [`CountKey`], the [`Stat`] indices and the process event layout must match it.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf, StackTraceMap};
+use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
+use aya::programs::{PerfEvent, RawTracePoint};
+use aya::{Ebpf, EbpfLoader};
+use rustc_hash::FxHashMap;
+
+use crate::Error;
+
+/// The compiled BPF object, committed beside its source (`ebpf/build.sh` rebuilds it).
+static OBJECT: &[u8] = aya::include_bytes_aligned!("../../../ebpf/profiler.bpf.o");
+
+/// How long after switching halves the old one is read: programs that read `half` before the
+/// switch may still be writing to it. A run takes about 20 µs at most (ebpf-notes.md), and BPF
+/// programs are not preempted, so this is ample.
+const SWITCH_GRACE: Duration = Duration::from_millis(5);
+
+/// Key of the `counts0`/`counts1` maps: `struct count_key`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct CountKey {
+    pid: u32,
+    user_stack: i32,
+    kernel_stack: i32,
+}
+
+// SAFETY: `CountKey` is `repr(C)` with three 4-byte integers: no padding, and every bit pattern
+// is a valid value, which is what aya needs to copy it to and from map memory.
+unsafe impl aya::Pod for CountKey {}
+
+/// Indices of the `stats` per-CPU array (`enum stat` in the C source).
+#[derive(Debug, Clone, Copy)]
+#[repr(u32)]
+enum Stat {
+    Samples = 0,
+    Idle = 1,
+    StackCollision = 2,
+    StackError = 3,
+    UserUnreadable = 4,
+    CountsFull = 5,
+    EventsLost = 6,
+}
+
+/// Counters kept by the BPF program since it was loaded, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BpfStats {
+    /// Samples of processes (idle excluded).
+    pub samples: u64,
+    /// Samples of the idle task, not recorded.
+    pub idle: u64,
+    /// Stacks not recorded because another stack held their hash bucket.
+    pub stack_collisions: u64,
+    /// Stacks not recorded for another reason (map full, no memory).
+    pub stack_errors: u64,
+    /// User-mode samples whose user stack could not be read.
+    pub user_stack_unreadable: u64,
+    /// Samples lost because the counts map was full.
+    pub counts_full: u64,
+    /// New processes not announced because the ring buffer was full.
+    pub events_lost: u64,
+}
+
+/// One drained entry: a process, its stacks (leaf first; empty when there was none) and how
+/// many samples had them.
+#[derive(Debug, Clone)]
+pub(crate) struct DrainedStack {
+    pub pid: u32,
+    pub user: Arc<[u64]>,
+    pub kernel: Arc<[u64]>,
+    pub count: u64,
+}
+
+/// A process the BPF program announced (its first sample, or first since exec).
+#[derive(Debug, Clone)]
+pub(crate) struct ProcEvent {
+    pub pid: u32,
+    pub comm: String,
+}
+
+/// The loaded and attached sampler. Dropping it detaches and unloads everything: the links are
+/// file descriptors owned here, nothing is pinned, so even a killed agent leaves nothing
+/// attached.
+pub(crate) struct Sampler {
+    half: Array<MapData, u32>,
+    counts: [HashMap<MapData, CountKey, u64>; 2],
+    stacks: [StackTraceMap<MapData>; 2],
+    stats: PerCpuArray<MapData, u64>,
+    current: u32,
+    n_cpus: usize,
+    /// Owns the programs and their links: keep it last so maps are dropped first.
+    _ebpf: Ebpf,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("current", &self.current)
+            .field("n_cpus", &self.n_cpus)
+            .finish()
+    }
+}
+
+fn map_error(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> Error {
+    move |source| Error::Map {
+        name,
+        source: Box::new(source),
+    }
+}
+
+fn take_map(ebpf: &mut Ebpf, name: &'static str) -> Result<aya::maps::Map, Error> {
+    ebpf.take_map(name).ok_or(Error::MissingInObject { name })
+}
+
+impl Sampler {
+    /// Loads the program, attaches it to a `cpu-clock` event at `frequency_hz` on every online
+    /// CPU and to the exec and exit raw tracepoints (which, unlike tracepoints, need no tracefs), and returns it with the ring buffer of
+    /// process announcements.
+    pub fn start(frequency_hz: u64) -> Result<(Sampler, ProcEvents), Error> {
+        let mut ebpf = EbpfLoader::new()
+            .load(OBJECT)
+            .map_err(|source| Error::Load {
+                source: Box::new(source),
+            })?;
+
+        let cpus = aya::util::online_cpus().map_err(|(path, source)| Error::OnlineCpus {
+            path: path.into(),
+            source,
+        })?;
+        let program: &mut PerfEvent = ebpf
+            .program_mut("profile_cpu")
+            .ok_or(Error::MissingInObject {
+                name: "profile_cpu",
+            })?
+            .try_into()
+            .map_err(|source| attach_error("profile_cpu", source))?;
+        program
+            .load()
+            .map_err(|source| attach_error("profile_cpu", source))?;
+        for &cpu in &cpus {
+            program
+                .attach(
+                    PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                    PerfEventScope::AllProcessesOneCpu { cpu },
+                    SamplePolicy::Frequency(frequency_hz),
+                    false,
+                )
+                .map_err(|source| attach_error("profile_cpu", source))?;
+        }
+        for (name, event) in [
+            ("on_exec", "sched_process_exec"),
+            ("on_exit", "sched_process_exit"),
+        ] {
+            let program: &mut RawTracePoint = ebpf
+                .program_mut(name)
+                .ok_or(Error::MissingInObject { name })?
+                .try_into()
+                .map_err(|source| attach_error(name, source))?;
+            program
+                .load()
+                .map_err(|source| attach_error(name, source))?;
+            program
+                .attach(event)
+                .map_err(|source| attach_error(name, source))?;
+        }
+
+        let half = Array::try_from(take_map(&mut ebpf, "half")?).map_err(map_error("half"))?;
+        let counts = [
+            HashMap::try_from(take_map(&mut ebpf, "counts0")?).map_err(map_error("counts0"))?,
+            HashMap::try_from(take_map(&mut ebpf, "counts1")?).map_err(map_error("counts1"))?,
+        ];
+        let stacks = [
+            StackTraceMap::try_from(take_map(&mut ebpf, "stacks0")?)
+                .map_err(map_error("stacks0"))?,
+            StackTraceMap::try_from(take_map(&mut ebpf, "stacks1")?)
+                .map_err(map_error("stacks1"))?,
+        ];
+        let stats =
+            PerCpuArray::try_from(take_map(&mut ebpf, "stats")?).map_err(map_error("stats"))?;
+        let events = RingBuf::try_from(take_map(&mut ebpf, "proc_events")?)
+            .map_err(map_error("proc_events"))?;
+        Ok((
+            Sampler {
+                half,
+                counts,
+                stacks,
+                stats,
+                current: 0,
+                n_cpus: cpus.len(),
+                _ebpf: ebpf,
+            },
+            ProcEvents::new(events),
+        ))
+    }
+
+    /// Number of CPUs sampled.
+    pub fn n_cpus(&self) -> usize {
+        self.n_cpus
+    }
+
+    /// Switches the program to the other half of the maps, then reads and clears the half it
+    /// was writing. Samples taken meanwhile go to the new half: none is lost.
+    pub fn drain(&mut self) -> Result<Vec<DrainedStack>, Error> {
+        let old = self.current as usize;
+        self.current ^= 1;
+        self.half
+            .set(0, self.current, 0)
+            .map_err(map_error("half"))?;
+        let switched = Instant::now();
+        if let Some(rest) = SWITCH_GRACE.checked_sub(switched.elapsed()) {
+            std::thread::sleep(rest);
+        }
+
+        let counts = &mut self.counts[old];
+        let stacks = &mut self.stacks[old];
+        let entries: Vec<(CountKey, u64)> = counts.iter().filter_map(Result::ok).collect();
+        let mut frames: FxHashMap<i32, Arc<[u64]>> = FxHashMap::default();
+        let empty: Arc<[u64]> = Arc::from(Vec::new());
+        let mut resolve = |id: i32| -> Arc<[u64]> {
+            if id < 0 {
+                return empty.clone();
+            }
+            frames
+                .entry(id)
+                .or_insert_with(|| match stacks.get(&(id as u32), 0) {
+                    Ok(trace) => trace.frames().iter().map(|f| f.ip).collect(),
+                    // Gone (cannot happen while this half is idle): an empty stack.
+                    Err(_) => empty.clone(),
+                })
+                .clone()
+        };
+        let mut out = Vec::with_capacity(entries.len());
+        for (key, count) in &entries {
+            out.push(DrainedStack {
+                pid: key.pid,
+                user: resolve(key.user_stack),
+                kernel: resolve(key.kernel_stack),
+                count: *count,
+            });
+        }
+        for (key, _) in &entries {
+            // A key that vanished is harmless; anything else would repeat its samples.
+            counts.remove(key).ok();
+        }
+        let ids: Vec<u32> = stacks.stack_ids().filter_map(Result::ok).collect();
+        for id in ids {
+            stacks.remove(&id).ok();
+        }
+        Ok(out)
+    }
+
+    /// The program's counters so far.
+    pub fn stats(&self) -> Result<BpfStats, Error> {
+        let read = |stat: Stat| -> Result<u64, Error> {
+            let values = self
+                .stats
+                .get(&(stat as u32), 0)
+                .map_err(map_error("stats"))?;
+            Ok(values.iter().sum())
+        };
+        Ok(BpfStats {
+            samples: read(Stat::Samples)?,
+            idle: read(Stat::Idle)?,
+            stack_collisions: read(Stat::StackCollision)?,
+            stack_errors: read(Stat::StackError)?,
+            user_stack_unreadable: read(Stat::UserUnreadable)?,
+            counts_full: read(Stat::CountsFull)?,
+            events_lost: read(Stat::EventsLost)?,
+        })
+    }
+}
+
+fn attach_error(program: &'static str, source: aya::programs::ProgramError) -> Error {
+    Error::Attach {
+        program,
+        source: Box::new(source),
+    }
+}
+
+/// Decodes one `struct proc_event` (u32 pid, u32 kind, char comm[16]).
+pub(crate) fn parse_event(bytes: &[u8]) -> Option<ProcEvent> {
+    let pid = u32::from_ne_bytes(bytes.get(0..4)?.try_into().ok()?);
+    let comm = bytes.get(8..24)?;
+    let len = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    Some(ProcEvent {
+        pid,
+        comm: String::from_utf8_lossy(&comm[..len]).into_owned(),
+    })
+}
+
+/// The ring buffer of process announcements, shared by the sampling thread (which reads it
+/// before each drain, so that every drained process has been announced) and the async task
+/// that reads it as soon as it has data. The descriptor is kept beside it so it can be polled
+/// without the lock.
+pub(crate) struct ProcEvents {
+    ring: std::sync::Mutex<RingBuf<MapData>>,
+    fd: std::os::fd::RawFd,
+}
+
+impl ProcEvents {
+    fn new(ring: RingBuf<MapData>) -> ProcEvents {
+        use std::os::fd::AsRawFd;
+        let fd = ring.as_raw_fd();
+        ProcEvents {
+            ring: std::sync::Mutex::new(ring),
+            fd,
+        }
+    }
+
+    /// Every pending announcement.
+    pub fn read(&self) -> Vec<ProcEvent> {
+        let mut out = Vec::new();
+        let mut ring = self.ring.lock().expect("ring buffer lock");
+        while let Some(item) = ring.next() {
+            if let Some(event) = parse_event(&item) {
+                out.push(event);
+            }
+        }
+        out
+    }
+}
+
+impl std::os::fd::AsRawFd for ProcEvents {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_layout_matches_the_c_struct() {
+        let mut bytes = vec![0u8; 24];
+        bytes[0..4].copy_from_slice(&4242u32.to_ne_bytes());
+        bytes[8..13].copy_from_slice(b"hello");
+        let e = parse_event(&bytes).unwrap();
+        assert_eq!((e.pid, e.comm.as_str()), (4242, "hello"));
+        assert!(parse_event(&bytes[..10]).is_none());
+        // A full 16-byte name has no NUL.
+        bytes[8..24].copy_from_slice(b"abcdefghijklmnop");
+        assert_eq!(parse_event(&bytes).unwrap().comm, "abcdefghijklmnop");
+    }
+
+    #[test]
+    fn count_key_is_twelve_bytes() {
+        assert_eq!(std::mem::size_of::<CountKey>(), 12);
+    }
+}

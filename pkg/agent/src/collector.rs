@@ -1,0 +1,139 @@
+//! The sampling thread: owns the [`Sampler`], drains it at each window's end and whenever a
+//! profile request starts or ends, and hands the samples to the window and to every request
+//! in progress.
+//!
+//! A request for `seconds=N` subscribes (which drains first, so that earlier samples are not
+//! its own), waits N seconds, and finishes (which drains again): it gets exactly the samples
+//! taken in between, whatever the window length.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use rustc_hash::FxHashMap;
+use tokio::sync::oneshot;
+
+use crate::Error;
+use crate::bpf::{ProcEvents, Sampler};
+use crate::metrics::Metrics;
+use crate::process::{ProcessInfo, ProcessTable};
+use crate::profile::RawProfile;
+
+/// How many windows a process is kept after its last sample.
+const KEEP_PROCESS_WINDOWS: u64 = 3;
+
+/// What the HTTP side asks of the sampling thread.
+pub(crate) enum Command {
+    /// Start collecting for a request; replies with its id.
+    Subscribe(oneshot::Sender<u64>),
+    /// End a request and take its samples.
+    Finish(u64, oneshot::Sender<RawProfile>),
+    /// Drop a request (its client went away).
+    Cancel(u64),
+    /// Stop sampling: the thread returns, dropping (so detaching) the BPF programs.
+    Stop,
+}
+
+/// State shared by the sampling thread and the async side.
+pub(crate) struct Shared {
+    pub processes: Mutex<ProcessTable>,
+    pub events: Arc<tokio::io::unix::AsyncFd<ProcEvents>>,
+    pub metrics: Metrics,
+    /// The window counter, which `ProcessTable` uses to expire processes.
+    pub window: std::sync::atomic::AtomicU64,
+}
+
+/// Runs until every command sender is gone. Finished windows go to `windows` (dropped when
+/// the receiver lags: the next one has the news).
+pub(crate) fn run(
+    mut sampler: Sampler,
+    commands: Receiver<Command>,
+    shared: Arc<Shared>,
+    window_length: Duration,
+    windows: tokio::sync::mpsc::Sender<RawProfile>,
+) -> Result<(), Error> {
+    use std::sync::atomic::Ordering::Relaxed;
+
+    let mut window = RawProfile::new(SystemTime::now());
+    let mut deadline = Instant::now() + window_length;
+    let mut requests: FxHashMap<u64, RawProfile> = FxHashMap::default();
+    let mut next_id = 0u64;
+    let drain = |sampler: &mut Sampler,
+                 window: &mut RawProfile,
+                 requests: &mut FxHashMap<u64, RawProfile>|
+     -> Result<(), Error> {
+        let started = Instant::now();
+        let drained = sampler.drain()?;
+        let window_no = shared.window.load(Relaxed);
+        let mut processes: FxHashMap<u32, Arc<ProcessInfo>> = FxHashMap::default();
+        {
+            // Announcements not yet read are read first, so that a process that is gone by now
+            // still has the name the BPF program saw.
+            let events = shared.events.get_ref().read();
+            let mut table = shared.processes.lock().expect("process table lock");
+            shared
+                .metrics
+                .process_events
+                .fetch_add(events.len() as u64, Relaxed);
+            for event in events {
+                table.announce(event.pid, &event.comm, window_no);
+            }
+            for d in &drained {
+                processes
+                    .entry(d.pid)
+                    .or_insert_with(|| table.get(d.pid, window_no));
+            }
+        }
+        window.add(&drained, &processes);
+        for request in requests.values_mut() {
+            request.add(&drained, &processes);
+        }
+        shared.metrics.record_drain(
+            started.elapsed(),
+            drained.len(),
+            sampler.stats().unwrap_or_default(),
+        );
+        Ok(())
+    };
+
+    loop {
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        match commands.recv_timeout(timeout) {
+            Ok(Command::Subscribe(reply)) => {
+                drain(&mut sampler, &mut window, &mut requests)?;
+                next_id += 1;
+                requests.insert(next_id, RawProfile::new(SystemTime::now()));
+                reply.send(next_id).ok();
+            }
+            Ok(Command::Finish(id, reply)) => {
+                drain(&mut sampler, &mut window, &mut requests)?;
+                if let Some(mut raw) = requests.remove(&id) {
+                    raw.end = SystemTime::now();
+                    reply.send(raw).ok();
+                }
+            }
+            Ok(Command::Cancel(id)) => {
+                requests.remove(&id);
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                drain(&mut sampler, &mut window, &mut requests)?;
+                let now = SystemTime::now();
+                let mut done = std::mem::replace(&mut window, RawProfile::new(now));
+                done.end = now;
+                let window_no = shared.window.fetch_add(1, Relaxed) + 1;
+                shared
+                    .processes
+                    .lock()
+                    .expect("process table lock")
+                    .expire(window_no, KEEP_PROCESS_WINDOWS);
+                shared.metrics.record_window(&done);
+                windows.try_send(done).ok();
+                deadline += window_length;
+                if deadline < Instant::now() {
+                    deadline = Instant::now() + window_length;
+                }
+            }
+            Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! The agent's own figures, served at `/metrics` in Prometheus' text format.
+
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use crate::bpf::BpfStats;
+use crate::profile::RawProfile;
+
+/// Counters updated by the sampling thread and the HTTP side.
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    drains: AtomicU64,
+    drain_ns_total: AtomicU64,
+    last_drain_ns: AtomicU64,
+    drained_entries: AtomicU64,
+    bpf: Mutex<BpfStats>,
+    windows: AtomicU64,
+    last_window_samples: AtomicU64,
+    last_window_ns: AtomicU64,
+    pub profiles_served: AtomicU64,
+    pub pushes: AtomicU64,
+    pub push_failures: AtomicU64,
+    pub process_events: AtomicU64,
+}
+
+/// Figures owned elsewhere, read when `/metrics` is served.
+#[derive(Debug, Default)]
+pub(crate) struct Snapshot {
+    pub symbolizer: parca_symbolize::Stats,
+    pub processes: usize,
+    pub objects_open: usize,
+    pub process_reads: u64,
+    pub n_cpus: usize,
+    pub frequency_hz: u64,
+    pub window_length: Duration,
+}
+
+impl Metrics {
+    pub fn record_drain(&self, took: Duration, entries: usize, bpf: BpfStats) {
+        let ns = took.as_nanos() as u64;
+        self.drains.fetch_add(1, Relaxed);
+        self.drain_ns_total.fetch_add(ns, Relaxed);
+        self.last_drain_ns.store(ns, Relaxed);
+        self.drained_entries.fetch_add(entries as u64, Relaxed);
+        *self.bpf.lock().expect("metrics lock") = bpf;
+    }
+
+    pub fn record_window(&self, window: &RawProfile) {
+        self.windows.fetch_add(1, Relaxed);
+        self.last_window_samples.store(window.total(), Relaxed);
+        let ns = window
+            .end
+            .duration_since(window.start)
+            .unwrap_or_default()
+            .as_nanos() as u64;
+        self.last_window_ns.store(ns, Relaxed);
+    }
+
+    /// The exposition text.
+    pub fn render(&self, s: &Snapshot) -> String {
+        let bpf = *self.bpf.lock().expect("metrics lock");
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, f64)]| {
+            writeln!(out, "# HELP {name} {help}").ok();
+            writeln!(out, "# TYPE {name} {kind}").ok();
+            for (labels, value) in samples {
+                writeln!(out, "{name}{labels} {value}").ok();
+            }
+        };
+        let secs = |ns: u64| ns as f64 / 1e9;
+        metric(
+            "parca_agent_samples_total",
+            "counter",
+            "CPU samples of processes taken by the BPF program (idle excluded).",
+            &[("", bpf.samples as f64)],
+        );
+        metric(
+            "parca_agent_idle_samples_total",
+            "counter",
+            "CPU samples of idle CPUs, not recorded.",
+            &[("", bpf.idle as f64)],
+        );
+        metric(
+            "parca_agent_bpf_errors_total",
+            "counter",
+            "What the BPF program could not record, by reason: stack_collision and stack_error \
+             lose a stack (the sample is kept without it), user_stack_unreadable a user stack, \
+             counts_full the whole sample, process_event_lost an early read of a new process.",
+            &[
+                ("{reason=\"stack_collision\"}", bpf.stack_collisions as f64),
+                ("{reason=\"stack_error\"}", bpf.stack_errors as f64),
+                (
+                    "{reason=\"user_stack_unreadable\"}",
+                    bpf.user_stack_unreadable as f64,
+                ),
+                ("{reason=\"counts_full\"}", bpf.counts_full as f64),
+                ("{reason=\"process_event_lost\"}", bpf.events_lost as f64),
+            ],
+        );
+        metric(
+            "parca_agent_lost_samples_total",
+            "counter",
+            "Samples lost entirely (counts map full).",
+            &[("", bpf.counts_full as f64)],
+        );
+        metric(
+            "parca_agent_map_drains_total",
+            "counter",
+            "Times the BPF maps were switched and drained.",
+            &[("", self.drains.load(Relaxed) as f64)],
+        );
+        metric(
+            "parca_agent_map_drain_seconds_total",
+            "counter",
+            "Time spent draining the BPF maps.",
+            &[("", secs(self.drain_ns_total.load(Relaxed)))],
+        );
+        metric(
+            "parca_agent_map_last_drain_seconds",
+            "gauge",
+            "Time the last drain took.",
+            &[("", secs(self.last_drain_ns.load(Relaxed)))],
+        );
+        metric(
+            "parca_agent_map_entries_drained_total",
+            "counter",
+            "(process, stack) entries read from the BPF maps.",
+            &[("", self.drained_entries.load(Relaxed) as f64)],
+        );
+        metric(
+            "parca_agent_windows_total",
+            "counter",
+            "Profiling windows completed.",
+            &[("", self.windows.load(Relaxed) as f64)],
+        );
+        metric(
+            "parca_agent_window_duration_seconds",
+            "gauge",
+            "The profiling window (--profiling-duration).",
+            &[("", s.window_length.as_secs_f64())],
+        );
+        metric(
+            "parca_agent_last_window_seconds",
+            "gauge",
+            "How long the last completed window actually lasted.",
+            &[("", secs(self.last_window_ns.load(Relaxed)))],
+        );
+        metric(
+            "parca_agent_last_window_samples",
+            "gauge",
+            "Samples in the last completed window.",
+            &[("", self.last_window_samples.load(Relaxed) as f64)],
+        );
+        metric(
+            "parca_agent_sampling_frequency_hertz",
+            "gauge",
+            "Samples per second per CPU.",
+            &[("", s.frequency_hz as f64)],
+        );
+        metric(
+            "parca_agent_cpus",
+            "gauge",
+            "CPUs sampled.",
+            &[("", s.n_cpus as f64)],
+        );
+        metric(
+            "parca_agent_processes",
+            "gauge",
+            "Processes known.",
+            &[("", s.processes as f64)],
+        );
+        metric(
+            "parca_agent_process_reads_total",
+            "counter",
+            "Reads of /proc/PID.",
+            &[("", s.process_reads as f64)],
+        );
+        metric(
+            "parca_agent_process_events_total",
+            "counter",
+            "New processes announced by the BPF program.",
+            &[("", self.process_events.load(Relaxed) as f64)],
+        );
+        metric(
+            "parca_agent_objects_open",
+            "gauge",
+            "Object files held open for symbolization.",
+            &[("", s.objects_open as f64)],
+        );
+        let sy = &s.symbolizer;
+        metric(
+            "parca_agent_symbolize_cache_hits_total",
+            "counter",
+            "Addresses symbolized from the cache.",
+            &[("", sy.hits as f64)],
+        );
+        metric(
+            "parca_agent_symbolize_cache_misses_total",
+            "counter",
+            "Addresses looked up in an object or kallsyms.",
+            &[("", sy.misses as f64)],
+        );
+        metric(
+            "parca_agent_symbolize_objects_loaded_total",
+            "counter",
+            "Object files parsed (once per build id while cached).",
+            &[("", sy.objects_loaded as f64)],
+        );
+        metric(
+            "parca_agent_symbolize_object_errors_total",
+            "counter",
+            "Object files that could not be read.",
+            &[("", sy.object_errors as f64)],
+        );
+        metric(
+            "parca_agent_symbolize_objects_cached",
+            "gauge",
+            "Object files parsed and cached.",
+            &[("", sy.objects_cached as f64)],
+        );
+        metric(
+            "parca_agent_symbolize_addresses_cached",
+            "gauge",
+            "Addresses memoized.",
+            &[("", sy.addresses_cached as f64)],
+        );
+        metric(
+            "parca_agent_profiles_served_total",
+            "counter",
+            "Profiles served at /debug/pprof/profile.",
+            &[("", self.profiles_served.load(Relaxed) as f64)],
+        );
+        metric(
+            "parca_agent_pushes_total",
+            "counter",
+            "Windows pushed to the remote store.",
+            &[("", self.pushes.load(Relaxed) as f64)],
+        );
+        metric(
+            "parca_agent_push_failures_total",
+            "counter",
+            "Pushes that failed.",
+            &[("", self.push_failures.load(Relaxed) as f64)],
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_figure_once_with_help_and_type() {
+        let m = Metrics::default();
+        m.record_drain(
+            Duration::from_millis(3),
+            10,
+            BpfStats {
+                samples: 5,
+                ..BpfStats::default()
+            },
+        );
+        let text = m.render(&Snapshot {
+            window_length: Duration::from_secs(10),
+            ..Snapshot::default()
+        });
+        assert!(text.contains("parca_agent_samples_total 5\n"));
+        assert!(text.contains("parca_agent_map_last_drain_seconds 0.003\n"));
+        assert!(text.contains("parca_agent_window_duration_seconds 10\n"));
+        assert!(text.contains("parca_agent_bpf_errors_total{reason=\"counts_full\"} 0\n"));
+        let helps = text.lines().filter(|l| l.starts_with("# HELP")).count();
+        let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
+        assert_eq!(helps, types);
+    }
+}

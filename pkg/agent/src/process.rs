@@ -1,0 +1,448 @@
+//! Processes: their executable mappings (with the object files open and their build ids), name,
+//! executable and cgroup labels, read from `/proc/PID`; and the table of processes seen.
+//!
+//! A process is read when the BPF program announces its first sample, while it still runs, so
+//! one that exits before the window ends keeps its labels and mappings; the object files stay
+//! open (through `/proc/PID/root`, so containers' files are found) until no process maps them,
+//! so they can be symbolized after the process is gone.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Weak};
+
+use parca_symbolize::{BuildId, ObjectKey, read_build_id};
+use rustc_hash::FxHashMap;
+
+/// What is known of a process.
+#[derive(Debug, Default)]
+pub struct ProcessInfo {
+    /// The process id (thread group id).
+    pub pid: u32,
+    /// Its name (`/proc/PID/comm`, else the sampled thread's name from BPF).
+    pub comm: String,
+    /// The path of its executable as the process sees it (`/proc/PID/exe`).
+    pub executable: Option<String>,
+    /// Its cgroup (v2 path, else the systemd hierarchy's).
+    pub cgroup: Option<String>,
+    /// The systemd unit its cgroup names (`nginx.service`, `session-3.scope`).
+    pub systemd_unit: Option<String>,
+    /// The container id its cgroup names (64 hex digits of Docker, containerd, CRI-O, podman).
+    pub container_id: Option<String>,
+    /// Its executable file mappings, sorted by start address.
+    pub mappings: Vec<Mapping>,
+    /// Whether `/proc/PID` could be read (`false`: it was gone; only `comm` is known).
+    pub readable: bool,
+}
+
+impl ProcessInfo {
+    /// The mapping holding `addr`.
+    pub fn mapping_of(&self, addr: u64) -> Option<(usize, &Mapping)> {
+        let i = self
+            .mappings
+            .partition_point(|m| m.start <= addr)
+            .checked_sub(1)?;
+        let m = &self.mappings[i];
+        (addr < m.end).then_some((i, m))
+    }
+}
+
+/// One executable mapping of `/proc/PID/maps`.
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    /// First address.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// File offset of `start`.
+    pub offset: u64,
+    /// The path as the process sees it (`[vdso]` and the like for special mappings, empty for
+    /// anonymous code such as JIT output).
+    pub path: String,
+    /// The object file, open, when it could be opened.
+    pub object: Option<Arc<MappedObject>>,
+}
+
+/// An object file mapped by some process, kept open so it can be read after the process exits.
+#[derive(Debug)]
+pub struct MappedObject {
+    /// Its cache key: build id, else device and inode.
+    pub key: ObjectKey,
+    /// Its GNU build id.
+    pub build_id: Option<BuildId>,
+    /// The open file.
+    pub file: File,
+    /// The path it was opened by (`/proc/PID/root/…`), for messages.
+    pub opened_as: PathBuf,
+}
+
+/// Processes seen, by pid.
+#[derive(Debug)]
+pub struct ProcessTable {
+    proc_root: PathBuf,
+    entries: FxHashMap<u32, Entry>,
+    /// Objects by the (device, inode) of `/proc/PID/maps`, shared while any process maps them.
+    objects: FxHashMap<(String, u64), Weak<MappedObject>>,
+    /// Number of `/proc/PID` reads, for metrics.
+    reads: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    info: Arc<ProcessInfo>,
+    last_sampled_window: u64,
+}
+
+impl ProcessTable {
+    /// An empty table reading processes under `proc_root` (normally `/proc`).
+    pub fn new(proc_root: impl Into<PathBuf>) -> ProcessTable {
+        ProcessTable {
+            proc_root: proc_root.into(),
+            entries: FxHashMap::default(),
+            objects: FxHashMap::default(),
+            reads: 0,
+        }
+    }
+
+    /// A process was announced (first sample, or first since exec): reads it now.
+    pub fn announce(&mut self, pid: u32, comm: &str, window: u64) {
+        let info = Arc::new(self.read(pid, comm));
+        self.entries.insert(
+            pid,
+            Entry {
+                info,
+                last_sampled_window: window,
+            },
+        );
+    }
+
+    /// The process `pid`, read now if it was not announced.
+    pub fn get(&mut self, pid: u32, window: u64) -> Arc<ProcessInfo> {
+        if let Some(entry) = self.entries.get_mut(&pid) {
+            entry.last_sampled_window = window;
+            return entry.info.clone();
+        }
+        let info = Arc::new(self.read(pid, ""));
+        self.entries.insert(
+            pid,
+            Entry {
+                info: info.clone(),
+                last_sampled_window: window,
+            },
+        );
+        info
+    }
+
+    /// Forgets processes not sampled since `window - keep_windows`, and objects no process
+    /// maps any more.
+    pub fn expire(&mut self, window: u64, keep_windows: u64) {
+        self.entries
+            .retain(|_, e| e.last_sampled_window + keep_windows >= window);
+        self.objects.retain(|_, o| o.strong_count() > 0);
+    }
+
+    /// Number of processes held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no process is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Number of object files held open.
+    pub fn n_objects(&self) -> usize {
+        self.objects
+            .values()
+            .filter(|o| o.strong_count() > 0)
+            .count()
+    }
+
+    /// Number of `/proc/PID` reads so far.
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+
+    fn read(&mut self, pid: u32, comm_hint: &str) -> ProcessInfo {
+        self.reads += 1;
+        let dir = self.proc_root.join(pid.to_string());
+        let comm = std::fs::read_to_string(dir.join("comm"))
+            .map(|s| s.trim_end_matches('\n').to_owned())
+            .ok();
+        let readable = comm.is_some();
+        let comm = comm.unwrap_or_else(|| comm_hint.to_owned());
+        let executable = std::fs::read_link(dir.join("exe")).ok().map(|p| {
+            let p = p.to_string_lossy();
+            p.strip_suffix(" (deleted)").unwrap_or(&p).to_owned()
+        });
+        let cgroup = std::fs::read_to_string(dir.join("cgroup"))
+            .ok()
+            .and_then(|text| cgroup_path(&text));
+        let (systemd_unit, container_id) = match &cgroup {
+            Some(path) => (systemd_unit(path), container_id(path)),
+            None => (None, None),
+        };
+        let mappings = std::fs::read_to_string(dir.join("maps"))
+            .map(|text| self.mappings(&dir, &text))
+            .unwrap_or_default();
+        ProcessInfo {
+            pid,
+            comm,
+            executable,
+            cgroup,
+            systemd_unit,
+            container_id,
+            mappings,
+            readable,
+        }
+    }
+
+    fn mappings(&mut self, dir: &Path, maps: &str) -> Vec<Mapping> {
+        let mut out = Vec::new();
+        for line in parse_maps(maps) {
+            let object = if line.path.starts_with('/') && line.inode != 0 {
+                self.object(dir, &line)
+            } else {
+                None
+            };
+            out.push(Mapping {
+                start: line.start,
+                end: line.end,
+                offset: line.offset,
+                path: line.path.to_owned(),
+                object,
+            });
+        }
+        out.sort_by_key(|m| m.start);
+        out
+    }
+
+    /// The object of a file mapping, opened once per (device, inode) while mapped anywhere.
+    fn object(&mut self, dir: &Path, line: &MapsLine<'_>) -> Option<Arc<MappedObject>> {
+        let id = (line.dev.to_owned(), line.inode);
+        if let Some(object) = self.objects.get(&id).and_then(Weak::upgrade) {
+            return Some(object);
+        }
+        let path = line.path.strip_suffix(" (deleted)").unwrap_or(line.path);
+        // Through the process's root, so a container's files are found; a deleted file only
+        // through map_files.
+        let candidates = [
+            dir.join("root").join(path.trim_start_matches('/')),
+            dir.join("map_files")
+                .join(format!("{:x}-{:x}", line.start, line.end)),
+        ];
+        let (file, opened_as) = candidates
+            .into_iter()
+            .find_map(|p| File::open(&p).ok().map(|f| (f, p)))?;
+        let meta = file.metadata().ok()?;
+        let build_id = read_build_id(&file, &opened_as).ok().flatten();
+        let key = match &build_id {
+            Some(id) => ObjectKey::BuildId(id.clone()),
+            None => ObjectKey::File {
+                dev: meta.dev(),
+                inode: meta.ino(),
+            },
+        };
+        let object = Arc::new(MappedObject {
+            key,
+            build_id,
+            file,
+            opened_as,
+        });
+        self.objects.insert(id, Arc::downgrade(&object));
+        Some(object)
+    }
+}
+
+/// One executable line of `/proc/PID/maps`.
+#[derive(Debug, PartialEq, Eq)]
+struct MapsLine<'a> {
+    start: u64,
+    end: u64,
+    offset: u64,
+    dev: &'a str,
+    inode: u64,
+    path: &'a str,
+}
+
+/// The executable mappings of `/proc/PID/maps` text; malformed lines are skipped.
+fn parse_maps(text: &str) -> impl Iterator<Item = MapsLine<'_>> {
+    text.lines().filter_map(|line| {
+        // start-end perms offset dev inode [path, which may hold spaces]
+        let mut rest = line;
+        let mut field = || {
+            let rest_trim = rest.trim_start();
+            let end = rest_trim.find(' ').unwrap_or(rest_trim.len());
+            let (f, r) = rest_trim.split_at(end);
+            rest = r;
+            f
+        };
+        let range = field();
+        let perms = field();
+        let offset = field();
+        let dev = field();
+        let inode = field();
+        let path = rest.trim();
+        if !perms.contains('x') {
+            return None;
+        }
+        let (start, end) = range.split_once('-')?;
+        Some(MapsLine {
+            start: u64::from_str_radix(start, 16).ok()?,
+            end: u64::from_str_radix(end, 16).ok()?,
+            offset: u64::from_str_radix(offset, 16).ok()?,
+            dev,
+            inode: inode.parse().ok()?,
+            path,
+        })
+    })
+}
+
+/// The cgroup path of `/proc/PID/cgroup`: the v2 one (`0::/…`) unless it is the root, else the
+/// systemd hierarchy's (`name=systemd`), else the first non-root one.
+fn cgroup_path(text: &str) -> Option<String> {
+    let mut v2 = None;
+    let mut systemd = None;
+    let mut other = None;
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if path.is_empty() || path == "/" {
+            continue;
+        }
+        if controllers.is_empty() {
+            v2 = Some(path);
+        } else if controllers == "name=systemd" {
+            systemd = Some(path);
+        } else if other.is_none() {
+            other = Some(path);
+        }
+    }
+    v2.or(systemd).or(other).map(str::to_owned)
+}
+
+/// The innermost systemd unit a cgroup path names: a `.service`, or a `.scope` that is not a
+/// container's.
+fn systemd_unit(path: &str) -> Option<String> {
+    path.rsplit('/')
+        .find(|c| {
+            c.ends_with(".service")
+                || (c.ends_with(".scope") && container_in_component(c).is_none())
+        })
+        .map(str::to_owned)
+}
+
+/// The container id in a cgroup path: 64 hex digits as a whole component (`/docker/<id>`,
+/// `/kubepods/…/<id>`) or inside one (`docker-<id>.scope`, `cri-containerd-<id>.scope`,
+/// `crio-<id>.scope`, `libpod-<id>.scope`).
+fn container_id(path: &str) -> Option<String> {
+    path.rsplit('/')
+        .find_map(container_in_component)
+        .map(str::to_owned)
+}
+
+fn container_in_component(component: &str) -> Option<&str> {
+    let c = component.strip_suffix(".scope").unwrap_or(component);
+    let id = c.rsplit('-').next()?;
+    (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_keep_executable_ones_with_spaces_in_paths() {
+        let text = "\
+55d4c8a00000-55d4c8a02000 r--p 00000000 fd:01 131 /usr/bin/cat
+55d4c8a02000-55d4c8a07000 r-xp 00002000 fd:01 131 /usr/bin/cat
+7f0000000000-7f0000001000 r-xp 00000000 00:00 0 
+7ffd1a7f0000-7ffd1a7f2000 r-xp 00000000 00:00 0                          [vdso]
+7f1000000000-7f1000010000 r-xp 00001000 08:02 77 /opt/my app/lib.so (deleted)
+bogus line
+";
+        let lines: Vec<_> = parse_maps(text).collect();
+        assert_eq!(lines.len(), 4);
+        assert_eq!(
+            lines[0],
+            MapsLine {
+                start: 0x55d4c8a02000,
+                end: 0x55d4c8a07000,
+                offset: 0x2000,
+                dev: "fd:01",
+                inode: 131,
+                path: "/usr/bin/cat"
+            }
+        );
+        assert_eq!(lines[1].path, "");
+        assert_eq!(lines[2].path, "[vdso]");
+        assert_eq!(lines[3].path, "/opt/my app/lib.so (deleted)");
+    }
+
+    #[test]
+    fn cgroup_labels() {
+        let v2 = "0::/system.slice/nginx.service\n";
+        let p = cgroup_path(v2).unwrap();
+        assert_eq!(systemd_unit(&p).as_deref(), Some("nginx.service"));
+        assert_eq!(container_id(&p), None);
+
+        let hybrid =
+            "12:memory:/foo\n1:name=systemd:/user.slice/user-0.slice/session-3.scope\n0::/\n";
+        let p = cgroup_path(hybrid).unwrap();
+        assert_eq!(p, "/user.slice/user-0.slice/session-3.scope");
+        assert_eq!(systemd_unit(&p).as_deref(), Some("session-3.scope"));
+
+        let id = "a".repeat(64);
+        let docker = format!("0::/system.slice/docker-{id}.scope\n");
+        let p = cgroup_path(&docker).unwrap();
+        assert_eq!(container_id(&p).as_deref(), Some(id.as_str()));
+        assert_eq!(systemd_unit(&p), None, "a container scope is no unit");
+
+        let k8s = format!("0::/kubepods/burstable/pod1234/{id}\n");
+        assert_eq!(
+            container_id(&cgroup_path(&k8s).unwrap()).as_deref(),
+            Some(id.as_str())
+        );
+        assert_eq!(cgroup_path("0::/\n"), None);
+        assert_eq!(cgroup_path("garbage"), None);
+    }
+
+    #[test]
+    fn reads_this_process() {
+        let mut table = ProcessTable::new("/proc");
+        let pid = std::process::id();
+        let info = table.get(pid, 1);
+        assert!(info.readable);
+        assert!(!info.comm.is_empty());
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        assert_eq!(info.executable.as_deref(), exe.to_str());
+        // Its own code is mapped, open, and has a build id.
+        let here = reads_this_process as *const () as u64;
+        let (_, m) = info.mapping_of(here).unwrap();
+        let object = m.object.as_ref().unwrap();
+        assert!(object.build_id.is_some());
+        assert!(matches!(object.key, ObjectKey::BuildId(_)));
+        // Objects are shared between reads of processes mapping the same file.
+        table.announce(pid, "x", 1);
+        let again = table.get(pid, 2);
+        let (_, m2) = again.mapping_of(here).unwrap();
+        assert!(Arc::ptr_eq(object, m2.object.as_ref().unwrap()));
+        table.expire(10, 3);
+        assert!(table.is_empty());
+    }
+
+    #[test]
+    fn a_gone_process_keeps_the_announced_name() {
+        let mut table = ProcessTable::new("/proc");
+        // pid_max is at most 2^22: this pid cannot exist.
+        table.announce(u32::MAX - 1, "shortlived", 1);
+        let info = table.get(u32::MAX - 1, 1);
+        assert!(!info.readable);
+        assert_eq!(info.comm, "shortlived");
+        assert!(info.mappings.is_empty());
+    }
+}

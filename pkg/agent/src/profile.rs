@@ -1,0 +1,550 @@
+//! Samples over a window ([`RawProfile`]: addresses, not yet symbolized) and their pprof.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use parca_pprof::proto;
+use parca_symbolize::{ElfObject, Frame, Symbolizer};
+use rustc_hash::FxHashMap;
+
+use crate::bpf::DrainedStack;
+use crate::process::ProcessInfo;
+
+/// The profile name the server files the agent's profiles under: with the sample and period
+/// types below and a window (`duration > 0`) the series is
+/// `parca_agent:samples:count:cpu:nanoseconds:delta`.
+pub const PROFILE_NAME: &str = "parca_agent";
+
+/// Name of the kernel's pseudo-mapping, as perf and pprof spell it.
+const KERNEL_MAPPING: &str = "[kernel.kallsyms]";
+
+/// A process and its stacks (leaf first).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct RawKey {
+    pub pid: u32,
+    pub user: Arc<[u64]>,
+    pub kernel: Arc<[u64]>,
+}
+
+/// Samples accumulated over a window: counts per (process, stacks), and the processes as they
+/// were read while they ran.
+#[derive(Debug, Clone)]
+pub(crate) struct RawProfile {
+    pub start: SystemTime,
+    pub end: SystemTime,
+    pub samples: FxHashMap<RawKey, u64>,
+    pub processes: FxHashMap<u32, Arc<ProcessInfo>>,
+}
+
+impl RawProfile {
+    pub fn new(start: SystemTime) -> RawProfile {
+        RawProfile {
+            start,
+            end: start,
+            samples: FxHashMap::default(),
+            processes: FxHashMap::default(),
+        }
+    }
+
+    /// Adds drained stacks; `processes` gives each pid's process.
+    pub fn add(&mut self, drained: &[DrainedStack], processes: &FxHashMap<u32, Arc<ProcessInfo>>) {
+        for d in drained {
+            let key = RawKey {
+                pid: d.pid,
+                user: d.user.clone(),
+                kernel: d.kernel.clone(),
+            };
+            *self.samples.entry(key).or_default() += d.count;
+            if let Some(p) = processes.get(&d.pid) {
+                self.processes.insert(d.pid, p.clone());
+            }
+        }
+    }
+
+    /// Samples per process, most first.
+    pub fn per_process(&self) -> Vec<(Arc<ProcessInfo>, u64)> {
+        let mut totals: FxHashMap<u32, u64> = FxHashMap::default();
+        for (key, count) in &self.samples {
+            *totals.entry(key.pid).or_default() += count;
+        }
+        let mut out: Vec<(Arc<ProcessInfo>, u64)> = totals
+            .into_iter()
+            .map(|(pid, n)| {
+                let info = self.processes.get(&pid).cloned().unwrap_or_else(|| {
+                    Arc::new(ProcessInfo {
+                        pid,
+                        ..ProcessInfo::default()
+                    })
+                });
+                (info, n)
+            })
+            .collect();
+        out.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.pid.cmp(&b.0.pid)));
+        out
+    }
+
+    /// Total samples.
+    pub fn total(&self) -> u64 {
+        self.samples.values().sum()
+    }
+}
+
+/// Which processes a profile keeps.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Only this process.
+    pub pid: Option<u32>,
+    /// Only processes of this name.
+    pub comm: Option<String>,
+}
+
+impl Filter {
+    fn keeps(&self, pid: u32, info: Option<&ProcessInfo>) -> bool {
+        self.pid.is_none_or(|p| p == pid)
+            && self
+                .comm
+                .as_deref()
+                .is_none_or(|c| info.is_some_and(|i| i.comm == c))
+    }
+}
+
+/// What goes into every profile besides the samples.
+#[derive(Debug, Clone)]
+pub(crate) struct BuildOptions {
+    pub period_ns: i64,
+    pub node: String,
+}
+
+/// Builds the pprof of `raw`: one sample per (process, stack), kernel frames above user ones,
+/// symbolized where possible; a frame that is not keeps its mapping and address.
+///
+/// Location addresses are the frames' addresses, less one for return addresses (every frame
+/// but the first of each stack), so that they point into the call instruction and a later
+/// symbolizer finds the caller's line, as this one did.
+pub(crate) fn build(
+    raw: &RawProfile,
+    filter: &Filter,
+    symbolizer: &mut Symbolizer,
+    options: &BuildOptions,
+) -> proto::Profile {
+    let mut b = Builder::default();
+    b.string(""); // pprof: string 0 is the empty string
+    let samples_s = b.string("samples");
+    let count_s = b.string("count");
+    let cpu_s = b.string("cpu");
+    let ns_s = b.string("nanoseconds");
+    let node = (!options.node.is_empty()).then(|| options.node.clone());
+
+    let mut samples: FxHashMap<(Vec<u64>, u32), i64> = FxHashMap::default();
+    let mut label_sets: Vec<Vec<proto::Label>> = Vec::new();
+    let mut label_set_of_pid: FxHashMap<u32, u32> = FxHashMap::default();
+    let mut keys: Vec<(&RawKey, &u64)> = raw.samples.iter().collect();
+    // A stable order makes ids, and so the output, deterministic.
+    keys.sort_by(|a, b| {
+        (a.0.pid, &a.0.kernel[..], &a.0.user[..]).cmp(&(b.0.pid, &b.0.kernel[..], &b.0.user[..]))
+    });
+    for (key, &count) in keys {
+        let info = raw.processes.get(&key.pid).map(Arc::as_ref);
+        if !filter.keeps(key.pid, info) {
+            continue;
+        }
+        let mut locations = Vec::with_capacity(key.kernel.len() + key.user.len());
+        for (i, &addr) in key.kernel.iter().enumerate() {
+            let addr = if i == 0 { addr } else { addr.wrapping_sub(1) };
+            locations.push(b.kernel_location(addr, symbolizer));
+        }
+        for (i, &addr) in key.user.iter().enumerate() {
+            let addr = if i == 0 { addr } else { addr.wrapping_sub(1) };
+            locations.push(b.user_location(key.pid, info, addr, symbolizer));
+        }
+        let set = *label_set_of_pid.entry(key.pid).or_insert_with(|| {
+            let mut labels = Vec::new();
+            let mut add = |b: &mut Builder, k: &str, v: &str| {
+                if !v.is_empty() {
+                    let key = b.string(k);
+                    let str = b.string(v);
+                    labels.push(proto::Label {
+                        key,
+                        str,
+                        ..Default::default()
+                    });
+                }
+            };
+            add(&mut b, "pid", &key.pid.to_string());
+            if let Some(info) = info {
+                add(&mut b, "comm", &info.comm);
+                add(
+                    &mut b,
+                    "executable",
+                    info.executable.as_deref().unwrap_or(""),
+                );
+                add(
+                    &mut b,
+                    "systemd_unit",
+                    info.systemd_unit.as_deref().unwrap_or(""),
+                );
+                add(
+                    &mut b,
+                    "container_id",
+                    info.container_id.as_deref().unwrap_or(""),
+                );
+            }
+            if let Some(node) = &node {
+                add(&mut b, "node", node);
+            }
+            label_sets.push(labels);
+            (label_sets.len() - 1) as u32
+        });
+        *samples.entry((locations, set)).or_default() += count as i64;
+    }
+    let mut samples: Vec<proto::Sample> = samples
+        .into_iter()
+        .map(|((location_id, set), value)| proto::Sample {
+            location_id,
+            value: vec![value],
+            label: label_sets[set as usize].clone(),
+        })
+        .collect();
+    samples.sort_by(|a, b| {
+        (a.label.first().map(|l| l.str), &a.location_id)
+            .cmp(&(b.label.first().map(|l| l.str), &b.location_id))
+    });
+
+    let time_nanos = nanos_since_epoch(raw.start);
+    let duration_nanos = (nanos_since_epoch(raw.end) - time_nanos).max(1);
+    proto::Profile {
+        sample_type: vec![proto::ValueType {
+            r#type: samples_s,
+            unit: count_s,
+        }],
+        sample: samples,
+        mapping: b.mappings,
+        location: b.locations,
+        function: b.functions,
+        string_table: b.strings,
+        time_nanos,
+        duration_nanos,
+        period_type: Some(proto::ValueType {
+            r#type: cpu_s,
+            unit: ns_s,
+        }),
+        period: options.period_ns,
+        ..Default::default()
+    }
+}
+
+fn nanos_since_epoch(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+#[derive(Default)]
+struct Builder {
+    strings: Vec<String>,
+    string_ids: FxHashMap<String, i64>,
+    mappings: Vec<proto::Mapping>,
+    /// (pid, mapping index in the process) → mapping id.
+    mapping_ids: FxHashMap<(u32, usize), u64>,
+    kernel_mapping: Option<u64>,
+    /// Per mapping: whether a location of it was seen yet.
+    mapping_seen: Vec<bool>,
+    locations: Vec<proto::Location>,
+    /// (mapping id or 0, address, pid when there is no mapping) → location id.
+    location_ids: FxHashMap<(u64, u64, u32), u64>,
+    functions: Vec<proto::Function>,
+    function_ids: FxHashMap<(i64, i64, i64), u64>,
+}
+
+impl Builder {
+    fn string(&mut self, s: &str) -> i64 {
+        if let Some(&id) = self.string_ids.get(s) {
+            return id;
+        }
+        let id = self.strings.len() as i64;
+        self.strings.push(s.to_owned());
+        self.string_ids.insert(s.to_owned(), id);
+        id
+    }
+
+    fn function(&mut self, frame: &Frame) -> u64 {
+        let name = self.string(&frame.function);
+        let system_name = self.string(&frame.system_name);
+        let filename = self.string(frame.file.as_deref().unwrap_or(""));
+        let next = self.functions.len() as u64 + 1;
+        let id = *self
+            .function_ids
+            .entry((name, system_name, filename))
+            .or_insert(next);
+        if id == next {
+            self.functions.push(proto::Function {
+                id,
+                name,
+                system_name,
+                filename,
+                start_line: 0,
+            });
+        }
+        id
+    }
+
+    fn location(&mut self, mapping_id: u64, addr: u64, pid: u32, frames: &[Frame]) -> u64 {
+        let key = (mapping_id, addr, if mapping_id == 0 { pid } else { 0 });
+        if let Some(&id) = self.location_ids.get(&key) {
+            return id;
+        }
+        let line = frames
+            .iter()
+            .map(|f| proto::Line {
+                function_id: self.function(f),
+                line: i64::from(f.line),
+                column: 0,
+            })
+            .collect::<Vec<_>>();
+        if mapping_id != 0 {
+            let m = &mut self.mappings[mapping_id as usize - 1];
+            // pprof reads `has_*` as "every location of the mapping has it", so a symbolizer
+            // skips such mappings: the flags start true and fall at the first location without.
+            let first = !self.mapping_seen[mapping_id as usize - 1];
+            self.mapping_seen[mapping_id as usize - 1] = true;
+            let set = |flag: &mut bool, value: bool| *flag = (first || *flag) && value;
+            set(&mut m.has_functions, !line.is_empty());
+            set(
+                &mut m.has_filenames,
+                frames.iter().any(|f| f.file.is_some()),
+            );
+            set(&mut m.has_line_numbers, frames.iter().any(|f| f.line != 0));
+            // Lines come from DWARF, which also gave the inlined frames.
+            m.has_inline_frames = m.has_line_numbers;
+        }
+        let id = self.locations.len() as u64 + 1;
+        self.locations.push(proto::Location {
+            id,
+            mapping_id,
+            address: addr,
+            line,
+            is_folded: false,
+        });
+        self.location_ids.insert(key, id);
+        id
+    }
+
+    fn kernel_location(&mut self, addr: u64, symbolizer: &mut Symbolizer) -> u64 {
+        let mapping_id = match self.kernel_mapping {
+            Some(id) => id,
+            None => {
+                let filename = self.string(KERNEL_MAPPING);
+                let id = self.mappings.len() as u64 + 1;
+                self.mappings.push(proto::Mapping {
+                    id,
+                    // The upper half of the address space: where x86-64 kernels live.
+                    memory_start: 0xffff_8000_0000_0000,
+                    memory_limit: u64::MAX,
+                    filename,
+                    ..Default::default()
+                });
+                self.mapping_seen.push(false);
+                self.kernel_mapping = Some(id);
+                id
+            }
+        };
+        if let Some(&id) = self.location_ids.get(&(mapping_id, addr, 0)) {
+            return id;
+        }
+        let frames = symbolizer.symbolize_kernel(addr);
+        self.location(mapping_id, addr, 0, frames.as_deref().unwrap_or(&[]))
+    }
+
+    fn user_location(
+        &mut self,
+        pid: u32,
+        info: Option<&ProcessInfo>,
+        addr: u64,
+        symbolizer: &mut Symbolizer,
+    ) -> u64 {
+        let Some((index, mapping)) = info.and_then(|i| i.mapping_of(addr)) else {
+            // Unknown process or address outside every file mapping: the address alone.
+            return self.location(0, addr, pid, &[]);
+        };
+        let mapping_id = match self.mapping_ids.get(&(pid, index)) {
+            Some(&id) => id,
+            None => {
+                let filename = self.string(&mapping.path);
+                let build_id = match mapping.object.as_ref().and_then(|o| o.build_id.as_ref()) {
+                    Some(id) => self.string(&id.to_string()),
+                    None => 0,
+                };
+                let id = self.mappings.len() as u64 + 1;
+                self.mappings.push(proto::Mapping {
+                    id,
+                    memory_start: mapping.start,
+                    memory_limit: mapping.end,
+                    file_offset: mapping.offset,
+                    filename,
+                    build_id,
+                    ..Default::default()
+                });
+                self.mapping_seen.push(false);
+                self.mapping_ids.insert((pid, index), id);
+                id
+            }
+        };
+        if let Some(&id) = self.location_ids.get(&(mapping_id, addr, 0)) {
+            return id;
+        }
+        let frames = match &mapping.object {
+            Some(object) => symbolizer.symbolize(
+                &object.key,
+                || ElfObject::read(&object.file, &object.opened_as),
+                addr - mapping.start + mapping.offset,
+            ),
+            None => Arc::from(Vec::new()),
+        };
+        self.location(mapping_id, addr, pid, &frames)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use parca_symbolize::Options;
+
+    use super::*;
+    use crate::process::ProcessTable;
+
+    #[inline(never)]
+    fn marker_function() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    fn raw_of_this_process() -> (RawProfile, u64) {
+        let mut table = ProcessTable::new("/proc");
+        let pid = std::process::id();
+        let info = table.get(pid, 1);
+        let addr = marker_function as *const () as u64;
+        let mut raw = RawProfile::new(SystemTime::UNIX_EPOCH + Duration::from_secs(100));
+        raw.end = raw.start + Duration::from_secs(10);
+        let processes: FxHashMap<u32, Arc<ProcessInfo>> = [(pid, info)].into_iter().collect();
+        let drained = [
+            DrainedStack {
+                pid,
+                // Leaf, then an address outside any mapping.
+                user: Arc::from(vec![addr + 1, 0x10]),
+                kernel: Arc::from(vec![]),
+                count: 3,
+            },
+            DrainedStack {
+                pid: 999_999_999,
+                user: Arc::from(vec![0x1234]),
+                kernel: Arc::from(vec![]),
+                count: 2,
+            },
+        ];
+        raw.add(&drained, &processes);
+        raw.add(&drained[..1], &processes);
+        (raw, addr)
+    }
+
+    #[test]
+    fn pprof_has_the_agent_profile_type_labels_and_symbols() {
+        let (raw, addr) = raw_of_this_process();
+        assert_eq!(raw.total(), 8);
+        let mut symbolizer = Symbolizer::new(Options::default());
+        let options = BuildOptions {
+            period_ns: 1_000_000_000 / 19,
+            node: "node-a".into(),
+        };
+        let p = build(&raw, &Filter::default(), &mut symbolizer, &options);
+        let s = |i: i64| p.string_table[i as usize].as_str();
+        assert_eq!(
+            (s(p.sample_type[0].r#type), s(p.sample_type[0].unit)),
+            ("samples", "count")
+        );
+        let pt = p.period_type.unwrap();
+        assert_eq!((s(pt.r#type), s(pt.unit)), ("cpu", "nanoseconds"));
+        assert_eq!(p.period, 52_631_578);
+        assert_eq!(p.duration_nanos, 10_000_000_000);
+        assert_eq!(p.sample.len(), 2);
+
+        let ours = p
+            .sample
+            .iter()
+            .find(|x| {
+                x.label
+                    .iter()
+                    .any(|l| s(l.key) == "pid" && s(l.str) == std::process::id().to_string())
+            })
+            .unwrap();
+        assert_eq!(ours.value, vec![6]);
+        let names: Vec<&str> = ours.label.iter().map(|l| s(l.key)).collect();
+        assert_eq!(names, ["pid", "comm", "executable", "node"]);
+
+        // The leaf is symbolized, demangled, and keeps its mapping and address.
+        let leaf = &p.location[ours.location_id[0] as usize - 1];
+        assert_eq!(leaf.address, addr + 1);
+        let mapping = &p.mapping[leaf.mapping_id as usize - 1];
+        assert!(mapping.build_id != 0 && mapping.has_functions);
+        let f = &p.function[leaf.line.last().unwrap().function_id as usize - 1];
+        assert!(
+            s(f.name).ends_with("profile::tests::marker_function"),
+            "{}",
+            s(f.name)
+        );
+
+        // Outside any mapping: kept as a bare address, minus one (a return address).
+        let bare = &p.location[ours.location_id[1] as usize - 1];
+        assert_eq!(
+            (bare.mapping_id, bare.address, bare.line.len()),
+            (0, 0xf, 0)
+        );
+
+        // An unknown process keeps its pid and its unsymbolized frame.
+        let other = p.sample.iter().find(|x| x.value == vec![2]).unwrap();
+        assert_eq!(s(other.label[0].str), "999999999");
+        assert!(
+            p.location[other.location_id[0] as usize - 1]
+                .line
+                .is_empty()
+        );
+
+        // It encodes and decodes as a valid pprof.
+        let bytes = parca_pprof::encode(&p, true);
+        parca_pprof::decode(&bytes, &parca_pprof::DecodeOptions::default()).unwrap();
+    }
+
+    #[test]
+    fn filters_by_pid_and_comm() {
+        let (raw, _) = raw_of_this_process();
+        let mut symbolizer = Symbolizer::new(Options::default());
+        let options = BuildOptions {
+            period_ns: 1,
+            node: String::new(),
+        };
+        let by_pid = Filter {
+            pid: Some(999_999_999),
+            comm: None,
+        };
+        assert_eq!(
+            build(&raw, &by_pid, &mut symbolizer, &options).sample.len(),
+            1
+        );
+        let comm = raw.processes[&std::process::id()].comm.clone();
+        let by_comm = Filter {
+            pid: None,
+            comm: Some(comm),
+        };
+        let p = build(&raw, &by_comm, &mut symbolizer, &options);
+        assert_eq!(p.sample.len(), 1);
+        assert_eq!(p.sample[0].value, vec![6]);
+        let none = Filter {
+            pid: None,
+            comm: Some("no-such-comm".into()),
+        };
+        assert!(
+            build(&raw, &none, &mut symbolizer, &options)
+                .sample
+                .is_empty()
+        );
+    }
+}
