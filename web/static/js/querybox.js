@@ -64,6 +64,7 @@ export function queryEditor({ value = '', placeholder = '', types, onSubmit, onI
   let ctx = null;
   let errorAt = -1;
   let request = 0;
+  let fetched = []; // the last answer, unfiltered
 
   const fit = () => {
     area.style.height = 'auto';
@@ -132,21 +133,24 @@ export function queryEditor({ value = '', placeholder = '', types, onSubmit, onI
     const mine = ++request;
     const type = typeOfQuery(area.value);
     const match = type ? `{__name__="${type}"}` : '{__name__=~".+"}';
-    let found = [];
+    let all = [];
     try {
       if (ctx.kind === 'type') {
-        found = (types() || []).filter((t) => t.startsWith(ctx.prefix) && t !== ctx.prefix).map((t) => ({ text: t, help: describe(t).title }));
+        all = (types() || []).map((t) => ({ text: t, help: describe(t).title }));
       } else if (ctx.kind === 'label') {
-        const names = await labelNames(match);
-        found = names.filter((n) => n !== '__name__' && n.startsWith(ctx.prefix)).map((n) => ({ text: n }));
+        all = (await labelNames(match)).filter((n) => n !== '__name__').map((n) => ({ text: n }));
       } else {
-        const values = await labelValues(ctx.label, match);
-        found = values.filter((v) => v.startsWith(ctx.prefix)).map((v) => ({ text: v }));
+        all = (await labelValues(ctx.label, match)).map((v) => ({ text: v }));
       }
     } catch {
-      found = [];
+      all = [];
     }
-    if (mine === request) show(found);
+    if (mine !== request) return;
+    const now = completionContext(area.value, area.selectionStart);
+    if (!now || now.kind !== ctx.kind) return close();
+    ctx = now;
+    fetched = all;
+    show(all.filter((it) => it.text.startsWith(now.prefix) && (it.text !== now.prefix || now.kind === 'value')));
   }, 120);
 
   const changed = () => {
@@ -160,6 +164,12 @@ export function queryEditor({ value = '', placeholder = '', types, onSubmit, onI
 
   area.addEventListener('input', () => {
     changed();
+    // Narrow the open list at once; the API is asked again after a pause.
+    const now = completionContext(area.value, area.selectionStart);
+    if (now && ctx && now.kind === ctx.kind && now.label === ctx.label && fetched.length) {
+      ctx = now;
+      show(fetched.filter((it) => it.text.startsWith(now.prefix) && it.text !== now.prefix));
+    }
     complete();
   });
   area.addEventListener('click', complete);

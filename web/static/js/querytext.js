@@ -39,7 +39,9 @@ const quote = (v) => `"${String(v).replace(/["\\]/g, '\\$&')}"`;
 
 /** `q` with equality matchers for `labels` added to its selector. */
 export function withMatchers(q, labels) {
-  const extra = Object.entries(labels).map(([k, v]) => `${k}=${quote(v)}`);
+  // A selector that starts with its profile type may not match `__name__` again.
+  const typed = !q.trimStart().startsWith('{');
+  const extra = Object.entries(labels).filter(([k]) => !(typed && k === '__name__')).map(([k, v]) => `${k}=${quote(v)}`);
   if (!extra.length) return q;
   const end = selectorEnd(q);
   const head = q.slice(0, end);

@@ -1,0 +1,118 @@
+// Render benchmark of the icicle graph in the same headless Chromium: for synthetic profiles of
+// 10k, 100k and 800k nodes, the time from the API's JSON text to the first painted frame
+// (JSON.parse, columns, layout and first draw), and the draw and frame times while zooming and
+// panning. Prints a table; it asserts nothing (figures, not a timed test).
+
+import { startServer } from './lib/server.mjs';
+import { launch } from './lib/browser.mjs';
+
+const SIZES = (process.env.BENCH_SIZES || '10000,100000,800000').split(',').map(Number);
+
+const server = await startServer();
+const browser = await launch();
+try {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  await page.goto(`${server.url}/targets`);
+  console.log('| nodes | JSON size | JSON.parse | to columns | layout + first draw | first paint (total) | zoom: draw p50 / p95 / max | zoom: frame interval p50 / p95 | pan: draw p50 / max |');
+  console.log('|---|---|---|---|---|---|---|---|---|');
+  for (const n of SIZES) {
+    const r = await page.evaluate(run, n);
+    const ms = (x) => `${x.toFixed(1)} ms`;
+    console.log(`| ${r.nodes.toLocaleString('en')} | ${(r.bytes / 1e6).toFixed(1)} MB | ${ms(r.parse)} | ${ms(r.columns)} | ${ms(r.draw)} | ${ms(r.firstPaint)} | ${ms(r.zoom.p50)} / ${ms(r.zoom.p95)} / ${ms(r.zoom.max)} | ${ms(r.frames.p50)} / ${ms(r.frames.p95)} | ${ms(r.pan.p50)} / ${ms(r.pan.max)} |`);
+  }
+} finally {
+  await browser.close();
+  await server.stop();
+}
+
+/** Runs in the page. */
+async function run(target) {
+  const { fromJSON } = await import('/js/tree.js');
+  const { Icicle } = await import('/js/icicle.js');
+  // A deterministic random tree shaped like a real profile: wide near the root, then mostly
+  // chains with some branching, about 30 frames deep.
+  let seed = 42;
+  const rand = () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const names = [];
+  for (let p = 0; p < 300; p++) for (let f = 0; f < 40; f++) names.push(`github.com/org${p % 17}/pkg${p}.(*Type${f % 7}).Method${f}`);
+  const nodes = [{ name: 'root', value: 0, self: 0, children: [] }];
+  const parent = [-1];
+  const depth = [0];
+  for (let head = 0; nodes.length < target; head++) {
+    if (head >= nodes.length) head = 0;
+    const d = depth[head];
+    const r = rand();
+    const k = d < 3 ? 4 + Math.floor(rand() * 5) : r < 0.55 ? 1 : r < 0.8 ? 2 : r < 0.9 ? 3 : 0;
+    for (let c = 0; c < k && nodes.length < target; c++) {
+      const node = { name: names[Math.floor(rand() * names.length)], file: 'src/file.go', line: 1 + Math.floor(rand() * 500), value: 0, self: 0, children: [] };
+      nodes[head].children.push(node);
+      nodes.push(node);
+      parent.push(head);
+      depth.push(d + 1);
+    }
+  }
+  for (let i = nodes.length - 1; i > 0; i--) {
+    const node = nodes[i];
+    if (!node.children.length || rand() < 0.2) node.self = 1e6 * (1 + Math.floor(rand() * 100));
+    node.value += node.self;
+    nodes[parent[i]].value += node.value;
+  }
+  const text = JSON.stringify({ sample_type: 'cpu', unit: 'nanoseconds', period_type: 'cpu', period_unit: 'nanoseconds', period: 1e7, total: nodes[0].value, root: nodes[0] });
+  nodes.length = 0;
+
+  const box = document.createElement('div');
+  box.style.width = '1360px';
+  document.body.prepend(box);
+  await new Promise((r) => requestAnimationFrame(r));
+  const t0 = performance.now();
+  const data = JSON.parse(text);
+  const t1 = performance.now();
+  const tree = fromJSON(data);
+  const t2 = performance.now();
+  const icicle = new Icicle(box, {});
+  icicle.setTree(tree);
+  const t3 = performance.now();
+  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  const t4 = performance.now();
+
+  const stats = (xs) => {
+    const s = xs.slice().sort((a, b) => a - b);
+    return { p50: s[Math.floor(s.length / 2)] || 0, p95: s[Math.floor(s.length * 0.95)] || 0, max: s[s.length - 1] || 0 };
+  };
+  // Zoom: into ten heavy frames at depth 2..6 and back out, animated, recording frame intervals.
+  const candidates = [];
+  for (let i = 1; i < tree.n && candidates.length < 10; i++) if (tree.depth[i] === 2 + (candidates.length % 5) && tree.value[i] > tree.value[0] / 200) candidates.push(i);
+  icicle.frameTimes.length = 0;
+  const intervals = [];
+  for (const node of candidates) {
+    for (const target of [node, 0]) {
+      icicle.focus(target);
+      let last = performance.now();
+      const end = last + 220;
+      while (performance.now() < end) {
+        await new Promise((r) => requestAnimationFrame(r));
+        const now = performance.now();
+        intervals.push(now - last);
+        last = now;
+      }
+    }
+  }
+  const zoom = stats(icicle.frameTimes);
+  // Pan: shift a zoomed view 60 times.
+  icicle.focus(candidates[0] || 0, false);
+  icicle.frameTimes.length = 0;
+  const span = icicle.view[1] - icicle.view[0];
+  for (let k = 0; k < 60; k++) {
+    icicle.view = icicle.clamp([icicle.view[0] + span / 50, icicle.view[1] + span / 50]);
+    icicle.draw();
+  }
+  const pan = stats(icicle.frameTimes);
+  icicle.destroy();
+  box.remove();
+  return { nodes: tree.n, bytes: text.length, parse: t1 - t0, columns: t2 - t1, draw: t3 - t2, firstPaint: t4 - t0, zoom, frames: stats(intervals), pan };
+}

@@ -1,0 +1,125 @@
+// Starts the real server (release binary) on a free loopback port with a temporary storage
+// directory, a configuration that scrapes the server itself and one closed port (a target that
+// is down), and pushes real profiles from tests/testdata/pprof.
+
+import { spawn } from 'node:child_process';
+import { mkdtempSync, writeFileSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
+const TESTDATA = join(REPO, 'tests/testdata/pprof');
+
+/** A port nothing listens on now. */
+export function freePort() {
+  return new Promise((ok, fail) => {
+    const s = createServer();
+    s.once('error', fail);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => ok(port));
+    });
+  });
+}
+
+/** Polls `check` until it returns a truthy value or `ms` pass. */
+export async function until(check, ms, what) {
+  const deadline = Date.now() + ms;
+  let last;
+  while (Date.now() < deadline) {
+    try {
+      const v = await check();
+      if (v) return v;
+    } catch (e) {
+      last = e;
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
+}
+
+/** The profiles pushed at start: file, labels. Their own timestamps are kept. */
+export const PUSHED = [
+  ['go/go-cpu.pb.gz', { __name__: 'process_cpu', job: 'go', instance: 'go-cpu' }],
+  ['go/go-cpu-b.pb.gz', { __name__: 'process_cpu', job: 'go', instance: 'go-cpu-b' }],
+  ['go/go-heap.pb.gz', { __name__: 'memory', job: 'go', instance: 'go-heap' }],
+  ['prometheus/prometheus-cpu.pb.gz', { __name__: 'process_cpu', job: 'prometheus', instance: 'prometheus-cpu' }],
+  ['rust/rust-cpu.pb.gz', { __name__: 'process_cpu', job: 'rust', instance: 'rust-cpu' }],
+];
+
+/** `timeNanos` of a corpus file as milliseconds, from the corpus manifest. */
+export function profileTimeMs(file) {
+  for (const line of readFileSync(join(TESTDATA, 'MANIFEST.jsonl'), 'utf8').split('\n')) {
+    if (!line) continue;
+    const entry = JSON.parse(line);
+    if (entry.file === file) return Number(BigInt(entry.timeNanos) / 1000000n);
+  }
+  throw new Error(`${file} is not in the corpus manifest`);
+}
+
+/** Starts the server; returns `{url, port, stop()}`. */
+export async function startServer() {
+  const bin = process.env.PARCA_BIN || join(REPO, 'target/release/parca');
+  if (!existsSync(bin)) throw new Error(`no server binary at ${bin}: run cargo build --release -p parca`);
+  const dir = mkdtempSync(join(tmpdir(), 'parca-browser-'));
+  const port = await freePort();
+  const closed = await freePort();
+  const config = join(dir, 'parca.yaml');
+  writeFileSync(config, `scrape_configs:
+  - job_name: parca
+    scrape_interval: 2s
+    static_configs:
+      - targets: ["127.0.0.1:${port}"]
+    profiling_config:
+      pprof_config:
+        memory: { enabled: false }
+        block: { enabled: false }
+        mutex: { enabled: false }
+        goroutine: { enabled: false }
+  - job_name: broken
+    scrape_interval: 2s
+    static_configs:
+      - targets: ["127.0.0.1:${closed}"]
+        labels: { env: "test" }
+    profiling_config:
+      pprof_config:
+        memory: { enabled: false }
+        block: { enabled: false }
+        mutex: { enabled: false }
+        goroutine: { enabled: false }
+`);
+  const log = [];
+  const child = spawn(bin, [`--config-path=${config}`, `--storage-path=${join(dir, 'data')}`, `--http-address=127.0.0.1:${port}`], { stdio: ['ignore', 'pipe', 'pipe'] });
+  child.stdout.on('data', (d) => log.push(String(d)));
+  child.stderr.on('data', (d) => log.push(String(d)));
+  let exited = null;
+  child.on('exit', (code) => { exited = code; });
+  const url = `http://127.0.0.1:${port}`;
+  try {
+    await until(async () => {
+      if (exited !== null) throw new Error(`server exited with ${exited}: ${log.join('')}`);
+      return (await fetch(`${url}/-/ready`)).ok;
+    }, 30000, 'the server to be ready');
+    for (const [file, labels] of PUSHED) {
+      const res = await fetch(`${url}/api/v1/write?${new URLSearchParams(labels)}`, { method: 'POST', body: readFileSync(join(TESTDATA, file)) });
+      if (!res.ok) throw new Error(`push of ${file} failed: ${res.status} ${await res.text()}`);
+    }
+  } catch (e) {
+    child.kill('SIGKILL');
+    throw e;
+  }
+  return {
+    url,
+    port,
+    log,
+    async stop() {
+      if (exited === null) {
+        child.kill('SIGTERM');
+        await until(() => exited !== null, 15000, 'the server to stop').catch(() => child.kill('SIGKILL'));
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,281 @@
+// The web UI in a real headless Chromium against a real server holding real profiles:
+// explorer, metrics graph, icicle graph (pixels drawn), zoom, search, table, bottom-up, compare,
+// targets, a bad query, downloads and the URL state. Screenshots go to tests/browser/out/.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { startServer, profileTimeMs, until, REPO } from '../lib/server.mjs';
+import { launch, canvasStats } from '../lib/browser.mjs';
+
+const OUT = join(REPO, 'tests/browser/out');
+const CPU = 'process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta';
+const ROW = 18;
+let server;
+let browser;
+let page;
+const pageErrors = [];
+
+// The pushed Go CPU profiles keep their own timestamps: look there.
+const T = profileTimeMs('go/go-cpu.pb.gz');
+const FROM = T - 5 * 60e3;
+const TO = T + 5 * 60e3;
+
+const explorerUrl = (params) => `${server.url}/?${new URLSearchParams({ from: FROM, to: TO, ...params })}`;
+const shot = (name) => page.screenshot({ path: join(OUT, `${name}.png`), fullPage: true });
+
+before(async () => {
+  mkdirSync(OUT, { recursive: true });
+  server = await startServer();
+  browser = await launch();
+  page = await browser.newPage({ viewport: { width: 1400, height: 1000 }, acceptDownloads: true });
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+  page.setDefaultTimeout(20000);
+});
+
+after(async () => {
+  if (browser) await browser.close();
+  if (server) await server.stop();
+});
+
+/** Waits until the icicle canvas has painted frames; returns its stats. */
+async function drawnIcicle() {
+  await page.waitForSelector('canvas.icicle');
+  return until(async () => {
+    const s = await canvasStats(page);
+    return s.painted > s.total * 0.05 && s.colours > 5 ? s : null;
+  }, 15000, 'the icicle graph to be drawn');
+}
+
+test('the explorer loads and offers profile types with human names', async () => {
+  await page.goto(`${server.url}/`);
+  await page.waitForSelector('select.type-select option[value^="process_cpu"]', { state: 'attached' });
+  const options = await page.$$eval('select.type-select option', (os) => os.map((o) => o.textContent));
+  assert.ok(options.some((o) => o.startsWith('CPU time')), `options: ${options}`);
+  assert.ok(options.some((o) => o.startsWith('Memory in use (bytes)')), `options: ${options}`);
+  // With no query, the first CPU type is chosen and written to the URL.
+  await until(() => new URL(page.url()).searchParams.get('query'), 10000, 'a default query');
+  await page.waitForSelector('.type-help strong');
+  await shot('explorer-default');
+});
+
+test('a query draws the metrics graph and the icicle graph', async () => {
+  await page.goto(explorerUrl({ query: `${CPU}{job="go"}` }));
+  await page.waitForSelector('.graph-svg circle.point');
+  const series = await page.$$eval('.legend li', (li) => li.length);
+  assert.ok(series >= 2, `expected several series, got ${series}`);
+  const stats = await drawnIcicle();
+  assert.ok(stats.colours > 10, `few colours drawn: ${JSON.stringify(stats)}`);
+  const summary = await page.textContent('.profile-summary');
+  assert.match(summary, /total [\d.]+ (s|ms)/);
+  const rows = await page.$$eval('table.functions tbody tr', (tr) => tr.length);
+  assert.ok(rows > 10, `table rows: ${rows}`);
+  await shot('explorer-query');
+});
+
+test('hovering the metrics graph shows labels and a value with its unit', async () => {
+  await page.goto(explorerUrl({ query: `${CPU}{job="go"}` }));
+  await page.waitForSelector('.graph-svg circle.point');
+  const point = await page.$eval('.graph-svg circle.point', (c) => {
+    const r = c.getBoundingClientRect();
+    return { x: r.x + r.width / 2, y: r.y + r.height / 2 };
+  });
+  await page.mouse.move(point.x, point.y);
+  await page.waitForSelector('.graph-tip:not([hidden])');
+  const tip = await page.textContent('.graph-tip');
+  assert.match(tip, /job="go"/);
+  assert.match(tip, /\d (ms|s|µs)/);
+  // A click opens that profile.
+  await page.mouse.click(point.x, point.y);
+  await page.waitForFunction(() => document.querySelector('.profile-head h2')?.textContent.startsWith('Profile at'));
+  assert.ok(new URL(page.url()).searchParams.get('time'));
+  await drawnIcicle();
+  // A drag merges a range.
+  const box = await page.$eval('.graph-svg .overlay', (r) => { const b = r.getBoundingClientRect(); return { x: b.x, y: b.y, w: b.width, h: b.height }; });
+  await page.mouse.move(box.x + box.w * 0.3, box.y + box.h / 2);
+  await page.mouse.down();
+  await page.mouse.move(box.x + box.w * 0.5, box.y + box.h / 2, { steps: 5 });
+  await page.mouse.move(box.x + box.w * 0.7, box.y + box.h / 2, { steps: 5 });
+  await page.mouse.up();
+  await page.waitForFunction(() => document.querySelector('.profile-head h2')?.textContent.startsWith('Merged profile of'));
+  assert.ok(new URL(page.url()).searchParams.get('pfrom'));
+  await page.waitForSelector('.graph-svg rect.selection');
+  await drawnIcicle();
+  await shot('explorer-range-selected');
+});
+
+test('clicking a frame zooms, the breadcrumb follows, reset goes back', async () => {
+  await page.goto(explorerUrl({ query: `${CPU}{job="go"}`, view: 'icicle' }));
+  const before = await drawnIcicle();
+  const box = await page.$eval('canvas.icicle', (c) => { const b = c.getBoundingClientRect(); return { x: b.x, y: b.y }; });
+  await page.mouse.click(box.x + 4, box.y + ROW * 1.5);
+  await page.waitForFunction(() => document.querySelectorAll('.breadcrumb .crumb').length === 2);
+  await until(() => new URL(page.url()).searchParams.get('focus'), 5000, 'focus in the URL');
+  await page.waitForTimeout(300); // the zoom animation
+  const after = await canvasStats(page);
+  assert.notDeepEqual(after, before, 'the canvas did not change on zoom');
+  // Deeper still.
+  await page.mouse.click(box.x + 4, box.y + ROW * 2.5);
+  await page.waitForFunction(() => document.querySelectorAll('.breadcrumb .crumb').length === 3);
+  await shot('icicle-zoomed');
+  // The URL reproduces the zoom.
+  await page.reload();
+  await page.waitForFunction(() => document.querySelectorAll('.breadcrumb .crumb').length === 3);
+  await page.click('.breadcrumb .reset');
+  await page.waitForFunction(() => document.querySelectorAll('.breadcrumb .crumb').length === 1);
+  await until(() => !new URL(page.url()).searchParams.get('focus'), 5000, 'focus cleared from the URL');
+});
+
+test('search highlights matches and shows their share', async () => {
+  await page.goto(explorerUrl({ query: `${CPU}{job="go"}`, view: 'icicle' }));
+  await drawnIcicle();
+  await page.fill('input.search', 'sort');
+  await page.waitForFunction(() => /frames · .* of all/.test(document.querySelector('.search-info').textContent));
+  const info = await page.textContent('.search-info');
+  const share = Number(/([\d.]+)% of all/.exec(info)[1]);
+  assert.ok(share > 0 && share < 100, info);
+  const stats = await canvasStats(page);
+  assert.ok(stats.dimmed > 0, 'frames that do not match are dimmed');
+  assert.equal(new URL(page.url()).searchParams.get('search'), 'sort');
+  await shot('icicle-search');
+  await page.fill('input.search', 'no-such-function-anywhere');
+  await page.waitForFunction(() => document.querySelector('.search-info').textContent === 'no frame matches');
+});
+
+test('the table sorts, filters, and a click focuses the graph', async () => {
+  await page.goto(explorerUrl({ query: `${CPU}{job="go"}` }));
+  await drawnIcicle();
+  const flat = await page.$$eval('table.functions tbody tr td:nth-child(2)', (td) => td.length);
+  assert.ok(flat > 10);
+  await page.click('table.functions th[data-sort="cum"]');
+  await page.waitForSelector('table.functions th.sorted[data-sort="cum"]');
+  await page.fill('input.table-filter', 'sort.');
+  await page.waitForFunction(() => [...document.querySelectorAll('table.functions tbody td.name')].every((td) => td.textContent.includes('sort.')));
+  const name = await page.textContent('table.functions tbody tr:first-child td.name');
+  await page.click('table.functions tbody tr:first-child');
+  await page.waitForFunction(() => document.querySelectorAll('.breadcrumb .crumb').length > 1);
+  const current = await page.textContent('.breadcrumb .crumb.current');
+  assert.equal(current, name);
+  assert.match(await page.inputValue('input.search'), /^\/\^.*\$\/$/);
+  await shot('table-focus');
+});
+
+test('bottom-up view and hiding frames rebuild the graph', async () => {
+  await page.goto(explorerUrl({ query: `${CPU}{job="go"}`, view: 'icicle' }));
+  await drawnIcicle();
+  const framesBefore = Number((await page.textContent('.profile-summary')).match(/([\d,]+) frames/)[1].replace(/,/g, ''));
+  await page.check('input.invert');
+  await page.waitForFunction(() => document.querySelector('.profile-summary').textContent.includes('bottom-up'));
+  await drawnIcicle();
+  assert.equal(new URL(page.url()).searchParams.get('invert'), '1');
+  // The heaviest self function is the first frame below the root.
+  await shot('icicle-bottom-up');
+  await page.uncheck('input.invert');
+  await page.fill('input.hide-pattern', '^runtime\\.');
+  await page.press('input.hide-pattern', 'Enter');
+  await page.waitForFunction((n) => Number(document.querySelector('.profile-summary').textContent.match(/([\d,]+) frames/)[1].replace(/,/g, '')) < n, framesBefore);
+  assert.equal(new URL(page.url()).searchParams.get('hide'), '^runtime\\.');
+  const names = await page.$$eval('table.functions tbody td.name', (td) => td.map((t) => t.textContent));
+  assert.ok(!names.some((n) => n.startsWith('runtime.')), 'hidden frames are gone from the table');
+});
+
+test('downloads: folded and SVG of the view, pprof from the server', async () => {
+  await page.goto(explorerUrl({ query: `${CPU}{job="go"}`, view: 'icicle' }));
+  await drawnIcicle();
+  const [folded] = await Promise.all([page.waitForEvent('download'), page.click('button.dl-folded')]);
+  const text = await (await folded.createReadStream()).toArray();
+  const lines = Buffer.concat(text).toString().trim().split('\n');
+  assert.ok(lines.length > 10 && lines.every((l) => /^\S.*;?.* \d+$/.test(l)), lines.slice(0, 3).join('\n'));
+  const [svg] = await Promise.all([page.waitForEvent('download'), page.click('button.dl-svg')]);
+  const svgText = Buffer.concat(await (await svg.createReadStream()).toArray()).toString();
+  assert.match(svgText, /^<svg[^>]+xmlns="http:\/\/www.w3.org\/2000\/svg"/);
+  assert.ok((svgText.match(/<rect/g) || []).length > 20);
+  const href = await page.getAttribute('a.dl-pprof', 'href');
+  const res = await fetch(new URL(href, server.url));
+  assert.equal(res.status, 200);
+  const bytes = new Uint8Array(await res.arrayBuffer());
+  assert.deepEqual([bytes[0], bytes[1]], [0x1f, 0x8b], 'pprof download is gzip');
+});
+
+test('compare shows a diff: red grew, green shrank', async () => {
+  const params = new URLSearchParams({
+    a: `${CPU}{instance="go-cpu"}`, afrom: FROM, ato: TO,
+    b: `${CPU}{instance="go-cpu-b"}`, bfrom: FROM, bto: TO,
+  });
+  await page.goto(`${server.url}/compare?${params}`);
+  await page.waitForSelector('.diff-legend');
+  const stats = await drawnIcicle();
+  assert.ok(stats.red > 0 && stats.green > 0, `diff colours: ${JSON.stringify(stats)}`);
+  const canvas = await page.$eval('canvas.icicle', (c) => { const b = c.getBoundingClientRect(); return { x: b.x, y: b.y }; });
+  await page.mouse.move(canvas.x + 4, canvas.y + ROW * 1.5);
+  await page.waitForSelector('.tooltip:not([hidden]) .tt-name');
+  const tip = await page.textContent('.tooltip:not([hidden])');
+  assert.match(tip, /A \(base\)/);
+  assert.match(tip, /Change/);
+  await page.waitForSelector('.side-a .graph-svg');
+  await page.waitForSelector('.side-b .graph-svg');
+  await shot('compare');
+  await page.selectOption('select.diff-mode', 'relative');
+  await until(() => new URL(page.url()).searchParams.get('diffmode') === 'relative', 5000, 'relative mode in the URL');
+  await drawnIcicle();
+});
+
+test('the targets page lists targets by job with health and errors', async () => {
+  await page.goto(`${server.url}/targets`);
+  await page.waitForSelector('section.job[data-job="parca"]');
+  await page.waitForSelector('section.job[data-job="broken"]');
+  // The closed port is scraped within its interval and reported down with its error.
+  await page.waitForFunction(() => document.querySelector('section.job[data-job="broken"] .health.down'), null, { timeout: 30000 });
+  const error = await page.textContent('section.job[data-job="broken"] tr.target td.error-text');
+  assert.ok(error.length > 0, 'a down target shows its error');
+  await page.waitForFunction(() => /\d+s ago/.test(document.querySelector('section.job[data-job="parca"] tr.target').textContent), null, { timeout: 30000 });
+  const labels = await page.textContent('section.job[data-job="broken"] td.labels');
+  assert.match(labels, /env="test"/);
+  await shot('targets');
+});
+
+test('a bad query shows its error at its place', async () => {
+  await page.goto(explorerUrl({ query: `${CPU}{job="go"}` }));
+  await page.waitForSelector('textarea.query-input');
+  await page.fill('textarea.query-input', `${CPU}{job="go"`);
+  await page.press('textarea.query-input', 'Enter');
+  await page.waitForSelector('.query-error:not([hidden]) pre');
+  const message = await page.textContent('.query-error pre');
+  assert.match(message, /line 1, column \d+/);
+  assert.match(message, /\^/);
+  await page.waitForSelector('.query-mirror mark.error-mark');
+  await page.waitForSelector('.state.error');
+  await shot('bad-query');
+});
+
+test('no data says so and suggests what to change', async () => {
+  await page.goto(explorerUrl({ query: `${CPU}{job="no-such-job"}` }));
+  await page.waitForSelector('.graph-panel .state.empty');
+  assert.match(await page.textContent('.graph-panel .state.empty'), /No series match.*longer range/s);
+  await page.waitForSelector('.profile-panel .state.empty');
+  await shot('empty');
+});
+
+test('label completion offers names and values from the API', async () => {
+  await page.goto(explorerUrl({ query: CPU }));
+  await page.waitForSelector('textarea.query-input');
+  await page.click('textarea.query-input');
+  await page.keyboard.press('End');
+  await page.keyboard.type('{');
+  await page.waitForSelector('.completions:not([hidden]) li');
+  const names = await page.$$eval('.completions li code', (c) => c.map((x) => x.textContent));
+  assert.ok(names.includes('job') && names.includes('instance'), `names: ${names}`);
+  await page.keyboard.type('jo');
+  await page.waitForFunction(() => document.querySelector('.completions:not([hidden]) li code')?.textContent === 'job');
+  await page.keyboard.press('Enter'); // job="
+  await page.waitForFunction(() => [...document.querySelectorAll('.completions:not([hidden]) li code')].some((c) => c.textContent === 'go'));
+  await page.keyboard.type('g');
+  await page.waitForFunction(() => document.querySelector('.completions:not([hidden]) li code')?.textContent === 'go');
+  await page.keyboard.press('Enter');
+  assert.equal(await page.inputValue('textarea.query-input'), `${CPU}{job="go"`);
+});
+
+test('no errors in the page', () => {
+  assert.deepEqual(pageErrors, []);
+});
