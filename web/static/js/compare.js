@@ -92,7 +92,7 @@ export function mountCompare(app) {
       replace(s.graph, g);
     } catch (e) {
       if (e.name === 'AbortError') return;
-      if (e instanceof ApiError && e.position) s.editor.setError(e);
+      if (e instanceof ApiError && e.position) s.editor.setError(e, 'sum('.length);
       replace(s.graph, stateBox('error', 'The server answered with an error.', e.message));
     }
   }

@@ -140,7 +140,7 @@ export function mountExplorer(app) {
       replace(graphPanel, h('div', { class: 'panel-title' }, h('code', {}, gq), h('span', { class: 'muted' }, ` · ${data.result.length} series · ${describeRange(range)}`)), graph);
     } catch (e) {
       if (e.name === 'AbortError') return;
-      showError(graphPanel, e);
+      showError(graphPanel, e, gq, q);
     }
   }
 
@@ -199,7 +199,7 @@ export function mountExplorer(app) {
         replace(profilePanel, emptyProfile(`Nothing was stored for this selector in ${win.time ? 'the time clicked' : 'this range'}. Widen the time range (try 24h or 7d), drop a label matcher, or check /targets.`));
         return;
       }
-      showError(profilePanel, e);
+      showError(profilePanel, e, pq, q);
     }
   }
 
@@ -228,10 +228,25 @@ export function mountExplorer(app) {
     profile = profileView(profilePanel, data, { ...state }, onState, { query: pq, params });
   }
 
-  function showError(panel, e) {
-    const isQuery = e instanceof ApiError && e.status === 400;
-    if (isQuery && e.position) editor.setError(e);
-    replace(panel, stateBox('error', isQuery ? 'The query is not valid.' : 'The server answered with an error.', e.message));
+  /**
+   * An error of the query `sent`, built around the user's text `q`: a parse error is marked in
+   * the editor (once, at the user's text) and the panel points there.
+   */
+  function showError(panel, e, sent, q) {
+    const isParse = e instanceof ApiError && e.status === 400 && e.position;
+    if (!isParse) {
+      replace(panel, stateBox('error', 'The server answered with an error.', e.message));
+      return;
+    }
+    const shift = Math.max(0, sent.indexOf(q));
+    const inUserText = e.position.line > 1 || (e.position.column > shift && e.position.column <= shift + q.length + 1);
+    if (inUserText) {
+      // The query sent as typed (the graph's) is the better picture; a wrapped one fills in.
+      if (shift === 0 || !editor.hasError()) editor.setError(e, shift);
+      replace(panel, stateBox('error', 'The query is not valid: the message is under the query.'));
+    } else {
+      replace(panel, stateBox('error', 'The query is not valid.', e.message));
+    }
   }
 
   // Profile types fill the picker; without a query, the first CPU type with data is chosen.

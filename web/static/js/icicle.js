@@ -187,6 +187,7 @@ export class Icicle {
     ctx.fillRect(0, 0, W, H);
     ctx.font = FONT;
     ctx.textBaseline = 'middle';
+    this.lastTextColor = '';
     if (!this.charWidth) this.charWidth = ctx.measureText('abcdefghijklmnopqrstuvwxyz').width / 26;
     const [v0, v1] = this.view;
     const scale = W / (v1 - v0 || 1);
@@ -196,6 +197,11 @@ export class Icicle {
     let drawn = 0;
     let i = 0;
     const n = t.n;
+    // Labels are drawn after all rectangles, in one colour pass each: fewer state changes.
+    const labels = this.labelQueue || (this.labelQueue = []);
+    labels.length = 0;
+    let hovered = null;
+    let lastColor = '';
     while (i < n) {
       const d = depth[i];
       const pw = w[i] * scale;
@@ -210,19 +216,26 @@ export class Icicle {
       }
       if (d >= minD) {
         const y = d * ROW - yOff;
-        const left = Math.max(px, -1);
-        const right = Math.min(px + pw, W + 1);
-        ctx.fillStyle = this.colorOf(i);
-        ctx.fillRect(left, y, Math.max(right - left - (pw > 3 ? 1 : 0), 0.5), ROW - 1);
-        if (right - left > 24) this.label(i, left, right - left, y);
-        if (i === this.hover) {
-          ctx.strokeStyle = '#222';
-          ctx.lineWidth = 1.5;
-          ctx.strokeRect(left + 0.75, y + 0.75, Math.max(right - left - 2.5, 0), ROW - 2.5);
+        const left = px > -1 ? px : -1;
+        const right = px + pw < W + 1 ? px + pw : W + 1;
+        const color = this.colorOf(i);
+        if (color !== lastColor) {
+          ctx.fillStyle = color;
+          lastColor = color;
         }
+        const width = right - left - (pw > 3 ? 1 : 0);
+        ctx.fillRect(left, y, width > 0.5 ? width : 0.5, ROW - 1);
+        if (right - left > 28) labels.push(i, left, right - left, y);
+        if (i === this.hover) hovered = [left, right, y];
         drawn++;
       }
       i++;
+    }
+    for (let k = 0; k < labels.length; k += 4) this.label(labels[k], labels[k + 1], labels[k + 2], labels[k + 3]);
+    if (hovered) {
+      ctx.strokeStyle = '#222';
+      ctx.lineWidth = 1.5;
+      ctx.strokeRect(hovered[0] + 0.75, hovered[2] + 0.75, Math.max(hovered[1] - hovered[0] - 2.5, 0), ROW - 2.5);
     }
     this.drawn = drawn;
     this.frameTimes.push(performance.now() - started);
@@ -236,7 +249,11 @@ export class Icicle {
     if (max < 2) return;
     const name = i === 0 ? 'root' : t.strings[t.name[i]];
     const text = name.length <= max ? name : `${name.slice(0, max - 1)}…`;
-    ctx.fillStyle = this.flags && !this.flags[i] && i !== 0 ? '#8a8783' : '#1d1b19';
+    const color = this.flags && !this.flags[i] && i !== 0 ? '#8a8783' : '#1d1b19';
+    if (color !== this.lastTextColor) {
+      ctx.fillStyle = color;
+      this.lastTextColor = color;
+    }
     ctx.fillText(text, left + 3, y + ROW / 2);
   }
 

@@ -26,8 +26,9 @@ function niceTicks(max, count) {
   const raw = max / count;
   const mag = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw);
-  const out = [];
-  for (let v = 0; v <= max * 1.0001; v += step) out.push(v);
+  const out = [0];
+  // The last tick is at or above the maximum, so every point is inside the plot.
+  while (out[out.length - 1] < max) out.push(out.length * step);
   return out;
 }
 

@@ -16,7 +16,13 @@ import { url } from './api.js';
  * download (the server renders it).
  */
 export function profileView(root, data, state, onState, pprofQuery) {
-  const original = fromJSON(data);
+  // First paint from a quick tree without the frames too narrow to see at full width; the
+  // whole tree follows right after (search, table, hiding, bottom-up and zoom use it).
+  const rootWidth = Math.abs(data.root.value) + Math.abs(data.root.base || 0);
+  const transformed = state.focus || state.hide || state.hidebin || state.invert === '1';
+  // Frames under half a pixel at full width are not drawn (icicle.js): the quick tree skips them.
+  let original = fromJSON(data, { minValue: transformed ? 0 : (rootWidth * 0.5) / Math.max(window.innerWidth, 800) });
+  let complete = original.pruned === 0;
   const unit = data.unit;
   const isDiff = original.isDiff;
   let tree = original;
@@ -97,6 +103,13 @@ export function profileView(root, data, state, onState, pprofQuery) {
   const rebuild = () => {
     tree = original;
     hideError = '';
+    if (!complete) {
+      icicle.setTree(tree, { diffMode: state.diffmode === 'relative' ? 'relative' : 'absolute' });
+      renderBreadcrumb(0);
+      renderSummary();
+      replace(tableBox, state.view === 'icicle' ? null : stateBox('loading', 'Building the table…'));
+      return;
+    }
     if (state.hide || state.hidebin) {
       try {
         tree = hide(tree, hidePredicate(tree, state.hide, state.hidebin));
@@ -125,6 +138,7 @@ export function profileView(root, data, state, onState, pprofQuery) {
   };
 
   const renderTable = () => {
+    if (!complete) return;
     if (state.view === 'icicle') {
       replace(tableBox);
       return;
@@ -176,8 +190,7 @@ export function profileView(root, data, state, onState, pprofQuery) {
       rebuild();
     },
   });
-  const bins = binaries(original);
-  const binSelect = bins.length ? h('select', {
+  const binSelect = h('select', {
     class: 'hide-binary', 'aria-label': 'hide frames of a binary',
     onchange: (e) => {
       state.hidebin = e.target.value;
@@ -185,10 +198,16 @@ export function profileView(root, data, state, onState, pprofQuery) {
       onState({ hidebin: state.hidebin, focus: '' });
       rebuild();
     },
-  }, h('option', { value: '' }, 'Hide binary…'), bins.map((b) => {
-    const value = `^${b.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}$`;
-    return h('option', { value, selected: state.hidebin === value }, b);
-  })) : null;
+    hidden: true,
+  });
+  const fillBinaries = () => {
+    const bins = binaries(original);
+    binSelect.hidden = !bins.length;
+    replace(binSelect, h('option', { value: '' }, 'Hide binary…'), bins.map((b) => {
+      const value = `^${b.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}$`;
+      return h('option', { value, selected: state.hidebin === value }, b);
+    }));
+  };
   const invertBox = h('label', { class: 'toggle' }, h('input', {
     type: 'checkbox', class: 'invert', checked: state.invert === '1',
     onchange: (e) => {
@@ -239,8 +258,28 @@ export function profileView(root, data, state, onState, pprofQuery) {
   root.dataset.view = view;
   for (const b of viewButtons.querySelectorAll('button')) b.classList.toggle('active', b.dataset.view === view);
   state.view = view;
+  if (complete) fillBinaries();
   rebuild();
-  return { icicle, get tree() { return tree; }, destroy: () => icicle.destroy() };
+  root.dataset.complete = String(complete);
+  // The whole tree, once the first paint is on screen.
+  let timer = complete ? 0 : setTimeout(() => {
+    timer = 0;
+    const focusPath = icicle.focusNode ? tree.path(icicle.focusNode).slice(1).map((j) => tree.nameOf(j)).join(';') : '';
+    if (focusPath && !state.focus) state.focus = focusPath;
+    original = fromJSON(data);
+    complete = true;
+    fillBinaries();
+    rebuild();
+    root.dataset.complete = 'true';
+  }, 0);
+  return {
+    icicle,
+    get tree() { return tree; },
+    destroy: () => {
+      clearTimeout(timer);
+      icicle.destroy();
+    },
+  };
 }
 
 /** The "no profile" state with advice. */

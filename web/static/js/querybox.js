@@ -212,8 +212,12 @@ export function queryEditor({ value = '', placeholder = '', types, onSubmit, onI
       changed();
     },
     focus: () => area.focus(),
-    /** Shows an API error; a parse error is marked at its place. Null clears. */
-    setError(err) {
+    hasError: () => !errorBox.hidden,
+    /**
+     * Shows an API error; a parse error is marked at its place. `shift` is where the editor's
+     * text starts in the query that was sent (e.g. 6 for `merge(…)`). Null clears.
+     */
+    setError(err, shift = 0) {
       if (!err) {
         errorAt = -1;
         errorBox.hidden = true;
@@ -222,7 +226,8 @@ export function queryEditor({ value = '', placeholder = '', types, onSubmit, onI
         return;
       }
       const pos = err.position;
-      errorAt = pos ? offsetOf(area.value, pos.line, pos.column) : -1;
+      errorAt = pos ? offsetOf(area.value, pos.line, pos.line === 1 ? pos.column - shift : pos.column) : -1;
+      if (errorAt < 0) errorAt = 0;
       area.classList.toggle('has-error', !!pos);
       replace(errorBox, h('pre', {}, err.message));
       errorBox.hidden = false;

@@ -25,6 +25,7 @@ export class Tree {
     this.base = this.isDiff ? new Float64Array(n) : null;
     this.baseSelf = this.isDiff ? new Float64Array(n) : null;
     this.maxDepth = 0;
+    this.pruned = 0; // children left out by a quick build
   }
 
   /** The name of node `i`. */
@@ -75,28 +76,36 @@ class Interner {
   }
 }
 
-/** Builds a `Tree` from the API's flame-graph JSON (`data` of `/api/v1/query?format=json`). */
-export function fromJSON(data) {
-  // First pass counts nodes so the columns are allocated once.
-  let n = 0;
-  const todo = [data.root];
-  while (todo.length) {
-    const node = todo.pop();
-    n++;
-    const ch = node.children;
-    if (ch) for (let k = 0; k < ch.length; k++) todo.push(ch[k]);
-  }
+/**
+ * Builds a `Tree` from the API's flame-graph JSON (`data` of `/api/v1/query?format=json`).
+ * With `minValue`, children smaller than that are left out (their parent keeps its total): a
+ * quick tree for the first paint, where such frames would be narrower than a pixel anyway.
+ */
+export function fromJSON(data, { minValue = 0 } = {}) {
   const { root: _root, ...meta } = data;
-  const t = new Tree(n, meta);
+  const isDiff = meta.base_total !== undefined;
+  let cap = 1024;
+  let t = new Tree(cap, meta);
   const strings = new Interner(t.strings);
-  const isDiff = t.isDiff;
+  const grow = () => {
+    const next = new Tree(cap * 2, meta);
+    for (const k of ['name', 'file', 'binary', 'line', 'parent', 'depth', 'value', 'self', 'base', 'baseSelf']) {
+      if (t[k]) next[k].set(t[k]);
+    }
+    next.strings = t.strings;
+    next.maxDepth = t.maxDepth;
+    cap *= 2;
+    t = next;
+  };
   // Pre-order: pop a node, write it, push its children last-first.
   const nodes = [data.root];
   const parents = [-1];
   let i = 0;
+  let pruned = 0;
   while (nodes.length) {
     const node = nodes.pop();
     const p = parents.pop();
+    if (i === cap) grow();
     t.name[i] = strings.id(node.name);
     if (node.file) t.file[i] = strings.id(node.file);
     if (node.binary) t.binary[i] = strings.id(node.binary);
@@ -114,14 +123,34 @@ export function fromJSON(data) {
     const ch = node.children;
     if (ch) {
       for (let k = ch.length - 1; k >= 0; k--) {
-        nodes.push(ch[k]);
+        const c = ch[k];
+        if (minValue > 0 && Math.abs(c.value) + (isDiff ? Math.abs(c.base) : 0) < minValue) {
+          pruned++;
+          continue;
+        }
+        nodes.push(c);
         parents.push(i);
       }
     }
     i++;
   }
-  finishEnds(t);
-  return t;
+  const out = trimmed(t, i);
+  out.pruned = pruned;
+  return out;
+}
+
+/** `t` cut to its first `n` nodes (views, no copy), with `end` filled. */
+function trimmed(t, n) {
+  const out = new Tree(0, t.meta);
+  out.n = n;
+  for (const k of ['name', 'file', 'binary', 'line', 'parent', 'depth', 'value', 'self', 'base', 'baseSelf']) {
+    out[k] = t[k] ? t[k].subarray(0, n) : null;
+  }
+  out.end = new Int32Array(n);
+  out.strings = t.strings;
+  out.maxDepth = t.maxDepth;
+  finishEnds(out);
+  return out;
 }
 
 /** Fills `end` from `parent` (pre-order: a subtree is contiguous). */
