@@ -1,9 +1,15 @@
 //! Append throughput with the WAL: one profile appended and committed (fsync) per iteration,
-//! on real corpus profiles. `cargo bench -p parca-tsdb --bench append`.
+//! on real corpus profiles; and the same without the commit, which is the CPU cost (interning,
+//! encoding, the WAL record in its buffer) without the disk's fsync.
+//! Each iteration appends a copy of the profile with tables of its own, as a freshly decoded
+//! profile has (the store remembers the last tables it imported from).
+//! `cargo bench -p parca-tsdb --bench append`.
 
 use std::path::Path;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use std::sync::Arc;
+
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use parca_tsdb::{Db, Labels, Options};
 
 fn profile(rel: &str, sample_type: &str) -> parca_profile::Profile {
@@ -14,6 +20,14 @@ fn profile(rel: &str, sample_type: &str) -> parca_profile::Profile {
         parca_profile::decode(&std::fs::read(&path).expect("corpus"), &Default::default())
             .expect("decodes");
     parca_profile::select_sample_type(profiles, Some(sample_type), None).expect("sample type")
+}
+
+/// `p` with a copy of its tables, so that the store cannot reuse what it remembers of them.
+fn fresh(p: &parca_profile::Profile) -> parca_profile::Profile {
+    parca_profile::Profile {
+        tables: Arc::new((*p.tables).clone()),
+        ..p.clone()
+    }
 }
 
 fn append(c: &mut Criterion) {
@@ -30,12 +44,42 @@ fn append(c: &mut Criterion) {
         let mut ts = 0i64;
         group.throughput(Throughput::Elements(p.samples.len() as u64));
         group.bench_function(format!("{rel} ({} samples)", p.samples.len()), |b| {
-            b.iter(|| {
-                ts += 1;
-                let mut app = db.appender();
-                app.append(&labels, ts, &p).expect("append");
-                app.commit().expect("commit");
-            })
+            b.iter_batched(
+                || fresh(&p),
+                |p| {
+                    ts += 1;
+                    let mut app = db.appender();
+                    app.append(&labels, ts, &p).expect("append");
+                    app.commit().expect("commit");
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("append_without_fsync");
+    for (rel, sample_type) in [
+        ("published/parca/alloc_space_delta.pb.gz", "alloc_space"),
+        ("go/go-cpu.pb.gz", "cpu"),
+        ("published/google-pprof/large.cpu", "cpu"),
+    ] {
+        let p = profile(rel, sample_type);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let labels = Labels::new([("__name__", "bench"), ("file", rel)]).expect("labels");
+        let mut ts = 0i64;
+        group.throughput(Throughput::Elements(p.samples.len() as u64));
+        group.bench_function(format!("{rel} ({} samples)", p.samples.len()), |b| {
+            b.iter_batched(
+                || fresh(&p),
+                |p| {
+                    ts += 1;
+                    let mut app = db.appender();
+                    app.append(&labels, ts, &p).expect("append");
+                },
+                BatchSize::SmallInput,
+            )
         });
     }
     group.finish();

@@ -6,7 +6,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parca_profile::{Importer, Meta, Profile};
+use parca_profile::{Meta, Profile};
 
 use crate::block::Block;
 use crate::encoding::{self, Reader, TableCounts};
@@ -444,7 +444,7 @@ fn replay(wal_dir: &Path, min_valid_ms: i64) -> Result<Head, Error> {
                     n_skipped += 1;
                     return Ok(());
                 }
-                let samples = Importer::new().import(&mut h.tables, &profile);
+                let samples = h.import(&profile);
                 let stored = StoredProfile::encode(
                     timestamp_ms,
                     duration_nanos,
@@ -551,7 +551,7 @@ impl Appender<'_> {
             }
         };
         let before = TableCounts::of(&head.tables);
-        let samples = Importer::new().import(&mut head.tables, profile);
+        let samples = head.import(profile);
         if TableCounts::of(&head.tables) != before {
             inner
                 .wal
@@ -668,6 +668,13 @@ mod tests {
             parca_profile::TopTable::build(&back[0].profiles[0].1).rows,
             original.rows
         );
+    }
+
+    #[test]
+    fn the_store_is_shared_between_threads() {
+        fn shared<T: Send + Sync>() {}
+        shared::<Db>();
+        shared::<std::sync::Arc<Db>>();
     }
 
     #[test]

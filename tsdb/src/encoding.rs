@@ -100,8 +100,21 @@ impl<'a> Reader<'a> {
 
     #[inline]
     pub fn uvarint(&mut self) -> Result<u64> {
+        // Most stack deltas and scaled values fit one byte.
+        if let Some(&b) = self.bytes.get(self.pos)
+            && b < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
+        self.uvarint_long()
+    }
+
+    #[inline(never)]
+    fn uvarint_long(&mut self) -> Result<u64> {
         let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
+        let mut shift = 0u32;
+        loop {
             let Some(&b) = self.bytes.get(self.pos) else {
                 return self.fail("varint runs past the end");
             };
@@ -113,8 +126,11 @@ impl<'a> Reader<'a> {
             if b < 0x80 {
                 return Ok(v);
             }
+            shift += 7;
+            if shift > 63 {
+                return self.fail("varint longer than 10 bytes");
+            }
         }
-        self.fail("varint longer than 10 bytes")
     }
 
     #[inline]
@@ -276,6 +292,25 @@ pub(crate) fn for_each_sample(
         pos: values_start,
     };
     let mut stack = 0u64;
+    if flags & SAMPLES_HAVE_LABELS == 0 {
+        for _ in 0..n {
+            stack = stack.saturating_add(stack_reader.uvarint()?);
+            if stack >= u64::from(limits.n_stacks) {
+                return stack_reader.fail(format!(
+                    "stack id {stack} is out of range ({} stacks)",
+                    limits.n_stacks
+                ));
+            }
+            let Some(value) = value_reader.ivarint()?.checked_mul(scale) else {
+                return value_reader.fail("value overflows after scaling");
+            };
+            each(StackId(stack as u32), LabelSetId::EMPTY, value);
+        }
+        if !stack_reader.is_empty() || !value_reader.is_empty() {
+            return r.fail("sample columns are longer than their samples");
+        }
+        return Ok(());
+    }
     for _ in 0..n {
         stack = stack.saturating_add(stack_reader.uvarint()?);
         if stack >= u64::from(limits.n_stacks) {

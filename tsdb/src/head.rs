@@ -1,7 +1,9 @@
 //! The head: the newest profiles, in memory, as compact encoded columns over one set of
 //! interned tables; and the cut that moves its oldest part into a block.
 
-use parca_profile::{Extractor, Meta, Samples, Tables};
+use std::sync::Arc;
+
+use parca_profile::{Extractor, Importer, Meta, Profile, Samples, Tables};
 use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
@@ -86,6 +88,19 @@ pub(crate) struct Head {
     pub min_valid_ms: i64,
     /// Oldest profile time held (`i64::MAX` when empty).
     pub oldest_ms: i64,
+    importer: CachedImporter,
+}
+
+/// The importer of the last appended profile's tables, kept for the next append: the profiles
+/// of one pprof (one per sample type, or one per sample-label set after ingest's split) share
+/// tables, and the memo makes their stacks one lookup each instead of a remap.
+#[derive(Default)]
+struct CachedImporter(Option<(Arc<Tables>, Importer)>);
+
+impl std::fmt::Debug for CachedImporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CachedImporter")
+    }
 }
 
 impl Head {
@@ -95,6 +110,20 @@ impl Head {
             oldest_ms: i64::MAX,
             ..Head::default()
         }
+    }
+
+    /// Interns `profile`'s stacks and labels into the head's tables; returns its samples in
+    /// the head's ids.
+    pub fn import(&mut self, profile: &Profile) -> Samples {
+        let cached = &mut self.importer.0;
+        if !cached
+            .as_ref()
+            .is_some_and(|(source, _)| Arc::ptr_eq(source, &profile.tables))
+        {
+            *cached = Some((Arc::clone(&profile.tables), Importer::new()));
+        }
+        let (_, importer) = cached.as_mut().expect("set above");
+        importer.import(&mut self.tables, profile)
     }
 
     /// Adds a profile, newer than the series' last, to a series.

@@ -1,15 +1,22 @@
 //! The profile store: a time-series database whose samples are profiles.
 //!
-//! Modelled on Prometheus' TSDB: appends go to an in-memory head and a write-ahead log; the head
-//! is cut into immutable blocks; series are found through roaring-bitmap postings per label
-//! name=value. Stacks and symbols are interned once (`parca_profile::Tables`), so a stored
-//! profile is a column of stack ids and values.
+//! Modelled on Prometheus' TSDB: appends go to an in-memory head and a write-ahead log; every
+//! block duration (default 2h) the head's oldest part is cut into an immutable block directory
+//! (`meta.json`, an `index` with roaring-bitmap postings read through a memory map, `symbols`,
+//! and zstd-compressed columnar `profiles`); a background thread compacts adjacent blocks and
+//! deletes blocks past retention. Stacks and symbols are interned once per head and per block
+//! (`parca_profile::Tables`), so a stored profile is a column of stack ids and values.
+//! `documentation/tsdb-format.md` specifies every file.
 //!
 //! # Design constraints
 //!
 //! - Synchronous: async callers go through `spawn_blocking`.
 //! - A profile acknowledged to a writer survives a crash (`kill -9`): commit returns after fsync.
 //! - Bad appends are refused with an error naming the series, and nothing stored is lost.
+//! - Blocks are immutable and checksummed; a corrupt one is set aside (`quarantine/`), never
+//!   served, and never stops the store from opening. Readers never panic on bad bytes.
+//! - Queries read blocks and head together and answer the same before and after a cut or a
+//!   compaction; background work never holds the head's write lock while it writes files.
 //!
 //! # Example
 //!

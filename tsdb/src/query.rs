@@ -296,7 +296,8 @@ impl<'a> Querier<'a> {
 
     /// Merges every matching profile in range into one profile, without materializing them one
     /// by one: values are added per stored stack id first, and only the distinct stacks are
-    /// copied into the result's tables. `None` if nothing matches; an error if the matching
+    /// copied into the result's tables. Those tables start as a copy of the largest source's
+    /// (a block's or the head's), so they may hold symbols no sample uses. `None` if nothing matches; an error if the matching
     /// series have different sample or period types.
     ///
     /// Meta follows google/pprof's merge: the earliest time, the sum of durations, the largest
@@ -354,16 +355,25 @@ impl<'a> Querier<'a> {
         let Some(meta) = meta else {
             return Ok(None);
         };
-        let mut tables = Tables::new();
+        let source_tables = |origin: usize| -> Option<&Tables> {
+            if origin == n_origins - 1 {
+                Some(&self.head.tables)
+            } else {
+                block_tables[origin].as_deref()
+            }
+        };
+        // The result's tables start as a copy of the largest contributing origin's (a clone
+        // costs far less than interning its stacks again); the other origins are imported.
+        let base = (0..n_origins)
+            .filter(|&o| dense[o].iter().any(|&v| v != 0) || !labelled[o].is_empty())
+            .max_by_key(|&o| source_tables(o).map_or(0, Tables::n_stacks));
+        let mut tables = base
+            .and_then(source_tables)
+            .map_or_else(Tables::new, Tables::clone);
         let mut out = MergeAcc::default();
         for origin in 0..n_origins {
-            let source_tables: &Tables = if origin == n_origins - 1 {
-                &self.head.tables
-            } else {
-                match &block_tables[origin] {
-                    Some(t) => t,
-                    None => continue,
-                }
+            let Some(source) = source_tables(origin) else {
+                continue;
             };
             let mut samples = Samples::default();
             for (s, &v) in dense[origin].iter().enumerate() {
@@ -381,8 +391,11 @@ impl<'a> Querier<'a> {
             if samples.is_empty() {
                 continue;
             }
-            let mapped = Extractor::new(source_tables).samples(&mut tables, &samples);
-            out.add(&mapped);
+            if Some(origin) == base {
+                out.add(&samples);
+            } else {
+                out.add(&Extractor::new(source).samples(&mut tables, &samples));
+            }
         }
         Ok(Some(Profile {
             tables: Arc::new(tables),
