@@ -46,8 +46,14 @@ struct Job {
     hot: &'static [&'static str],
 }
 
-const GO_ONLY: &[&str] = &[];
+/// `disabled` of a target that serves every default profile.
+const ALL_PROFILES: &[&str] = &[];
+
+/// `disabled` of a target that serves only the CPU profile.
 const CPU_ONLY: &[&str] = &["memory", "block", "mutex", "goroutine"];
+
+/// The broken jobs: a closed port, a target that never answers, one that answers junk.
+const BROKEN: [&str; 3] = ["down", "hang", "junk"];
 
 /// A real program serving pprof, started for the test on a free port (`{port}` in its
 /// arguments), once it answers 200 on `ready_path`.
@@ -215,7 +221,6 @@ struct Seen {
 fn watch_targets(
     server: &mut Server,
     real: &[&str],
-    broken: &[&str],
 ) -> (BTreeMap<(String, String), Seen>, Vec<f64>) {
     let mut seen: BTreeMap<(String, String), Seen> = BTreeMap::new();
     let mut polls = Vec::new();
@@ -256,7 +261,7 @@ fn watch_targets(
                     waiting.push(format!("{job}/{profile}: {:?}", s.outcomes.last()));
                 }
             }
-            for job in real.iter().chain(broken) {
+            for job in real.iter().chain(&BROKEN) {
                 if !seen.keys().any(|(j, _)| j == job) {
                     waiting.push(format!("{job}: not scraped yet"));
                 }
@@ -271,11 +276,51 @@ fn watch_targets(
     (seen, polls)
 }
 
-/// Every scrape of every real endpoint succeeded and started on its phase: consecutive
-/// `lastScrape` times are a whole number of intervals apart (within a slack for a busy
-/// machine), none was missed where the test polled often enough to see every one, and a late
-/// start is only allowed right after a scrape that outlasted the interval (a loop never
-/// overlaps itself, so it starts as soon as the previous scrape ends).
+/// What is wrong with one endpoint's scrapes if its loop's phase is that of `phase` (a
+/// `lastScrape` time): a scrape off the phase that its predecessor's overrun does not explain,
+/// or a tick with no scrape while the test was polling often enough to see it.
+fn phase_faults(s: &Seen, phase: f64, interval: f64, slack: f64, polls: &[f64]) -> Vec<String> {
+    // A difference of times as the nearest offset from a phase point, in (-interval/2, interval/2].
+    let signed = |d: f64| {
+        let d = d.rem_euclid(interval);
+        if d > interval / 2.0 { d - interval } else { d }
+    };
+    let mut faults = Vec::new();
+    for (i, &at) in s.scrapes.iter().enumerate() {
+        let late = signed(at - phase);
+        let previous_end = (i > 0).then(|| s.scrapes[i - 1] + s.outcomes[i - 1].2);
+        if late.abs() <= slack {
+            // On its phase.
+        } else if previous_end.is_some_and(|end| (at - end).abs() <= slack) {
+            // Started as the previous scrape ended: that one overran its interval, and the
+            // tick it held up fired late (tokio's `Skip`, like Go's ticker in Prometheus). The
+            // loop comes back to its phase once a scrape ends before the next tick.
+        } else {
+            faults.push(format!("scrape at {at:.3} is {late:+.3} s off its phase"));
+        }
+        if let Some(end) = previous_end
+            && at - end > interval + slack
+        {
+            // Missed a tick, unless the test itself did not poll for a while then.
+            let blind = polls
+                .windows(2)
+                .filter(|p| p[1] > s.scrapes[i - 1] && p[0] < at)
+                .any(|p| p[1] - p[0] > interval / 2.0);
+            if !blind {
+                faults.push(format!(
+                    "no scrape between {:.3} and {at:.3}",
+                    s.scrapes[i - 1]
+                ));
+            }
+        }
+    }
+    faults
+}
+
+/// Every scrape of every real endpoint succeeded and started on its loop's phase (within a
+/// slack for a busy machine) or, after a scrape that outlasted its interval, right as that one
+/// ended (a loop never overlaps itself); and no tick went without a scrape where the test
+/// polled often enough to see every one.
 fn check_schedule(seen: &BTreeMap<(String, String), Seen>, real: &[&str], polls: &[f64]) {
     let interval = INTERVAL.as_secs_f64();
     // A tick may run late when the machine is busy, never early.
@@ -290,49 +335,26 @@ fn check_schedule(seen: &BTreeMap<(String, String), Seen>, real: &[&str], polls:
                 faults.push(format!("{job}/{profile} at {at:.3}: {health}: {error}"));
             }
         }
-        // The loop's phase: the offset within the interval that most scrapes agree on.
-        let signed = |d: f64| {
-            let d = d.rem_euclid(interval);
-            if d > interval / 2.0 { d - interval } else { d }
-        };
-        let phase = s
+        // The loop's phase is not known: take the one of the scrapes that explains the
+        // others best (each on it, or started late because its predecessor overran).
+        let endpoint_faults = s
             .scrapes
             .iter()
-            .max_by_key(|p| {
-                s.scrapes
-                    .iter()
-                    .filter(|q| signed(**q - **p).abs() <= slack)
-                    .count()
-            })
-            .copied()
+            .map(|&phase| phase_faults(s, phase, interval, slack, polls))
+            .min_by_key(Vec::len)
             .unwrap_or_default();
-        for (i, &at) in s.scrapes.iter().enumerate() {
-            let late = signed(at - phase);
-            let previous_end = (i > 0).then(|| s.scrapes[i - 1] + s.outcomes[i - 1].2);
-            if late.abs() <= slack {
-                // On its phase.
-            } else if late > 0.0 && previous_end.is_some_and(|end| at - end <= slack) {
-                // Started when the previous scrape ended: that one overran its interval.
-            } else {
-                faults.push(format!(
-                    "{job}/{profile}: scrape at {at:.3} is {late:+.3} s off its phase"
-                ));
-            }
-            if let Some(end) = previous_end
-                && at - end > interval + slack
-            {
-                // Missed a tick, unless the test itself did not poll for a while then.
-                let blind = polls
-                    .windows(2)
-                    .filter(|p| p[1] > s.scrapes[i - 1] && p[0] < at)
-                    .any(|p| p[1] - p[0] > interval / 2.0);
-                if !blind {
-                    faults.push(format!(
-                        "{job}/{profile}: no scrape between {:.3} and {at:.3}",
-                        s.scrapes[i - 1]
-                    ));
-                }
-            }
+        if !endpoint_faults.is_empty() {
+            let history: Vec<String> = s
+                .scrapes
+                .iter()
+                .zip(&s.outcomes)
+                .map(|(at, (_, _, took))| format!("{at:.3} (took {took:.3} s)"))
+                .collect();
+            faults.push(format!(
+                "{job}/{profile}: {}; its scrapes: {}",
+                endpoint_faults.join("; "),
+                history.join(", ")
+            ));
         }
     }
     assert!(
@@ -569,83 +591,79 @@ fn missing<'h>(names: &BTreeSet<String>, hot: &[&'h str]) -> Vec<&'h str> {
         .collect()
 }
 
-#[test]
-fn server_scrapes_real_targets_and_serves_their_profiles() {
-    let t0 = Instant::now();
-    let dir = tempfile::tempdir().expect("tempdir");
+/// Starts the real targets that can be had: (a) Go, (b) prometheus, (c) Rust, (d) Python.
+fn start_real_targets(dir: &Path) -> (Vec<Process>, Vec<Job>) {
     let mut processes = Vec::new();
     let mut jobs = Vec::new();
-
     // (a) Go with net/http/pprof, built with Debian's Go.
     match outside_target("go") {
         Ok(go) => {
             let mut command = Command::new(go);
             command.args(["-addr", "127.0.0.1:{port}", "-duty", "0.05"]);
-            let (process, address) =
-                start_target("go-target", command, "/debug/pprof/", dir.path());
+            let (process, address) = start_target("go-target", command, "/debug/pprof/", dir);
             processes.push(process);
             jobs.push(Job {
                 name: "go",
                 address,
-                disabled: GO_ONLY,
+                disabled: ALL_PROFILES,
                 hot: &["main.goHotHash", "main.goHotSort"],
             });
         }
         Err(why) => skip("the Go target", &why),
     }
-    // (b) Debian's prometheus, scraping itself every second so that it has work to profile.
+    // (b) Debian's prometheus, scraping itself five times a second so that its CPU profile
+    // shows its own scrape loop.
     match outside_target("prometheus") {
         Ok(prometheus) => {
-            let home = dir.path().join("prometheus");
+            let home = dir.join("prometheus");
+            let config = home.join("prometheus.yml");
             std::fs::create_dir_all(home.join("data")).expect("mkdir");
-            std::fs::write(
-                home.join("prometheus.yml"),
-                "global: {scrape_interval: 1s, evaluation_interval: 1s}\nscrape_configs:\n  - job_name: self\n    static_configs: [{targets: [\"127.0.0.1:{port}\"]}]\n",
-            )
-            .expect("write prometheus.yml");
             let mut command = Command::new(prometheus);
             command
-                .arg(format!(
-                    "--config.file={}",
-                    home.join("prometheus.yml").display()
-                ))
+                .arg(format!("--config.file={}", config.display()))
                 .arg(format!(
                     "--storage.tsdb.path={}",
                     home.join("data").display()
                 ))
                 .arg("--web.listen-address=127.0.0.1:{port}")
                 .arg("--log.level=warn");
-            // Its config names its own port: write it once the port is known.
-            let port_config = home.join("prometheus.yml");
-            let (process, address) =
-                start_target_with("prometheus", command, "/-/ready", dir.path(), |port| {
-                    let text = std::fs::read_to_string(&port_config).expect("read");
-                    std::fs::write(&port_config, text.replace("{port}", &port.to_string()))
-                        .expect("write");
-                });
+            // Its config names its own port: written once the port is known.
+            let (process, address) = start_target_with(
+                "prometheus",
+                command,
+                "/-/ready",
+                dir,
+                |port| {
+                    std::fs::write(
+                        &config,
+                        format!(
+                            "global: {{scrape_interval: 200ms}}\nscrape_configs:\n  - job_name: self\n    static_configs: [{{targets: [\"127.0.0.1:{port}\"]}}]\n"
+                        ),
+                    )
+                    .expect("write prometheus.yml");
+                },
+            );
             processes.push(process);
             jobs.push(Job {
                 name: "prometheus",
                 address,
-                disabled: GO_ONLY,
-                hot: &["github.com/prometheus/prometheus/"],
+                disabled: ALL_PROFILES,
+                hot: &["github.com/prometheus/prometheus/scrape."],
             });
         }
         Err(why) => skip("Debian's prometheus", &why),
     }
     // (c) Rust with the pprof crate: a binary of this package.
-    {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_e2e-rust-target"));
-        command.args(["--addr", "127.0.0.1:{port}", "--duty", "0.05"]);
-        let (process, address) = start_target("rust-target", command, "/healthz", dir.path());
-        processes.push(process);
-        jobs.push(Job {
-            name: "rust",
-            address,
-            disabled: CPU_ONLY,
-            hot: &["rust_hot_fnv", "rust_hot_xorshift"],
-        });
-    }
+    let mut command = Command::new(env!("CARGO_BIN_EXE_e2e-rust-target"));
+    command.args(["--addr", "127.0.0.1:{port}", "--duty", "0.05"]);
+    let (process, address) = start_target("rust-target", command, "/healthz", dir);
+    processes.push(process);
+    jobs.push(Job {
+        name: "rust",
+        address,
+        disabled: CPU_ONLY,
+        hot: &["rust_hot_fnv", "rust_hot_xorshift"],
+    });
     // (d) Python with pypprof, in a venv with pinned versions.
     match outside_target("python") {
         Ok(python) => {
@@ -653,8 +671,7 @@ fn server_scrapes_real_targets_and_serves_their_profiles() {
             command
                 .arg(tests_dir().join("targets/python/app.py"))
                 .args(["--port", "{port}", "--duty", "0.05"]);
-            let (process, address) =
-                start_target("python-target", command, "/debug/pprof/", dir.path());
+            let (process, address) = start_target("python-target", command, "/debug/pprof/", dir);
             processes.push(process);
             jobs.push(Job {
                 name: "python",
@@ -665,37 +682,17 @@ fn server_scrapes_real_targets_and_serves_their_profiles() {
         }
         Err(why) => skip("the Python target", &why),
     }
+    (processes, jobs)
+}
 
-    // Broken targets: nothing listens on `down`; `hang` never answers; `junk` answers HTML.
-    let down = format!("127.0.0.1:{}", free_port());
-    let hang = BrokenTarget::start(false);
-    let junk = BrokenTarget::start(true);
-
-    // (e) The server itself, scraping its own address.
-    let binary = parca_binary(false);
-    let mut server = Server::start(&binary, &[], |addr| {
-        jobs.push(Job {
-            name: "parca",
-            address: addr.to_string(),
-            disabled: CPU_ONLY,
-            hot: &["parca_"],
-        });
-        config(&jobs, &down, &hang.address, &junk.address)
-    });
-    let started = unix_now();
-
-    let real: Vec<&str> = jobs.iter().map(|j| j.name).collect();
-    let broken = ["down", "hang", "junk"];
-    let (seen, polls) = watch_targets(&mut server, &real, &broken);
-    for p in &mut processes {
-        p.assert_running();
-    }
-
-    // The broken targets are down, each with an error that says what happened.
-    for (job, expected) in [
-        ("down", "refused"),
-        ("hang", "timed out"),
-        ("junk", "invalid profile"),
+/// The broken targets are down, each with an error that says what happened, and `/metrics`
+/// counts their scrapes by that result.
+fn check_broken(server: &Server, seen: &BTreeMap<(String, String), Seen>) {
+    let metrics = server.get("/metrics").expect("metrics").text();
+    for (job, expected, result) in [
+        ("down", "refused", "error"),
+        ("hang", "timed out", "timeout"),
+        ("junk", "invalid profile", "error"),
     ] {
         let s = &seen[&(job.to_owned(), "memory".to_owned())];
         let (health, error, _) = s.outcomes.last().expect("scraped");
@@ -704,72 +701,69 @@ fn server_scrapes_real_targets_and_serves_their_profiles() {
             error.to_lowercase().contains(expected),
             "{job}'s lastError does not say `{expected}`: {error}"
         );
-    }
-    check_schedule(&seen, &real, &polls);
-
-    let api = Api {
-        server: &server,
-        start: started - 1.0,
-    };
-    // Labels: every real job and none of the broken ones stored anything; sample labels (Go's
-    // pprof.Do labels, pprof-rs' thread names) became series labels.
-    let jobs_stored: BTreeSet<String> =
-        serde_json::from_value(server.api("/api/v1/label/job/values").expect("job values"))
-            .expect("a list of strings");
-    for job in &jobs {
         assert!(
-            jobs_stored.contains(job.name),
-            "no series of job `{}`: {jobs_stored:?}",
+            metrics
+                .lines()
+                .any(|l| l.starts_with("parca_scrapes_total{")
+                    && l.contains(&format!("job=\"{job}\""))
+                    && l.contains(&format!("result=\"{result}\""))),
+            "/metrics has no parca_scrapes_total of job {job} with result {result}"
+        );
+    }
+}
+
+/// A list of strings from a metadata endpoint.
+fn strings(server: &Server, path: &str) -> BTreeSet<String> {
+    let data = server.api(path).unwrap_or_else(|e| panic!("{e}"));
+    serde_json::from_value(data).unwrap_or_else(|e| panic!("{path}: not a list of strings: {e}"))
+}
+
+/// Label names and values: every real job and none of the broken ones stored anything, every
+/// target is an `instance`, and sample labels (Go's pprof.Do labels, pprof-rs' thread names)
+/// became series labels.
+fn check_labels(server: &Server, jobs: &[Job]) {
+    let stored = strings(server, "/api/v1/label/job/values");
+    let instances = strings(server, "/api/v1/label/instance/values");
+    for job in jobs {
+        assert!(
+            stored.contains(job.name),
+            "no series of job `{}`: {stored:?}",
             job.name
         );
-    }
-    for job in broken {
-        assert!(!jobs_stored.contains(job), "broken job `{job}` has series");
-    }
-    let names: BTreeSet<String> =
-        serde_json::from_value(server.api("/api/v1/labels").expect("labels")).expect("strings");
-    for name in ["__name__", "job", "instance", "thread"] {
-        assert!(
-            names.contains(name),
-            "label `{name}` missing from {names:?}"
-        );
-    }
-    let instances: BTreeSet<String> = serde_json::from_value(
-        server
-            .api("/api/v1/label/instance/values")
-            .expect("instances"),
-    )
-    .expect("strings");
-    for job in &jobs {
         assert!(
             instances.contains(&job.address),
             "instance {} missing: {instances:?}",
             job.address
         );
     }
-    if real.contains(&"go") {
-        let workers: BTreeSet<String> = serde_json::from_value(
-            server
-                .api("/api/v1/label/e2e_worker/values")
-                .expect("e2e_worker values"),
-        )
-        .expect("strings");
+    for job in BROKEN {
+        assert!(!stored.contains(job), "broken job `{job}` has series");
+    }
+    let names = strings(server, "/api/v1/labels");
+    for name in ["__name__", "job", "instance", "thread"] {
+        assert!(
+            names.contains(name),
+            "label `{name}` missing from {names:?}"
+        );
+    }
+    if jobs.iter().any(|j| j.name == "go") {
+        let workers = strings(server, "/api/v1/label/e2e_worker/values");
         assert!(
             workers.contains("hash") && workers.contains("sort"),
             "the Go target's pprof.Do labels are not series labels: {workers:?}"
         );
     }
+}
 
-    // Series: every enabled endpoint of every real job, and the server-side deltas of
-    // cumulative Go profiles.
-    for job in &jobs {
+/// Series and profile types: every enabled endpoint of every real job, and the server-side
+/// deltas of cumulative Go profiles.
+fn check_series(api: &Api, jobs: &[Job]) {
+    for job in jobs {
         let types = api.types(job.name).expect("series");
         for profile in ["memory", "block", "mutex", "goroutine", "process_cpu"] {
-            if job.disabled.contains(&profile) {
-                continue;
-            }
             assert!(
-                types.iter().any(|t| t.starts_with(&format!("{profile}:"))),
+                job.disabled.contains(&profile)
+                    || types.iter().any(|t| t.starts_with(&format!("{profile}:"))),
                 "job `{}` has no `{profile}` series: {types:?}",
                 job.name
             );
@@ -786,19 +780,25 @@ fn server_scrapes_real_targets_and_serves_their_profiles() {
             }
         }
     }
-    let profile_types = server.api("/api/v1/profile_types").expect("profile_types");
+    let profile_types = api
+        .server
+        .api("/api/v1/profile_types")
+        .expect("profile_types");
     assert!(
         profile_types.as_array().is_some_and(|a| a
             .iter()
             .any(|t| t["name"] == "process_cpu" && t["delta"] == true)),
         "no process_cpu delta type in {profile_types}"
     );
+}
 
-    // query_range: totals per step for each job's CPU type, some of them non-zero.
-    for job in &jobs {
+/// `query_range`: totals per step of each job's CPU type, some of them non-zero.
+fn check_query_range(api: &Api, jobs: &[Job]) {
+    for job in jobs {
         let cpu = api.cpu_type(job.name).expect("a CPU type");
         let query = format!("{cpu}{{job=\"{}\"}}", job.name);
-        let data = server
+        let data = api
+            .server
             .api(&format!(
                 "/api/v1/query_range?query={}&{}&step=1s",
                 encode(&query),
@@ -818,10 +818,12 @@ fn server_scrapes_real_targets_and_serves_their_profiles() {
             "query_range {query}: too little data: {data}"
         );
     }
+}
 
-    // query: each job's own hot functions in every format. CPU samples of lightly loaded
-    // programs come in slowly: poll until they are there.
-    for job in &jobs {
+/// `query`: each job's own hot functions in its CPU profile, in every format. CPU samples of
+/// lightly loaded programs come in slowly: polls until they are there.
+fn check_hot_functions(api: &Api, jobs: &[Job]) {
+    for job in jobs {
         for format in ["json", "pprof", "top", "folded", "svg"] {
             poll(
                 &format!("the hot functions of `{}` in format={format}", job.name),
@@ -831,100 +833,135 @@ fn server_scrapes_real_targets_and_serves_their_profiles() {
                     let cpu = api.cpu_type(job.name)?;
                     let names = api.functions(&cpu, job.name, format)?;
                     let gone = missing(&names, job.hot);
-                    if gone.is_empty() {
-                        if format == "top" {
-                            let found: Vec<&String> = names
-                                .iter()
-                                .filter(|n| job.hot.iter().any(|h| n.contains(h)))
-                                .take(4)
-                                .collect();
-                            #[allow(clippy::print_stderr)]
-                            {
-                                eprintln!("server e2e: {} {cpu} shows {found:?}", job.name);
-                            }
-                        }
-                        Ok(())
-                    } else {
+                    if !gone.is_empty() {
                         let shown: Vec<&String> = names.iter().take(40).collect();
-                        Err(format!("{cpu}: no {gone:?} among {shown:?}"))
+                        return Err(format!("{cpu}: no {gone:?} among {shown:?}"));
                     }
+                    if format == "top" {
+                        let found: Vec<&String> = names
+                            .iter()
+                            .filter(|n| job.hot.iter().any(|h| n.contains(h)))
+                            .take(3)
+                            .collect();
+                        report(&format!("{} {cpu} shows {found:?}", job.name));
+                    }
+                    Ok(())
                 },
             );
         }
     }
-    // The Go target's other profiles name its own code too (allocations through the
-    // server-side delta).
-    if real.contains(&"go") {
-        for (profile_type, hot) in [
+}
+
+/// The Go target's other profiles name its own code too (allocations, block and mutex through
+/// the server-side deltas), and prometheus' goroutines show its scrape loop.
+fn check_other_profiles(api: &Api, jobs: &[Job]) {
+    let mut checks = Vec::new();
+    if jobs.iter().any(|j| j.name == "go") {
+        checks.extend([
             (
+                "go",
                 "memory:alloc_space:bytes:space:bytes:delta",
                 "main.goHotAlloc",
             ),
-            ("memory:inuse_space:bytes:space:bytes", "main.goHotAlloc"),
             (
+                "go",
+                "memory:inuse_space:bytes:space:bytes",
+                "main.goHotAlloc",
+            ),
+            (
+                "go",
                 "mutex:delay:nanoseconds:contentions:count:delta",
                 "main.goHotLock",
             ),
             (
+                "go",
                 "block:delay:nanoseconds:contentions:count:delta",
                 "main.goHotChanWait",
             ),
             (
+                "go",
                 "goroutine:goroutine:count:goroutine:count",
                 "main.goHotChanWait",
             ),
-        ] {
-            poll(
-                &format!("`{hot}` in {profile_type} of go"),
-                INTERVAL * 5,
-                Duration::from_millis(500),
-                || {
-                    let names = api.functions(profile_type, "go", "json")?;
-                    if missing(&names, &[hot]).is_empty() {
-                        Ok(())
-                    } else {
-                        Err(format!("not among {} functions", names.len()))
-                    }
-                },
-            );
-        }
+        ]);
     }
-    if real.contains(&"prometheus") {
-        let names = api
-            .functions(
-                "goroutine:goroutine:count:goroutine:count",
-                "prometheus",
-                "top",
-            )
-            .expect("prometheus goroutines");
-        assert!(
-            names
-                .iter()
-                .any(|n| n.contains("github.com/prometheus/prometheus/scrape.")),
-            "prometheus's goroutine profile does not show its scrape loop"
+    if jobs.iter().any(|j| j.name == "prometheus") {
+        checks.push((
+            "prometheus",
+            "goroutine:goroutine:count:goroutine:count",
+            "github.com/prometheus/prometheus/scrape.",
+        ));
+    }
+    for (job, profile_type, hot) in checks {
+        poll(
+            &format!("`{hot}` in {profile_type} of {job}"),
+            INTERVAL * 5,
+            Duration::from_millis(500),
+            || {
+                let names = api.functions(profile_type, job, "json")?;
+                if missing(&names, &[hot]).is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("not among {} functions", names.len()))
+                }
+            },
         );
     }
+}
 
-    // The scrape metrics agree: the broken ones counted as errors and a timeout.
-    let metrics = server.get("/metrics").expect("metrics").text();
-    for (job, result) in [("down", "error"), ("hang", "timeout"), ("junk", "error")] {
-        assert!(
-            metrics
-                .lines()
-                .any(|l| l.starts_with("parca_scrapes_total{")
-                    && l.contains(&format!("job=\"{job}\""))
-                    && l.contains(&format!("result=\"{result}\""))),
-            "/metrics has no parca_scrapes_total of job {job} with result {result}"
-        );
-    }
-    server.process.assert_running();
+/// A line of the test's own report on stderr (shown with `--nocapture`).
+fn report(line: &str) {
     #[allow(clippy::print_stderr)]
     {
-        eprintln!(
-            "server e2e: {} real targets, {} scrapes watched, in {:.1} s",
-            jobs.len(),
-            seen.values().map(|s| s.scrapes.len()).sum::<usize>(),
-            t0.elapsed().as_secs_f64()
-        );
+        eprintln!("server e2e: {line}");
     }
+}
+
+#[test]
+fn server_scrapes_real_targets_and_serves_their_profiles() {
+    let t0 = Instant::now();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut processes, mut jobs) = start_real_targets(dir.path());
+
+    // Broken targets: nothing listens on `down`; `hang` never answers; `junk` answers HTML.
+    let down = format!("127.0.0.1:{}", free_port());
+    let hang = BrokenTarget::start(false);
+    let junk = BrokenTarget::start(true);
+
+    // (e) The server itself, scraping its own address too.
+    let binary = parca_binary(false);
+    let mut server = Server::start(&binary, &[], |addr| {
+        jobs.push(Job {
+            name: "parca",
+            address: addr.to_string(),
+            disabled: CPU_ONLY,
+            hot: &["parca_"],
+        });
+        config(&jobs, &down, &hang.address, &junk.address)
+    });
+    let started = unix_now();
+    let real: Vec<&str> = jobs.iter().map(|j| j.name).collect();
+    let (seen, polls) = watch_targets(&mut server, &real);
+    for p in &mut processes {
+        p.assert_running();
+    }
+    check_broken(&server, &seen);
+    check_schedule(&seen, &real, &polls);
+
+    let api = Api {
+        server: &server,
+        start: started - 1.0,
+    };
+    check_labels(&server, &jobs);
+    check_series(&api, &jobs);
+    check_query_range(&api, &jobs);
+    check_hot_functions(&api, &jobs);
+    check_other_profiles(&api, &jobs);
+    server.process.assert_running();
+    report(&format!(
+        "{} real targets, {} scrapes watched, {:.1} s",
+        jobs.len(),
+        seen.values().map(|s| s.scrapes.len()).sum::<usize>(),
+        t0.elapsed().as_secs_f64()
+    ));
 }
