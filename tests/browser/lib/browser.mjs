@@ -3,11 +3,11 @@
 import { chromium } from 'playwright-core';
 import { existsSync } from 'node:fs';
 
-/** Launches Chromium (`CHROMIUM` or /usr/bin/chromium). */
-export async function launch() {
+/** Launches Chromium (`CHROMIUM` or /usr/bin/chromium), with extra command-line `args`. */
+export async function launch(args = []) {
   const executablePath = process.env.CHROMIUM || ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find(existsSync);
   if (!executablePath) throw new Error('no Chromium found: apt-get install chromium, or set CHROMIUM');
-  return chromium.launch({ executablePath, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage'] });
+  return chromium.launch({ executablePath, headless: true, args: ['--no-sandbox', '--disable-dev-shm-usage', ...args] });
 }
 
 /**

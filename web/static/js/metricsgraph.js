@@ -32,11 +32,22 @@ function niceTicks(max, count) {
   return out;
 }
 
-function timeLabel(ms, span) {
-  const d = new Date(ms);
+const TIME_STEPS = [1e3, 2e3, 5e3, 10e3, 15e3, 30e3, 60e3, 120e3, 300e3, 600e3, 900e3, 1800e3, 3600e3, 2 * 3600e3, 3 * 3600e3, 6 * 3600e3, 12 * 3600e3, 86400e3, 2 * 86400e3, 7 * 86400e3];
+
+/** Round local times between `start` and `end`, at most `max` of them, with their labels. */
+export function timeTicks(start, end, max) {
+  const step = TIME_STEPS.find((s) => (end - start) / s <= max) || Math.ceil((end - start) / max / 86400e3) * 86400e3;
+  // Steps of an hour or more fall on local hours (and days on local midnight).
+  const offset = step >= 3600e3 ? new Date(start).getTimezoneOffset() * 60e3 : 0;
   const pad = (n) => String(n).padStart(2, '0');
-  const hm = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
-  return span > 2 * 86400e3 ? `${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${hm}` : span < 600e3 ? `${hm}:${pad(d.getSeconds())}` : hm;
+  const out = [];
+  for (let t = Math.ceil((start - offset) / step) * step + offset; t <= end; t += step) {
+    const d = new Date(t);
+    const hm = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+    const label = step >= 86400e3 ? `${pad(d.getMonth() + 1)}-${pad(d.getDate())}` : step < 60e3 ? `${hm}:${pad(d.getSeconds())}` : hm;
+    out.push([t, label]);
+  }
+  return out;
 }
 
 /**
@@ -78,11 +89,10 @@ export function metricsGraph(result, { start, end, selection, onPoint, onRange }
       label.textContent = formatValue(v, unit);
       root.append(label);
     }
-    const n = Math.max(2, Math.floor(iw / 110));
-    for (let k = 0; k <= n; k++) {
-      const t = start + ((end - start) * k) / n;
-      const label = svg('text', { x: X(t), y: HEIGHT - 6, 'text-anchor': k === 0 ? 'start' : k === n ? 'end' : 'middle', class: 'axis' });
-      label.textContent = timeLabel(t, end - start);
+    for (const [t, text] of timeTicks(start, end, Math.max(2, Math.floor(iw / 90)))) {
+      root.append(svg('line', { x1: X(t), x2: X(t), y1: M.top + ih, y2: M.top + ih + 4, class: 'grid' }));
+      const label = svg('text', { x: X(t), y: HEIGHT - 6, 'text-anchor': 'middle', class: 'axis' });
+      label.textContent = text;
       root.append(label);
     }
     if (selection && selection.start !== undefined) {

@@ -3,7 +3,7 @@
 
 import { h, replace, debounce, download, stateBox } from './dom.js';
 import { Icicle } from './icicle.js';
-import { fromJSON, invert, hide, hidePredicate, search, topTable, folded, binaries } from './tree.js';
+import { fromJSON, fromJSONAsync, invert, hide, hidePredicate, search, topTable, folded, binaries } from './tree.js';
 import { functionTable } from './table.js';
 import { icicleSVG } from './svgexport.js';
 import { formatValue, formatPercent, formatDelta } from './units.js';
@@ -261,22 +261,23 @@ export function profileView(root, data, state, onState, pprofQuery) {
   if (complete) fillBinaries();
   rebuild();
   root.dataset.complete = String(complete);
-  // The whole tree, once the first paint is on screen.
-  let timer = complete ? 0 : setTimeout(() => {
-    timer = 0;
+  // The whole tree, built in slices once the first paint is on screen (the page stays live).
+  const abort = new AbortController();
+  if (!complete) fromJSONAsync(data, { signal: abort.signal }).then((full) => {
+    if (!full) return;
     const focusPath = icicle.focusNode ? tree.path(icicle.focusNode).slice(1).map((j) => tree.nameOf(j)).join(';') : '';
     if (focusPath && !state.focus) state.focus = focusPath;
-    original = fromJSON(data);
+    original = full;
     complete = true;
     fillBinaries();
     rebuild();
     root.dataset.complete = 'true';
-  }, 0);
+  });
   return {
     icicle,
     get tree() { return tree; },
     destroy: () => {
-      clearTimeout(timer);
+      abort.abort();
       icicle.destroy();
     },
   };

@@ -82,70 +82,112 @@ class Interner {
  * quick tree for the first paint, where such frames would be narrower than a pixel anyway.
  */
 export function fromJSON(data, { minValue = 0 } = {}) {
-  const { root: _root, ...meta } = data;
-  const isDiff = meta.base_total !== undefined;
-  let cap = 1024;
-  let t = new Tree(cap, meta);
-  const strings = new Interner(t.strings);
-  const grow = () => {
-    const next = new Tree(cap * 2, meta);
-    for (const k of ['name', 'file', 'binary', 'line', 'parent', 'depth', 'value', 'self', 'base', 'baseSelf']) {
-      if (t[k]) next[k].set(t[k]);
-    }
+  const b = new JSONBuilder(data, minValue);
+  while (!b.step(Infinity));
+  return b.finish();
+}
+
+/**
+ * `fromJSON` in slices of about `sliceMs` on the main thread, so a large profile never blocks
+ * the page; resolves to the tree, or to null once `signal.aborted`.
+ */
+export function fromJSONAsync(data, { signal, sliceMs = 12 } = {}) {
+  const b = new JSONBuilder(data, 0);
+  return new Promise((resolve) => {
+    const run = () => {
+      if (signal && signal.aborted) return resolve(null);
+      if (b.step(performance.now() + sliceMs)) resolve(b.finish());
+      else setTimeout(run, 0);
+    };
+    run();
+  });
+}
+
+/** The walk of `fromJSON`, resumable: pre-order with an explicit stack. */
+class JSONBuilder {
+  constructor(data, minValue) {
+    const { root: _root, ...meta } = data;
+    this.meta = meta;
+    this.isDiff = meta.base_total !== undefined;
+    this.minValue = minValue;
+    this.cap = 1024;
+    this.t = new Tree(this.cap, meta);
+    this.strings = new Interner(this.t.strings);
+    this.nodes = [data.root];
+    this.parents = [-1];
+    this.i = 0;
+    this.pruned = 0;
+  }
+
+  grow() {
+    const { t } = this;
+    const next = new Tree(this.cap * 2, this.meta);
+    for (const k of COLUMNS) if (t[k]) next[k].set(t[k]);
     next.strings = t.strings;
     next.maxDepth = t.maxDepth;
-    cap *= 2;
-    t = next;
-  };
-  // Pre-order: pop a node, write it, push its children last-first.
-  const nodes = [data.root];
-  const parents = [-1];
-  let i = 0;
-  let pruned = 0;
-  while (nodes.length) {
-    const node = nodes.pop();
-    const p = parents.pop();
-    if (i === cap) grow();
-    t.name[i] = strings.id(node.name);
-    if (node.file) t.file[i] = strings.id(node.file);
-    if (node.binary) t.binary[i] = strings.id(node.binary);
-    if (node.line) t.line[i] = node.line;
-    t.value[i] = node.value;
-    t.self[i] = node.self;
-    if (isDiff) {
-      t.base[i] = node.base || 0;
-      t.baseSelf[i] = node.base_self || 0;
-    }
-    t.parent[i] = p;
-    const d = p < 0 ? 0 : t.depth[p] + 1;
-    t.depth[i] = d;
-    if (d > t.maxDepth) t.maxDepth = d;
-    const ch = node.children;
-    if (ch) {
-      for (let k = ch.length - 1; k >= 0; k--) {
-        const c = ch[k];
-        if (minValue > 0 && Math.abs(c.value) + (isDiff ? Math.abs(c.base) : 0) < minValue) {
-          pruned++;
-          continue;
-        }
-        nodes.push(c);
-        parents.push(i);
-      }
-    }
-    i++;
+    this.cap *= 2;
+    this.t = next;
   }
-  const out = trimmed(t, i);
-  out.pruned = pruned;
-  return out;
+
+  /** Works until `deadline` (a `performance.now()` time); true when done. */
+  step(deadline) {
+    const { nodes, parents, strings, isDiff, minValue } = this;
+    let { t, i } = this;
+    let n = 0;
+    while (nodes.length) {
+      if ((++n & 1023) === 0 && performance.now() > deadline) break;
+      const node = nodes.pop();
+      const p = parents.pop();
+      if (i === this.cap) {
+        this.grow();
+        t = this.t;
+      }
+      t.name[i] = strings.id(node.name);
+      if (node.file) t.file[i] = strings.id(node.file);
+      if (node.binary) t.binary[i] = strings.id(node.binary);
+      if (node.line) t.line[i] = node.line;
+      t.value[i] = node.value;
+      t.self[i] = node.self;
+      if (isDiff) {
+        t.base[i] = node.base || 0;
+        t.baseSelf[i] = node.base_self || 0;
+      }
+      t.parent[i] = p;
+      const d = p < 0 ? 0 : t.depth[p] + 1;
+      t.depth[i] = d;
+      if (d > t.maxDepth) t.maxDepth = d;
+      const ch = node.children;
+      if (ch) {
+        for (let k = ch.length - 1; k >= 0; k--) {
+          const c = ch[k];
+          if (minValue > 0 && Math.abs(c.value) + (isDiff ? Math.abs(c.base) : 0) < minValue) {
+            this.pruned++;
+            continue;
+          }
+          nodes.push(c);
+          parents.push(i);
+        }
+      }
+      i++;
+    }
+    this.i = i;
+    return nodes.length === 0;
+  }
+
+  finish() {
+    const out = trimmed(this.t, this.i);
+    out.pruned = this.pruned;
+    return out;
+  }
 }
+
+const COLUMNS = ['name', 'file', 'binary', 'line', 'parent', 'depth', 'value', 'self', 'base', 'baseSelf'];
 
 /** `t` cut to its first `n` nodes (views, no copy), with `end` filled. */
 function trimmed(t, n) {
   const out = new Tree(0, t.meta);
   out.n = n;
-  for (const k of ['name', 'file', 'binary', 'line', 'parent', 'depth', 'value', 'self', 'base', 'baseSelf']) {
-    out[k] = t[k] ? t[k].subarray(0, n) : null;
-  }
+  for (const k of COLUMNS) out[k] = t[k] ? t[k].subarray(0, n) : null;
   out.end = new Int32Array(n);
   out.strings = t.strings;
   out.maxDepth = t.maxDepth;

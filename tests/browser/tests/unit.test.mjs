@@ -1,0 +1,204 @@
+// The UI's pure modules under Node (no browser): the tree columns and what is derived from them,
+// query building, units, colours and completion contexts.
+
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { fromJSON, fromJSONAsync, invert, hide, hidePredicate, search, topTable, folded } from '../../../web/static/js/tree.js';
+import { withMatchers, mergeWindow, duration, graphQuery, queryKind, selectorEnd } from '../../../web/static/js/querytext.js';
+import { formatValue, formatPercent, ago } from '../../../web/static/js/units.js';
+import { packageOf, colorFor } from '../../../web/static/js/colors.js';
+import { completionContext, offsetOf } from '../../../web/static/js/querybox.js';
+import { describe, typeOfQuery } from '../../../web/static/js/profiletypes.js';
+import { timeTicks } from '../../../web/static/js/metricsgraph.js';
+
+/** A flame-graph JSON from folded lines (`a;b;c 5`), as the API would send it. */
+function fromFolded(text, base) {
+  const root = { name: 'root', value: 0, self: 0, children: [] };
+  const add = (line, key) => {
+    const [stack, v] = line.split(' ');
+    const value = Number(v);
+    let node = root;
+    node[key === 'value' ? 'value' : 'base'] = (node[key === 'value' ? 'value' : 'base'] || 0) + value;
+    for (const name of stack.split(';')) {
+      let child = node.children.find((c) => c.name === name);
+      if (!child) {
+        child = { name, value: 0, self: 0, children: [] };
+        if (base) Object.assign(child, { base: 0, base_self: 0 });
+        node.children.push(child);
+        node.children.sort((a, b) => (a.name < b.name ? -1 : 1));
+      }
+      child[key === 'value' ? 'value' : 'base'] += value;
+      node = child;
+    }
+    node[key === 'value' ? 'self' : 'base_self'] += value;
+  };
+  for (const line of text.trim().split('\n')) add(line, 'value');
+  if (base) {
+    root.base = 0;
+    root.base_self = 0;
+    for (const line of base.trim().split('\n')) add(line, 'base');
+  }
+  const data = { sample_type: 'cpu', unit: 'nanoseconds', total: root.value, root };
+  if (base) data.base_total = root.base;
+  return data;
+}
+
+const PROFILE = `
+main;work;compute 50
+main;work;alloc;mallocgc 20
+main;idle 10
+gc;mark;scan 15
+gc;mallocgc 5
+`;
+
+test('fromJSON keeps pre-order, totals and subtree ends', () => {
+  const t = fromJSON(fromFolded(PROFILE));
+  assert.equal(t.n, 11);
+  assert.equal(t.value[0], 100);
+  assert.equal(t.nameOf(1), 'gc');
+  const main = t.childNamed(0, 'main');
+  assert.equal(t.value[main], 80);
+  assert.equal(t.end[main] - main, 6); // main, work, compute, alloc, mallocgc, idle
+  assert.equal(t.maxDepth, 4);
+  assert.deepEqual(t.path(t.find(['main', 'work', 'alloc'])).map((i) => t.nameOf(i)), ['root', 'main', 'work', 'alloc']);
+});
+
+test('a quick build leaves out small children and says so', () => {
+  const full = fromJSON(fromFolded(PROFILE));
+  const quick = fromJSON(fromFolded(PROFILE), { minValue: 12 });
+  assert.ok(quick.n < full.n);
+  assert.ok(quick.pruned > 0);
+  assert.equal(quick.value[0], 100);
+  assert.equal(full.pruned, 0);
+});
+
+test('bottom-up puts the heaviest self functions first with their callers below', () => {
+  const t = invert(fromJSON(fromFolded(PROFILE)));
+  const first = t.nameOf(1);
+  assert.equal(first, 'compute');
+  const malloc = t.childNamed(0, 'mallocgc');
+  assert.equal(t.value[malloc], 25);
+  assert.deepEqual([t.nameOf(malloc + 1), t.nameOf(t.end[malloc + 1])].sort(), ['alloc', 'gc']);
+  assert.equal(t.value[0], 100);
+});
+
+test('hiding frames moves their children up and merges them', () => {
+  const t0 = fromJSON(fromFolded(PROFILE));
+  const t = hide(t0, hidePredicate(t0, '^(work|alloc)$', ''));
+  const main = t.childNamed(0, 'main');
+  assert.deepEqual(['compute', 'idle', 'mallocgc'].map((n) => t.value[t.childNamed(main, n)]), [50, 10, 20]);
+  assert.equal(t.value[0], 100);
+  assert.throws(() => hidePredicate(t0, '(', ''), SyntaxError);
+});
+
+test('search counts nested matches once', () => {
+  const t = fromJSON(fromFolded('a;b;a 10\nc 5\n'));
+  const m = search(t, 'a');
+  assert.equal(m.count, 2);
+  assert.equal(m.value, 10);
+  assert.equal(search(t, '/^c$/').value, 5);
+  assert.equal(search(t, ''), null);
+});
+
+test('the function table counts recursion once in cumulative', () => {
+  const rows = topTable(fromJSON(fromFolded('a;b;a 10\na 4\nc 5\n')));
+  const a = rows.find((r) => r.name === 'a');
+  assert.equal(a.flat, 14);
+  assert.equal(a.cum, 14);
+  assert.equal(rows.find((r) => r.name === 'b').cum, 10);
+});
+
+test('folded text round-trips, and below a zoomed frame keeps its path', () => {
+  const t = fromJSON(fromFolded(PROFILE));
+  const lines = folded(t).trim().split('\n').sort();
+  assert.deepEqual(lines, PROFILE.trim().split('\n').sort());
+  const work = t.find(['main', 'work']);
+  assert.deepEqual(folded(t, work).trim().split('\n').sort(), ['main;work;alloc;mallocgc 20', 'main;work;compute 50']);
+});
+
+test('a diff carries both sides through every derived tree', () => {
+  const t = fromJSON(fromFolded('a;b 10\na;c 5\n', 'a;b 4\na;c 9\n'));
+  assert.ok(t.isDiff);
+  const b = t.find(['a', 'b']);
+  assert.deepEqual([t.base[b], t.value[b]], [4, 10]);
+  const inv = invert(t);
+  const c = inv.childNamed(0, 'c');
+  assert.deepEqual([inv.base[c], inv.value[c]], [9, 5]);
+  assert.match(folded(t), /^a;b 4 10$/m);
+  const row = topTable(t).find((r) => r.name === 'c');
+  assert.deepEqual([row.baseFlat, row.flat], [9, 5]);
+});
+
+test('queries: matchers, ranges and offsets, grouping', () => {
+  const cpu = 'process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta';
+  assert.equal(withMatchers(cpu, { job: 'a', __name__: cpu }), `${cpu}{job="a"}`);
+  assert.equal(withMatchers(`${cpu}{job="a"} |= "x"`, { instance: 'i"1' }), `${cpu}{job="a", instance="i\\"1"} |= "x"`);
+  assert.equal(withMatchers('{__name__=~"m.*"}', { __name__: 'm1' }), '{__name__=~"m.*", __name__="m1"}');
+  assert.equal(selectorEnd(`${cpu}{a="}"} |= "y"`), cpu.length + 7);
+  assert.equal(duration(5400e3 + 1500), '1h30m1s500ms');
+  assert.equal(mergeWindow(`${cpu}{job="a"} |= "x"`, 0, 3600e3, 3660e3), `merge(${cpu}{job="a"}[1h] offset 1m |= "x")`);
+  assert.equal(mergeWindow(cpu, 0, 60e3, 60e3), `merge(${cpu}[1m])`);
+  assert.equal(graphQuery('x', ' job, instance '), 'sum by (job, instance) (x)');
+  assert.equal(graphQuery('x', ''), 'x');
+  assert.deepEqual(['merge(x)', 'sum(x)', 'x{a="b"}'].map(queryKind), ['profile', 'series', 'set']);
+});
+
+test('units for people', () => {
+  assert.equal(formatValue(1.5e9, 'nanoseconds'), '1.50 s');
+  assert.equal(formatValue(12.3e6, 'nanoseconds'), '12.3 ms');
+  assert.equal(formatValue(3 * 2 ** 20, 'bytes'), '3 MiB');
+  assert.equal(formatValue(1234, 'count'), '1.23k');
+  assert.equal(formatValue(0, 'bytes'), '0 B');
+  assert.equal(formatPercent(1, 3), '33.3%');
+  assert.equal(ago(Date.now() - 12e3), '12s ago');
+});
+
+test('colours are stable per package', () => {
+  assert.equal(packageOf('net/http.(*conn).serve'), 'net/http');
+  assert.equal(packageOf('runtime.mallocgc'), 'runtime');
+  assert.equal(packageOf('<alloc::vec::Vec<T> as Drop>::drop'), 'alloc');
+  assert.equal(packageOf('std::io::read'), 'std');
+  assert.equal(packageOf('github.com/a/b/pkg.(*T).M'), 'github.com/a/b/pkg');
+  assert.equal(colorFor('runtime'), colorFor('runtime'));
+  assert.notEqual(colorFor('runtime'), colorFor('net/http'));
+});
+
+test('completion knows where the cursor is', () => {
+  const q = 'memory:inuse_space:bytes:space:bytes{job="a", ins';
+  assert.deepEqual(completionContext(q, q.length), { kind: 'label', prefix: 'ins', from: q.length - 3 });
+  const v = 'x{job="ap';
+  assert.equal(completionContext(v, v.length).kind, 'value');
+  assert.equal(completionContext(v, v.length).label, 'job');
+  assert.equal(completionContext(v, v.length).prefix, 'ap');
+  assert.equal(completionContext('proc', 4).kind, 'type');
+  assert.equal(completionContext('sum by (jo', 10), null);
+  assert.equal(offsetOf('ab\ncd', 2, 2), 4);
+});
+
+test('profile types have human names', () => {
+  assert.equal(describe('process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta').title, 'CPU time');
+  assert.equal(describe('memory:inuse_space:bytes:space:bytes').title, 'Memory in use (bytes)');
+  assert.equal(describe('custom:things:count:x:y').known, false);
+  assert.equal(typeOfQuery('memory:alloc_space:bytes:space:bytes{job="a"}'), 'memory:alloc_space:bytes:space:bytes');
+  assert.equal(typeOfQuery('{__name__="a:b:c:d:e", job="x"}'), 'a:b:c:d:e');
+});
+
+test('time ticks fall on round times with distinct labels', () => {
+  const start = Date.UTC(2026, 10, 22, 1, 18, 4);
+  const ticks = timeTicks(start, start + 600e3, 10);
+  assert.ok(ticks.length >= 5 && ticks.length <= 10, `${ticks.length} ticks`);
+  assert.ok(ticks.every(([t]) => t % 60e3 === 0 && t >= start && t <= start + 600e3));
+  assert.equal(new Set(ticks.map(([, l]) => l)).size, ticks.length);
+  const week = timeTicks(start, start + 7 * 86400e3, 10);
+  assert.ok(week.length >= 3 && week.length <= 10);
+});
+
+test('the sliced build gives the same tree as the one-go build', async () => {
+  const data = fromFolded(PROFILE);
+  const a = fromJSON(data);
+  const b = await fromJSONAsync(data, { sliceMs: 0 });
+  for (const k of ['name', 'parent', 'depth', 'end', 'value', 'self']) assert.deepEqual([...b[k]], [...a[k]], k);
+  const abort = new AbortController();
+  abort.abort();
+  assert.equal(await fromJSONAsync(data, { signal: abort.signal }), null);
+});
