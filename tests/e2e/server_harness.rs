@@ -59,8 +59,8 @@ pub fn outside_target(which: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(path))
 }
 
-/// The `parca` binary: `$PARCA_BIN`, else built now with the cargo that builds this crate, in
-/// `profile` (`dev` for the tests, `release` for the benchmark).
+/// The `parca` binary: `$PARCA_BIN`, else built now with the cargo that builds this crate
+/// (`--release` when `release`, for the benchmark; the tests use the dev profile).
 pub fn parca_binary(release: bool) -> PathBuf {
     if let Some(path) = std::env::var_os("PARCA_BIN") {
         let path = PathBuf::from(path);
