@@ -204,6 +204,16 @@ fn active_target(status: &parca_scrape::TargetStatus) -> parca_api::ActiveTarget
     }
 }
 
+/// The server's heap in use, from jemalloc's sampling profiler, as gzipped pprof.
+fn heap_profile() -> Result<Vec<u8>, String> {
+    let ctl = jemalloc_pprof::PROF_CTL
+        .as_ref()
+        .ok_or("jemalloc heap profiling is not enabled in this build")?;
+    ctl.blocking_lock()
+        .dump_pprof()
+        .map_err(|e| format!("cannot dump the heap profile: {e}"))
+}
+
 /// Runs the server until SIGTERM or SIGINT.
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     init_logging(&args);
@@ -256,6 +266,7 @@ async fn serve(
                 .unwrap_or("unknown")
                 .to_owned(),
         },
+        heap_profile: Some(heap_profile),
         ..Default::default()
     };
     let scrape_metrics = parca_scrape::ScrapeMetrics::register(&mut registry);

@@ -62,7 +62,13 @@ pub struct Options {
     pub build: BuildInfo,
     /// What one query may cost.
     pub limits: parca_query::Limits,
+    /// The process's heap profile as gzipped pprof, for `/debug/pprof/heap`, when the binary's
+    /// allocator can give one.
+    pub heap_profile: Option<HeapProfile>,
 }
+
+/// Dumps the process's heap profile as gzipped pprof, or says why it cannot.
+pub type HeapProfile = fn() -> Result<Vec<u8>, String>;
 
 impl Default for Options {
     fn default() -> Self {
@@ -71,6 +77,7 @@ impl Default for Options {
             decode: parca_pprof::DecodeOptions::default(),
             build: BuildInfo::default(),
             limits: parca_query::Limits::default(),
+            heap_profile: None,
         }
     }
 }

@@ -18,11 +18,22 @@ const FREQUENCY_HZ: i32 = 97;
 /// Longest profile a request may ask for.
 const MAX_SECONDS: u64 = 300;
 
-pub(crate) async fn handle(_api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
+pub(crate) async fn handle(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
     match call.path.trim_end_matches('/') {
         "/debug/pprof" => Ok(text(
-            "Profiles of this server:\n\n/debug/pprof/profile?seconds=N  CPU profile over N seconds (default 30)\n",
+            "Profiles of this server:\n\n/debug/pprof/profile?seconds=N  CPU profile over N seconds (default 30)\n/debug/pprof/heap               heap in use (sampled by jemalloc)\n",
         )),
+        "/debug/pprof/heap" => {
+            let dump = api.options.heap_profile.ok_or_else(|| ApiError {
+                kind: ErrorType::NotFound,
+                message: "this build has no heap profiler".into(),
+            })?;
+            let bytes = tokio::task::spawn_blocking(dump)
+                .await
+                .map_err(|e| ApiError::internal(format!("heap profile task failed: {e}")))?
+                .map_err(ApiError::internal)?;
+            Ok(with_type(bytes, "application/octet-stream"))
+        }
         "/debug/pprof/profile" => {
             let seconds = match call.params.get("seconds") {
                 None => 30,
@@ -45,7 +56,7 @@ pub(crate) async fn handle(_api: &Arc<Api>, call: Call) -> Result<Response<Body>
         other => Err(ApiError {
             kind: ErrorType::NotFound,
             message: format!(
-                "no profile at {other}; this server offers /debug/pprof/profile (CPU)"
+                "no profile at {other}; this server offers /debug/pprof/profile (CPU) and /debug/pprof/heap"
             ),
         }),
     }

@@ -48,11 +48,11 @@ fn the_repository_parca_yaml_loads() {
     assert_eq!(job.scrape_timeout, secs(13));
     assert_eq!(job.scheme, Scheme::Http);
     assert_eq!(job.static_configs[0].targets, ["127.0.0.1:7070"]);
-    // The server serves only its CPU profile: the file turns Go's other defaults off.
+    // The server serves its CPU and heap profiles: the file turns Go's other defaults off.
     assert_eq!(
         endpoints(job),
         [
-            ("memory", "/debug/pprof/allocs", false, false),
+            ("memory", "/debug/pprof/heap", false, true),
             ("block", "/debug/pprof/block", false, false),
             ("goroutine", "/debug/pprof/goroutine", false, false),
             ("mutex", "/debug/pprof/mutex", false, false),
@@ -791,8 +791,8 @@ scrape_configs:
   profiling_config:
     pprof_config:
       memory:
-        enabled: false
-        path: /debug/pprof/allocs
+        enabled: true
+        path: /debug/pprof/heap
         delta: false
       block:
         enabled: false
