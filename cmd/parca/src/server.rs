@@ -277,6 +277,7 @@ async fn serve(
         let _ = http_stop.wait_for(|stop| *stop).await;
     }));
     tracing::info!(%address, "listening");
+    tokio::task::spawn_blocking(parca_api::warm_up_self_profiling);
 
     let storage_path = args.storage_path.clone();
     let db = tokio::task::spawn_blocking(move || {

@@ -62,6 +62,13 @@ pub(crate) async fn handle(api: &Arc<Api>, call: Call) -> Result<Response<Body>,
     }
 }
 
+/// Loads this binary's symbols now, so that the first self-profile is not late: resolving a
+/// backtrace fills the symbol cache that the profiler's symbolization uses later (in a debug
+/// build that is seconds of work).
+pub fn warm_up() {
+    let _ = backtrace::Backtrace::new();
+}
+
 /// Samples this process for `window` and returns the gzipped pprof.
 fn cpu_profile(window: Duration) -> Result<Vec<u8>, ApiError> {
     let guard = pprof::ProfilerGuardBuilder::default()
