@@ -2,6 +2,7 @@
 //! present, real outside tools (google/pprof); a test that needs a missing tool says so and
 //! passes without checking, and CI installs every such tool so that nothing is skipped there.
 
+mod agent;
 mod corpus;
 mod pprof_oracle;
 mod query_golden;

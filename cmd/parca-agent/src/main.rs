@@ -33,6 +33,9 @@ struct Args {
     /// Least severe log level shown: error, warn, info or debug.
     #[arg(long, default_value = "info")]
     log_level: tracing::Level,
+    /// Where the kernel's BTF is looked for (for tests of the refusal).
+    #[arg(long, default_value = "/sys/kernel/btf/vmlinux", hide = true)]
+    btf_path: std::path::PathBuf,
 }
 
 /// `10s`, `500ms`, `1m`, `1h`.
@@ -88,7 +91,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         http_address: listen_address(&args.http_address)?,
         remote_store_address: args.remote_store_address,
         node: args.node.unwrap_or(defaults.node),
-        btf_path: defaults.btf_path,
+        btf_path: args.btf_path,
     };
     parca_agent_runtime::run(config, shutdown_signal()).await?;
     Ok(())

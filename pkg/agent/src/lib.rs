@@ -141,7 +141,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let pusher = config
         .remote_store_address
         .as_deref()
-        .map(|address| push::Pusher::new(address, &config.node))
+        .map(push::Pusher::new)
         .transpose()?;
     if let Some(pusher) = &pusher {
         tracing::info!(url = pusher.url(), "pushing every window");

@@ -395,7 +395,7 @@ impl Builder {
         let frames = match &mapping.object {
             Some(object) => symbolizer.symbolize(
                 &object.key,
-                || ElfObject::read(&object.file, &object.opened_as),
+                |max_dwarf_bytes| ElfObject::read(&object.file, &object.opened_as, max_dwarf_bytes),
                 addr - mapping.start + mapping.offset,
             ),
             None => Arc::from(Vec::new()),

@@ -8,8 +8,9 @@ pub(crate) struct Pusher {
 }
 
 impl Pusher {
-    /// A pusher to the server at `base` (`http://host:7070`), labelling the series with `node`.
-    pub fn new(base: &str, node: &str) -> Result<Pusher, crate::Error> {
+    /// A pusher to the server at `base` (`http://host:7070`). The samples carry their labels
+    /// (`node` among them), so the URL adds only the profile name.
+    pub fn new(base: &str) -> Result<Pusher, crate::Error> {
         let base = if base.contains("://") {
             base.to_owned()
         } else {
@@ -22,7 +23,6 @@ impl Pusher {
         }
         let query: String = form_urlencoded::Serializer::new(String::new())
             .append_pair("__name__", crate::profile::PROFILE_NAME)
-            .append_pair("node", node)
             .finish();
         let client = reqwest::Client::builder()
             .timeout(std::time::Duration::from_secs(30))
@@ -63,12 +63,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn url_names_the_profile_and_node() {
-        let p = Pusher::new("127.0.0.1:7070/", "node a").unwrap();
+    fn url_names_the_profile() {
+        let p = Pusher::new("127.0.0.1:7070/").unwrap();
         assert_eq!(
             p.url(),
-            "http://127.0.0.1:7070/api/v1/write?__name__=parca_agent&node=node+a"
+            "http://127.0.0.1:7070/api/v1/write?__name__=parca_agent"
         );
-        assert!(Pusher::new("https://x", "n").is_err());
+        assert!(Pusher::new("https://x").is_err());
     }
 }

@@ -32,7 +32,7 @@ fn bench(c: &mut Criterion) {
             let mut n = 0;
             for &off in &offsets {
                 n += symbolizer
-                    .symbolize(&key, || ElfObject::open(&exe), off)
+                    .symbolize(&key, |_| ElfObject::open(&exe), off)
                     .len();
             }
             black_box(n)

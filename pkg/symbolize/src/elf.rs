@@ -93,9 +93,16 @@ pub struct ElfObject {
     /// Sorted by address.
     symbols: Vec<Symbol>,
     dwarf: Option<addr2line::Context<Reader>>,
+    /// Bytes of DWARF held (decompressed).
+    dwarf_bytes: u64,
     dwarf_error: Option<Error>,
     is_go: bool,
 }
+
+/// DWARF larger than this (decompressed, all sections) is not loaded by [`ElfObject::open`]:
+/// the symbol table is used alone. DWARF is copied into memory to be read, so this bounds what
+/// one object costs.
+pub const DEFAULT_MAX_DWARF_BYTES: u64 = 48 << 20;
 
 impl fmt::Debug for ElfObject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -110,19 +117,19 @@ impl fmt::Debug for ElfObject {
 }
 
 impl ElfObject {
-    /// Opens and reads the object at `path`.
+    /// Opens and reads the object at `path`, its DWARF up to [`DEFAULT_MAX_DWARF_BYTES`].
     pub fn open(path: &Path) -> Result<ElfObject, Error> {
         let file = File::open(path).map_err(|source| Error::Io {
             path: path.to_owned(),
             source,
         })?;
-        ElfObject::read(&file, path)
+        ElfObject::read(&file, path, DEFAULT_MAX_DWARF_BYTES)
     }
 
-    /// Reads the object open as `file` (`path` names it in messages). A DWARF that does not
-    /// parse is not an error: the symbol table is still used, and [`ElfObject::dwarf_error`]
-    /// says what was wrong.
-    pub fn read(file: &File, path: &Path) -> Result<ElfObject, Error> {
+    /// Reads the object open as `file` (`path` names it in messages), loading its DWARF only
+    /// if it has at most `max_dwarf_bytes` of it. A DWARF that does not parse or is too large
+    /// is not an error: the symbol table is still used, and [`ElfObject::dwarf_error`] says why.
+    pub fn read(file: &File, path: &Path, max_dwarf_bytes: u64) -> Result<ElfObject, Error> {
         let cache = ReadCache::new(file);
         let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
         let build_id = obj
@@ -148,22 +155,34 @@ impl ElfObject {
         let is_go = obj.section_by_name(".gopclntab").is_some()
             || obj.section_by_name(".note.go.buildid").is_some();
         let symbols = read_symbols(&obj);
-        let (dwarf, dwarf_error) = match read_dwarf(&obj) {
-            Ok(dwarf) => (dwarf, None),
-            Err(source) => (
-                None,
-                Some(Error::Dwarf {
-                    path: path.to_owned(),
-                    source,
-                }),
-            ),
+        let dwarf_bytes = dwarf_size(&obj);
+        let (dwarf, dwarf_error) = if dwarf_bytes > max_dwarf_bytes {
+            let error = Error::DwarfTooLarge {
+                path: path.to_owned(),
+                size_bytes: dwarf_bytes,
+                max_bytes: max_dwarf_bytes,
+            };
+            (None, Some(error))
+        } else {
+            match read_dwarf(&obj) {
+                Ok(dwarf) => (dwarf, None),
+                Err(source) => (
+                    None,
+                    Some(Error::Dwarf {
+                        path: path.to_owned(),
+                        source,
+                    }),
+                ),
+            }
         };
+        let dwarf_bytes = if dwarf.is_some() { dwarf_bytes } else { 0 };
         Ok(ElfObject {
             path: path.to_owned(),
             build_id,
             segments,
             symbols,
             dwarf,
+            dwarf_bytes,
             dwarf_error,
             is_go,
         })
@@ -187,6 +206,19 @@ impl ElfObject {
     /// Whether it has DWARF that parsed.
     pub fn has_dwarf(&self) -> bool {
         self.dwarf.is_some()
+    }
+
+    /// Bytes of DWARF held in memory (0 without DWARF).
+    pub fn dwarf_bytes(&self) -> u64 {
+        self.dwarf_bytes
+    }
+
+    /// Bytes its symbol table holds in memory, roughly.
+    pub fn symbol_bytes(&self) -> u64 {
+        self.symbols
+            .iter()
+            .map(|s| (std::mem::size_of::<Symbol>() + s.name.len()) as u64)
+            .sum()
     }
 
     /// Why its DWARF could not be used, if it has DWARF that did not parse.
@@ -314,6 +346,21 @@ fn read_symbols<'data, O: Object<'data>>(obj: &O) -> Vec<Symbol> {
     symbols
 }
 
+/// Decompressed size of the DWARF sections.
+fn dwarf_size<'data, O: Object<'data>>(obj: &O) -> u64 {
+    obj.sections()
+        .filter(|s| {
+            s.name()
+                .is_ok_and(|n| n.starts_with(".debug_") || n.starts_with(".zdebug_"))
+        })
+        .map(|s| {
+            s.compressed_file_range()
+                .map(|r| r.uncompressed_size)
+                .unwrap_or_else(|_| s.size())
+        })
+        .sum()
+}
+
 fn read_dwarf<'data, O: Object<'data>>(
     obj: &O,
 ) -> Result<Option<addr2line::Context<Reader>>, gimli::Error> {
@@ -413,8 +460,26 @@ mod tests {
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         let file = File::open(&exe).unwrap();
         let id = read_build_id(&file, &exe).unwrap().unwrap();
-        assert_eq!(Some(&id), ElfObject::read(&file, &exe).unwrap().build_id());
+        let full = ElfObject::read(&file, &exe, DEFAULT_MAX_DWARF_BYTES).unwrap();
+        assert_eq!(Some(&id), full.build_id());
         assert_eq!(id.to_string().len(), id.as_bytes().len() * 2);
+    }
+
+    #[test]
+    fn too_much_dwarf_falls_back_to_symbols() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let file = File::open(&exe).unwrap();
+        let obj = ElfObject::read(&file, &exe, 1).unwrap();
+        assert!(!obj.has_dwarf());
+        assert_eq!(obj.dwarf_bytes(), 0);
+        let err = obj.dwarf_error().unwrap().to_string();
+        assert!(err.contains("DWARF") && err.contains("limit"), "{err}");
+        let addr = outer_for_test as *const () as u64;
+        let (start, _, offset) = self_mapping(addr);
+        let vaddr = obj.vaddr_of_file_offset(addr - start + offset).unwrap();
+        let frames = obj.symbolize(vaddr);
+        assert_eq!(frames.len(), 1);
+        assert!(frames[0].function.ends_with("outer_for_test") && frames[0].file.is_none());
     }
 
     #[test]

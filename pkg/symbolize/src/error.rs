@@ -32,6 +32,19 @@ pub enum Error {
         #[source]
         source: gimli::Error,
     },
+    /// The file's DWARF is larger than allowed; its symbol table is used alone.
+    #[error(
+        "`{path}` has {size_bytes} bytes of DWARF, over the limit of {max_bytes}: symbolized from \
+         its symbol table only (no lines, no inlined frames)"
+    )]
+    DwarfTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its DWARF, decompressed.
+        size_bytes: u64,
+        /// The limit.
+        max_bytes: u64,
+    },
     /// `/proc/kallsyms` lists every address as zero: the reader lacks the right to see them.
     #[error(
         "kernel symbol addresses in `{path}` are hidden (all zero): reading them needs root or \

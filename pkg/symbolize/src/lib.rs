@@ -17,7 +17,9 @@
 //!   address.
 //! - No I/O beyond reading the files it is asked to read; which file holds a process's code
 //!   (through `/proc/PID/root`, for containers) is the caller's business.
-//! - Objects are read piecewise (headers, symbol tables, DWARF sections), never whole.
+//! - Objects are read piecewise (headers, symbol tables, DWARF sections), never whole. DWARF is
+//!   copied into memory to be read, so it is bounded per object ([`DEFAULT_MAX_DWARF_BYTES`])
+//!   and in total ([`Options::max_dwarf_bytes`]); past that, symbol tables are used alone.
 //! - Only this crate sees gimli, addr2line and object.
 //!
 //! # Example
@@ -38,7 +40,7 @@ mod kallsyms;
 mod symbolizer;
 
 pub use demangle::demangle;
-pub use elf::{BuildId, ElfObject, read_build_id};
+pub use elf::{BuildId, DEFAULT_MAX_DWARF_BYTES, ElfObject, read_build_id};
 pub use error::Error;
 pub use kallsyms::Kallsyms;
 pub use symbolizer::{ObjectKey, Options, Stats, Symbolizer};

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
-use crate::{BuildId, ElfObject, Error, Frame, Kallsyms};
+use crate::{BuildId, DEFAULT_MAX_DWARF_BYTES, ElfObject, Error, Frame, Kallsyms};
 
 /// What identifies an object file across processes: its build id, or without one the file
 /// itself (device and inode as `stat` gives them, which are unique on the node).
@@ -30,6 +30,11 @@ pub struct Options {
     pub max_objects: usize,
     /// At most this many addresses are memoized per object (the memo is cleared past it).
     pub max_addresses_per_object: usize,
+    /// DWARF of one object is loaded only up to this size (decompressed).
+    pub max_dwarf_bytes_per_object: u64,
+    /// DWARF held for all objects together: past it, the least recently used objects are
+    /// dropped (and parsed again when needed).
+    pub max_dwarf_bytes: u64,
     /// The kernel's symbol list, normally `/proc/kallsyms`.
     pub kallsyms_path: PathBuf,
     /// A kernel address not found is retried after reloading kallsyms (modules come and go),
@@ -42,6 +47,8 @@ impl Default for Options {
         Options {
             max_objects: 512,
             max_addresses_per_object: 1 << 16,
+            max_dwarf_bytes_per_object: DEFAULT_MAX_DWARF_BYTES,
+            max_dwarf_bytes: 64 << 20,
             kallsyms_path: PathBuf::from("/proc/kallsyms"),
             kallsyms_reload_interval: Duration::from_secs(300),
         }
@@ -65,10 +72,12 @@ pub struct Stats {
     pub objects_cached: u64,
     /// Addresses memoized now.
     pub addresses_cached: u64,
+    /// Bytes of DWARF and symbol tables held now (roughly).
+    pub bytes_cached: u64,
 }
 
 enum Loaded {
-    Ok(ElfObject),
+    Ok(Box<ElfObject>),
     Failed,
 }
 
@@ -126,18 +135,24 @@ impl Symbolizer {
         self.objects.contains_key(key)
     }
 
-    /// Parses the object `key` with `open` unless it is cached already.
-    pub fn prepare(&mut self, key: &ObjectKey, open: impl FnOnce() -> Result<ElfObject, Error>) {
+    /// Parses the object `key` with `open` unless it is cached already. `open` is given the
+    /// most DWARF it may load (pass it to [`ElfObject::read`]).
+    pub fn prepare(&mut self, key: &ObjectKey, open: impl FnOnce(u64) -> Result<ElfObject, Error>) {
         self.tick += 1;
         let tick = self.tick;
         if let Some(slot) = self.objects.get_mut(key) {
             slot.last_used = tick;
             return;
         }
-        let object = match open() {
+        let limit = self
+            .options
+            .max_dwarf_bytes_per_object
+            .min(self.options.max_dwarf_bytes);
+        let object = match open(limit) {
             Ok(object) => {
                 self.stats.objects_loaded += 1;
-                Loaded::Ok(object)
+                self.make_room_for_dwarf(object.dwarf_bytes());
+                Loaded::Ok(Box::new(object))
             }
             Err(e) => {
                 self.stats.object_errors += 1;
@@ -155,13 +170,37 @@ impl Symbolizer {
         );
     }
 
+    /// Drops the least recently used objects holding DWARF until `incoming` more fits within
+    /// [`Options::max_dwarf_bytes`].
+    fn make_room_for_dwarf(&mut self, incoming: u64) {
+        let dwarf = |slot: &Slot| match &slot.object {
+            Loaded::Ok(o) => o.dwarf_bytes(),
+            Loaded::Failed => 0,
+        };
+        let mut held: u64 = self.objects.values().map(dwarf).sum();
+        while held + incoming > self.options.max_dwarf_bytes {
+            let Some((key, bytes)) = self
+                .objects
+                .iter()
+                .filter(|(_, s)| dwarf(s) > 0)
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(k, s)| (k.clone(), dwarf(s)))
+            else {
+                break;
+            };
+            self.objects.remove(&key);
+            self.stats.objects_evicted += 1;
+            held -= bytes;
+        }
+    }
+
     /// The frames at `file_offset` of object `key`, innermost first; `open` parses the object
-    /// the first time. Pass the offset of a return address minus one. Empty when unknown (the
-    /// object could not be read, or has no symbol there).
+    /// the first time (see [`Symbolizer::prepare`]). Pass the offset of a return address minus
+    /// one. Empty when unknown (the object could not be read, or has no symbol there).
     pub fn symbolize(
         &mut self,
         key: &ObjectKey,
-        open: impl FnOnce() -> Result<ElfObject, Error>,
+        open: impl FnOnce(u64) -> Result<ElfObject, Error>,
         file_offset: u64,
     ) -> Arc<[Frame]> {
         self.prepare(key, open);
@@ -267,6 +306,14 @@ impl Symbolizer {
             .map(|s| s.memo.len() as u64)
             .sum::<u64>()
             + self.kernel_memo.len() as u64;
+        stats.bytes_cached = self
+            .objects
+            .values()
+            .map(|s| match &s.object {
+                Loaded::Ok(o) => o.dwarf_bytes() + o.symbol_bytes(),
+                Loaded::Failed => 0,
+            })
+            .sum();
         stats
     }
 
@@ -289,9 +336,10 @@ mod tests {
         for _ in 0..3 {
             s.symbolize(
                 &key,
-                || {
+                |limit| {
                     opens += 1;
-                    ElfObject::open(&exe)
+                    let file = std::fs::File::open(&exe).unwrap();
+                    ElfObject::read(&file, &exe, limit)
                 },
                 0,
             );
@@ -302,14 +350,40 @@ mod tests {
 
         let bad = ObjectKey::File { dev: 1, inode: 3 };
         let missing = Path::new("/nonexistent/object");
-        assert!(s.symbolize(&bad, || ElfObject::open(missing), 0).is_empty());
-        assert!(s.symbolize(&bad, || panic!("not reopened"), 8).is_empty());
+        assert!(
+            s.symbolize(&bad, |_| ElfObject::open(missing), 0)
+                .is_empty()
+        );
+        assert!(s.symbolize(&bad, |_| panic!("not reopened"), 8).is_empty());
         assert_eq!(s.stats().object_errors, 1);
         assert!(
             s.last_object_error()
                 .unwrap()
                 .contains("/nonexistent/object")
         );
+    }
+
+    #[test]
+    fn dwarf_beyond_the_budget_evicts_the_least_recent() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let own = ElfObject::open(&exe).unwrap().dwarf_bytes();
+        assert!(own > 0);
+        // Room for one copy of this binary's DWARF, not two.
+        let mut s = Symbolizer::new(Options {
+            max_dwarf_bytes: own + own / 2,
+            max_dwarf_bytes_per_object: own,
+            ..Options::default()
+        });
+        let open = |limit: u64| {
+            let file = std::fs::File::open(&exe).unwrap();
+            ElfObject::read(&file, &exe, limit)
+        };
+        s.prepare(&ObjectKey::File { dev: 0, inode: 1 }, open);
+        s.prepare(&ObjectKey::File { dev: 0, inode: 2 }, open);
+        assert!(!s.contains(&ObjectKey::File { dev: 0, inode: 1 }));
+        assert!(s.contains(&ObjectKey::File { dev: 0, inode: 2 }));
+        assert_eq!(s.stats().objects_evicted, 1);
+        assert!(s.stats().bytes_cached >= own, "{:?} vs {own}", s.stats());
     }
 
     #[test]
@@ -320,7 +394,7 @@ mod tests {
         });
         for inode in 0..5 {
             let key = ObjectKey::File { dev: 0, inode };
-            s.prepare(&key, || ElfObject::open(Path::new("/nonexistent")));
+            s.prepare(&key, |_| ElfObject::open(Path::new("/nonexistent")));
         }
         s.trim();
         assert_eq!(s.stats().objects_cached, 2);

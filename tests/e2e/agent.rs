@@ -1,0 +1,767 @@
+//! The eBPF agent end to end, for real: a `parca-agent` process samples real C, Rust and Go
+//! programs (`tests/targets/agent/`) and a syscall-heavy one; its profiles must attribute at least
+//! 90% of each program's samples to its hot call chain with demangled names, show kernel frames,
+//! keep processes that exit inside the window, and reach a real `parca` server both by scraping
+//! and by push. It must refuse clearly without privileges or BTF and leave nothing attached.
+//!
+//! These tests need root (or CAP_BPF and CAP_PERFMON) and a kernel with BTF; without them they
+//! say why on stderr and pass, except under `PARCA_REQUIRE_BPF=1` (CI, which runs as root),
+//! where that is a failure. One agent runs at a time (`ONE_AGENT`): they all sample the whole
+//! machine.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use parca_pprof::proto;
+
+use crate::server_harness::{Process, Server, encode, free_port, http_get, parca_binary, poll};
+
+/// Sampling rate of the tests: high enough for a few hundred samples per target in 5 s.
+const HZ: u64 = 99;
+
+static ONE_AGENT: Mutex<()> = Mutex::new(());
+
+fn one_agent() -> MutexGuard<'static, ()> {
+    // A failed test must not fail the others through a poisoned lock.
+    ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn bpf_required() -> bool {
+    std::env::var_os("PARCA_REQUIRE_BPF").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// Why BPF cannot be used here, if it cannot.
+fn bpf_unavailable() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |bit: u32| caps & (1 << bit) != 0;
+    // CAP_SYS_ADMIN = 21, CAP_PERFMON = 38, CAP_BPF = 39.
+    if !(has(21) || (has(38) && has(39))) {
+        return Some(
+            "not root: loading BPF and sampling every CPU needs CAP_BPF and CAP_PERFMON (run the \
+             tests as root)"
+                .into(),
+        );
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Some("the kernel has no BTF (/sys/kernel/btf/vmlinux is missing)".into());
+    }
+    None
+}
+
+/// Says why `test` is skipped (or fails under `PARCA_REQUIRE_BPF=1`); `true` when it can run.
+fn can_run(test: &str) -> bool {
+    let Some(why) = bpf_unavailable() else {
+        return true;
+    };
+    assert!(
+        !bpf_required(),
+        "PARCA_REQUIRE_BPF is set but {test} cannot run: {why}"
+    );
+    say(&format!("SKIP: {test}: {why}"));
+    false
+}
+
+fn say(line: &str) {
+    #[allow(clippy::print_stderr)]
+    {
+        eprintln!("{line}");
+    }
+}
+
+/// The `parca-agent` binary: `$PARCA_AGENT_BIN`, else built now (dev profile).
+fn agent_binary() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(path) = std::env::var_os("PARCA_AGENT_BIN") {
+            return PathBuf::from(path);
+        }
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let output = Command::new(cargo)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "parca-agent",
+                "--bin",
+                "parca-agent",
+            ])
+            .arg("--message-format=json-render-diagnostics")
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run cargo build -p parca-agent");
+        assert!(output.status.success(), "cargo build -p parca-agent failed");
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "parca-agent")
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .expect("cargo build reported the parca-agent executable")
+    })
+    .clone()
+}
+
+/// The target programs, built once per test run into Cargo's temporary directory.
+struct Targets {
+    c_hot: PathBuf,
+    c_syscall: PathBuf,
+    rust_hot: PathBuf,
+    /// `None` when Go is not installed (said on stderr; a failure under `PARCA_REQUIRE_BPF`).
+    go_hot: Option<PathBuf>,
+}
+
+/// A target, its name in profiles (`comm`) and the call chain its time goes to, leaf first.
+const C_CHAIN: [&str; 3] = ["hot_leaf", "work", "main"];
+const RUST_CHAIN: [&str; 3] = [
+    "agent_rust_hot::hot_leaf",
+    "agent_rust_hot::work",
+    "agent_rust_hot::main",
+];
+const GO_CHAIN: [&str; 3] = ["main.hotLeaf", "main.work", "main.main"];
+
+fn run(command: &mut Command) -> Result<(), String> {
+    let output = command
+        .output()
+        .map_err(|e| format!("cannot run {command:?}: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{command:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+fn targets() -> &'static Targets {
+    static TARGETS: OnceLock<Targets> = OnceLock::new();
+    TARGETS.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("targets/agent");
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("agent-targets");
+        std::fs::create_dir_all(&out).expect("create the targets' directory");
+        let cc = |source: &str, name: &str| -> PathBuf {
+            let bin = out.join(name);
+            // -O0: gcc gives every function a frame, so frame-pointer walks miss no caller.
+            run(Command::new("gcc")
+                .args(["-O0", "-fno-omit-frame-pointer", "-g", "-o"])
+                .arg(&bin)
+                .arg(src.join(source)))
+            .expect("gcc builds the C targets (apt-get install gcc)");
+            bin
+        };
+        let c_hot = cc("hot.c", "agent-c-hot");
+        let c_syscall = cc("syscall.c", "agent-c-syscall");
+        let rust_hot = out.join("agent-rust-hot");
+        run(Command::new("rustc")
+            .args(["--edition", "2021", "--crate-name", "agent_rust_hot"])
+            .args([
+                "-C",
+                "opt-level=1",
+                "-C",
+                "force-frame-pointers=yes",
+                "-g",
+                "-o",
+            ])
+            .arg(&rust_hot)
+            .arg(src.join("hot.rs")))
+        .expect("rustc builds the Rust target");
+        let go_bin = out.join("agent-go-hot");
+        let go = run(Command::new("go")
+            .current_dir(&src)
+            .env("GO111MODULE", "off")
+            .env("GOFLAGS", "")
+            .env("GOCACHE", out.join("gocache"))
+            .args(["build", "-o"])
+            .arg(&go_bin)
+            .arg("hot.go"));
+        let go_hot = match go {
+            Ok(()) => Some(go_bin),
+            Err(why) => {
+                assert!(
+                    !bpf_required(),
+                    "PARCA_REQUIRE_BPF is set but the Go target cannot be built: {why}"
+                );
+                say(&format!(
+                    "SKIP: the Go target: {why} (apt-get install golang-go)"
+                ));
+                None
+            }
+        };
+        Targets {
+            c_hot,
+            c_syscall,
+            rust_hot,
+            go_hot,
+        }
+    })
+}
+
+/// Starts a target for at most `seconds` (killed on drop anyway).
+fn start_target(bin: &Path, seconds: f64, dir: &Path) -> Process {
+    let name = bin.file_name().unwrap().to_string_lossy().into_owned();
+    let mut command = Command::new(bin);
+    command.arg(seconds.to_string());
+    Process::start(&name, command, &dir.join(format!("{name}.log")))
+}
+
+/// A running agent.
+struct Agent {
+    process: Process,
+    addr: SocketAddr,
+}
+
+impl Agent {
+    fn start(dir: &Path, extra: &[&str]) -> Agent {
+        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let mut command = Command::new(agent_binary());
+        command
+            .arg(format!("--http-address={addr}"))
+            .arg(format!("--profiling-cpu-sampling-frequency={HZ}"))
+            .arg("--profiling-duration=2s")
+            .args(extra);
+        let process = Process::start("parca-agent", command, &dir.join("agent.log"));
+        let mut agent = Agent { process, addr };
+        poll(
+            "the agent to be healthy",
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            || {
+                agent.process.assert_running();
+                match http_get(agent.addr, "/healthy", Duration::from_secs(5)) {
+                    Ok(r) if r.status == 200 => Ok(()),
+                    Ok(r) => Err(format!("HTTP {}", r.status)),
+                    Err(e) => Err(e),
+                }
+            },
+        );
+        agent
+    }
+
+    /// `GET /debug/pprof/profile?{query}`, decoded.
+    fn profile(&self, query: &str) -> proto::Profile {
+        let r = http_get(
+            self.addr,
+            &format!("/debug/pprof/profile?{query}"),
+            Duration::from_secs(120),
+        )
+        .unwrap_or_else(|e| panic!("profile request failed: {e}\n{}", self.process.log_tail()));
+        assert_eq!(r.status, 200, "{}", r.text());
+        parca_pprof::decode(&r.body, &parca_pprof::DecodeOptions::default())
+            .expect("the agent's profile decodes")
+            .to_proto()
+    }
+}
+
+fn string(p: &proto::Profile, i: i64) -> &str {
+    &p.string_table[i as usize]
+}
+
+fn label<'a>(p: &'a proto::Profile, s: &proto::Sample, key: &str) -> Option<&'a str> {
+    s.label
+        .iter()
+        .find(|l| string(p, l.key) == key)
+        .map(|l| string(p, l.str))
+}
+
+/// Each sample of process `pid`: its frames leaf first (inlined functions expanded, innermost
+/// first), whether the frame is the kernel's, and the sample's value.
+fn stacks_of(p: &proto::Profile, pid: u32) -> Vec<(Vec<(String, bool)>, i64)> {
+    let pid = pid.to_string();
+    p.sample
+        .iter()
+        .filter(|s| label(p, s, "pid") == Some(pid.as_str()))
+        .map(|s| {
+            let mut frames = Vec::new();
+            for &id in &s.location_id {
+                let loc = &p.location[id as usize - 1];
+                let kernel = loc.mapping_id != 0
+                    && string(p, p.mapping[loc.mapping_id as usize - 1].filename)
+                        == "[kernel.kallsyms]";
+                if loc.line.is_empty() {
+                    frames.push((format!("{:#x}", loc.address), kernel));
+                }
+                for line in &loc.line {
+                    let f = &p.function[line.function_id as usize - 1];
+                    frames.push((string(p, f.name).to_owned(), kernel));
+                }
+            }
+            (frames, s.value[0])
+        })
+        .collect()
+}
+
+/// (samples whose stack has `chain` as consecutive frames, all samples) of process `pid`.
+fn attribution(p: &proto::Profile, pid: u32, chain: &[&str]) -> (i64, i64) {
+    let mut hit = 0;
+    let mut total = 0;
+    for (frames, n) in stacks_of(p, pid) {
+        total += n;
+        let names: Vec<&str> = frames.iter().map(|(f, _)| f.as_str()).collect();
+        if names.windows(chain.len()).any(|w| w == chain) {
+            hit += n;
+        }
+    }
+    (hit, total)
+}
+
+fn assert_attributed(p: &proto::Profile, what: &str, pid: u32, chain: &[&str]) {
+    let (hit, total) = attribution(p, pid, chain);
+    say(&format!(
+        "{what} (pid {pid}): {hit} of {total} samples ({:.1}%) in {}",
+        100.0 * hit as f64 / total.max(1) as f64,
+        chain.join(" ← ")
+    ));
+    assert!(total >= 20, "{what}: only {total} samples");
+    assert!(
+        hit * 10 >= total * 9,
+        "{what}: {hit} of {total} samples have {chain:?}; some stacks: {:?}",
+        stacks_of(p, pid).into_iter().take(5).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn agent_attributes_real_programs_to_their_call_chains_and_kernel_frames() {
+    if !can_run("agent_attributes_real_programs_to_their_call_chains_and_kernel_frames") {
+        return;
+    }
+    let _one = one_agent();
+    let t = targets();
+    let dir = tempfile::tempdir().unwrap();
+    let c = start_target(&t.c_hot, 60.0, dir.path());
+    let sys = start_target(&t.c_syscall, 60.0, dir.path());
+    let rust = start_target(&t.rust_hot, 60.0, dir.path());
+    let go = t
+        .go_hot
+        .as_ref()
+        .map(|bin| start_target(bin, 60.0, dir.path()));
+    let agent = Agent::start(dir.path(), &["--node=e2e-node"]);
+
+    let p = agent.profile("seconds=5");
+    assert_eq!(string(&p, p.sample_type[0].r#type), "samples");
+    assert_eq!(string(&p, p.sample_type[0].unit), "count");
+    let period_type = p.period_type.unwrap();
+    assert_eq!(
+        (string(&p, period_type.r#type), string(&p, period_type.unit)),
+        ("cpu", "nanoseconds")
+    );
+    assert_eq!(p.period, 1_000_000_000 / HZ as i64);
+    assert!(
+        (4_500_000_000..8_000_000_000).contains(&p.duration_nanos),
+        "a 5 s window lasted {} ns",
+        p.duration_nanos
+    );
+
+    assert_attributed(&p, "C", c.pid(), &C_CHAIN);
+    assert_attributed(&p, "Rust", rust.pid(), &RUST_CHAIN);
+    if let Some(go) = &go {
+        assert_attributed(&p, "Go", go.pid(), &GO_CHAIN);
+    }
+
+    // Labels of a sample: pid, comm, executable, node.
+    let s = p
+        .sample
+        .iter()
+        .find(|s| label(&p, s, "pid") == Some(c.pid().to_string().as_str()))
+        .unwrap();
+    assert_eq!(label(&p, s, "comm"), Some("agent-c-hot"));
+    assert_eq!(label(&p, s, "executable"), t.c_hot.to_str());
+    assert_eq!(label(&p, s, "node"), Some("e2e-node"));
+
+    // The syscall-heavy program: most samples in the kernel, under its read(2), on the same
+    // stack as its own user frames.
+    let stacks = stacks_of(&p, sys.pid());
+    let total: i64 = stacks.iter().map(|(_, n)| n).sum();
+    let read_path = ["vfs_read", "ksys_read", "read_zero", "__x64_sys_read"];
+    let in_kernel: i64 = stacks
+        .iter()
+        .filter(|(f, _)| {
+            f.iter()
+                .any(|(name, k)| *k && read_path.contains(&name.as_str()))
+        })
+        .map(|(_, n)| n)
+        .sum();
+    let with_user = stacks.iter().any(|(f, _)| {
+        f.iter().any(|(name, k)| *k && name == "vfs_read")
+            && f.iter().any(|(name, k)| !k && name == "main")
+    });
+    say(&format!(
+        "syscall program (pid {}): {in_kernel} of {total} samples in the kernel's read path",
+        sys.pid()
+    ));
+    assert!(
+        total >= 20 && in_kernel * 2 >= total,
+        "{:?}",
+        &stacks[..3.min(stacks.len())]
+    );
+    assert!(with_user, "no stack goes from vfs_read down to main");
+
+    // Filters.
+    let only_c = agent.profile(&format!("seconds=3&pid={}", c.pid()));
+    assert!(!only_c.sample.is_empty());
+    let pids: BTreeSet<&str> = only_c
+        .sample
+        .iter()
+        .filter_map(|s| label(&only_c, s, "pid"))
+        .collect();
+    assert_eq!(pids, BTreeSet::from([c.pid().to_string().as_str()]));
+    let only_rust = agent.profile("seconds=3&comm=agent-rust-hot");
+    assert!(!only_rust.sample.is_empty());
+    assert!(
+        only_rust
+            .sample
+            .iter()
+            .all(|s| label(&only_rust, s, "comm") == Some("agent-rust-hot"))
+    );
+
+    // The other endpoints. `/` shows the last window: give it one that covers the targets.
+    let index = poll(
+        "`/` to list the targets",
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        || {
+            let page = http_get(agent.addr, "/", Duration::from_secs(5))?.text();
+            let listed = [&c, &rust]
+                .iter()
+                .all(|t| page.contains(&format!("pid={}\"", t.pid())));
+            if listed {
+                Ok(page)
+            } else {
+                Err("targets not listed yet".into())
+            }
+        },
+    );
+    assert!(index.contains("agent-c-hot") && index.contains(t.c_hot.to_str().unwrap()));
+    let metrics = http_get(agent.addr, "/metrics", Duration::from_secs(5))
+        .unwrap()
+        .text();
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics:\n{metrics}"))
+    };
+    assert!(value("parca_agent_samples_total") > 0.0);
+    assert!(value("parca_agent_symbolize_cache_hits_total") > 0.0);
+    assert_eq!(value("parca_agent_window_duration_seconds"), 2.0);
+    assert!(value("parca_agent_profiles_served_total") >= 3.0);
+    assert_eq!(
+        http_get(agent.addr, "/nope", Duration::from_secs(5))
+            .unwrap()
+            .status,
+        404
+    );
+    assert_eq!(
+        http_get(
+            agent.addr,
+            "/debug/pprof/profile?seconds=0",
+            Duration::from_secs(5)
+        )
+        .unwrap()
+        .status,
+        400
+    );
+}
+
+#[test]
+fn agent_keeps_processes_that_exit_within_the_window() {
+    if !can_run("agent_keeps_processes_that_exit_within_the_window") {
+        return;
+    }
+    let _one = one_agent();
+    let t = targets();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), &[]);
+    let addr = agent.addr;
+    let request = std::thread::spawn(move || {
+        http_get(
+            addr,
+            "/debug/pprof/profile?seconds=6",
+            Duration::from_secs(60),
+        )
+    });
+    // Let the request begin, then run short programs one after another: each is gone long
+    // before the window ends.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut pids = Vec::new();
+    for _ in 0..5 {
+        let mut child = Command::new(&t.c_hot)
+            .arg("0.4")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        pids.push(child.id());
+        assert!(child.wait().unwrap().success());
+    }
+    let r = request.join().unwrap().unwrap();
+    assert_eq!(r.status, 200);
+    let p = parca_pprof::decode(&r.body, &parca_pprof::DecodeOptions::default())
+        .unwrap()
+        .to_proto();
+    let (mut hit, mut total) = (0, 0);
+    for &pid in &pids {
+        let (h, n) = attribution(&p, pid, &C_CHAIN);
+        let s = p
+            .sample
+            .iter()
+            .find(|s| label(&p, s, "pid") == Some(pid.to_string().as_str()))
+            .unwrap_or_else(|| panic!("no sample of the exited process {pid}"));
+        assert_eq!(label(&p, s, "comm"), Some("agent-c-hot"));
+        hit += h;
+        total += n;
+    }
+    say(&format!(
+        "{} exited processes: {hit} of {total} samples symbolized to {}",
+        pids.len(),
+        C_CHAIN.join(" ← ")
+    ));
+    assert!(total >= 50 && hit * 10 >= total * 9, "{hit} of {total}");
+}
+
+#[test]
+fn server_scrapes_and_receives_pushes_from_the_agent() {
+    if !can_run("server_scrapes_and_receives_pushes_from_the_agent") {
+        return;
+    }
+    let _one = one_agent();
+    let t = targets();
+    let dir = tempfile::tempdir().unwrap();
+    let c = start_target(&t.c_hot, 120.0, dir.path());
+    let rust = start_target(&t.rust_hot, 120.0, dir.path());
+    let go = t
+        .go_hot
+        .as_ref()
+        .map(|bin| start_target(bin, 120.0, dir.path()));
+
+    let agent_port = free_port();
+    // The scrape job as parca.yaml's commented example has it, every 3 s.
+    let server = Server::start(&parca_binary(false), &[], |_| {
+        format!(
+            "scrape_configs:\n  - job_name: parca-agent\n    scrape_interval: 3s\n    \
+             static_configs: [{{targets: [\"127.0.0.1:{agent_port}\"]}}]\n    \
+             profiling_config:\n      pprof_config:\n        \
+             process_cpu: {{enabled: false}}\n        memory: {{enabled: false}}\n        \
+             block: {{enabled: false}}\n        mutex: {{enabled: false}}\n        \
+             goroutine: {{enabled: false}}\n        \
+             parca_agent: {{path: /debug/pprof/profile, delta: true}}\n"
+        )
+    });
+    let agent_addr = format!("--http-address=127.0.0.1:{agent_port}");
+    let remote = format!("--remote-store-address={}", server.addr);
+    let mut command = Command::new(agent_binary());
+    command.args([
+        agent_addr.as_str(),
+        &format!("--profiling-cpu-sampling-frequency={HZ}"),
+        "--profiling-duration=2s",
+        "--node=e2e-node",
+        remote.as_str(),
+    ]);
+    let mut agent = Process::start("parca-agent", command, &dir.path().join("agent.log"));
+
+    let mut chains: Vec<(&str, &[&str; 3])> =
+        vec![("agent-c-hot", &C_CHAIN), ("agent-rust-hot", &RUST_CHAIN)];
+    if go.is_some() {
+        chains.push(("agent-go-hot", &GO_CHAIN));
+    }
+    const TYPE: &str = "parca_agent:samples:count:cpu:nanoseconds:delta";
+    // Scraped series carry the job's labels; pushed ones have none (`job=""`).
+    for (how, job) in [("scraped", "parca-agent"), ("pushed", "")] {
+        for (comm, chain) in &chains {
+            let query =
+                format!("merge({TYPE}{{job=\"{job}\",comm=\"{comm}\",node=\"e2e-node\"}}[5m])");
+            let names = poll(
+                &format!("{how} {comm} to show {chain:?}"),
+                Duration::from_secs(60),
+                Duration::from_millis(500),
+                || {
+                    agent.assert_running();
+                    let data = server.api(&format!(
+                        "/api/v1/query?format=top&limit=1000&query={}",
+                        encode(&query)
+                    ))?;
+                    let names: BTreeMap<String, i64> = data["rows"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|r| Some((r["name"].as_str()?.to_owned(), r["cum"].as_i64()?)))
+                        .collect();
+                    if chain.iter().all(|f| names.contains_key(*f)) {
+                        Ok(names)
+                    } else {
+                        Err(format!(
+                            "functions so far: {:?}",
+                            names.keys().take(20).collect::<Vec<_>>()
+                        ))
+                    }
+                },
+            );
+            say(&format!(
+                "server, {how} {comm}: {} has {} samples of {}'s {}",
+                chain[0], names[chain[0]], chain[2], names[chain[2]]
+            ));
+        }
+    }
+    drop((c, rust, go));
+}
+
+/// Lists the BPF programs loaded on the machine with bpftool; `None` when it is missing.
+fn bpf_program_names() -> Option<String> {
+    let output = Command::new("bpftool")
+        .args(["prog", "show"])
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+fn count_ours(listing: &str) -> usize {
+    listing
+        .lines()
+        .filter(|l| {
+            l.contains(" name profile_cpu ")
+                || l.contains(" name on_exec ")
+                || l.contains(" name on_exit ")
+        })
+        .count()
+}
+
+fn spawn_agent(dir: &Path) -> (Child, SocketAddr) {
+    let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let log = std::fs::File::create(dir.join("agent.log")).unwrap();
+    let child = Command::new(agent_binary())
+        .arg(format!("--http-address={addr}"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    poll(
+        "the agent to be healthy",
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        || http_get(addr, "/healthy", Duration::from_secs(5)).map(|_| ()),
+    );
+    (child, addr)
+}
+
+#[test]
+fn agent_leaves_no_program_attached_after_it_stops_or_is_killed() {
+    if !can_run("agent_leaves_no_program_attached_after_it_stops_or_is_killed") {
+        return;
+    }
+    let Some(before) = bpf_program_names() else {
+        assert!(
+            !bpf_required(),
+            "PARCA_REQUIRE_BPF is set but bpftool is missing"
+        );
+        say("SKIP: agent_leaves_no_program_attached: bpftool not found (apt-get install bpftool)");
+        return;
+    };
+    let _one = one_agent();
+    assert_eq!(
+        count_ours(&before),
+        0,
+        "programs of an earlier agent remain:\n{before}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    for signal in ["TERM", "KILL"] {
+        let (mut child, _) = spawn_agent(dir.path());
+        let running = bpf_program_names().unwrap();
+        assert_eq!(count_ours(&running), 3, "while running:\n{running}");
+        run(Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string()))
+        .unwrap();
+        let status = child.wait().unwrap();
+        if signal == "TERM" {
+            assert!(status.success(), "SIGTERM must stop it cleanly: {status}");
+        }
+        // The kernel frees programs once their last descriptor closes (asynchronously).
+        poll(
+            &format!("the programs to be gone after SIG{signal}"),
+            Duration::from_secs(10),
+            Duration::from_millis(50),
+            || {
+                let listing = bpf_program_names().unwrap();
+                match count_ours(&listing) {
+                    0 => Ok(()),
+                    n => Err(format!("{n} remain")),
+                }
+            },
+        );
+    }
+}
+
+#[test]
+fn agent_refuses_without_capabilities_or_btf() {
+    let dir = tempfile::tempdir().unwrap();
+    // A copy that user `nobody` may run (the build directory may be private).
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("parca-agent");
+    std::fs::copy(agent_binary(), &bin).unwrap();
+    let output = |command: &mut Command| {
+        let started = Instant::now();
+        let mut child = command
+            .arg("--http-address=127.0.0.1:0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        let status = child.wait().unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "a refusal is immediate"
+        );
+        (status, stderr)
+    };
+
+    let (status, stderr) = output(Command::new(&bin).arg("--profiling-cpu-sampling-frequency=0"));
+    assert!(!status.success());
+    assert!(stderr.contains("from 1 to 10000"), "{stderr}");
+
+    if bpf_unavailable().is_some() {
+        // Not root: the agent must refuse by itself.
+        let (status, stderr) = output(&mut Command::new(&bin));
+        assert!(!status.success());
+        assert!(
+            stderr.contains("CAP_BPF") && stderr.contains("root"),
+            "{stderr}"
+        );
+        say("agent_refuses_without_capabilities_or_btf: checked as an unprivileged user only");
+        return;
+    }
+    // As root: user nobody has no capabilities after the switch.
+    let (status, stderr) = output(Command::new(&bin).uid(65534).gid(65534));
+    assert!(!status.success());
+    assert!(
+        stderr.contains("missing: CAP_BPF, CAP_PERFMON") && stderr.contains("root"),
+        "{stderr}"
+    );
+    let (status, stderr) = output(Command::new(&bin).arg("--btf-path=/nonexistent/vmlinux"));
+    assert!(!status.success());
+    assert!(
+        stderr.contains("no BTF") && stderr.contains("/nonexistent/vmlinux"),
+        "{stderr}"
+    );
+}
