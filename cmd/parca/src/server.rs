@@ -280,12 +280,19 @@ async fn serve(
     tokio::task::spawn_blocking(parca_api::warm_up_self_profiling);
 
     let storage_path = args.storage_path.clone();
-    let db = tokio::task::spawn_blocking(move || {
-        parca_tsdb::Db::open(&storage_path, parca_tsdb::Options::default())
-    })
-    .await
-    .context("store task failed")?
-    .with_context(|| format!("cannot open the store in `{}`", args.storage_path.display()))?;
+    let storage_options = parca_tsdb::Options {
+        block_duration_ms: args.storage_block_duration.as_millis() as i64,
+        retention_ms: args.storage_retention_time.as_millis() as i64,
+        retention_bytes: args.storage_retention_size,
+        ..Default::default()
+    };
+    let db =
+        tokio::task::spawn_blocking(move || parca_tsdb::Db::open(&storage_path, storage_options))
+            .await
+            .context("store task failed")?
+            .with_context(|| {
+                format!("cannot open the store in `{}`", args.storage_path.display())
+            })?;
     let db = Arc::new(db);
     api.set_store(Arc::clone(&db));
     tracing::info!(path = %args.storage_path.display(), "store ready");

@@ -145,27 +145,61 @@ impl Collector for StoreCollector {
             return Ok(());
         };
         let stats = db.stats();
-        let gauges: [(&str, &str, usize); 5] = [
+        let gauges: [(&str, &str, u64); 11] = [
             (
                 "parca_tsdb_head_series",
-                "Series in the store",
-                stats.n_series,
+                "Series in the head",
+                stats.n_series as u64,
             ),
-            ("parca_tsdb_profiles", "Profiles stored", stats.n_profiles),
             (
-                "parca_tsdb_samples",
-                "Stack-value pairs stored",
-                stats.n_samples,
+                "parca_tsdb_head_profiles",
+                "Profiles in the head",
+                stats.n_head_profiles as u64,
+            ),
+            (
+                "parca_tsdb_head_samples",
+                "Stack-value pairs in the head",
+                stats.n_head_samples as u64,
             ),
             (
                 "parca_tsdb_head_stacks",
                 "Distinct stacks in the head",
-                stats.n_head_stacks,
+                stats.n_head_stacks as u64,
             ),
-            ("parca_tsdb_blocks", "Blocks on disk", stats.n_blocks),
+            (
+                "parca_tsdb_head_sample_bytes",
+                "Bytes of memory the head's samples take",
+                stats.head_sample_bytes,
+            ),
+            (
+                "parca_tsdb_profiles",
+                "Profiles stored, blocks and head",
+                stats.n_profiles as u64,
+            ),
+            (
+                "parca_tsdb_samples",
+                "Stack-value pairs stored, blocks and head",
+                stats.n_samples as u64,
+            ),
+            ("parca_tsdb_blocks", "Blocks on disk", stats.n_blocks as u64),
+            (
+                "parca_tsdb_block_bytes",
+                "Bytes of the blocks on disk",
+                stats.block_bytes,
+            ),
+            (
+                "parca_tsdb_wal_bytes",
+                "Bytes of the write-ahead log on disk",
+                stats.wal_bytes,
+            ),
+            (
+                "parca_tsdb_quarantined_blocks",
+                "Blocks set aside as corrupt since start",
+                stats.n_quarantined as u64,
+            ),
         ];
         for (name, help, value) in gauges {
-            let gauge = ConstGauge::new(value as i64);
+            let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
             let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
             gauge.encode(metric)?;
         }

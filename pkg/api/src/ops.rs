@@ -148,10 +148,16 @@ pub(crate) async fn tsdb_status(api: &Arc<Api>) -> Result<Response<Body>, ApiErr
         .map_err(|e| ApiError::internal(format!("status task failed: {e}")))?;
     Ok(success(&serde_json::json!({
         "headSeries": stats.n_series,
+        "headProfiles": stats.n_head_profiles,
+        "headSamples": stats.n_head_samples,
+        "headStacks": stats.n_head_stacks,
+        "headSampleBytes": stats.head_sample_bytes,
         "profiles": stats.n_profiles,
         "samples": stats.n_samples,
-        "headStacks": stats.n_head_stacks,
         "blocks": stats.n_blocks,
+        "blockBytes": stats.block_bytes,
+        "walBytes": stats.wal_bytes,
+        "quarantinedBlocks": stats.n_quarantined,
     })))
 }
 
