@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The agent's overhead while both CPUs are busy: pkg/agent/benches/overhead.sh [SECONDS] (default 60).
+#
+# Starts one busy C program per CPU (tests/targets/agent/hot.c), then for 19 Hz and 99 Hz runs
+# the release agent, lets it warm up (one 10 s profile, which parses every object once), and
+# for SECONDS fetches /debug/pprof/profile?seconds=10 back to back, as a server scraping every
+# 10 s would; it reports the agent's CPU seconds per wall second (utime + stime of the process,
+# so draining, /proc reads, symbolization and pprof encoding), the same per profiled CPU, its
+# peak RSS (VmHWM), and the BPF program's own time (kernel.bpf_stats_enabled; charged to the
+# interrupted tasks, not to the agent). Then the same load under `perf record -F 19 -a -g`.
+# Needs root, gcc, curl, bpftool and perf (Debian: linux-perf).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+seconds=${1:-60}
+tick=$(getconf CLK_TCK)
+ncpu=$(nproc)
+tmp=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+
+cargo build --release --quiet -p parca-agent
+agent=target/release/parca-agent
+gcc -O0 -fno-omit-frame-pointer -g -o "$tmp/agent-c-hot" tests/targets/agent/hot.c
+for _ in $(seq "$ncpu"); do "$tmp/agent-c-hot" 100000 & pids+=($!); done
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hwm_kb() { awk '/^VmHWM/{print $2}' "/proc/$1/status"; }
+bpf_ns() { # run time of the agent's sampler program so far
+  bpftool prog show --json | python3 -c 'import json,sys; print(sum(p.get("run_time_ns",0) for p in json.load(sys.stdin) if p.get("name")=="profile_cpu"))'
+}
+sysctl -q kernel.bpf_stats_enabled=1
+
+printf '%-28s %12s %16s %10s %14s\n' "what" "CPU s/s" "% of one CPU/CPU" "peak RSS" "BPF CPU s/s"
+for hz in 19 99; do
+  port=$((17900 + hz))
+  "$agent" --http-address "127.0.0.1:$port" --profiling-cpu-sampling-frequency "$hz" \
+    --log-level warn & apid=$!; pids+=($apid)
+  for _ in $(seq 100); do curl -sf "127.0.0.1:$port/healthy" >/dev/null && break; sleep 0.1; done
+  curl -sf -o /dev/null "127.0.0.1:$port/debug/pprof/profile?seconds=10"   # warm-up
+  t0=$(cpu_ticks "$apid"); b0=$(bpf_ns); w0=$(date +%s.%N)
+  end=$(( $(date +%s) + seconds ))
+  while [ "$(date +%s)" -lt "$end" ]; do
+    curl -sf -o "$tmp/profile.pb.gz" "127.0.0.1:$port/debug/pprof/profile?seconds=10"
+  done
+  t1=$(cpu_ticks "$apid"); b1=$(bpf_ns); w1=$(date +%s.%N)
+  hwm=$(hwm_kb "$apid")
+  kill -TERM "$apid"; wait "$apid" || true
+  python3 - "$hz" "$t0" "$t1" "$w0" "$w1" "$hwm" "$b0" "$b1" "$tick" "$ncpu" <<'PY'
+import sys
+hz, t0, t1, w0, w1, hwm, b0, b1, tick, ncpu = sys.argv[1:]
+wall = float(w1) - float(w0)
+cpu = (int(t1) - int(t0)) / int(tick) / wall
+bpf = (int(b1) - int(b0)) / 1e9 / wall
+print(f"{'parca-agent at ' + hz + ' Hz':<28} {cpu:12.5f} {100 * cpu / int(ncpu):15.3f}% {int(hwm) / 1024:8.1f}MB {bpf:14.5f}")
+PY
+done
+
+perf record -F 19 -a -g -q -o "$tmp/perf.data" -- sleep "$seconds" 2>/dev/null & ppid=$!; pids+=($ppid)
+sleep 1; t0=$(cpu_ticks "$ppid"); w0=$(date +%s.%N)
+sleep $((seconds - 2))
+t1=$(cpu_ticks "$ppid"); w1=$(date +%s.%N); hwm=$(hwm_kb "$ppid")
+wait "$ppid" || true
+python3 - "$t0" "$t1" "$w0" "$w1" "$hwm" "$tick" "$ncpu" <<'PY'
+import sys
+t0, t1, w0, w1, hwm, tick, ncpu = sys.argv[1:]
+wall = float(w1) - float(w0)
+cpu = (int(t1) - int(t0)) / int(tick) / wall
+print(f"{'perf record -F 19 -a -g':<28} {cpu:12.5f} {100 * cpu / int(ncpu):15.3f}% {int(hwm) / 1024:8.1f}MB {'(in kernel)':>14}")
+PY
+sysctl -q kernel.bpf_stats_enabled=0
