@@ -671,6 +671,52 @@ mod tests {
     }
 
     #[test]
+    fn a_wal_of_the_first_format_replays() {
+        // The first WAL format: series records without meta, profiles as raw pprof.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cpu = corpus_cpu("go/go-cpu.pb.gz");
+        let l = labels("api", "a");
+        {
+            let wal = Wal::open(&dir.path().join("wal")).expect("wal");
+            let mut series = vec![1u8];
+            series.extend_from_slice(&0u32.to_le_bytes());
+            series.extend_from_slice(&(l.len() as u16).to_le_bytes());
+            for label in l.iter() {
+                series.extend_from_slice(&(label.name.len() as u16).to_le_bytes());
+                series.extend_from_slice(label.name.as_bytes());
+                series.extend_from_slice(&(label.value.len() as u32).to_le_bytes());
+                series.extend_from_slice(label.value.as_bytes());
+            }
+            wal.write(&series).expect("write");
+            let mut profile = vec![2u8];
+            profile.extend_from_slice(&0u32.to_le_bytes());
+            profile.extend_from_slice(&1_000i64.to_le_bytes());
+            profile.extend_from_slice(&cpu.meta.duration_nanos.to_le_bytes());
+            profile.extend_from_slice(&parca_pprof::encode(&parca_profile::to_pprof(&cpu), false));
+            let seq = wal.write(&profile).expect("write");
+            wal.sync_through(seq).expect("sync");
+        }
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let got = db.querier(i64::MIN, i64::MAX).select(&[]);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].labels, l);
+        let (t, p) = &got[0].profiles[0];
+        assert_eq!((*t, p.total()), (1_000, cpu.total()));
+        assert_eq!(p.meta.sample_type, cpu.meta.sample_type);
+        assert_eq!(
+            parca_profile::TopTable::build(p).rows,
+            parca_profile::TopTable::build(&cpu).rows
+        );
+        // New appends continue the replayed head.
+        let mut app = db.appender();
+        app.append(&l, 2_000, &cpu).expect("append");
+        app.commit().expect("commit");
+        drop(db);
+        let db = Db::open(dir.path(), Options::default()).expect("reopen");
+        assert_eq!(db.stats().n_profiles, 2);
+    }
+
+    #[test]
     fn the_store_is_shared_between_threads() {
         fn shared<T: Send + Sync>() {}
         shared::<Db>();
