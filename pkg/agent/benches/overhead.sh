@@ -8,7 +8,8 @@
 # so draining, /proc reads, symbolization and pprof encoding), the same per profiled CPU, its
 # peak RSS (VmHWM), and the BPF program's own time (kernel.bpf_stats_enabled; charged to the
 # interrupted tasks, not to the agent). Then the same load under `perf record -F 19 -a -g`.
-# Needs root, gcc, curl, bpftool and perf (Debian: linux-perf).
+# AGENT_HZ="19" limits the frequencies tried. Needs root, gcc, curl, bpftool and perf
+# (Debian: linux-perf).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 seconds=${1:-60}
@@ -32,7 +33,7 @@ bpf_ns() { # run time of the agent's sampler program so far
 sysctl -q kernel.bpf_stats_enabled=1
 
 printf '%-28s %12s %16s %10s %14s\n' "what" "CPU s/s" "% of one CPU/CPU" "peak RSS" "BPF CPU s/s"
-for hz in 19 99; do
+for hz in ${AGENT_HZ:-19 99}; do
   port=$((17900 + hz))
   "$agent" --http-address "127.0.0.1:$port" --profiling-cpu-sampling-frequency "$hz" \
     --log-level warn & apid=$!; pids+=($apid)

@@ -221,6 +221,12 @@ impl Metrics {
             &[("", sy.objects_cached as f64)],
         );
         metric(
+            "parca_agent_symbolize_bytes_cached",
+            "gauge",
+            "Bytes of DWARF and symbol tables held (roughly).",
+            &[("", sy.bytes_cached as f64)],
+        );
+        metric(
             "parca_agent_symbolize_addresses_cached",
             "gauge",
             "Addresses memoized.",

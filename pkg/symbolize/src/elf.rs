@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use object::read::ReadCache;
-use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SegmentFlags, SymbolKind};
+use object::{Object, ObjectSection, ObjectSegment, SegmentFlags};
 
 use crate::{Error, Frame, demangle};
 
@@ -76,13 +76,22 @@ struct Segment {
     executable: bool,
 }
 
-/// A function symbol.
-#[derive(Debug)]
+/// A function symbol. Its name stays in the file (large C++ and Rust libraries have tens of
+/// megabytes of names) and is read when an address in it is first symbolized.
+#[derive(Debug, Clone, Copy)]
 struct Symbol {
     address: u64,
     /// 0 when the table gives none: the symbol then runs to the next one.
+    size: u32,
+    /// Offset of the name in the string table.
+    name: u32,
+}
+
+/// Where a symbol table's names are in the file.
+#[derive(Debug, Clone, Copy, Default)]
+struct Names {
+    file_offset: u64,
     size: u64,
-    name: Box<str>,
 }
 
 /// A parsed ELF object, ready to symbolize its addresses.
@@ -92,6 +101,9 @@ pub struct ElfObject {
     segments: Vec<Segment>,
     /// Sorted by address.
     symbols: Vec<Symbol>,
+    names: Names,
+    /// The open file, to read symbol names from.
+    file: File,
     dwarf: Option<addr2line::Context<Reader>>,
     /// Bytes of DWARF held (decompressed).
     dwarf_bytes: u64,
@@ -102,7 +114,7 @@ pub struct ElfObject {
 /// DWARF larger than this (decompressed, all sections) is not loaded by [`ElfObject::open`]:
 /// the symbol table is used alone. DWARF is copied into memory to be read, so this bounds what
 /// one object costs.
-pub const DEFAULT_MAX_DWARF_BYTES: u64 = 48 << 20;
+pub const DEFAULT_MAX_DWARF_BYTES: u64 = 24 << 20;
 
 impl fmt::Debug for ElfObject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -154,7 +166,7 @@ impl ElfObject {
             .collect();
         let is_go = obj.section_by_name(".gopclntab").is_some()
             || obj.section_by_name(".note.go.buildid").is_some();
-        let symbols = read_symbols(&obj);
+        let (symbols, names) = read_symbols(&cache);
         let dwarf_bytes = dwarf_size(&obj);
         let (dwarf, dwarf_error) = if dwarf_bytes > max_dwarf_bytes {
             let error = Error::DwarfTooLarge {
@@ -181,6 +193,11 @@ impl ElfObject {
             build_id,
             segments,
             symbols,
+            names,
+            file: file.try_clone().map_err(|source| Error::Io {
+                path: path.to_owned(),
+                source,
+            })?,
             dwarf,
             dwarf_bytes,
             dwarf_error,
@@ -215,10 +232,7 @@ impl ElfObject {
 
     /// Bytes its symbol table holds in memory, roughly.
     pub fn symbol_bytes(&self) -> u64 {
-        self.symbols
-            .iter()
-            .map(|s| (std::mem::size_of::<Symbol>() + s.name.len()) as u64)
-            .sum()
+        (self.symbols.len() * std::mem::size_of::<Symbol>()) as u64
     }
 
     /// Why its DWARF could not be used, if it has DWARF that did not parse.
@@ -258,21 +272,21 @@ impl ElfObject {
             return Vec::new();
         }
         let mut frames = self.dwarf_frames(vaddr);
-        let symbol = self.symbol_at(vaddr);
+        let symbol = self.symbol_at(vaddr).and_then(|s| self.name_of(s));
         match (frames.last_mut(), symbol) {
             // The outermost frame is the function the symbol names. DWARF may name it without
             // its path (Rust generics have no linkage name: `write` for `core::fmt::write`):
             // the symbol's name is then the better one.
             (Some(outer), Some(sym)) => {
-                let demangled = demangle(&sym.name);
+                let demangled = demangle(&sym);
                 if outer.system_name.is_empty() || demangled.ends_with(outer.function.as_str()) {
-                    outer.system_name = sym.name.to_string();
                     outer.function = demangled.into_owned();
+                    outer.system_name = sym;
                 }
             }
             (None, Some(sym)) => frames.push(Frame {
-                function: demangle(&sym.name).into_owned(),
-                system_name: sym.name.to_string(),
+                function: demangle(&sym).into_owned(),
+                system_name: sym,
                 file: None,
                 line: 0,
             }),
@@ -318,32 +332,79 @@ impl ElfObject {
             .partition_point(|s| s.address <= vaddr)
             .checked_sub(1)?;
         let sym = &self.symbols[i];
-        (sym.size == 0 || vaddr - sym.address < sym.size).then_some(sym)
+        (sym.size == 0 || vaddr - sym.address < u64::from(sym.size)).then_some(sym)
+    }
+
+    /// Reads a symbol's name from the string table (NUL-terminated); `None` when the file
+    /// cannot be read there or the name is empty.
+    fn name_of(&self, sym: &Symbol) -> Option<String> {
+        use std::os::unix::fs::FileExt;
+        let start = u64::from(sym.name);
+        let end = self.names.size;
+        let mut buf = Vec::new();
+        let mut want = 256u64;
+        loop {
+            let len = want.min(end.checked_sub(start)?);
+            buf.resize(len as usize, 0);
+            self.file
+                .read_exact_at(&mut buf, self.names.file_offset + start)
+                .ok()?;
+            if let Some(nul) = buf.iter().position(|&b| b == 0) {
+                buf.truncate(nul);
+                break;
+            }
+            // No NUL within 64 KiB, or before the table ends: not a name.
+            if len < want || want >= 64 << 10 {
+                return None;
+            }
+            want *= 4;
+        }
+        (!buf.is_empty()).then(|| String::from_utf8_lossy(&buf).into_owned())
     }
 }
 
-fn read_symbols<'data, O: Object<'data>>(obj: &O) -> Vec<Symbol> {
-    let collect = |iter: O::SymbolIterator<'_>| -> Vec<Symbol> {
-        iter.filter(|s| s.kind() == SymbolKind::Text && s.address() != 0 && !s.is_undefined())
-            .filter_map(|s| {
-                let name = s.name().ok()?;
-                (!name.is_empty()).then(|| Symbol {
-                    address: s.address(),
-                    size: s.size(),
-                    name: name.into(),
-                })
-            })
-            .collect()
+/// The function symbols of `.symtab`, or of `.dynsym` when there is no `.symtab`, with where
+/// their names are. Only 64-bit ELF (the agent runs on x86-64); others have none.
+fn read_symbols(cache: &ReadCache<&File>) -> (Vec<Symbol>, Names) {
+    use object::elf::{SHN_UNDEF, STT_FUNC, STT_GNU_IFUNC};
+    use object::read::elf::{ElfFile64, SectionHeader, Sym};
+
+    let Ok(elf) = ElfFile64::<object::Endianness, _>::parse(cache) else {
+        return (Vec::new(), Names::default());
     };
-    let mut symbols = collect(obj.symbols());
-    if symbols.is_empty() {
-        symbols = collect(obj.dynamic_symbols());
+    let endian = elf.endian();
+    for table in [elf.elf_symbol_table(), elf.elf_dynamic_symbol_table()] {
+        let mut symbols: Vec<Symbol> = table
+            .iter()
+            .filter(|s| {
+                matches!(s.st_type(), STT_FUNC | STT_GNU_IFUNC)
+                    && s.st_shndx(endian) != SHN_UNDEF
+                    && s.st_value(endian) != 0
+                    && s.st_name(endian) != 0
+            })
+            .map(|s| Symbol {
+                address: s.st_value(endian),
+                size: u32::try_from(s.st_size(endian)).unwrap_or(u32::MAX),
+                name: s.st_name(endian),
+            })
+            .collect();
+        if symbols.is_empty() {
+            continue;
+        }
+        let Ok(strtab) = elf.elf_section_table().section(table.string_section()) else {
+            continue;
+        };
+        let names = Names {
+            file_offset: strtab.sh_offset(endian),
+            size: strtab.sh_size(endian),
+        };
+        // Aliases share an address: keep one, preferring a sized one.
+        symbols.sort_by(|a, b| a.address.cmp(&b.address).then(b.size.cmp(&a.size)));
+        symbols.dedup_by_key(|s| s.address);
+        symbols.shrink_to_fit();
+        return (symbols, names);
     }
-    // Aliases share an address: keep one, preferring a sized, global one.
-    symbols.sort_by(|a, b| a.address.cmp(&b.address).then(b.size.cmp(&a.size)));
-    symbols.dedup_by_key(|s| s.address);
-    symbols.shrink_to_fit();
-    symbols
+    (Vec::new(), Names::default())
 }
 
 /// Decompressed size of the DWARF sections.

@@ -48,7 +48,7 @@ impl Default for Options {
             max_objects: 512,
             max_addresses_per_object: 1 << 16,
             max_dwarf_bytes_per_object: DEFAULT_MAX_DWARF_BYTES,
-            max_dwarf_bytes: 64 << 20,
+            max_dwarf_bytes: 48 << 20,
             kallsyms_path: PathBuf::from("/proc/kallsyms"),
             kallsyms_reload_interval: Duration::from_secs(300),
         }
@@ -66,9 +66,9 @@ pub struct Stats {
     pub objects_loaded: u64,
     /// Objects that could not be opened or parsed.
     pub object_errors: u64,
-    /// Objects dropped to stay within [`Options::max_objects`].
+    /// Objects dropped to stay within [`Options::max_objects`] or [`Options::max_dwarf_bytes`].
     pub objects_evicted: u64,
-    /// Objects held now.
+    /// Objects held parsed now.
     pub objects_cached: u64,
     /// Addresses memoized now.
     pub addresses_cached: u64,
@@ -79,6 +79,9 @@ pub struct Stats {
 enum Loaded {
     Ok(Box<ElfObject>),
     Failed,
+    /// Parsed once, dropped to stay within the DWARF budget; its memo is kept, and it is parsed
+    /// again only for an address not memoized.
+    Unloaded,
 }
 
 struct Slot {
@@ -132,7 +135,9 @@ impl Symbolizer {
 
     /// Whether the object `key` is parsed and cached (successfully or not).
     pub fn contains(&self, key: &ObjectKey) -> bool {
-        self.objects.contains_key(key)
+        self.objects
+            .get(key)
+            .is_some_and(|s| !matches!(s.object, Loaded::Unloaded))
     }
 
     /// Parses the object `key` with `open` unless it is cached already. `open` is given the
@@ -142,7 +147,9 @@ impl Symbolizer {
         let tick = self.tick;
         if let Some(slot) = self.objects.get_mut(key) {
             slot.last_used = tick;
-            return;
+            if !matches!(slot.object, Loaded::Unloaded) {
+                return;
+            }
         }
         let limit = self
             .options
@@ -160,14 +167,12 @@ impl Symbolizer {
                 Loaded::Failed
             }
         };
-        self.objects.insert(
-            key.clone(),
-            Slot {
-                object,
-                memo: FxHashMap::default(),
-                last_used: tick,
-            },
-        );
+        let slot = self.objects.entry(key.clone()).or_insert_with(|| Slot {
+            object: Loaded::Unloaded,
+            memo: FxHashMap::default(),
+            last_used: tick,
+        });
+        slot.object = object;
     }
 
     /// Drops the least recently used objects holding DWARF until `incoming` more fits within
@@ -175,7 +180,7 @@ impl Symbolizer {
     fn make_room_for_dwarf(&mut self, incoming: u64) {
         let dwarf = |slot: &Slot| match &slot.object {
             Loaded::Ok(o) => o.dwarf_bytes(),
-            Loaded::Failed => 0,
+            Loaded::Failed | Loaded::Unloaded => 0,
         };
         let mut held: u64 = self.objects.values().map(dwarf).sum();
         while held + incoming > self.options.max_dwarf_bytes {
@@ -188,7 +193,9 @@ impl Symbolizer {
             else {
                 break;
             };
-            self.objects.remove(&key);
+            if let Some(slot) = self.objects.get_mut(&key) {
+                slot.object = Loaded::Unloaded;
+            }
             self.stats.objects_evicted += 1;
             held -= bytes;
         }
@@ -203,20 +210,24 @@ impl Symbolizer {
         open: impl FnOnce(u64) -> Result<ElfObject, Error>,
         file_offset: u64,
     ) -> Arc<[Frame]> {
+        if let Some(slot) = self.objects.get_mut(key) {
+            self.tick += 1;
+            slot.last_used = self.tick;
+            if let Some(frames) = slot.memo.get(&file_offset) {
+                self.stats.hits += 1;
+                return frames.clone();
+            }
+        }
+        self.stats.misses += 1;
         self.prepare(key, open);
         let max = self.options.max_addresses_per_object;
         let slot = self.objects.get_mut(key).expect("prepare inserted it");
-        if let Some(frames) = slot.memo.get(&file_offset) {
-            self.stats.hits += 1;
-            return frames.clone();
-        }
-        self.stats.misses += 1;
         let frames: Arc<[Frame]> = match &slot.object {
             Loaded::Ok(object) => match object.vaddr_of_file_offset(file_offset) {
                 Some(vaddr) => Arc::from(object.symbolize(vaddr)),
                 None => self.empty.clone(),
             },
-            Loaded::Failed => self.empty.clone(),
+            Loaded::Failed | Loaded::Unloaded => self.empty.clone(),
         };
         if slot.memo.len() >= max {
             slot.memo.clear();
@@ -299,7 +310,11 @@ impl Symbolizer {
     /// The counters, with the current cache sizes.
     pub fn stats(&self) -> Stats {
         let mut stats = self.stats.clone();
-        stats.objects_cached = self.objects.len() as u64;
+        stats.objects_cached = self
+            .objects
+            .values()
+            .filter(|s| matches!(s.object, Loaded::Ok(_)))
+            .count() as u64;
         stats.addresses_cached = self
             .objects
             .values()
@@ -311,7 +326,7 @@ impl Symbolizer {
             .values()
             .map(|s| match &s.object {
                 Loaded::Ok(o) => o.dwarf_bytes() + o.symbol_bytes(),
-                Loaded::Failed => 0,
+                Loaded::Failed | Loaded::Unloaded => 0,
             })
             .sum();
         stats
@@ -384,6 +399,13 @@ mod tests {
         assert!(s.contains(&ObjectKey::File { dev: 0, inode: 2 }));
         assert_eq!(s.stats().objects_evicted, 1);
         assert!(s.stats().bytes_cached >= own, "{:?} vs {own}", s.stats());
+
+        // An evicted object keeps what it answered: no reparse for a memoized address.
+        let third = ObjectKey::File { dev: 0, inode: 3 };
+        s.symbolize(&third, open, 0x1000);
+        s.symbolize(&ObjectKey::File { dev: 0, inode: 4 }, open, 0x1000);
+        assert!(!s.contains(&third));
+        s.symbolize(&third, |_| panic!("memoized: not reparsed"), 0x1000);
     }
 
     #[test]
@@ -397,7 +419,10 @@ mod tests {
             s.prepare(&key, |_| ElfObject::open(Path::new("/nonexistent")));
         }
         s.trim();
-        assert_eq!(s.stats().objects_cached, 2);
+        let held = (0..5)
+            .filter(|&inode| s.contains(&ObjectKey::File { dev: 0, inode }))
+            .count();
+        assert_eq!(held, 2);
         assert_eq!(s.stats().objects_evicted, 3);
         assert!(s.contains(&ObjectKey::File { dev: 0, inode: 4 }));
     }
