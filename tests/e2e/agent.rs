@@ -120,6 +120,8 @@ struct Targets {
     rust_hot: PathBuf,
     /// `None` when Go is not installed (said on stderr; a failure under `PARCA_REQUIRE_BPF`).
     go_hot: Option<PathBuf>,
+    /// The same, stripped (`-ldflags=-s -w`: no symbol table, no DWARF; `.gopclntab` remains).
+    go_stripped: Option<PathBuf>,
 }
 
 /// A target, its name in profiles (`comm`) and the call chain its time goes to, leaf first.
@@ -177,26 +179,34 @@ fn targets() -> &'static Targets {
             .arg(&rust_hot)
             .arg(src.join("hot.rs")))
         .expect("rustc builds the Rust target");
-        let go_bin = out.join("agent-go-hot");
-        let go = run(Command::new("go")
-            .current_dir(&src)
-            .env("GO111MODULE", "off")
-            .env("GOFLAGS", "")
-            .env("GOCACHE", out.join("gocache"))
-            .args(["build", "-o"])
-            .arg(&go_bin)
-            .arg("hot.go"));
-        let go_hot = match go {
-            Ok(()) => Some(go_bin),
-            Err(why) => {
+        let go = |name: &str, flags: &[&str]| -> Result<PathBuf, String> {
+            let bin = out.join(name);
+            run(Command::new("go")
+                .current_dir(&src)
+                .env("GO111MODULE", "off")
+                .env("GOFLAGS", "")
+                .env("GOCACHE", out.join("gocache"))
+                .arg("build")
+                .args(flags)
+                .arg("-o")
+                .arg(&bin)
+                .arg("hot.go"))
+            .map(|()| bin)
+        };
+        let (go_hot, go_stripped) = match (
+            go("agent-go-hot", &[]),
+            go("agent-go-strip", &["-ldflags=-s -w"]),
+        ) {
+            (Ok(hot), Ok(stripped)) => (Some(hot), Some(stripped)),
+            (Err(why), _) | (_, Err(why)) => {
                 assert!(
                     !bpf_required(),
-                    "PARCA_REQUIRE_BPF is set but the Go target cannot be built: {why}"
+                    "PARCA_REQUIRE_BPF is set but the Go targets cannot be built: {why}"
                 );
                 say(&format!(
-                    "SKIP: the Go target: {why} (apt-get install golang-go)"
+                    "SKIP: the Go targets: {why} (apt-get install golang-go)"
                 ));
-                None
+                (None, None)
             }
         };
         Targets {
@@ -204,6 +214,7 @@ fn targets() -> &'static Targets {
             c_syscall,
             rust_hot,
             go_hot,
+            go_stripped,
         }
     })
 }
@@ -346,6 +357,10 @@ fn agent_attributes_real_programs_to_their_call_chains_and_kernel_frames() {
         .go_hot
         .as_ref()
         .map(|bin| start_target(bin, 60.0, dir.path()));
+    let go_stripped = t
+        .go_stripped
+        .as_ref()
+        .map(|bin| start_target(bin, 60.0, dir.path()));
     let agent = Agent::start(dir.path(), &["--node=e2e-node"]);
 
     let p = agent.profile("seconds=5");
@@ -367,6 +382,9 @@ fn agent_attributes_real_programs_to_their_call_chains_and_kernel_frames() {
     assert_attributed(&p, "Rust", rust.pid(), &RUST_CHAIN);
     if let Some(go) = &go {
         assert_attributed(&p, "Go", go.pid(), &GO_CHAIN);
+    }
+    if let Some(go) = &go_stripped {
+        assert_attributed(&p, "Go, stripped", go.pid(), &GO_CHAIN);
     }
 
     // Labels of a sample: pid, comm, executable, node.

@@ -166,7 +166,16 @@ impl ElfObject {
             .collect();
         let is_go = obj.section_by_name(".gopclntab").is_some()
             || obj.section_by_name(".note.go.buildid").is_some();
-        let (symbols, names) = read_symbols(&cache);
+        let (mut symbols, mut names) = read_symbols(&cache);
+        if symbols.is_empty()
+            && is_go
+            && let Some((go_symbols, go_names)) = read_gopclntab(&obj)
+        {
+            // A stripped Go binary (`-ldflags=-s -w`): Go's own function table still names
+            // every function.
+            symbols = go_symbols;
+            names = go_names;
+        }
         let dwarf_bytes = dwarf_size(&obj);
         let (dwarf, dwarf_error) = if dwarf_bytes > max_dwarf_bytes {
             let error = Error::DwarfTooLarge {
@@ -405,6 +414,61 @@ fn read_symbols(cache: &ReadCache<&File>) -> (Vec<Symbol>, Names) {
         return (symbols, names);
     }
     (Vec::new(), Names::default())
+}
+
+/// Function entries and names from Go's `.gopclntab` (the table the Go runtime itself uses for
+/// tracebacks), which stripping leaves in place. Go 1.18 and later, 64-bit; `None` otherwise.
+///
+/// Layout (`runtime/symtab.go`, `debug/gosym`): a header of magic (`0xfffffff0` for 1.18–1.19,
+/// `0xfffffff1` since 1.20), two pad bytes, the instruction size quantum, the pointer size, then
+/// pointer-sized fields: nfunc, nfiles, textStart, funcnameOffset, cuOffset, filetabOffset,
+/// pctabOffset, pclnOffset. At pclnOffset, `nfunc * 2 + 1` u32: for each function its entry
+/// (relative to the start of `.text`) and the offset of its `_func`, then the end of the last
+/// one. A `_func` starts with its entry (u32) and its name's offset in funcnametab (i32).
+fn read_gopclntab<'data, O: Object<'data>>(obj: &O) -> Option<(Vec<Symbol>, Names)> {
+    let section = obj.section_by_name(".gopclntab")?;
+    let (section_offset, _) = section.file_range()?;
+    let data = section.data().ok()?;
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(
+            data.get(at..at.checked_add(4)?)?.try_into().ok()?,
+        ))
+    };
+    let field = |k: usize| -> Option<usize> {
+        let at = 8 + 8 * k;
+        let bytes = data.get(at..at + 8)?;
+        usize::try_from(u64::from_le_bytes(bytes.try_into().ok()?)).ok()
+    };
+    let magic = u32_at(0)?;
+    if !matches!(magic, 0xffff_fff0 | 0xffff_fff1) || data.get(7) != Some(&8) {
+        return None;
+    }
+    let nfunc = field(0)?;
+    let funcname_offset = field(3)?;
+    let pcln_offset = field(7)?;
+    // debug/gosym uses the start of .text rather than the header's textStart, which may be
+    // unrelocated.
+    let text_start = obj.section_by_name(".text")?.address();
+    let mut symbols = Vec::with_capacity(nfunc.min(1 << 22));
+    for i in 0..nfunc {
+        let at = pcln_offset.checked_add(i.checked_mul(8)?)?;
+        let entry = u32_at(at)?;
+        let func_offset = u32_at(at + 4)? as usize;
+        let end = u32_at(at + 8)?;
+        let name = u32_at(pcln_offset.checked_add(func_offset)?.checked_add(4)?)?;
+        symbols.push(Symbol {
+            address: text_start + u64::from(entry),
+            size: end.saturating_sub(entry),
+            name,
+        });
+    }
+    symbols.sort_by_key(|s| s.address);
+    symbols.dedup_by_key(|s| s.address);
+    let names = Names {
+        file_offset: section_offset + funcname_offset as u64,
+        size: (data.len().checked_sub(funcname_offset)?) as u64,
+    };
+    Some((symbols, names))
 }
 
 /// Decompressed size of the DWARF sections.

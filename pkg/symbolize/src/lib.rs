@@ -4,7 +4,8 @@
 //! - [`ElfObject`] reads one ELF object: its GNU build id, `PT_LOAD` segments (to turn a file
 //!   offset into a virtual address), function symbols from `.symtab` (or `.dynsym` when
 //!   stripped), and DWARF line tables with inlined frames (gimli, addr2line). Go binaries work
-//!   through their symbol table and DWARF (compressed DWARF is inflated).
+//!   through their symbol table and DWARF (compressed DWARF is inflated), stripped ones through
+//!   `.gopclntab`.
 //! - [`Kallsyms`] reads `/proc/kallsyms` for kernel frames.
 //! - [`demangle`] turns Rust (legacy and v0) and C++ names into readable ones.
 //! - [`Symbolizer`] caches parsed objects per [`ObjectKey`] (build id, else device and inode)
