@@ -41,8 +41,15 @@ pub fn decompress<'a>(
         }
         return Ok(std::borrow::Cow::Borrowed(bytes));
     }
-    // Real profiles compress 3-6x; start there and let the vector grow.
-    let mut out = Vec::with_capacity(bytes.len().saturating_mul(4).min(limit));
+    // A gzip member ends with the size of its input mod 2^32 (ISIZE): trust it when it is
+    // plausible, so the output is allocated once; else guess (profiles compress 3-6x) and grow.
+    let trailer_size = bytes
+        .len()
+        .checked_sub(4)
+        .map(|at| u32::from_le_bytes(bytes[at..].try_into().expect("4 bytes")) as usize)
+        .filter(|&n| n <= limit && n >= bytes.len() / 2);
+    let capacity = trailer_size.map_or(bytes.len().saturating_mul(4).min(limit), |n| n + 1);
+    let mut out = Vec::with_capacity(capacity);
     let reader = flate2::read::MultiGzDecoder::new(bytes);
     // Read one byte past the limit: getting it proves the input is too large, without ever
     // holding more than `limit + 1` bytes.

@@ -186,7 +186,8 @@ async fn fetch(spec: &LoopSpec) -> Result<Vec<u8>, ScrapeError> {
         .await
         .map_err(|e| ScrapeError::Request(error_chain(&e)))?;
     let status = response.status();
-    let mut body = Vec::new();
+    let expected = response.content_length().unwrap_or(0) as usize;
+    let mut body = Vec::with_capacity(expected.min(spec.body_limit));
     while let Some(chunk) = response
         .chunk()
         .await
