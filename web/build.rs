@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use std::{env, fs};
 
 fn main() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("static");
+    // Read at run time, not with `env!`: a build script binary can be reused for another
+    // checkout of the same package (a shared target directory), and must embed that one's files.
+    let manifest_dir = env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let root = Path::new(&manifest_dir).join("static");
     // A directory here makes Cargo rerun the script when any file below it changes.
     println!("cargo:rerun-if-changed=static");
     let mut files = Vec::new();

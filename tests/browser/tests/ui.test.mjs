@@ -58,6 +58,9 @@ test('the explorer loads and offers profile types with human names', async () =>
   await until(() => new URL(page.url()).searchParams.get('query'), 10000, 'a default query');
   await page.waitForSelector('.type-help strong');
   await shot('explorer-default');
+  // The permalink fixes the relative range ("last 1h") to absolute times.
+  await page.click('a.permalink');
+  await until(() => /^\d+$/.test(new URL(page.url()).searchParams.get('from') || ''), 10000, 'absolute times in the URL');
 });
 
 test('a query draws the metrics graph and the icicle graph', async () => {
@@ -164,11 +167,17 @@ test('the table sorts, filters, and a click focuses the graph', async () => {
 test('bottom-up view and hiding frames rebuild the graph', async () => {
   await page.goto(explorerUrl({ query: `${CPU}{job="go"}`, view: 'icicle' }));
   await drawnIcicle();
+  await page.waitForSelector('.profile-panel[data-complete="true"], .profile-panel [data-complete="true"]', { state: 'attached' }).catch(() => {});
   const framesBefore = Number((await page.textContent('.profile-summary')).match(/([\d,]+) frames/)[1].replace(/,/g, ''));
+  const topRow = async () => (await page.$$eval('table.functions tbody tr:first-child td', (td) => td.map((t) => t.textContent))).join('|');
+  await page.click('.segmented button[data-view="both"]');
+  await page.waitForSelector('table.functions tbody tr');
+  const rowBefore = await topRow();
   await page.check('input.invert');
   await page.waitForFunction(() => document.querySelector('.profile-summary').textContent.includes('bottom-up'));
   await drawnIcicle();
   assert.equal(new URL(page.url()).searchParams.get('invert'), '1');
+  assert.equal(await topRow(), rowBefore, 'flat and cumulative do not change bottom-up');
   // The heaviest self function is the first frame below the root.
   await shot('icicle-bottom-up');
   await page.uncheck('input.invert');

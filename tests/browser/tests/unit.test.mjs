@@ -181,6 +181,7 @@ test('profile types have human names', () => {
   assert.equal(describe('custom:things:count:x:y').known, false);
   assert.equal(typeOfQuery('memory:alloc_space:bytes:space:bytes{job="a"}'), 'memory:alloc_space:bytes:space:bytes');
   assert.equal(typeOfQuery('{__name__="a:b:c:d:e", job="x"}'), 'a:b:c:d:e');
+  assert.equal(typeOfQuery('merge by (i) (a:b:c:d:e:delta{job="x"})'), 'a:b:c:d:e:delta');
 });
 
 test('time ticks fall on round times with distinct labels', () => {

@@ -9,7 +9,7 @@ import { queryEditor } from './querybox.js';
 import { metricsGraph } from './metricsgraph.js';
 import { profileView, emptyProfile } from './profileview.js';
 import { mergeWindow, queryKind } from './querytext.js';
-import { readState, writeState } from './urlstate.js';
+import { readState, writeState, permalink } from './urlstate.js';
 
 /** Mounts the compare view into `app`; returns `{destroy}`. */
 export function mountCompare(app) {
@@ -37,7 +37,8 @@ export function mountCompare(app) {
   replace(app, h('div', { class: 'compare' },
     h('div', { class: 'sides' }, A.el, B.el),
     h('div', { class: 'row' }, h('button', { type: 'button', class: 'primary run-compare', onclick: () => run({ a: A.editor.value().trim(), b: B.editor.value().trim() }) }, 'Compare'),
-      h('span', { class: 'muted' }, 'Drag across a graph to choose that side’s range.')),
+      h('span', { class: 'muted' }, 'Drag across a graph to choose that side’s range.'),
+      h('a', { class: 'permalink', href: '#', title: 'This comparison with both ranges fixed, to share', onclick: (e) => { e.currentTarget.href = permalink([['afrom', 'ato'], ['bfrom', 'bto']]); } }, 'Permalink')),
     h('div', { class: 'panel profile-wrap' }, diffHead, diffPanel)));
 
   const rangeOf = (key) => ({ from: state[`${key}from`] || 'now-1h', to: state[`${key}to`] || 'now' });

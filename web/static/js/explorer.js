@@ -3,14 +3,15 @@
 // profile of a clicked point, or the merge of a dragged range.
 
 import { h, replace, stateBox } from './dom.js';
-import { profileTypes, queryRange, queryProfile, labelNames, labelValues, ApiError } from './api.js';
+import { profileTypes, queryRange, queryProfile, labelNames, ApiError } from './api.js';
+import { matcherBuilder } from './matcherbuilder.js';
 import { typeString, describe, typeOfQuery } from './profiletypes.js';
 import { rangePicker, window as rangeWindow, stepFor, describeRange } from './timerange.js';
 import { queryEditor } from './querybox.js';
 import { metricsGraph, labelText } from './metricsgraph.js';
 import { profileView, emptyProfile } from './profileview.js';
 import { graphQuery, withMatchers, queryKind } from './querytext.js';
-import { readState, writeState } from './urlstate.js';
+import { readState, writeState, permalink } from './urlstate.js';
 import { formatTime } from './units.js';
 
 const PROFILE_KEYS = ['time', 'labels', 'pfrom', 'pto', 'focus', 'search'];
@@ -50,7 +51,8 @@ export function mountExplorer(app) {
       h('div', { class: 'row query-row' }, editor.el, h('button', { type: 'button', class: 'run primary', onclick: () => run({ query: editor.value().trim() }) }, 'Run')),
       h('div', { class: 'row' }, builder.el,
         h('label', { class: 'field' }, h('span', {}, 'Sum by'), byInput), labelList,
-        h('a', { class: 'compare-link', href: '#', onclick: (e) => { e.preventDefault(); openCompare(); } }, 'Compare this query…')),
+        h('a', { class: 'compare-link', href: '#', onclick: (e) => { e.preventDefault(); openCompare(); } }, 'Compare this query…'),
+        h('a', { class: 'permalink', href: '#', title: 'This view with the time range fixed, to share', onclick: (e) => { e.currentTarget.href = permalink([['from', 'to']]); } }, 'Permalink')),
       picker),
     graphPanel, h('div', { class: 'panel profile-wrap' }, profileHead, profilePanel)));
 
@@ -285,34 +287,4 @@ export function mountExplorer(app) {
       if (graph) graph.destroy();
     },
   };
-}
-
-/** Pick a label and a value from the API, then add `label="value"` to the selector. */
-function matcherBuilder(currentType, onAdd) {
-  const nameSel = h('select', { class: 'matcher-name', 'aria-label': 'label name' });
-  const valueSel = h('select', { class: 'matcher-value', 'aria-label': 'label value' });
-  const match = () => {
-    const t = currentType();
-    return t ? `{__name__="${t}"}` : '{__name__=~".+"}';
-  };
-  const loadNames = async () => {
-    try {
-      const names = (await labelNames(match())).filter((n) => n !== '__name__');
-      replace(nameSel, h('option', { value: '' }, 'label…'), names.map((n) => h('option', { value: n }, n)));
-    } catch {
-      replace(nameSel, h('option', { value: '' }, 'labels unavailable'));
-    }
-  };
-  nameSel.addEventListener('focus', loadNames);
-  nameSel.addEventListener('mousedown', () => { if (nameSel.options.length <= 1) loadNames(); });
-  nameSel.addEventListener('change', async () => {
-    replace(valueSel);
-    if (!nameSel.value) return;
-    const values = await labelValues(nameSel.value, match()).catch(() => []);
-    replace(valueSel, h('option', { value: '' }, 'value…'), values.map((v) => h('option', { value: v }, v)));
-  });
-  replace(nameSel, h('option', { value: '' }, 'label…'));
-  const el = h('div', { class: 'field matcher-builder' }, h('span', {}, 'Add filter'), nameSel, h('span', {}, '='), valueSel,
-    h('button', { type: 'button', class: 'add-matcher', onclick: () => { if (nameSel.value && valueSel.value) onAdd({ [nameSel.value]: valueSel.value }); } }, 'Add'));
-  return { el, refresh: loadNames };
 }

@@ -26,6 +26,7 @@ export function profileView(root, data, state, onState, pprofQuery) {
   const unit = data.unit;
   const isDiff = original.isDiff;
   let tree = original;
+  let tableTree = original;
   let matches = null;
   let hideError = '';
 
@@ -117,6 +118,8 @@ export function profileView(root, data, state, onState, pprofQuery) {
         hideError = `bad pattern: ${e.message}`;
       }
     }
+    // The table counts flat and cumulative on the call tree: inverting does not change them.
+    tableTree = tree;
     if (state.invert === '1') tree = invert(tree);
     hideInfo.textContent = hideError;
     hideInfo.className = hideError ? 'hide-info error-text' : 'hide-info';
@@ -143,8 +146,8 @@ export function profileView(root, data, state, onState, pprofQuery) {
       replace(tableBox);
       return;
     }
-    const rows = topTable(tree);
-    replace(tableBox, functionTable(rows, { unit, total: tree.value[0], baseTotal: tree.meta.base_total, isDiff }, state,
+    const rows = topTable(tableTree);
+    replace(tableBox, functionTable(rows, { unit, total: tableTree.value[0], isDiff }, state,
       (patch) => { Object.assign(state, patch); onState(patch); },
       (name) => focusFunction(name)));
   };
