@@ -7,7 +7,7 @@
 //!   meta as strings (`len: u32, bytes`): sample type, sample unit, period type, period unit,
 //!   and `n_comments: u32` comments. (Records written before the meta existed end after the
 //!   labels; they replay with the meta of the series' first legacy profile.)
-//! - `2` legacy profile (written before version 2 of the WAL, still replayed): `ref: u32,
+//! - `2` legacy profile (written by the store before blocks existed; still replayed): `ref: u32,
 //!   timestamp_ms: i64, duration_nanos: i64`, then the profile as raw pprof.
 //! - `3` symbols: the head's tables past the counts they were at ([`encoding::encode_tables`]).
 //! - `4` profile: `ref: u32, timestamp_ms: i64, duration_nanos: i64, period: i64`, then its
