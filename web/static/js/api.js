@@ -66,7 +66,9 @@ export function url(path, params = {}) {
 /** Seconds (the API's time format) from milliseconds. */
 export const seconds = (ms) => (ms / 1000).toFixed(3);
 
-export const profileTypes = (opts) => get('/api/v1/profile_types', {}, opts);
+/** Profile types stored, all of them or only those with data in `[startMs, endMs]`. */
+export const profileTypes = (range, opts) =>
+  get('/api/v1/profile_types', range ? { start: seconds(range.start), end: seconds(range.end) } : {}, opts);
 export const labelNames = (match, opts) => get('/api/v1/labels', { 'match[]': match }, opts);
 export const labelValues = (name, match, opts) =>
   get(`/api/v1/label/${encodeURIComponent(name)}/values`, { 'match[]': match }, opts);

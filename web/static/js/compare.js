@@ -18,7 +18,7 @@ export function mountCompare(app) {
   let controller = null;
   let profile = null;
   const graphs = [];
-  profileTypes().then((list) => { types = list.map(typeString); }).catch(() => {});
+  profileTypes(null).then((list) => { types = list.map(typeString); }).catch(() => {});
 
   const side = (key, title) => {
     const editor = queryEditor({

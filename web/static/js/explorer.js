@@ -252,7 +252,7 @@ export function mountExplorer(app) {
   }
 
   // Profile types fill the picker; without a query, the first CPU type with data is chosen.
-  profileTypes().then((list) => {
+  profileTypes(null).then((list) => {
     types = list.map(typeString);
     const options = types.map((t) => h('option', { value: t }, `${describe(t).title} — ${t}`));
     replace(typeSelect, h('option', { value: '', disabled: true, selected: true }, types.length ? 'Choose a profile type…' : 'No profiles stored yet'), options);
@@ -263,10 +263,14 @@ export function mountExplorer(app) {
       return;
     }
     if (!state.query) {
-      const cpu = types.find((t) => t.startsWith('process_cpu:')) || types[0];
-      writeState({ query: cpu });
-      state = readState();
-      load();
+      // The default: a CPU type with data in the range, else any type with data, else any.
+      const pick = (list) => list.find((t) => t.startsWith('process_cpu:') || t.startsWith('parca_agent')) || list[0];
+      profileTypes(rangeWindow({ from: state.from || 'now-1h', to: state.to || 'now' })).catch(() => []).then((inRange) => {
+        if (state.query) return;
+        writeState({ query: pick(inRange.map(typeString)) || pick(types) });
+        state = readState();
+        load();
+      });
     } else {
       showTypeHelp(typeOfQuery(state.query));
     }
