@@ -32,6 +32,8 @@ pub(crate) struct HttpState {
     pub shared: Arc<Shared>,
     pub commands: Mutex<Sender<Command>>,
     pub symbolizer: Arc<Mutex<Symbolizer>>,
+    /// The symbolizer's figures when `/metrics` last found it free.
+    pub symbolizer_stats: Mutex<parca_symbolize::Stats>,
     pub build: BuildOptions,
     pub last_window: Mutex<Option<Arc<RawProfile>>>,
     pub n_cpus: usize,
@@ -106,7 +108,16 @@ fn metrics(state: &HttpState) -> Response<Body> {
         (table.len(), table.n_objects(), table.reads())
     };
     let snapshot = Snapshot {
-        symbolizer: state.symbolizer.lock().expect("symbolizer lock").stats(),
+        // A profile being built holds the symbolizer for a while: never wait for it here (this
+        // runs on the async worker); show the figures of the last time it was free.
+        symbolizer: match state.symbolizer.try_lock() {
+            Ok(symbolizer) => {
+                let stats = symbolizer.stats();
+                *state.symbolizer_stats.lock().expect("stats lock") = stats.clone();
+                stats
+            }
+            Err(_) => state.symbolizer_stats.lock().expect("stats lock").clone(),
+        },
         processes,
         objects_open,
         process_reads,

@@ -233,6 +233,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         shared: shared.clone(),
         commands: Mutex::new(commands.clone()),
         symbolizer: symbolizer.clone(),
+        symbolizer_stats: Mutex::default(),
         build: build_options.clone(),
         last_window: Mutex::new(None),
         n_cpus,
@@ -248,7 +249,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             *window_state.last_window.lock().expect("last window lock") = Some(window.clone());
             let symbolizer = window_state.symbolizer.clone();
             let Some(pusher) = &pusher else {
-                symbolizer.lock().expect("symbolizer lock").trim();
+                tokio::task::spawn_blocking(move || {
+                    symbolizer.lock().expect("symbolizer lock").trim();
+                })
+                .await
+                .ok();
                 continue;
             };
             let options = build_options.clone();

@@ -48,7 +48,7 @@ impl Default for Options {
             max_objects: 512,
             max_addresses_per_object: 1 << 16,
             max_dwarf_bytes_per_object: DEFAULT_MAX_DWARF_BYTES,
-            max_dwarf_bytes: 48 << 20,
+            max_dwarf_bytes: 32 << 20,
             kallsyms_path: PathBuf::from("/proc/kallsyms"),
             kallsyms_reload_interval: Duration::from_secs(300),
         }
