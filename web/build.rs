@@ -9,6 +9,7 @@ use std::{env, fs};
 fn main() {
     // Read at run time, not with `env!`: a build script binary can be reused for another
     // checkout of the same package (a shared target directory), and must embed that one's files.
+    // The table names files relative to `CARGO_MANIFEST_DIR` for the same reason.
     let manifest_dir = env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
     let root = Path::new(&manifest_dir).join("static");
     // A directory here makes Cargo rerun the script when any file below it changes.
@@ -33,8 +34,8 @@ fn main() {
         let bytes = fs::read(path).expect("read a static file");
         writeln!(
             out,
-            "    Entry {{ path: {url:?}, bytes: include_bytes!({path:?}), content_type: {ct:?}, etag: \"\\\"{hash:016x}\\\"\" }},",
-            path = path.to_string_lossy(),
+            "    Entry {{ path: {url:?}, bytes: include_bytes!(concat!(env!(\"CARGO_MANIFEST_DIR\"), {rel:?})), content_type: {ct:?}, etag: \"\\\"{hash:016x}\\\"\" }},",
+            rel = format!("/static{url}"),
             ct = content_type(path),
             hash = fnv1a(&bytes),
         )
