@@ -8,5 +8,6 @@ mod pprof_oracle;
 mod query_golden;
 mod server;
 mod server_harness;
+mod server_push;
 mod support;
 mod tsdb_crash;

@@ -5,7 +5,12 @@
 #   tests/tools/targets.sh python      makes a venv with tests/targets/python/requirements.txt
 #                                      (every version pinned) and prints its python's path
 #   tests/tools/targets.sh prometheus  prints the path of Debian's prometheus
-#   tests/tools/targets.sh all         all three, one per line
+#   tests/tools/targets.sh python-push         makes a venv with pyroscope-io 1.x from
+#                                      tests/targets/python-push/requirements.txt and prints its
+#                                      python's path
+#   tests/tools/targets.sh python-push-legacy  the same with pyroscope-io 0.8.x from
+#                                      tests/targets/python-push/requirements-legacy.txt
+#   tests/tools/targets.sh all         all five, one per line
 # Everything is built into ${PARCA_TESTS_CACHE:-~/.cache/parca-tests}/targets, never into the
 # repository. Run as root, it installs the Debian packages it needs (golang-go, prometheus,
 # python3-venv); otherwise it says what is missing and exits 1, and the tests skip.
@@ -37,8 +42,10 @@ go_target() {
   echo "$bin"
 }
 
-python_target() {
-  local req=$here/targets/python/requirements.txt py=${PYTHON:-python3}
+# python_venv REQUIREMENTS: makes (once) a venv with that pinned requirements file, named after
+# its hash, and prints its python's path.
+python_venv() {
+  local req=$1 py=${PYTHON:-python3}
   command -v "$py" >/dev/null || { log "no $py"; return 1; }
   local venv=$out/venv-$(sha256sum "$req" | cut -c1-12)
   if [ ! -e "$venv/.complete" ]; then
@@ -55,6 +62,10 @@ python_target() {
   echo "$venv/bin/python"
 }
 
+python_target() { python_venv "$here/targets/python/requirements.txt"; }
+python_push_target() { python_venv "$here/targets/python-push/requirements.txt"; }
+python_push_legacy_target() { python_venv "$here/targets/python-push/requirements-legacy.txt"; }
+
 prometheus_target() {
   command -v prometheus >/dev/null || apt_install prometheus
   command -v prometheus
@@ -64,6 +75,8 @@ case ${1:-all} in
   go) go_target ;;
   python) python_target ;;
   prometheus) prometheus_target ;;
-  all) go_target; python_target; prometheus_target ;;
-  *) echo "usage: $0 go|python|prometheus|all" >&2; exit 2 ;;
+  python-push) python_push_target ;;
+  python-push-legacy) python_push_legacy_target ;;
+  all) go_target; python_target; prometheus_target; python_push_target; python_push_legacy_target ;;
+  *) echo "usage: $0 go|python|prometheus|python-push|python-push-legacy|all" >&2; exit 2 ;;
 esac
