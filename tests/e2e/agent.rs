@@ -344,6 +344,7 @@ fn assert_attributed(p: &proto::Profile, what: &str, pid: u32, chain: &[&str]) {
 
 #[test]
 fn agent_attributes_real_programs_to_their_call_chains_and_kernel_frames() {
+    let _exclusive = crate::support::exclusive();
     if !can_run("agent_attributes_real_programs_to_their_call_chains_and_kernel_frames") {
         return;
     }
@@ -494,6 +495,7 @@ fn agent_attributes_real_programs_to_their_call_chains_and_kernel_frames() {
 
 #[test]
 fn agent_keeps_processes_that_exit_within_the_window() {
+    let _exclusive = crate::support::exclusive();
     if !can_run("agent_keeps_processes_that_exit_within_the_window") {
         return;
     }
@@ -549,6 +551,7 @@ fn agent_keeps_processes_that_exit_within_the_window() {
 
 #[test]
 fn server_scrapes_and_receives_pushes_from_the_agent() {
+    let _exclusive = crate::support::exclusive();
     if !can_run("server_scrapes_and_receives_pushes_from_the_agent") {
         return;
     }
@@ -677,6 +680,7 @@ fn spawn_agent(dir: &Path) -> (Child, SocketAddr) {
 
 #[test]
 fn agent_leaves_no_program_attached_after_it_stops_or_is_killed() {
+    let _exclusive = crate::support::exclusive();
     if !can_run("agent_leaves_no_program_attached_after_it_stops_or_is_killed") {
         return;
     }

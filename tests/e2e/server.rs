@@ -919,6 +919,7 @@ fn report(line: &str) {
 
 #[test]
 fn server_scrapes_real_targets_and_serves_their_profiles() {
+    let _exclusive = crate::support::exclusive();
     let t0 = Instant::now();
     let dir = tempfile::tempdir().expect("tempdir");
     let (mut processes, mut jobs) = start_real_targets(dir.path());

@@ -272,6 +272,7 @@ fn requests_by_code(metrics: &str, handler: &str) -> Vec<(String, u64)> {
 
 #[test]
 fn server_ingests_pushes_of_the_real_pyroscope_python_sdk() {
+    let _exclusive = crate::support::exclusive();
     let t0 = Instant::now();
     let mut sdks = Vec::new();
     for sdk in &SDKS {

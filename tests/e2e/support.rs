@@ -80,3 +80,13 @@ pub fn pprof_oracle() -> Option<PathBuf> {
     }
     on_path
 }
+
+/// Taken by the tests that run real programs and depend on timing (the server's scrape schedule,
+/// the agent's sampling), so that on a two-core machine they do not run at the same time and
+/// starve each other.
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A failed test poisons the lock; the others still run.
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
