@@ -112,6 +112,13 @@ test('clicking a frame zooms, the breadcrumb follows, reset goes back', async ()
   await page.goto(explorerUrl({ query: `${CPU}{job="go"}`, view: 'icicle' }));
   const before = await drawnIcicle();
   const box = await page.$eval('canvas.icicle', (c) => { const b = c.getBoundingClientRect(); return { x: b.x, y: b.y }; });
+  // The tooltip: total and self with percentages, and where the function is.
+  await page.mouse.move(box.x + 4, box.y + ROW * 1.5);
+  await page.waitForSelector('.tooltip:not([hidden]) .tt-name');
+  const tip = await page.textContent('.tooltip:not([hidden])');
+  assert.match(tip, /Total.*\d.*% of all/s);
+  assert.match(tip, /Self/);
+  assert.match(tip, /File.*\.go(:\d+)?/s);
   await page.mouse.click(box.x + 4, box.y + ROW * 1.5);
   await page.waitForFunction(() => document.querySelectorAll('.breadcrumb .crumb').length === 2);
   await until(() => new URL(page.url()).searchParams.get('focus'), 5000, 'focus in the URL');
