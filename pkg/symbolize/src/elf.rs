@@ -53,10 +53,30 @@ impl fmt::Debug for BuildId {
 /// Reads only the build id of the ELF object open as `file` (`path` is for messages).
 /// `Ok(None)` when it has none.
 pub fn read_build_id(file: &File, path: &Path) -> Result<Option<BuildId>, Error> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    // Only the ELF header and the PT_NOTE segments are read: parsing the whole object would
+    // read its symbol tables too, which for large binaries costs megabytes per new process.
     let cache = ReadCache::new(file);
-    let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
-    let id = obj.build_id().map_err(|source| elf_error(path, source))?;
-    Ok(id.filter(|b| !b.is_empty()).map(BuildId::new))
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache)
+        .map_err(|source| elf_error(path, source))?;
+    let endian = header.endian().map_err(|source| elf_error(path, source))?;
+    let program_headers = header
+        .program_headers(endian, &cache)
+        .map_err(|source| elf_error(path, source))?;
+    for segment in program_headers {
+        let Ok(Some(mut notes)) = segment.notes(endian, &cache) else {
+            continue;
+        };
+        while let Ok(Some(note)) = notes.next() {
+            if note.name() == b"GNU"
+                && note.n_type(endian) == object::elf::NT_GNU_BUILD_ID
+                && !note.desc().is_empty()
+            {
+                return Ok(Some(BuildId::new(note.desc())));
+            }
+        }
+    }
+    Ok(None)
 }
 
 fn elf_error(path: &Path, source: object::Error) -> Error {
@@ -185,7 +205,7 @@ impl ElfObject {
             };
             (None, Some(error))
         } else {
-            match read_dwarf(&obj) {
+            match read_dwarf(&obj, file) {
                 Ok(dwarf) => (dwarf, None),
                 Err(source) => (
                     None,
@@ -488,6 +508,7 @@ fn dwarf_size<'data, O: Object<'data>>(obj: &O) -> u64 {
 
 fn read_dwarf<'data, O: Object<'data>>(
     obj: &O,
+    file: &File,
 ) -> Result<Option<addr2line::Context<Reader>>, gimli::Error> {
     if obj.section_by_name(".debug_info").is_none() {
         return Ok(None);
@@ -500,10 +521,18 @@ fn read_dwarf<'data, O: Object<'data>>(
     let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
         // `section_by_name` also finds GNU `.zdebug_*` sections; `uncompressed_data` inflates
         // those and SHF_COMPRESSED ones (Go compresses its DWARF).
+        // An uncompressed section is read from the file straight into its buffer: through
+        // the read cache it would be held twice while copied, which doubled the agent's peak
+        // memory on large objects.
         let data: Arc<[u8]> = match obj.section_by_name(id.name()) {
-            Some(section) => match section.uncompressed_data() {
-                Ok(data) => Arc::from(&*data),
-                Err(_) => Arc::from(&[][..]),
+            Some(section) => match section.compressed_file_range() {
+                Ok(range) if range.format == object::CompressionFormat::None => {
+                    read_at(file, range.offset, range.uncompressed_size)
+                }
+                _ => match section.uncompressed_data() {
+                    Ok(data) => Arc::from(&*data),
+                    Err(_) => Arc::from(&[][..]),
+                },
             },
             None => Arc::from(&[][..]),
         };
@@ -511,6 +540,23 @@ fn read_dwarf<'data, O: Object<'data>>(
     };
     let dwarf = gimli::Dwarf::load(load)?;
     addr2line::Context::from_dwarf(dwarf).map(Some)
+}
+
+/// `len` bytes of `file` at `offset` in one shared buffer (empty if they cannot be read).
+fn read_at(file: &File, offset: u64, len: u64) -> Arc<[u8]> {
+    use std::os::unix::fs::FileExt;
+    let Ok(len) = usize::try_from(len) else {
+        return Arc::from(&[][..]);
+    };
+    // Collecting a `repeat_n` allocates the `Arc` once, at its final size.
+    let mut buf: Arc<[u8]> = std::iter::repeat_n(0u8, len).collect();
+    let Some(bytes) = Arc::get_mut(&mut buf) else {
+        return Arc::from(&[][..]);
+    };
+    if file.read_exact_at(bytes, offset).is_err() {
+        return Arc::from(&[][..]);
+    }
+    buf
 }
 
 #[cfg(test)]
