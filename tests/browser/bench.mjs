@@ -3,7 +3,9 @@
 // (JSON.parse, columns, layout and first draw), and the draw and frame times while zooming and
 // panning. Prints a table; it asserts nothing (figures, not a timed test).
 
-import { startServer } from './lib/server.mjs';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startServer, REPO } from './lib/server.mjs';
 import { launch } from './lib/browser.mjs';
 
 const SIZES = (process.env.BENCH_SIZES || '10000,100000,800000').split(',').map(Number);
@@ -15,6 +17,8 @@ const ROUNDS = Number(process.env.BENCH_ROUNDS || 3);
 const server = process.env.BENCH_URL ? { url: process.env.BENCH_URL, stop: async () => {} } : await startServer();
 // window.gc(): the generator's garbage is collected before timing, not during.
 const browser = await launch(['--js-flags=--expose-gc']);
+// Pushed at once: the store refuses profiles older than its open head once it has cut a block.
+if (!process.env.BENCH_URL) await pushLarge();
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
   await page.goto(`${server.url}/index.html`);
@@ -27,9 +31,42 @@ try {
     const ms = (x) => `${x.toFixed(1)} ms`;
     console.log(`| ${r.nodes.toLocaleString('en')} | ${(r.bytes / 1e6).toFixed(1)} MB | ${ms(r.parse)} | ${ms(r.quick)} (${r.quickNodes.toLocaleString('en')} nodes) | ${ms(r.afterParse)} | ${ms(r.firstPaint)} | ${ms(r.whole)} | ${ms(r.zoom.p50)} / ${ms(r.zoom.p95)} / ${ms(r.zoom.max)} | ${ms(r.frames.p50)} / ${ms(r.frames.p95)} | ${ms(r.pan.p50)} / ${ms(r.pan.max)} |`);
   }
+  if (!process.env.BENCH_URL) await realProfile(browser);
 } finally {
   await browser.close();
   await server.stop();
+}
+
+/**
+ * End to end in the explorer with a real profile: google/pprof's large.cpu (425k frames, a
+ * 44 MB JSON answer), pushed and opened by URL; times from the page's own marks.
+ */
+async function pushLarge() {
+  const file = join(REPO, 'tests/testdata/pprof/published/google-pprof/large.cpu');
+  const res = await fetch(`${server.url}/api/v1/write?__name__=process_cpu&job=large&instance=bench`, { method: 'POST', body: readFileSync(file) });
+  if (!res.ok) throw new Error(`push of large.cpu failed: ${res.status} ${await res.text()}`);
+}
+
+async function realProfile(b) {
+  const T = 1666107597086; // its time, from the corpus manifest
+  const page = await b.newPage({ viewport: { width: 1400, height: 1000 } });
+  await page.goto(`${server.url}/?${new URLSearchParams({ query: 'process_cpu:samples:count:cpu:nanoseconds:delta{job="large"}', from: T - 60e3, to: T + 60e3, view: 'icicle' })}`);
+  await page.waitForFunction(() => performance.getEntriesByName('parca:whole-tree').length, null, { timeout: 120000 });
+  const t = await page.evaluate(() => {
+    const at = (name) => performance.getEntriesByName(name)[0].startTime;
+    const fetched = performance.getEntriesByType('resource').find((e) => e.name.includes('/api/v1/query?'));
+    return {
+      server: fetched.responseStart - fetched.requestStart,
+      transfer: fetched.responseEnd - fetched.responseStart,
+      parse: at('parca:profile-json') - fetched.responseEnd,
+      firstDraw: at('parca:first-draw') - at('parca:profile-json'),
+      whole: at('parca:whole-tree') - at('parca:first-draw'),
+      bytes: fetched.decodedBodySize,
+    };
+  });
+  const ms = (x) => `${x.toFixed(0)} ms`;
+  console.log(`\nreal profile (google/pprof large.cpu, ${(t.bytes / 1e6).toFixed(1)} MB of JSON) in the explorer: server ${ms(t.server)}, transfer ${ms(t.transfer)}, JSON parse ${ms(t.parse)}, first draw after parse ${ms(t.firstDraw)}, whole tree ${ms(t.whole)} later`);
+  await page.close();
 }
 
 /** Per figure, the smallest of the runs. */

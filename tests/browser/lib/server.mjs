@@ -59,8 +59,8 @@ export function profileTimeMs(file) {
   throw new Error(`${file} is not in the corpus manifest`);
 }
 
-/** Starts the server; returns `{url, port, stop()}`. */
-export async function startServer() {
+/** Starts the server with extra command-line `args`; returns `{url, port, stop()}`. */
+export async function startServer({ args = [] } = {}) {
   const bin = process.env.PARCA_BIN || join(REPO, 'target/release/parca');
   if (!existsSync(bin)) throw new Error(`no server binary at ${bin}: run cargo build --release -p parca`);
   const dir = mkdtempSync(join(tmpdir(), 'parca-browser-'));
@@ -91,7 +91,9 @@ export async function startServer() {
         goroutine: { enabled: false }
 `);
   const log = [];
-  const child = spawn(bin, [`--config-path=${config}`, `--storage-path=${join(dir, 'data')}`, `--http-address=127.0.0.1:${port}`], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(bin, [`--config-path=${config}`, `--storage-path=${join(dir, 'data')}`, `--http-address=127.0.0.1:${port}`,
+    // The corpus profiles keep their own timestamps, which only grow older: keep them all.
+    '--storage-retention-time=3650d', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   child.stdout.on('data', (d) => log.push(String(d)));
   child.stderr.on('data', (d) => log.push(String(d)));
   let exited = null;

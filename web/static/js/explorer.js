@@ -194,6 +194,7 @@ export function mountExplorer(app) {
     replace(profilePanel, stateBox('loading', 'Loading the profile…'));
     try {
       const data = await queryProfile(pq, win, { signal });
+      performance.mark('parca:profile-json'); // fetched and parsed (the render benchmark reads these marks)
       showProfile(data, pq, win);
     } catch (e) {
       if (e.name === 'AbortError') return;

@@ -9,6 +9,7 @@ const MIN_WIDTH = 0.5; // px: narrower subtrees are not drawn
 const FONT = '11px ui-monospace, SFMono-Regular, Menlo, Consolas, monospace';
 const ZOOM_MS = 180;
 const DIFF_STEPS = 40; // diff colours are quantized so no string is built per frame
+const SMALL = '#cfcac4'; // runs of frames too narrow to draw one by one
 
 /**
  * An icicle graph in `container`. `options.tooltip(i)` returns the tooltip's content for node
@@ -202,15 +203,44 @@ export class Icicle {
     labels.length = 0;
     let hovered = null;
     let lastColor = '';
+    // Siblings too narrow to draw one by one are drawn together as one grey run, so a frame
+    // with thousands of tiny children does not look empty below.
+    const rows = maxD + 2;
+    if (!this.runL || this.runL.length < rows) {
+      this.runL = new Float64Array(rows);
+      this.runR = new Float64Array(rows);
+    }
+    const { runL, runR } = this;
+    runR.fill(-1e9, 0, rows);
+    const flush = (d) => {
+      if (runR[d] - runL[d] >= 1) {
+        ctx.fillStyle = SMALL;
+        lastColor = SMALL;
+        ctx.fillRect(runL[d], d * ROW - yOff, runR[d] - runL[d], ROW - 1);
+      }
+    };
     while (i < n) {
       const d = depth[i];
       const pw = w[i] * scale;
-      if (d > maxD || pw < MIN_WIDTH) {
+      if (d > maxD) {
         i = end[i];
         continue;
       }
       const px = (x[i] - v0) * scale;
       if (px >= W || px + pw <= 0) {
+        i = end[i];
+        continue;
+      }
+      if (pw < MIN_WIDTH) {
+        if (d >= minD && pw > 0) {
+          if (px <= runR[d] + 0.5) {
+            if (px + pw > runR[d]) runR[d] = px + pw;
+          } else {
+            flush(d);
+            runL[d] = px;
+            runR[d] = px + pw;
+          }
+        }
         i = end[i];
         continue;
       }
@@ -231,6 +261,7 @@ export class Icicle {
       }
       i++;
     }
+    for (let d = minD; d <= maxD; d++) flush(d);
     for (let k = 0; k < labels.length; k += 4) this.label(labels[k], labels[k + 1], labels[k + 2], labels[k + 3]);
     if (hovered) {
       ctx.strokeStyle = '#222';

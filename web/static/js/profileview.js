@@ -263,6 +263,7 @@ export function profileView(root, data, state, onState, pprofQuery) {
   state.view = view;
   if (complete) fillBinaries();
   rebuild();
+  performance.mark('parca:first-draw');
   root.dataset.complete = String(complete);
   // The whole tree, built in slices once the first paint is on screen (the page stays live).
   const abort = new AbortController();
@@ -274,6 +275,7 @@ export function profileView(root, data, state, onState, pprofQuery) {
     complete = true;
     fillBinaries();
     rebuild();
+    performance.mark('parca:whole-tree');
     root.dataset.complete = 'true';
   });
   return {
