@@ -250,6 +250,10 @@ impl Wal {
     }
 
     /// Deletes the segments numbered below `index` (they are covered by a checkpoint).
+    ///
+    /// Newest first: a crash part way leaves a *prefix* of the old segments, which replays as
+    /// it always did before the checkpoint replaces it. Oldest first would leave a suffix whose
+    /// records name series defined in the deleted segments.
     pub fn remove_segments_before(&self, index: u64) -> Result<(), Error> {
         let dir = self
             .writer
@@ -257,7 +261,7 @@ impl Wal {
             .expect("WAL writer lock poisoned")
             .dir
             .clone();
-        for old in segments(&dir)?.into_iter().filter(|&i| i < index) {
+        for old in segments(&dir)?.into_iter().filter(|&i| i < index).rev() {
             let path = segment_path(&dir, old);
             fs::remove_file(&path).map_err(Error::io("cannot delete WAL segment", &path))?;
         }
@@ -397,6 +401,24 @@ mod tests {
                 path.display()
             )
         );
+    }
+
+    #[test]
+    fn old_segments_are_deleted_newest_first() {
+        // Regression: a kill part way through deleting oldest first left segments whose
+        // profiles named series defined in already deleted segments, and replay failed.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wal = Wal::open(dir.path()).expect("open");
+        for i in 0..4u8 {
+            wal.write(&[i]).expect("write");
+            wal.cut_segment().expect("cut");
+        }
+        // Make deleting segment 1 fail: whatever is left must be a prefix.
+        let one = segment_path(dir.path(), 1);
+        fs::remove_file(&one).expect("remove");
+        fs::create_dir(&one).expect("a directory where segment 1 was");
+        assert!(wal.remove_segments_before(4).is_err());
+        assert_eq!(segments(dir.path()).expect("list"), vec![0, 1, 4]);
     }
 
     #[test]
