@@ -108,6 +108,15 @@ test('hovering the metrics graph shows labels and a value with its unit', async 
   await shot('explorer-range-selected');
 });
 
+test('sum by groups the series of the graph', async () => {
+  await page.goto(explorerUrl({ query: `${CPU}{job="go"}`, by: 'instance' }));
+  await page.waitForSelector('.graph-svg circle.point');
+  assert.match(await page.textContent('.graph-panel .panel-title'), /sum by \(instance\)/);
+  const legend = await page.$$eval('.legend li', (li) => li.map((l) => l.textContent));
+  assert.deepEqual(legend.sort(), ['{instance="go-cpu"}', '{instance="go-cpu-b"}']);
+  assert.equal(await page.inputValue('input.sum-by'), 'instance');
+});
+
 test('clicking a frame zooms, the breadcrumb follows, reset goes back', async () => {
   await page.goto(explorerUrl({ query: `${CPU}{job="go"}`, view: 'icicle' }));
   const before = await drawnIcicle();
@@ -132,6 +141,10 @@ test('clicking a frame zooms, the breadcrumb follows, reset goes back', async ()
   // The URL reproduces the zoom.
   await page.reload();
   await page.waitForFunction(() => document.querySelectorAll('.breadcrumb .crumb').length === 3);
+  // Escape zooms out one level.
+  await page.focus('canvas.icicle');
+  await page.keyboard.press('Escape');
+  await page.waitForFunction(() => document.querySelectorAll('.breadcrumb .crumb').length === 2);
   await page.click('.breadcrumb .reset');
   await page.waitForFunction(() => document.querySelectorAll('.breadcrumb .crumb').length === 1);
   await until(() => !new URL(page.url()).searchParams.get('focus'), 5000, 'focus cleared from the URL');

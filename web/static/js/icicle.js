@@ -23,7 +23,8 @@ export class Icicle {
     this.canvas = document.createElement('canvas');
     this.canvas.className = 'icicle';
     this.canvas.setAttribute('role', 'img');
-    this.canvas.setAttribute('aria-label', 'icicle graph');
+    this.canvas.setAttribute('aria-label', 'icicle graph: click a frame to zoom, Escape zooms out');
+    this.canvas.tabIndex = 0;
     this.spacer = document.createElement('div');
     this.tooltip = document.createElement('div');
     this.tooltip.className = 'tooltip';
@@ -373,6 +374,12 @@ export class Icicle {
       }
     }, { passive: false });
     this.scroller.addEventListener('scroll', () => this.draw());
+    c.addEventListener('keydown', (e) => {
+      if (e.key === 'Escape' && this.tree && this.focusNode > 0) {
+        e.preventDefault();
+        this.focus(this.tree.parent[this.focusNode]);
+      }
+    });
   }
 
   /** Keeps a view inside the root's extent. */
