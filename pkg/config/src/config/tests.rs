@@ -79,7 +79,7 @@ fn the_commented_agent_job_in_parca_yaml_loads_too() {
     let agent = &config.scrape_configs[1];
     assert_eq!(agent.job_name, "parca-agent");
     let enabled: Vec<&str> = agent.enabled_endpoints().map(|e| e.name.as_str()).collect();
-    assert_eq!(enabled, ["process_cpu"]);
+    assert_eq!(enabled, ["parca_agent"]);
 }
 
 #[test]
