@@ -203,3 +203,22 @@ test('the sliced build gives the same tree as the one-go build', async () => {
   abort.abort();
   assert.equal(await fromJSONAsync(data, { signal: abort.signal }), null);
 });
+
+test('frames of a binary can be hidden, and binaries are listed heaviest first', async () => {
+  const { binaries } = await import('../../../web/static/js/tree.js');
+  const data = {
+    unit: 'count', total: 10,
+    root: { name: 'root', value: 10, self: 0, children: [
+      { name: 'main', value: 10, self: 0, children: [
+        { name: '0x1000', binary: 'libc.so.6', value: 7, self: 0, children: [{ name: 'leaf', value: 7, self: 7, children: [] }] },
+        { name: '0x2000', binary: 'libz.so', value: 3, self: 3, children: [] },
+      ] },
+    ] },
+  };
+  const t = fromJSON(data);
+  assert.deepEqual(binaries(t), ['libz.so', 'libc.so.6']);
+  const h = hide(t, hidePredicate(t, '', '^libc\\.so\\.6$'));
+  const main = h.childNamed(0, 'main');
+  assert.equal(h.value[h.childNamed(main, 'leaf')], 7);
+  assert.equal(h.childNamed(main, '0x1000'), -1);
+});

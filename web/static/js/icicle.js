@@ -212,13 +212,18 @@ export class Icicle {
       this.runR = new Float64Array(rows);
     }
     const { runL, runR } = this;
+    const runN = this.runN && this.runN.length >= rows ? this.runN : (this.runN = new Float64Array(rows));
+    const runW = this.runW && this.runW.length >= rows ? this.runW : (this.runW = new Float64Array(rows));
     runR.fill(-1e9, 0, rows);
+    const runs = [];
     const flush = (d) => {
       if (runR[d] - runL[d] >= 1) {
         ctx.fillStyle = SMALL;
         lastColor = SMALL;
         ctx.fillRect(runL[d], d * ROW - yOff, runR[d] - runL[d], ROW - 1);
+        runs.push({ d, left: runL[d], right: runR[d], n: runN[d], w: runW[d] });
       }
+      runR[d] = -1e9;
     };
     while (i < n) {
       const d = depth[i];
@@ -240,7 +245,11 @@ export class Icicle {
             flush(d);
             runL[d] = px;
             runR[d] = px + pw;
+            runN[d] = 0;
+            runW[d] = 0;
           }
+          runN[d]++;
+          runW[d] += w[i];
         }
         i = end[i];
         continue;
@@ -263,6 +272,7 @@ export class Icicle {
       i++;
     }
     for (let d = minD; d <= maxD; d++) flush(d);
+    this.runs = runs;
     for (let k = 0; k < labels.length; k += 4) this.label(labels[k], labels[k + 1], labels[k + 2], labels[k + 3]);
     if (hovered) {
       ctx.strokeStyle = '#222';
@@ -391,12 +401,29 @@ export class Icicle {
     return [start, start + span];
   }
 
+  /** The grey block of narrow frames under canvas point (cx, cy), or null. */
+  runAt(cx, cy) {
+    const row = Math.floor((cy + this.scroller.scrollTop) / ROW);
+    return (this.runs || []).find((r) => r.d === row && cx >= r.left && cx < r.right) || null;
+  }
+
   showTooltip(i, clientX, clientY) {
-    if (i < 0 || !this.options.tooltip) {
+    let content = null;
+    if (i >= 0 && this.options.tooltip) content = this.options.tooltip(i);
+    else if (i < 0) {
+      const r = this.canvas.getBoundingClientRect();
+      const run = this.runAt(clientX - r.left, clientY - r.top);
+      if (run) {
+        const share = (100 * run.w) / (this.w[0] || 1);
+        content = document.createElement('div');
+        content.textContent = `${run.n.toLocaleString()} frames too narrow to show one by one (${share.toFixed(share >= 1 ? 1 : 3)}% of all): zoom in with ctrl+wheel, or click the frame above.`;
+      }
+    }
+    if (!content) {
       this.tooltip.hidden = true;
       return;
     }
-    this.tooltip.replaceChildren(this.options.tooltip(i));
+    this.tooltip.replaceChildren(content);
     this.tooltip.hidden = false;
     const pad = 14;
     const tw = this.tooltip.offsetWidth;
