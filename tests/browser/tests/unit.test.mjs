@@ -222,3 +222,9 @@ test('frames of a binary can be hidden, and binaries are listed heaviest first',
   assert.equal(h.value[h.childNamed(main, 'leaf')], 7);
   assert.equal(h.childNamed(main, '0x1000'), -1);
 });
+
+test('series labels for people', async () => {
+  const { labelText } = await import('../../../web/static/js/metricsgraph.js');
+  assert.equal(labelText({ __name__: 'a:b:c:d:e', job: 'x' }), '{job="x"}');
+  assert.equal(labelText({}), 'all series together');
+});

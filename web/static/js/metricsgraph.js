@@ -18,6 +18,7 @@ const svg = (tag, attrs = {}) => {
 /** `{job="api", instance="a"}` from a label map (without `__name__` when others exist). */
 export function labelText(metric) {
   const entries = Object.entries(metric).filter(([k]) => k !== '__name__' || Object.keys(metric).length === 1);
+  if (!entries.length) return 'all series together';
   return `{${entries.map(([k, v]) => `${k}="${v}"`).join(', ')}}`;
 }
 
