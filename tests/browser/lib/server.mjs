@@ -98,6 +98,12 @@ export async function startServer({ args = [] } = {}) {
   child.stderr.on('data', (d) => log.push(String(d)));
   let exited = null;
   child.on('exit', (code) => { exited = code; });
+  // A test run that dies (an uncaught error, a failed assertion in a hook) takes its server along.
+  const reap = () => {
+    if (exited === null) child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  };
+  process.on('exit', reap);
   const url = `http://127.0.0.1:${port}`;
   try {
     await until(async () => {
@@ -117,6 +123,7 @@ export async function startServer({ args = [] } = {}) {
     port,
     log,
     async stop() {
+      process.off('exit', reap);
       if (exited === null) {
         child.kill('SIGTERM');
         await until(() => exited !== null, 15000, 'the server to stop').catch(() => child.kill('SIGKILL'));
