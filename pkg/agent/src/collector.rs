@@ -103,7 +103,10 @@ pub(crate) fn run(
                 drain(&mut sampler, &mut window, &mut requests)?;
                 next_id += 1;
                 requests.insert(next_id, RawProfile::new(SystemTime::now()));
-                reply.send(next_id).ok();
+                // A client gone before it got its id can never finish or cancel: drop it now.
+                if reply.send(next_id).is_err() {
+                    requests.remove(&next_id);
+                }
             }
             Ok(Command::Finish(id, reply)) => {
                 drain(&mut sampler, &mut window, &mut requests)?;

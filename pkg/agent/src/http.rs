@@ -26,6 +26,8 @@ use crate::profile::{BuildOptions, Filter, RawProfile, build};
 const MAX_SECONDS: u64 = 3600;
 /// Go's default for `/debug/pprof/profile`.
 const DEFAULT_SECONDS: u64 = 30;
+/// Profile requests collecting at once; each holds its samples until it ends.
+const MAX_REQUESTS: usize = 16;
 
 /// What the handlers need.
 pub(crate) struct HttpState {
@@ -39,6 +41,8 @@ pub(crate) struct HttpState {
     pub n_cpus: usize,
     pub frequency_hz: u64,
     pub window_length: Duration,
+    /// Profile requests in progress.
+    pub requests: std::sync::atomic::AtomicUsize,
 }
 
 type Body = Full<Bytes>;
@@ -163,6 +167,15 @@ pub(crate) fn parse_profile_query(query: &str) -> Result<(u64, Filter), String> 
     Ok((seconds, filter))
 }
 
+/// Gives back a request's place in [`MAX_REQUESTS`] however the request ends.
+struct RequestSlot<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for RequestSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
 /// Cancels a request's collection when its client goes away before the end.
 struct Subscription<'a> {
     id: u64,
@@ -199,6 +212,14 @@ async fn profile(state: &Arc<HttpState>, query: &str) -> Response<Body> {
         Ok(parsed) => parsed,
         Err(message) => return text(StatusCode::BAD_REQUEST, message),
     };
+    if state.requests.fetch_add(1, Relaxed) >= MAX_REQUESTS {
+        state.requests.fetch_sub(1, Relaxed);
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{MAX_REQUESTS} profile requests are in progress already: try again later"),
+        );
+    }
+    let _slot = RequestSlot(&state.requests);
     let (tx, rx) = oneshot::channel();
     if !send(state, Command::Subscribe(tx)) {
         return stopped();

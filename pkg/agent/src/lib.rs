@@ -239,6 +239,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         n_cpus,
         frequency_hz: config.frequency_hz,
         window_length,
+        requests: Default::default(),
     });
 
     // Finished windows: shown at `/`, pushed when asked.
