@@ -186,6 +186,7 @@ fn targets() -> &'static Targets {
                 .env("GO111MODULE", "off")
                 .env("GOFLAGS", "")
                 .env("GOCACHE", out.join("gocache"))
+                .env("GOPATH", out.join("gopath"))
                 .arg("build")
                 .args(flags)
                 .arg("-o")
