@@ -180,6 +180,11 @@ impl Engine {
             Value::Groups(groups) => groups,
             set => self.merge_groups(set, None)?,
         };
+        if groups.is_empty() {
+            return Err(Error::WrongKind(format!(
+                "{what} has no profiles in its time range: widen its range or check its selector"
+            )));
+        }
         if groups.len() != 1 {
             return Err(Error::WrongKind(format!(
                 "{what} gives {} profiles (one per group of `merge by`); diff compares one profile with one: drop `by`",
