@@ -6,8 +6,8 @@
 //!
 //! These tests need root (or CAP_BPF and CAP_PERFMON) and a kernel with BTF; without them they
 //! say why on stderr and pass, except under `PARCA_REQUIRE_BPF=1` (CI, which runs as root),
-//! where that is a failure. One agent runs at a time (`ONE_AGENT`): they all sample the whole
-//! machine.
+//! where that is a failure. One agent runs at a time (`support::exclusive`): they all sample the
+//! whole machine.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -16,7 +16,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use parca_pprof::proto;
@@ -25,13 +25,6 @@ use crate::server_harness::{Process, Server, encode, free_port, http_get, parca_
 
 /// Sampling rate of the tests: high enough for a few hundred samples per target in 5 s.
 const HZ: u64 = 99;
-
-static ONE_AGENT: Mutex<()> = Mutex::new(());
-
-fn one_agent() -> MutexGuard<'static, ()> {
-    // A failed test must not fail the others through a poisoned lock.
-    ONE_AGENT.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn bpf_required() -> bool {
     std::env::var_os("PARCA_REQUIRE_BPF").is_some_and(|v| !v.is_empty() && v != "0")
@@ -349,7 +342,6 @@ fn agent_attributes_real_programs_to_their_call_chains_and_kernel_frames() {
     if !can_run("agent_attributes_real_programs_to_their_call_chains_and_kernel_frames") {
         return;
     }
-    let _one = one_agent();
     let t = targets();
     let dir = tempfile::tempdir().unwrap();
     let c = start_target(&t.c_hot, 60.0, dir.path());
@@ -500,7 +492,6 @@ fn agent_keeps_processes_that_exit_within_the_window() {
     if !can_run("agent_keeps_processes_that_exit_within_the_window") {
         return;
     }
-    let _one = one_agent();
     let t = targets();
     let dir = tempfile::tempdir().unwrap();
     let agent = Agent::start(dir.path(), &[]);
@@ -556,7 +547,6 @@ fn server_scrapes_and_receives_pushes_from_the_agent() {
     if !can_run("server_scrapes_and_receives_pushes_from_the_agent") {
         return;
     }
-    let _one = one_agent();
     let t = targets();
     let dir = tempfile::tempdir().unwrap();
     let c = start_target(&t.c_hot, 120.0, dir.path());
@@ -693,7 +683,6 @@ fn agent_leaves_no_program_attached_after_it_stops_or_is_killed() {
         say("SKIP: agent_leaves_no_program_attached: bpftool not found (apt-get install bpftool)");
         return;
     }
-    let _one = one_agent();
     // An agent that another test stopped a moment ago may still have programs the kernel has
     // not freed yet (it frees them asynchronously): wait for those first.
     poll(

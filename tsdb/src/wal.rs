@@ -175,6 +175,21 @@ impl Wal {
         })
     }
 
+    /// Makes the current segment's records durable and starts the next segment: a segment is
+    /// only left behind once everything in it is on disk.
+    fn roll(w: &mut Writer) -> Result<(), Error> {
+        let seg = &mut w.segment;
+        seg.out
+            .flush()
+            .map_err(Error::io("cannot write WAL segment", &seg.path))?;
+        seg.out
+            .get_ref()
+            .sync_data()
+            .map_err(Error::io("cannot sync WAL segment", &seg.path))?;
+        w.segment = Self::create_segment(&w.dir, w.segment.index + 1)?;
+        Ok(())
+    }
+
     fn create_segment(dir: &Path, index: u64) -> Result<Segment, Error> {
         let path = segment_path(dir, index);
         let file = OpenOptions::new()
@@ -198,17 +213,7 @@ impl Wal {
     pub fn write(&self, payload: &[u8]) -> Result<u64, Error> {
         let mut w = self.writer.lock().expect("WAL writer lock poisoned");
         if w.segment.bytes >= SEGMENT_BYTES {
-            // Records of the old segment must be durable before it is left behind.
-            let seg = &mut w.segment;
-            seg.out
-                .flush()
-                .map_err(Error::io("cannot write WAL segment", &seg.path))?;
-            seg.out
-                .get_ref()
-                .sync_data()
-                .map_err(Error::io("cannot sync WAL segment", &seg.path))?;
-            let next = Self::create_segment(&w.dir, w.segment.index + 1)?;
-            w.segment = next;
+            Self::roll(&mut w)?;
         }
         let len = u32::try_from(payload.len())
             .ok()
@@ -236,16 +241,7 @@ impl Wal {
     /// it can be deleted once it is on disk.
     pub fn cut_segment(&self) -> Result<u64, Error> {
         let mut w = self.writer.lock().expect("WAL writer lock poisoned");
-        let seg = &mut w.segment;
-        seg.out
-            .flush()
-            .map_err(Error::io("cannot write WAL segment", &seg.path))?;
-        seg.out
-            .get_ref()
-            .sync_data()
-            .map_err(Error::io("cannot sync WAL segment", &seg.path))?;
-        let next = Self::create_segment(&w.dir, w.segment.index + 1)?;
-        w.segment = next;
+        Self::roll(&mut w)?;
         Ok(w.segment.index)
     }
 

@@ -1,7 +1,7 @@
 //! Instant evaluation: a query to profiles, for the flame graph, `merge` and `diff`.
 
 use parca_profile::{Merger, Profile, StackFilter, filter_stacks};
-use parca_querylang::{Expr, ExprKind, Grouping, StackFilterOp};
+use parca_querylang::{Expr, ExprKind, Grouping};
 use parca_tsdb::{Labels, NAME_LABEL};
 use rustc_hash::FxHashMap;
 
@@ -124,14 +124,7 @@ impl Engine {
             }
             ExprKind::Paren(inner) => self.eval(inner, query),
             ExprKind::StackFilter { expr, filter } => {
-                let filter = match filter.op {
-                    StackFilterOp::Contains => StackFilter::contains(&filter.pattern),
-                    StackFilterOp::NotContains => StackFilter::not_contains(&filter.pattern),
-                    StackFilterOp::Matches => StackFilter::matches(&filter.pattern)
-                        .map_err(|source| profile_error("stack filter", source))?,
-                    StackFilterOp::NotMatches => StackFilter::not_matches(&filter.pattern)
-                        .map_err(|source| profile_error("stack filter", source))?,
-                };
+                let filter = select::stack_filter(filter)?;
                 match self.eval(expr, query)? {
                     Value::Set(mut set) => {
                         set.filters.push(filter);

@@ -2,7 +2,7 @@
 
 use parca_profile::Meta;
 use parca_profile::{StackFilter, filter_stacks};
-use parca_querylang::{AggregateOp, Expr, ExprKind, StackFilterOp};
+use parca_querylang::{AggregateOp, Expr, ExprKind};
 use parca_tsdb::{Labels, NAME_LABEL, TotalPoint};
 use rustc_hash::FxHashMap;
 
@@ -146,14 +146,7 @@ impl Engine {
             }
             ExprKind::Paren(inner) => self.eval_range(inner, query, offset_ms, filters),
             ExprKind::StackFilter { expr, filter } => {
-                filters.push(match filter.op {
-                    StackFilterOp::Contains => StackFilter::contains(&filter.pattern),
-                    StackFilterOp::NotContains => StackFilter::not_contains(&filter.pattern),
-                    StackFilterOp::Matches => StackFilter::matches(&filter.pattern)
-                        .map_err(|source| Error::Profile { what: "stack filter".into(), source })?,
-                    StackFilterOp::NotMatches => StackFilter::not_matches(&filter.pattern)
-                        .map_err(|source| Error::Profile { what: "stack filter".into(), source })?,
-                });
+                filters.push(select::stack_filter(filter)?);
                 let out = self.eval_range(expr, query, offset_ms, filters);
                 filters.pop();
                 out

@@ -1,6 +1,7 @@
 //! From a selector to the store: matchers, limits, and profile types the store knows.
 
-use parca_querylang::{MatchOp as QueryOp, Selector};
+use parca_profile::StackFilter;
+use parca_querylang::{MatchOp as QueryOp, Selector, StackFilterOp};
 use parca_tsdb::{Db, Labels, MatchOp, Matcher, NAME_LABEL};
 
 use crate::{Error, Limits};
@@ -74,6 +75,21 @@ pub(crate) fn matchers(selector: &Selector) -> Result<Vec<Matcher>, Error> {
         out.push(Matcher::new(op, m.name.as_str(), m.value.as_str()).map_err(Error::Matcher)?);
     }
     Ok(out)
+}
+
+/// The profile model's filter for a query's stack filter.
+pub(crate) fn stack_filter(filter: &parca_querylang::StackFilter) -> Result<StackFilter, Error> {
+    let pattern = &filter.pattern;
+    let profile_error = |source| Error::Profile {
+        what: "stack filter".into(),
+        source,
+    };
+    Ok(match filter.op {
+        StackFilterOp::Contains => StackFilter::contains(pattern),
+        StackFilterOp::NotContains => StackFilter::not_contains(pattern),
+        StackFilterOp::Matches => StackFilter::matches(pattern).map_err(profile_error)?,
+        StackFilterOp::NotMatches => StackFilter::not_matches(pattern).map_err(profile_error)?,
+    })
 }
 
 /// The series a selector matches in a window, checked against the series limit. When none
