@@ -140,9 +140,12 @@ fn run(command: &mut Command) -> Result<(), String> {
     }
 }
 
+/// The target programs, and the agent binary built before them: a target runs for a bounded
+/// time from its start, which must not be spent waiting for cargo to build the agent.
 fn targets() -> &'static Targets {
     static TARGETS: OnceLock<Targets> = OnceLock::new();
     TARGETS.get_or_init(|| {
+        agent_binary();
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("targets/agent");
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("agent-targets");
         std::fs::create_dir_all(&out).expect("create the targets' directory");
