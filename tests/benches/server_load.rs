@@ -335,11 +335,19 @@ fn watch(server: &Server, o: &Options, label: &str) {
     let count0 = scrapes_by_result(server);
     let t0 = Instant::now();
     let mut snapshots = vec![snapshot(server)];
+    let mut per_interval = Vec::new();
+    let (mut cpu_at, mut t_at) = (cpu0, Instant::now());
     for k in 1..=o.intervals {
         let next = o.interval * k;
         if let Some(wait) = next.checked_sub(t0.elapsed()) {
             std::thread::sleep(wait);
         }
+        let (cpu_now, t_now) = (cpu_seconds(pid), Instant::now());
+        per_interval.push(format!(
+            "{:.1}",
+            100.0 * (cpu_now - cpu_at) / (t_now - t_at).as_secs_f64()
+        ));
+        (cpu_at, t_at) = (cpu_now, t_now);
         snapshots.push(snapshot(server));
     }
     let elapsed = t0.elapsed().as_secs_f64();
@@ -354,8 +362,9 @@ fn watch(server: &Server, o: &Options, label: &str) {
     let f = scrape_figures(&snapshots, interval);
     let expected = f.endpoints as f64 * elapsed / interval;
     report(&format!(
-        "{label}: server CPU {:.1}% of one core over {elapsed:.1} s",
-        100.0 * cpu / elapsed
+        "{label}: server CPU {:.1}% of one core over {elapsed:.1} s (per interval: {}%)",
+        100.0 * cpu / elapsed,
+        per_interval.join("%, ")
     ));
     report(&format!(
         "{label}: scrapes {done} done, {expected:.0} expected ({:.1}%), {failed} failed; \

@@ -1,7 +1,8 @@
 //! A profile acknowledged to a writer survives `kill -9`: a real writer process is killed at
 //! random moments, many times, and every reopen must find every acknowledged profile, intact,
 //! and nothing half-written. Every other round the writer uses 25 ms blocks, so kills also land
-//! while the head is cut into blocks, the WAL checkpointed and blocks compacted.
+//! while the head is cut into blocks, the WAL checkpointed and blocks compacted; in half the
+//! rounds it commits buffered, as scrapes do (no fsync; a killed process must lose nothing).
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -50,6 +51,9 @@ fn acknowledged_profiles_survive_sigkill() {
         writer.arg(dir.path()).arg(&profile_file);
         if round % 2 == 1 {
             writer.arg("25");
+        }
+        if round % 4 >= 2 {
+            writer.arg("buffered");
         }
         let mut child = writer
             .stdout(Stdio::piped())

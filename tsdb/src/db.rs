@@ -38,6 +38,10 @@ pub struct Options {
     /// When blocks and WAL together take more bytes than this, the oldest blocks are deleted
     /// (`--storage-retention-size`; 0, the default, means no limit).
     pub retention_bytes: u64,
+    /// Profiles committed with [`Appender::commit_buffered`] are made durable by a background
+    /// fsync at most this long after their commit; a machine crash (not a crash of the process)
+    /// loses at most this much of them. Default 1 s.
+    pub wal_sync_interval: Duration,
 }
 
 impl Default for Options {
@@ -47,6 +51,7 @@ impl Default for Options {
             block_duration_ms: 2 * HOUR_MS,
             retention_ms: 15 * 24 * HOUR_MS,
             retention_bytes: 0,
+            wal_sync_interval: Duration::from_secs(1),
         }
     }
 }
@@ -112,6 +117,8 @@ pub(crate) struct Inner {
     pub quarantined: Mutex<Vec<Quarantined>>,
     worker: Mutex<Worker>,
     worker_cv: Condvar,
+    /// Wakes the WAL sync thread early (to stop); it shares `worker`'s lock.
+    sync_cv: Condvar,
 }
 
 impl Inner {
@@ -126,11 +133,11 @@ impl Inner {
 }
 
 /// A profile store in a directory. Cheap to share between threads (`&Db` is `Sync`; wrap it in
-/// an `Arc` to share it with tasks). It runs one background thread, stopped when the `Db` is
-/// dropped or closed.
+/// an `Arc` to share it with tasks). It runs two background threads, maintenance and WAL sync,
+/// stopped when the `Db` is dropped or closed.
 pub struct Db {
     inner: Arc<Inner>,
-    worker: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Db {
@@ -172,18 +179,28 @@ impl Db {
                 wake: true, // look for work once at start
             }),
             worker_cv: Condvar::new(),
+            sync_cv: Condvar::new(),
         });
-        let worker = {
-            let inner = Arc::clone(&inner);
-            std::thread::Builder::new()
-                .name("tsdb-maintenance".into())
-                .spawn(move || maintenance_loop(&inner))
-                .map_err(Error::io("cannot start maintenance thread", dir))?
-        };
-        Ok(Db {
+        let mut db = Db {
             inner,
-            worker: Some(worker),
-        })
+            threads: Vec::new(),
+        };
+        let loops: [(&str, BackgroundLoop); 2] = [
+            ("tsdb-maintenance", maintenance_loop),
+            ("tsdb-wal-sync", wal_sync_loop),
+        ];
+        for (name, body) in loops {
+            let inner = Arc::clone(&db.inner);
+            let thread = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || body(&inner))
+                .map_err(Error::io(
+                    "cannot start a background thread of the store",
+                    dir,
+                ))?;
+            db.threads.push(thread);
+        }
+        Ok(db)
     }
 
     #[cfg(test)]
@@ -277,19 +294,24 @@ impl Db {
         }
     }
 
-    /// Stops the background thread (waiting for work in progress to finish) and makes every
-    /// appended profile durable. Dropping a `Db` stops the thread too, without the final sync.
+    /// Stops the background threads (waiting for work in progress to finish) and makes every
+    /// appended profile durable. Dropping a `Db` does the same but cannot report a failed sync.
     pub fn close(mut self) -> Result<(), Error> {
-        self.stop_worker();
+        self.stop_threads();
         self.inner.wal.sync_all()
     }
 
-    fn stop_worker(&mut self) {
-        if let Some(worker) = self.worker.take() {
-            self.inner.worker.lock().expect("worker lock poisoned").stop = true;
-            self.inner.worker_cv.notify_one();
-            if worker.join().is_err() {
-                tracing::error!("tsdb maintenance thread panicked");
+    fn stop_threads(&mut self) {
+        if self.threads.is_empty() {
+            return;
+        }
+        self.inner.worker.lock().expect("worker lock poisoned").stop = true;
+        self.inner.worker_cv.notify_all();
+        self.inner.sync_cv.notify_all();
+        for thread in self.threads.drain(..) {
+            let name = thread.thread().name().unwrap_or("tsdb").to_owned();
+            if thread.join().is_err() {
+                tracing::error!(thread = name, "a background thread of the store panicked");
             }
         }
     }
@@ -297,7 +319,10 @@ impl Db {
 
 impl Drop for Db {
     fn drop(&mut self) {
-        self.stop_worker();
+        self.stop_threads();
+        if let Err(e) = self.inner.wal.sync_all() {
+            tracing::error!(error = %e, "cannot sync the WAL as the store closes");
+        }
     }
 }
 
@@ -323,6 +348,29 @@ fn maintenance_loop(inner: &Inner) {
         if let Err(e) = crate::compact::maintain(inner) {
             tracing::error!(error = %e, "tsdb maintenance failed; will retry");
         }
+    }
+}
+
+/// The body of one of the store's background threads.
+type BackgroundLoop = fn(&Inner);
+
+/// Makes records of buffered commits durable every [`Options::wal_sync_interval`].
+fn wal_sync_loop(inner: &Inner) {
+    let mut w = inner.worker.lock().expect("worker lock poisoned");
+    while !w.stop {
+        w = inner
+            .sync_cv
+            .wait_timeout(w, inner.options.wal_sync_interval)
+            .expect("worker lock poisoned")
+            .0;
+        if w.stop {
+            return;
+        }
+        drop(w);
+        if let Err(e) = inner.wal.sync_all() {
+            tracing::error!(error = %e, "cannot sync the WAL; buffered commits are not yet durable");
+        }
+        w = inner.worker.lock().expect("worker lock poisoned");
     }
 }
 
@@ -583,10 +631,27 @@ impl Appender<'_> {
         if self.last_seq > 0 {
             self.db.inner.wal.sync_through(self.last_seq)?;
         }
+        self.finish();
+        Ok(())
+    }
+
+    /// Hands every profile appended so far to the operating system and returns without waiting
+    /// for the disk: the profiles survive the server being killed, and the background sync makes
+    /// them durable within [`Options::wal_sync_interval`], so a crash of the machine loses at
+    /// most that much. For data that would be fetched again anyway, such as scrapes, as
+    /// Prometheus does; whoever was promised durability (a push) needs [`Appender::commit`].
+    pub fn commit_buffered(self) -> Result<(), Error> {
+        if self.last_seq > 0 {
+            self.db.inner.wal.flush()?;
+        }
+        self.finish();
+        Ok(())
+    }
+
+    fn finish(self) {
         if self.wake {
             self.db.inner.wake_worker();
         }
-        Ok(())
     }
 }
 
@@ -668,6 +733,32 @@ mod tests {
             parca_profile::TopTable::build(&back[0].profiles[0].1).rows,
             original.rows
         );
+    }
+
+    #[test]
+    fn buffered_commits_are_synced_in_the_background() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let options = Options {
+            wal_sync_interval: Duration::from_millis(10),
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), options).expect("open");
+        let cpu = corpus_cpu("go/go-cpu.pb.gz");
+        let mut app = db.appender();
+        app.append(&labels("api", "a"), 1, &cpu).expect("append");
+        app.commit_buffered().expect("commit");
+        let wal = &db.inner().wal;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while wal.has_unsynced() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sync thread never synced"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(db);
+        let db = Db::open(dir.path(), Options::default()).expect("reopen");
+        assert_eq!(db.stats().n_profiles, 1);
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! Group commit: appenders write their records under a short lock into a buffer; a commit flushes
 //! the buffer and fsyncs *outside* that lock, so records other appenders wrote meanwhile ride on
 //! the same fsync, and a commit that finds its records already synced returns at once.
+//! A buffered commit only flushes the buffer to the operating system; the store's sync thread
+//! fsyncs such records within its interval.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
@@ -280,6 +282,22 @@ impl Wal {
             .filter_map(|i| fs::metadata(segment_path(&dir, i)).ok())
             .map(|m| m.len())
             .sum()
+    }
+
+    /// Hands every record written so far to the operating system (no fsync): they survive the
+    /// process being killed, not the machine crashing.
+    pub fn flush(&self) -> Result<(), Error> {
+        let mut w = self.writer.lock().expect("WAL writer lock poisoned");
+        let seg = &mut w.segment;
+        seg.out
+            .flush()
+            .map_err(Error::io("cannot write WAL segment", &seg.path))
+    }
+
+    /// Whether some record written is not yet known to be on disk.
+    pub fn has_unsynced(&self) -> bool {
+        let written = self.writer.lock().expect("WAL writer lock poisoned").written;
+        *self.synced.lock().expect("WAL sync lock poisoned") < written
     }
 
     /// Returns once every record written so far is on disk.

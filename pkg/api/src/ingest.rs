@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
-use parca_ingest::{LegacyIngest, Series, Sink};
+use parca_ingest::{Durability, LegacyIngest, Series, Sink};
 use parca_tsdb::{Labels, NAME_LABEL};
 
 use crate::Api;
@@ -46,7 +46,7 @@ async fn store(
     let db = api.store()?;
     let n_samples: usize = batch.iter().map(|s| s.profile.samples.len()).sum();
     let n_profiles = batch.len();
-    let outcome = tokio::task::spawn_blocking(move || db.write(&batch))
+    let outcome = tokio::task::spawn_blocking(move || db.write(&batch, Durability::Synced))
         .await
         .map_err(|e| ApiError::internal(format!("write task failed: {e}")))?
         .map_err(|e| ApiError::internal(format!("cannot store the profile: {e}")))?;

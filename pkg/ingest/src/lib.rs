@@ -39,4 +39,4 @@ mod sink;
 pub use error::Error;
 pub use pyroscope::{LegacyIngest, decode_push_request, legacy_ingest};
 pub use series::{Series, profile_type_name, sanitize_label_name, to_series};
-pub use sink::{Sink, WriteOutcome};
+pub use sink::{Durability, Sink, WriteOutcome};

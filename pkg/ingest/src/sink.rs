@@ -1,4 +1,4 @@
-//! Where series go: a store that makes them durable.
+//! Where series go: a store that makes them durable, at once or within its sync interval.
 
 use parca_tsdb::Db;
 
@@ -7,22 +7,42 @@ use crate::Series;
 /// What became of a batch: how many profiles were stored, and why the others were refused.
 #[derive(Debug, Default)]
 pub struct WriteOutcome {
-    /// Profiles stored and durable.
+    /// Profiles stored (as durable as the write asked).
     pub n_written: usize,
     /// Profiles refused, each with the store's reason (out of order, too many stacks, …).
     pub refused: Vec<parca_tsdb::Error>,
 }
 
-/// Stores series durably. `write` blocks until what it stored is durable; call it from a
+/// How durable a write must be when [`Sink::write`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// On disk (fsynced): for pushes, whose sender was promised the profile is stored.
+    Synced,
+    /// Handed to the operating system, on disk within the store's sync interval: for scrapes,
+    /// which a crash of the machine would lose only seconds of, as in Prometheus, and which
+    /// would cost an fsync each otherwise.
+    Buffered,
+}
+
+/// Stores series. `write` blocks until what it stored is as durable as asked; call it from a
 /// blocking thread.
 pub trait Sink: Send + Sync {
-    /// Stores the batch: every series that the sink accepts is durable when this returns.
-    /// A refused series does not stop the others. An error means nothing may be assumed stored.
-    fn write(&self, batch: &[Series]) -> Result<WriteOutcome, parca_tsdb::Error>;
+    /// Stores the batch: every series that the sink accepts is `durability` durable when this
+    /// returns. A refused series does not stop the others. An error means nothing may be assumed
+    /// stored.
+    fn write(
+        &self,
+        batch: &[Series],
+        durability: Durability,
+    ) -> Result<WriteOutcome, parca_tsdb::Error>;
 }
 
 impl Sink for Db {
-    fn write(&self, batch: &[Series]) -> Result<WriteOutcome, parca_tsdb::Error> {
+    fn write(
+        &self,
+        batch: &[Series],
+        durability: Durability,
+    ) -> Result<WriteOutcome, parca_tsdb::Error> {
         let mut appender = self.appender();
         let mut outcome = WriteOutcome::default();
         for series in batch {
@@ -32,7 +52,10 @@ impl Sink for Db {
                 Err(e) => return Err(e),
             }
         }
-        appender.commit()?;
+        match durability {
+            Durability::Synced => appender.commit()?,
+            Durability::Buffered => appender.commit_buffered()?,
+        }
         Ok(outcome)
     }
 }

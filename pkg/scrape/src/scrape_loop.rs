@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use parca_config::{ProfileEndpoint, ScrapeConfig};
-use parca_ingest::{Series, Sink};
+use parca_ingest::{Durability, Series, Sink};
 use parca_tsdb::Labels;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -281,7 +281,7 @@ async fn store(
             );
             let n_samples: usize = batch.iter().map(|s| s.profile.samples.len()).sum();
             let outcome = sink
-                .write(&batch)
+                .write(&batch, Durability::Buffered)
                 .map_err(|e| ScrapeError::Store(e.to_string()))?;
             if let Some(refused) = outcome.refused.first() {
                 return Err(ScrapeError::Store(format!(

@@ -2,8 +2,10 @@
 //! small batches, and after each commit prints `instance timestamp_ms` for every profile of the
 //! batch: a printed line is an acknowledgment. It never stops by itself; the test kills it.
 //!
-//! `tsdb-crash-writer DATA_DIR PROFILE_FILE [BLOCK_DURATION_MS]`: with a short block duration
-//! the store cuts blocks, writes WAL checkpoints and compacts while it is being killed.
+//! `tsdb-crash-writer DATA_DIR PROFILE_FILE [BLOCK_DURATION_MS] [buffered]`: with a short block
+//! duration the store cuts blocks, writes WAL checkpoints and compacts while it is being killed;
+//! with `buffered` it commits as scrapes do (`commit_buffered`: no fsync, which a killed process
+//! must not lose either).
 
 use std::io::Write;
 
@@ -20,8 +22,13 @@ fn main() -> anyhow::Result<()> {
     let profiles = parca_profile::decode(&bytes, &Default::default())?;
     let profile = parca_profile::select_sample_type(profiles, None, None)?;
     let mut options = Options::default();
-    if let Some(ms) = args.next() {
-        options.block_duration_ms = ms.parse().context("BLOCK_DURATION_MS")?;
+    let mut buffered = false;
+    for arg in args {
+        if arg == "buffered" {
+            buffered = true;
+        } else {
+            options.block_duration_ms = arg.parse().context("BLOCK_DURATION_MS")?;
+        }
     }
     let db = Db::open(std::path::Path::new(&dir), options)?;
     let start = db
@@ -49,7 +56,11 @@ fn main() -> anyhow::Result<()> {
             app.append(labels, ts, &profile)?;
             batch.push(format!("{} {ts}", ["a", "b", "c"][i]));
         }
-        app.commit()?;
+        if buffered {
+            app.commit_buffered()?;
+        } else {
+            app.commit()?;
+        }
         let mut out = stdout.lock();
         for line in batch {
             writeln!(out, "{line}")?;
