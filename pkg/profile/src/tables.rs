@@ -363,6 +363,25 @@ impl Tables {
         &self.label_sets[id.idx()]
     }
 
+    /// Whether `other` holds the same entries under the same ids, so that an id means the same
+    /// in both: true for two decodes of pprofs whose symbols and stacks came in the same order,
+    /// such as consecutive scrapes of a program that ran no new code in between. Much cheaper
+    /// than importing one into the other.
+    pub fn same_ids_as(&self, other: &Tables) -> bool {
+        self.strings.len() == other.strings.len()
+            && self.mappings.len() == other.mappings.len()
+            && self.functions.len() == other.functions.len()
+            && self.locations.len() == other.locations.len()
+            && self.label_sets.len() == other.label_sets.len()
+            && self.stack_starts == other.stack_starts
+            && self.stack_frames == other.stack_frames
+            && self.locations.iter().eq(other.locations.iter())
+            && self.functions.iter().eq(other.functions.iter())
+            && self.mappings.iter().eq(other.mappings.iter())
+            && self.label_sets.iter().eq(other.label_sets.iter())
+            && self.strings.iter().eq(other.strings.iter())
+    }
+
     /// Number of strings.
     pub fn n_strings(&self) -> usize {
         self.strings.len()
