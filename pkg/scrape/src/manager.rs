@@ -161,7 +161,7 @@ impl Manager {
             jobs.insert(
                 config.job_name.clone(),
                 Job {
-                    client: client(&config),
+                    client: client(&config, None),
                     config,
                     loops: BTreeMap::new(),
                     dropped: Vec::new(),
@@ -228,7 +228,7 @@ impl Manager {
                 target: key.0.clone(),
                 endpoint: endpoint.clone(),
                 config: Arc::clone(&config),
-                client: job.client.clone(),
+                client: loop_client(&job.client, &config, &key.0),
                 sink: Arc::clone(&self.sink),
                 body_limit: self.options.body_limit_bytes,
                 decode: self.options.decode,
@@ -297,7 +297,8 @@ fn stop_job(job: Job) {
 }
 
 /// The HTTP client of a job: TLS settings, no proxies from the environment (as Prometheus).
-fn client(config: &ScrapeConfig) -> Result<reqwest::Client, String> {
+/// With `connect_to`, requests for its server name go to its host instead.
+fn client(config: &ScrapeConfig, connect_to: Option<ConnectTo>) -> Result<reqwest::Client, String> {
     let tls = &config.tls_config;
     let mut builder = reqwest::Client::builder()
         .user_agent(concat!("parca-rs/", env!("CARGO_PKG_VERSION")))
@@ -323,14 +324,58 @@ fn client(config: &ScrapeConfig) -> Result<reqwest::Client, String> {
         })?;
         builder = builder.identity(identity);
     }
-    if let Some(name) = &tls.server_name {
-        tracing::warn!(
-            job = config.job_name,
-            server_name = name,
-            "tls_config.server_name is not supported yet; the target's host name is used"
-        );
+    if let Some(connect_to) = connect_to {
+        builder = builder.dns_resolver(Arc::new(connect_to));
     }
     builder
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// The client of one target's loop: the job's, except with `tls_config.server_name`, where the
+/// request names that server (SNI, certificate check, and so the connection pool) and so needs a
+/// client of its own that connects to the target's host, as Prometheus does.
+fn loop_client(
+    job_client: &Result<reqwest::Client, String>,
+    config: &ScrapeConfig,
+    target: &Target,
+) -> Result<reqwest::Client, String> {
+    let Some(server_name) = &config.tls_config.server_name else {
+        return job_client.clone();
+    };
+    let url = target.url("/", None);
+    let host = reqwest::Url::parse(&url)
+        .ok()
+        .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_owned()))
+        .ok_or_else(|| format!("the target URL `{url}` has no host to connect to"))?;
+    client(
+        config,
+        Some(ConnectTo {
+            server_name: server_name.clone(),
+            host,
+        }),
+    )
+}
+
+/// Resolves `server_name` to the addresses of `host` (looked up afresh each time, so DNS changes
+/// are followed) and every other name as usual.
+struct ConnectTo {
+    server_name: String,
+    host: String,
+}
+
+impl reqwest::dns::Resolve for ConnectTo {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let host = if name.as_str().eq_ignore_ascii_case(&self.server_name) {
+            self.host.clone()
+        } else {
+            name.as_str().to_owned()
+        };
+        Box::pin(async move {
+            let addrs: Vec<std::net::SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
+            Ok(addrs)
+        })
+    }
 }

@@ -161,7 +161,25 @@ async fn fetch(spec: &LoopSpec) -> Result<Vec<u8>, ScrapeError> {
         .client
         .as_ref()
         .map_err(|e| ScrapeError::Request(e.clone()))?;
-    let mut request = client.get(spec.url());
+    let url = spec.url();
+    let mut request = match &spec.config.tls_config.server_name {
+        None => client.get(url),
+        // The request names the server (for SNI and the certificate); the loop's client connects
+        // to the target's host, and the Host header still names the target, as in Prometheus.
+        Some(server_name) => {
+            let mut named = reqwest::Url::parse(&url)
+                .map_err(|e| ScrapeError::Request(format!("bad target URL `{url}`: {e}")))?;
+            let host = match (named.host_str(), named.port()) {
+                (Some(host), Some(port)) => format!("{host}:{port}"),
+                (Some(host), None) => host.to_owned(),
+                (None, _) => String::new(),
+            };
+            named.set_host(Some(server_name)).map_err(|e| {
+                ScrapeError::Request(format!("tls_config.server_name `{server_name}`: {e}"))
+            })?;
+            client.get(named).header(reqwest::header::HOST, host)
+        }
+    };
     if let Some(auth) = &spec.config.basic_auth {
         let password = match (&auth.password, &auth.password_file) {
             (Some(p), _) => Some(p.expose().to_owned()),

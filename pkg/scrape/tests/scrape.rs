@@ -23,6 +23,35 @@ fn corpus(path: &str) -> Bytes {
 
 /// A Go-like pprof target on a free port; `junk` answers 200 with a body that is not a profile.
 async fn target(junk: bool) -> String {
+    serve(junk, None).await
+}
+
+fn tls_file(name: &str) -> String {
+    format!("{}/tests/testdata/tls/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The same target behind TLS, with a certificate for `profiled.example` only (signed by
+/// `testdata/tls/ca.pem`), so that a client must name that server to trust it.
+async fn tls_target() -> String {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(tls_file("server.pem"))
+        .expect("server.pem")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("certificates");
+    let key = PrivateKeyDer::from_pem_file(tls_file("server.key")).expect("server.key");
+    let config = tokio_rustls::rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .expect("certificate and key");
+    serve(
+        false,
+        Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+    )
+    .await
+}
+
+async fn serve(junk: bool, tls: Option<tokio_rustls::TlsAcceptor>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -32,6 +61,7 @@ async fn target(junk: bool) -> String {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
             };
+            let tls = tls.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(
                     move |request: Request<hyper::body::Incoming>| async move {
@@ -56,9 +86,17 @@ async fn target(junk: bool) -> String {
                         Ok::<_, Infallible>(Response::new(Full::new(body)))
                     },
                 );
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                let http = hyper::server::conn::http1::Builder::new();
+                match tls {
+                    None => {
+                        let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                    }
+                    Some(tls) => {
+                        if let Ok(stream) = tls.accept(stream).await {
+                            let _ = http.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                    }
+                }
             });
         }
     });
@@ -169,4 +207,61 @@ async fn scrapes_stores_deltas_and_reports_health() {
             .contains("parca_scrapes_total{job=\"go\",profile=\"process_cpu\",result=\"success\"}"),
         "{metrics}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_server_name_names_the_server_while_connecting_to_the_target() {
+    let address = tls_target().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Arc::new(Db::open(dir.path(), Default::default()).expect("open"));
+    let manager = Manager::new(
+        db.clone(),
+        Default::default(),
+        ScrapeMetrics::register(&mut prometheus_client::registry::Registry::default()),
+    );
+    // Two jobs on the same target: one names the server its certificate is for, one does not
+    // (and so checks the certificate against 127.0.0.1, which it is not for).
+    let yaml = format!(
+        r#"
+scrape_configs:
+  - job_name: named
+    scrape_interval: 1s
+    scheme: https
+    tls_config: {{ ca_file: "{ca}", server_name: profiled.example }}
+    profiling_config: {{ pprof_config: {{ memory: {{ enabled: false }}, block: {{ enabled: false }}, mutex: {{ enabled: false }}, goroutine: {{ enabled: false }} }} }}
+    static_configs: [{{ targets: ["{address}"] }}]
+  - job_name: unnamed
+    scrape_interval: 1s
+    scheme: https
+    tls_config: {{ ca_file: "{ca}" }}
+    profiling_config: {{ pprof_config: {{ memory: {{ enabled: false }}, block: {{ enabled: false }}, mutex: {{ enabled: false }}, goroutine: {{ enabled: false }} }} }}
+    static_configs: [{{ targets: ["{address}"] }}]
+"#,
+        ca = tls_file("ca.pem"),
+    );
+    manager.apply(&parca_config::parse(&yaml, "tls.yaml").expect("valid config"));
+    let health_of = |job: &str| {
+        let (active, _) = manager.targets();
+        active
+            .iter()
+            .find(|t| t.target.relabeled["job"] == job)
+            .and_then(|t| t.profiles.first().cloned())
+    };
+    eventually("both jobs scraped once", || {
+        ["named", "unnamed"]
+            .iter()
+            .all(|job| health_of(job).is_some_and(|p| p.health != Health::Unknown))
+    })
+    .await;
+    let named = health_of("named").unwrap();
+    assert_eq!(named.health, Health::Up, "{:?}", named.last_error);
+    let unnamed = health_of("unnamed").unwrap();
+    assert_eq!(unnamed.health, Health::Down);
+    let error = unnamed.last_error.unwrap_or_default();
+    assert!(error.contains("certificate"), "{error}");
+    let querier = db.querier(i64::MIN, i64::MAX);
+    assert_eq!(querier.label_values("job", &[]), vec!["named".to_owned()]);
+    assert_eq!(querier.label_values("instance", &[]), vec![address]);
+    drop(querier);
+    manager.stop().await;
 }
