@@ -296,7 +296,11 @@ impl Wal {
 
     /// Whether some record written is not yet known to be on disk.
     pub fn has_unsynced(&self) -> bool {
-        let written = self.writer.lock().expect("WAL writer lock poisoned").written;
+        let written = self
+            .writer
+            .lock()
+            .expect("WAL writer lock poisoned")
+            .written;
         *self.synced.lock().expect("WAL sync lock poisoned") < written
     }
 
