@@ -1,10 +1,14 @@
-// Render benchmark of the icicle graph in the same headless Chromium: for synthetic profiles of
-// 10k, 100k and 800k nodes, the time from the API's JSON text to the first painted frame
-// (JSON.parse, columns, layout and first draw), and the draw and frame times while zooming and
-// panning. Prints a table; it asserts nothing (figures, not a timed test).
+// Render benchmark of the profile view in the same headless Chromium. Synthetic CPU profiles of
+// 10k, 100k and 800k unique stacks are pushed to the real server as pprof; for each, the page
+// fetches the answer the UI uses (`/api/v1/query?format=columns`) and times, from its bytes in
+// memory, reading the columns, laying out and drawing the icicle graph up to the first painted
+// frame, then the function table that follows, and the draw and frame times while zooming and
+// panning. For comparison it times JSON.parse of the same tree as the `json` format and as JSON
+// arrays. Prints tables; it asserts nothing (figures, not a timed test).
 
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { gzipSync } from 'node:zlib';
 import { startServer, REPO } from './lib/server.mjs';
 import { launch } from './lib/browser.mjs';
 
@@ -12,83 +16,22 @@ const SIZES = (process.env.BENCH_SIZES || '10000,100000,800000').split(',').map(
 // Each size is measured this many times and the best run reported: on a shared machine the
 // minimum is the closest to the cost itself.
 const ROUNDS = Number(process.env.BENCH_ROUNDS || 3);
+const CPU = 'process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta';
+const NOW = Date.now();
 
-// BENCH_URL serves the UI from elsewhere (e.g. a static server over web/static while editing).
-const server = process.env.BENCH_URL ? { url: process.env.BENCH_URL, stop: async () => {} } : await startServer();
-// window.gc(): the generator's garbage is collected before timing, not during.
-const browser = await launch(['--js-flags=--expose-gc']);
-// Pushed at once: the store refuses profiles older than its open head once it has cut a block.
-if (!process.env.BENCH_URL) await pushLarge();
-try {
-  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
-  await page.goto(`${server.url}/index.html`);
-  console.log('| nodes | JSON | JSON.parse | quick tree + first draw | first paint after parse | first paint from text | whole tree in slices (columns + layout + draw) | zoom: draw p50 / p95 / max | zoom: frame interval p50 / p95 | pan: draw p50 / max |');
-  console.log('|---|---|---|---|---|---|---|---|---|---|');
-  for (const n of SIZES) {
-    const runs = [];
-    for (let k = 0; k < ROUNDS; k++) runs.push(await page.evaluate(run, n));
-    const r = best(runs);
-    const ms = (x) => `${x.toFixed(1)} ms`;
-    console.log(`| ${r.nodes.toLocaleString('en')} | ${(r.bytes / 1e6).toFixed(1)} MB | ${ms(r.parse)} | ${ms(r.quick)} (${r.quickNodes.toLocaleString('en')} nodes) | ${ms(r.afterParse)} | ${ms(r.firstPaint)} | ${ms(r.whole)} | ${ms(r.zoom.p50)} / ${ms(r.zoom.p95)} / ${ms(r.zoom.max)} | ${ms(r.frames.p50)} / ${ms(r.frames.p95)} | ${ms(r.pan.p50)} / ${ms(r.pan.max)} |`);
-  }
-  if (!process.env.BENCH_URL) await realProfile(browser);
-} finally {
-  await browser.close();
-  await server.stop();
+let server;
+
+async function push(bytes, labels) {
+  const res = await fetch(`${server.url}/api/v1/write?${new URLSearchParams({ __name__: 'process_cpu', ...labels })}`, { method: 'POST', body: bytes });
+  if (!res.ok) throw new Error(`push of ${labels.job} failed: ${res.status} ${await res.text()}`);
 }
 
 /**
- * End to end in the explorer with a real profile: google/pprof's large.cpu (425k frames, a
- * 44 MB JSON answer), pushed and opened by URL; times from the page's own marks.
+ * A CPU profile (gzipped pprof) whose flame graph has `target` nodes, shaped like a real one:
+ * wide near the root, then mostly chains with some branching, about 30 frames deep; siblings
+ * never share a name, so every node is a unique stack. Deterministic.
  */
-async function pushLarge() {
-  const file = join(REPO, 'tests/testdata/pprof/published/google-pprof/large.cpu');
-  const res = await fetch(`${server.url}/api/v1/write?__name__=process_cpu&job=large&instance=bench`, { method: 'POST', body: readFileSync(file) });
-  if (!res.ok) throw new Error(`push of large.cpu failed: ${res.status} ${await res.text()}`);
-}
-
-async function realProfile(b) {
-  const T = 1666107597086; // its time, from the corpus manifest
-  const page = await b.newPage({ viewport: { width: 1400, height: 1000 } });
-  await page.goto(`${server.url}/?${new URLSearchParams({ query: 'process_cpu:samples:count:cpu:nanoseconds:delta{job="large"}', from: T - 60e3, to: T + 60e3, view: 'icicle' })}`);
-  await page.waitForFunction(() => performance.getEntriesByName('parca:whole-tree').length, null, { timeout: 120000 });
-  const t = await page.evaluate(() => {
-    const at = (name) => performance.getEntriesByName(name)[0].startTime;
-    const fetched = performance.getEntriesByType('resource').find((e) => e.name.includes('/api/v1/query?'));
-    return {
-      server: fetched.responseStart - fetched.requestStart,
-      transfer: fetched.responseEnd - fetched.responseStart,
-      parse: at('parca:profile-json') - fetched.responseEnd,
-      firstDraw: at('parca:first-draw') - at('parca:profile-json'),
-      whole: at('parca:whole-tree') - at('parca:first-draw'),
-      bytes: fetched.decodedBodySize,
-    };
-  });
-  const ms = (x) => `${x.toFixed(0)} ms`;
-  console.log(`\nreal profile (google/pprof large.cpu, ${(t.bytes / 1e6).toFixed(1)} MB of JSON) in the explorer: server ${ms(t.server)}, transfer ${ms(t.transfer)}, JSON parse ${ms(t.parse)}, first draw after parse ${ms(t.firstDraw)}, whole tree ${ms(t.whole)} later`);
-  await page.close();
-}
-
-/** Per figure, the smallest of the runs. */
-function best(runs) {
-  const min = (f) => Math.min(...runs.map(f));
-  const r = runs[0];
-  return {
-    ...r,
-    parse: min((x) => x.parse), quick: min((x) => x.quick), afterParse: min((x) => x.afterParse),
-    firstPaint: min((x) => x.firstPaint), whole: min((x) => x.whole),
-    zoom: { p50: min((x) => x.zoom.p50), p95: min((x) => x.zoom.p95), max: min((x) => x.zoom.max) },
-    frames: { p50: min((x) => x.frames.p50), p95: min((x) => x.frames.p95) },
-    pan: { p50: min((x) => x.pan.p50), max: min((x) => x.pan.max) },
-  };
-}
-
-/** Runs in the page. */
-async function run(target) {
-  const { fromJSON, fromJSONAsync } = await import('/js/tree.js');
-  const { Icicle } = await import('/js/icicle.js');
-  // A deterministic random tree shaped like a real profile: wide near the root, then mostly
-  // chains with some branching, about 30 frames deep.
+function syntheticPprof(target) {
   let seed = 42;
   const rand = () => {
     seed = (seed + 0x6d2b79f5) | 0;
@@ -98,54 +41,210 @@ async function run(target) {
   };
   const names = [];
   for (let p = 0; p < 300; p++) for (let f = 0; f < 40; f++) names.push(`github.com/org${p % 17}/pkg${p}.(*Type${f % 7}).Method${f}`);
-  const nodes = [{ name: 'root', value: 0, self: 0, children: [] }];
+  const fn = [-1]; // function index of each node; node 0 is the root
   const parent = [-1];
   const depth = [0];
-  for (let head = 0; nodes.length < target; head++) {
-    if (head >= nodes.length) head = 0;
+  const kids = [[]];
+  for (let head = 0; fn.length < target; head++) {
+    if (head >= fn.length) head = 0;
     const d = depth[head];
     const r = rand();
     const k = d < 3 ? 4 + Math.floor(rand() * 5) : r < 0.55 ? 1 : r < 0.8 ? 2 : r < 0.9 ? 3 : 0;
-    for (let c = 0; c < k && nodes.length < target; c++) {
-      const node = { name: names[Math.floor(rand() * names.length)], file: 'src/file.go', line: 1 + Math.floor(rand() * 500), value: 0, self: 0, children: [] };
-      nodes[head].children.push(node);
-      nodes.push(node);
+    for (let c = 0; c < k && fn.length < target; c++) {
+      const f = Math.floor(rand() * names.length);
+      if (kids[head].includes(f)) continue;
+      kids[head].push(f);
+      fn.push(f);
       parent.push(head);
       depth.push(d + 1);
+      kids.push([]);
     }
   }
-  for (let i = nodes.length - 1; i > 0; i--) {
-    const node = nodes[i];
-    if (!node.children.length || rand() < 0.2) node.self = 1e6 * (1 + Math.floor(rand() * 100));
-    node.value += node.self;
-    nodes[parent[i]].value += node.value;
+  // pprof: strings, one function and one location (at a line of its own) per name, and one
+  // sample per node with a self value, its stack leaf first.
+  const w = new Writer();
+  const str = (i) => 4 + i; // strings: "", cpu, nanoseconds, src/file.go, names…
+  const valueType = (type, unit) => { const m = new Writer(); m.varintField(1, type); m.varintField(2, unit); return m; };
+  w.messageField(1, valueType(1, 2));
+  for (let i = 1; i < fn.length; i++) {
+    if (kids[i].length && rand() >= 0.2) continue;
+    const s = new Writer();
+    const ids = [];
+    for (let j = i; j > 0; j = parent[j]) ids.push(fn[j] + 1);
+    s.packedField(1, ids);
+    s.packedField(2, [1e6 * (1 + Math.floor(rand() * 100))]);
+    w.messageField(2, s);
   }
-  const text = JSON.stringify({ sample_type: 'cpu', unit: 'nanoseconds', period_type: 'cpu', period_unit: 'nanoseconds', period: 1e7, total: nodes[0].value, root: nodes[0] });
-  nodes.length = 0;
+  for (let f = 0; f < names.length; f++) {
+    const line = new Writer();
+    line.varintField(1, f + 1);
+    line.varintField(2, 1 + (f % 500));
+    const loc = new Writer();
+    loc.varintField(1, f + 1);
+    loc.messageField(4, line);
+    w.messageField(4, loc);
+  }
+  for (let f = 0; f < names.length; f++) {
+    const m = new Writer();
+    m.varintField(1, f + 1);
+    m.varintField(2, str(f));
+    m.varintField(3, str(f));
+    m.varintField(4, 3);
+    w.messageField(5, m);
+  }
+  for (const s of ['', 'cpu', 'nanoseconds', 'src/file.go', ...names]) w.bytesField(6, Buffer.from(s));
+  w.varintField(9, NOW * 1e6 - 10e9);
+  w.varintField(10, 10e9);
+  w.messageField(11, valueType(1, 2));
+  w.varintField(12, 1e7);
+  return gzipSync(w.bytes(), { level: 1 });
+}
 
+/** Protobuf wire format, just what `syntheticPprof` needs. */
+class Writer {
+  constructor() {
+    this.buf = Buffer.alloc(64);
+    this.at = 0;
+  }
+
+  room(n) {
+    if (this.at + n <= this.buf.length) return;
+    const next = Buffer.alloc(Math.max(this.buf.length * 2, this.at + n));
+    this.buf.copy(next, 0, 0, this.at);
+    this.buf = next;
+  }
+
+  varint(v) {
+    this.room(10);
+    if (v >= 0 && v < 2 ** 31) {
+      let y = v;
+      while (y >= 0x80) {
+        this.buf[this.at++] = (y & 0x7f) | 0x80;
+        y >>>= 7;
+      }
+      this.buf[this.at++] = y;
+      return;
+    }
+    let x = BigInt.asUintN(64, BigInt(v));
+    while (x >= 0x80n) {
+      this.buf[this.at++] = Number(x & 0x7fn) | 0x80;
+      x >>= 7n;
+    }
+    this.buf[this.at++] = Number(x);
+  }
+
+  raw(bytes) {
+    this.room(bytes.length);
+    this.buf.set(bytes, this.at);
+    this.at += bytes.length;
+  }
+
+  varintField(field, v) {
+    this.varint(field << 3);
+    this.varint(v);
+  }
+
+  bytesField(field, bytes) {
+    this.varint((field << 3) | 2);
+    this.varint(bytes.length);
+    this.raw(bytes);
+  }
+
+  messageField(field, m) {
+    this.bytesField(field, m.bytes());
+  }
+
+  packedField(field, values) {
+    const m = new Writer();
+    for (const v of values) m.varint(v);
+    this.bytesField(field, m.bytes());
+  }
+
+  bytes() {
+    return this.buf.subarray(0, this.at);
+  }
+}
+
+/**
+ * End to end in the explorer with a real profile: google/pprof's large.cpu (425k frames), pushed
+ * and opened by URL; times from the page's own marks and the fetch's resource timing.
+ */
+async function realProfile(b) {
+  const page = await b.newPage({ viewport: { width: 1400, height: 1000 } });
+  const T = 1666107597086; // its time, from the corpus manifest
+  const figures = [];
+  for (let k = 0; k < ROUNDS; k++) {
+    await page.goto(`${server.url}/?${new URLSearchParams({ query: `${CPU}{job="large"}`, from: T - 60e3, to: T + 60e3 })}`);
+    await page.waitForFunction(() => performance.getEntriesByName('parca:complete').length, null, { timeout: 120000 });
+    figures.push(await page.evaluate(() => {
+      const at = (name) => performance.getEntriesByName(name)[0].startTime;
+      const fetched = performance.getEntriesByType('resource').find((e) => e.name.includes('/api/v1/query?'));
+      return {
+        server: fetched.responseStart - fetched.requestStart,
+        transfer: fetched.responseEnd - fetched.responseStart,
+        firstDraw: at('parca:first-draw') - at('parca:profile-bytes'),
+        complete: at('parca:complete') - at('parca:first-draw'),
+        bytes: fetched.decodedBodySize,
+      };
+    }));
+  }
+  const min = (f) => Math.min(...figures.map(f));
+  const ms = (x) => `${x.toFixed(0)} ms`;
+  console.log(`\nreal profile (google/pprof large.cpu, ${(figures[0].bytes / 1e6).toFixed(1)} MB of columns) in the explorer, best of ${ROUNDS}: server ${ms(min((t) => t.server))}, transfer ${ms(min((t) => t.transfer))}, columns read and first draw ${ms(min((t) => t.firstDraw))} after the bytes, table and binaries ${ms(min((t) => t.complete))} later`);
+  await page.close();
+}
+
+/** Per figure, the smallest of the runs. */
+function best(runs) {
+  const min = (f) => Math.min(...runs.map(f));
+  const r = runs[0];
+  return {
+    ...r,
+    server: min((x) => x.server), read: min((x) => x.read), firstPaint: min((x) => x.firstPaint), table: min((x) => x.table),
+    zoom: { p50: min((x) => x.zoom.p50), p95: min((x) => x.zoom.p95), max: min((x) => x.zoom.max) },
+    frames: { p50: min((x) => x.frames.p50), p95: min((x) => x.frames.p95) },
+    pan: { p50: min((x) => x.pan.p50), max: min((x) => x.pan.max) },
+  };
+}
+
+/** Runs in the page: one round for the answer of `params`. */
+async function run({ params, json }) {
+  const { readColumns } = await import('/js/tree.js');
+  const { profileView } = await import('/js/profileview.js');
+  const nextFrame = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  const timing = (u) => {
+    const e = performance.getEntriesByName(new URL(u, location.href).href).pop();
+    return e.responseStart - e.requestStart;
+  };
+  performance.clearResourceTimings();
+  const u = `/api/v1/query?${params}&format=columns`;
+  const bytes = await (await fetch(u)).arrayBuffer();
+  const server = timing(u);
+  const out = { bytes: bytes.byteLength, server };
+  if (window.gc) window.gc();
   const box = document.createElement('div');
   box.style.width = '1360px';
   document.body.prepend(box);
-  await new Promise((r) => requestAnimationFrame(r));
-  // As the UI does (profileview.js): a quick tree without sub-pixel frames is painted first.
+  await nextFrame();
+
+  // From the bytes to the first painted frame, as the explorer does. The first task after the
+  // frame is ours: asked for before the view asks for its own (the table follows the paint).
+  const painted = nextFrame().then(() => performance.now());
   const t0 = performance.now();
-  const data = JSON.parse(text);
+  const tree = readColumns(bytes).graphs[0].tree;
   const t1 = performance.now();
-  const quick = fromJSON(data, { minValue: (Math.abs(data.root.value) * 0.5) / Math.max(window.innerWidth, 800) });
-  const icicle = new Icicle(box, {});
-  icicle.setTree(quick);
-  const t2 = performance.now();
-  await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  const view = profileView(box, tree, { view: 'both' }, () => {}, null);
+  const t2 = await painted;
+  while (box.dataset.complete !== 'true') await new Promise((r) => setTimeout(r, 1));
   const t3 = performance.now();
-  const tree = await fromJSONAsync(data);
-  icicle.setTree(tree);
-  const t4 = performance.now();
+  Object.assign(out, { nodes: tree.n, read: t1 - t0, firstPaint: t2 - t0, table: t3 - t2 });
 
   const stats = (xs) => {
     const s = xs.slice().sort((a, b) => a - b);
     return { p50: s[Math.floor(s.length / 2)] || 0, p95: s[Math.floor(s.length * 0.95)] || 0, max: s[s.length - 1] || 0 };
   };
   // Zoom: into ten heavy frames at depth 2..6 and back out, animated, recording frame intervals.
+  const { icicle } = view;
   const candidates = [];
   for (let i = 1; i < tree.n && candidates.length < 10; i++) if (tree.depth[i] === 2 + (candidates.length % 5) && tree.value[i] > tree.value[0] / 200) candidates.push(i);
   icicle.frameTimes.length = 0;
@@ -163,7 +262,8 @@ async function run(target) {
       }
     }
   }
-  const zoom = stats(icicle.frameTimes);
+  out.zoom = stats(icicle.frameTimes);
+  out.frames = stats(intervals);
   // Pan: shift a zoomed view 60 times.
   icicle.focus(candidates[0] || 0, false);
   icicle.frameTimes.length = 0;
@@ -172,8 +272,70 @@ async function run(target) {
     icicle.view = icicle.clamp([icicle.view[0] + span / 50, icicle.view[1] + span / 50]);
     icicle.draw();
   }
-  const pan = stats(icicle.frameTimes);
-  icicle.destroy();
+  out.pan = stats(icicle.frameTimes);
+  view.destroy();
   box.remove();
-  return { nodes: tree.n, quickNodes: quick.n, bytes: text.length, parse: t1 - t0, quick: t2 - t1, afterParse: t3 - t1, firstPaint: t3 - t0, whole: t4 - t3, zoom, frames: stats(intervals), pan };
+
+  if (json) {
+    // The same tree as the `json` format, and as JSON arrays of numbers (strings, then one
+    // array per column), parsed to what the views need.
+    const ju = `/api/v1/query?${params}&format=json`;
+    const text = await (await fetch(ju)).text();
+    const jsonServer = timing(ju);
+    if (window.gc) window.gc();
+    const a = performance.now();
+    JSON.parse(text);
+    const jsonParse = performance.now() - a;
+    const cols = ['value', 'self', 'parent', 'name', 'file', 'line', 'binary'];
+    const arraysText = JSON.stringify({ strings: tree.strings, ...Object.fromEntries(cols.map((c) => [c, Array.from(tree[c])])) });
+    if (window.gc) window.gc();
+    const b = performance.now();
+    const parsed = JSON.parse(arraysText);
+    for (const c of cols) new (c === 'value' || c === 'self' ? Float64Array : Int32Array)(parsed[c]);
+    const arraysParse = performance.now() - b;
+    out.json = { bytes: text.length, server: jsonServer, parse: jsonParse };
+    out.arrays = { bytes: arraysText.length, parse: arraysParse };
+  }
+  return out;
 }
+
+async function main() {
+  server = await startServer();
+  // window.gc(): garbage of the previous round is collected before timing, not during.
+  const browser = await launch(['--js-flags=--expose-gc']);
+  try {
+    // Pushed at once, oldest first: the store refuses profiles older than the time still open
+    // for appends, which moves on with newer profiles.
+    await push(readFileSync(join(REPO, 'tests/testdata/pprof/published/google-pprof/large.cpu')), { job: 'large', instance: 'bench' });
+    for (const n of SIZES) await push(syntheticPprof(n), { job: `bench-${n}`, instance: 'bench' });
+    const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+    // A page of the UI that loads its stylesheet and fetches nothing by itself.
+    await page.goto(`${server.url}/no-such-page`);
+    const rows = [];
+    for (const n of SIZES) {
+      const params = new URLSearchParams({ query: `merge(${CPU}{job="bench-${n}"})`, start: ((NOW - 3600e3) / 1000).toFixed(3), end: ((NOW + 60e3) / 1000).toFixed(3) });
+      const runs = [];
+      for (let k = 0; k < ROUNDS; k++) runs.push(await page.evaluate(run, { params: params.toString(), json: k === 0 }));
+      rows.push(best(runs));
+    }
+    const ms = (x) => `${x.toFixed(1)} ms`;
+    const mb = (x) => `${(x / 1e6).toFixed(1)} MB`;
+    console.log('| nodes | columns answer | server | read columns | first paint from the bytes | table after first paint | zoom: draw p50 / p95 / max | zoom: frame interval p50 / p95 | pan: draw p50 / max |');
+    console.log('|---|---|---|---|---|---|---|---|---|');
+    for (const r of rows) {
+      console.log(`| ${r.nodes.toLocaleString('en')} | ${mb(r.bytes)} | ${ms(r.server)} | ${ms(r.read)} | ${ms(r.firstPaint)} | ${ms(r.table)} | ${ms(r.zoom.p50)} / ${ms(r.zoom.p95)} / ${ms(r.zoom.max)} | ${ms(r.frames.p50)} / ${ms(r.frames.p95)} | ${ms(r.pan.p50)} / ${ms(r.pan.max)} |`);
+    }
+    console.log('\nthe same trees in the other layouts (one run):\n');
+    console.log('| nodes | `json` answer | its server time | its JSON.parse | as JSON arrays | their JSON.parse to typed arrays |');
+    console.log('|---|---|---|---|---|---|');
+    for (const r of rows) {
+      console.log(`| ${r.nodes.toLocaleString('en')} | ${mb(r.json.bytes)} | ${ms(r.json.server)} | ${ms(r.json.parse)} | ${mb(r.arrays.bytes)} | ${ms(r.arrays.parse)} |`);
+    }
+    await realProfile(browser);
+  } finally {
+    await browser.close();
+    await server.stop();
+  }
+}
+
+await main();

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use hyper::Response;
-use parca_profile::{FlameGraph, TopTable};
+use parca_profile::{ColumnsWriter, FlameGraph, TopTable};
 use parca_query::{Engine, InstantQuery, ProfileGroup, RangeQuery};
 use parca_querylang::{Expr, ExprKind};
 use parca_tsdb::{Labels, Matcher};
@@ -47,6 +47,9 @@ fn labels_map(labels: &Labels) -> BTreeMap<&str, &str> {
         .collect()
 }
 
+/// The content type of `format=columns` (layout: `parca_profile::ColumnsWriter`).
+pub(crate) const COLUMNS_CONTENT_TYPE: &str = "application/vnd.parca.flamegraph-columns";
+
 /// `GET/POST /api/v1/query`: a profile in the asked format.
 pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
     let p = &call.params;
@@ -63,10 +66,26 @@ pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>
         _ => return Err(ApiError::bad_data("give both `start` and `end`, or `time`")),
     };
     let format = p.get("format").unwrap_or("json").to_owned();
-    if !["json", "pprof", "top", "folded", "svg"].contains(&format.as_str()) {
+    if !["json", "columns", "pprof", "top", "folded", "svg"].contains(&format.as_str()) {
         return Err(ApiError::bad_data(format!(
-            "unknown format `{format}`: use json, pprof, top, folded or svg"
+            "unknown format `{format}`: use json, columns, pprof, top, folded or svg"
         )));
+    }
+    let min_share = match p.get("min_share") {
+        None => 0.0,
+        Some(v) => match v.parse::<f64>() {
+            Ok(x) if (0.0..=1.0).contains(&x) => x,
+            _ => {
+                return Err(ApiError::bad_data(format!(
+                    "parameter `min_share` must be a number from 0 to 1, got `{v}`"
+                )));
+            }
+        },
+    };
+    if min_share > 0.0 && format != "columns" {
+        return Err(ApiError::bad_data(
+            "parameter `min_share` applies to `format=columns` only",
+        ));
     }
     let limit = match p.get("limit") {
         None => None,
@@ -91,13 +110,13 @@ pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>
                 "no profiles match the query in this time range: widen the range, or check the selector against /api/v1/series",
             ));
         }
-        if groups.len() > 1 && format != "json" {
+        if groups.len() > 1 && format != "json" && format != "columns" {
             return Err(ApiError::bad_data(format!(
                 "the query gives {} profiles (one per group of `merge by`); the `{format}` format holds one: drop `by`, or select one group with a matcher",
                 groups.len()
             )));
         }
-        render(&groups, grouped, &format, limit)
+        render(&groups, grouped, &format, limit, min_share)
     })
     .await;
     api.metrics.observe_query("query", started.elapsed());
@@ -109,10 +128,28 @@ fn render(
     grouped: bool,
     format: &str,
     limit: Option<usize>,
+    min_share: f64,
 ) -> Result<Response<Body>, ApiError> {
     let profile = &groups[0].profile;
     let io = |e: std::io::Error| ApiError::internal(format!("cannot render the profile: {e}"));
     Ok(match format {
+        "columns" => {
+            let graphs: Vec<FlameGraph> = groups
+                .iter()
+                .map(|g| FlameGraph::build(&g.profile))
+                .collect();
+            let mut writer = ColumnsWriter::new();
+            for (g, graph) in groups.iter().zip(&graphs) {
+                let head = writer.add(graph, min_share);
+                if grouped {
+                    let labels = serde_json::to_value(labels_map(&g.labels))
+                        .map_err(|e| ApiError::internal(e.to_string()))?;
+                    head.insert("labels".into(), labels);
+                    head.insert("profiles".into(), g.n_profiles.into());
+                }
+            }
+            with_type(writer.finish(), COLUMNS_CONTENT_TYPE)
+        }
         "pprof" => with_type(
             parca_pprof::encode(&parca_profile::to_pprof(profile), true),
             "application/vnd.google.protobuf+gzip",

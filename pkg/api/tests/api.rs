@@ -160,6 +160,41 @@ async fn push_then_query_in_every_format() {
     );
     assert!(body.contains(r#""total":5310000000,"root":{"name":"root","value":5310000000,"#));
 
+    // The compact layout: magic, header, columns; the same total, and every node of the tree.
+    let response = server
+        .client
+        .get(format!(
+            "{}/api/v1/query?query={query}&{window}&format=columns",
+            server.base
+        ))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/vnd.parca.flamegraph-columns"
+    );
+    let bytes = response.bytes().await.expect("body");
+    let (header, _) = columns_header(&bytes);
+    assert_eq!(header["graphs"][0]["total"], 5310000000i64);
+    assert_eq!(
+        header["graphs"][0]["nodes"].as_u64(),
+        Some(body.matches(r#"{"name":"#).count() as u64)
+    );
+    let response = server
+        .client
+        .get(format!(
+            "{}/api/v1/query?query={query}&{window}&format=columns&min_share=0.01",
+            server.base
+        ))
+        .send()
+        .await
+        .expect("request");
+    let (cut, _) = columns_header(&response.bytes().await.expect("body"));
+    assert_eq!(cut["graphs"][0]["total"], 5310000000i64);
+    assert!(cut["graphs"][0]["nodes"].as_u64() < header["graphs"][0]["nodes"].as_u64());
+    assert!(cut["graphs"][0]["omitted_nodes"].as_u64() > Some(0));
+
     let (_, folded) = server
         .get(&format!(
             "/api/v1/query?query={query}&{window}&format=folded"
@@ -199,6 +234,50 @@ async fn push_then_query_in_every_format() {
     assert_eq!(matrix["data"]["result"][0]["unit"], "nanoseconds");
 }
 
+/// The JSON header of a `format=columns` answer and where it starts.
+fn columns_header(bytes: &[u8]) -> (Value, usize) {
+    assert_eq!(&bytes[..8], b"PARCACOL");
+    let at = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")) as usize;
+    let header = serde_json::from_slice(&bytes[at..]).expect("JSON header");
+    (header, at)
+}
+
+#[tokio::test]
+async fn merge_by_gives_one_graph_per_group_in_columns() {
+    let server = Server::ready().await;
+    for (instance, file) in [("a", "go/go-cpu.pb.gz"), ("b", "go/go-cpu-b.pb.gz")] {
+        let path = format!("/api/v1/write?__name__=process_cpu&job=go&instance={instance}");
+        assert_eq!(server.post(&path, corpus(file)).await.0, 200);
+    }
+    let query = enc(&format!("merge by (instance) ({CPU}{{job=\"go\"}})"));
+    let response = server
+        .client
+        .get(format!(
+            "{}/api/v1/query?query={query}&start=0&end=4000000000&format=columns",
+            server.base
+        ))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let (header, _) = columns_header(&response.bytes().await.expect("body"));
+    let graphs = header["graphs"].as_array().expect("graphs");
+    assert_eq!(graphs.len(), 2);
+    assert_eq!(graphs[0]["labels"], serde_json::json!({"instance": "a"}));
+    assert!(graphs[1]["profiles"].as_u64() >= Some(1));
+    let (_, json_body) = server
+        .get(&format!(
+            "/api/v1/query?query={query}&start=0&end=4000000000"
+        ))
+        .await;
+    assert!(
+        json_body.contains(&format!(r#""total":{},"#, graphs[1]["total"])),
+        "{} in {}",
+        graphs[1]["total"],
+        &json_body[..300]
+    );
+}
+
 #[tokio::test]
 async fn bad_requests_say_what_is_wrong() {
     let server = Server::ready().await;
@@ -217,6 +296,16 @@ async fn bad_requests_say_what_is_wrong() {
         ),
         ("/api/v1/nothing", 404, "no endpoint at /api/v1/nothing"),
         ("/api/v1/series", 400, "no `match[]`"),
+        (
+            "/api/v1/query?query=memory:inuse_space:bytes:space:bytes&format=columns&min_share=2",
+            400,
+            "`min_share` must be a number from 0 to 1",
+        ),
+        (
+            "/api/v1/query?query=memory:inuse_space:bytes:space:bytes&format=json&min_share=0.1",
+            400,
+            "applies to `format=columns` only",
+        ),
     ];
     for (path, status, message) in cases {
         let (got, body) = server.get(path).await;

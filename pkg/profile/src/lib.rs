@@ -56,7 +56,7 @@ mod test_support;
 pub use error::Error;
 pub use export::to_pprof;
 pub use filter::{StackFilter, filter_stacks};
-pub use flamegraph::FlameGraph;
+pub use flamegraph::{COLUMNS_MAGIC, COLUMNS_VERSION, ColumnsWriter, FlameGraph};
 pub use merge::{DiffMode, Extractor, Importer, Merger, apply_diff_mode, diff, merge};
 pub use normalize::{decode, from_pprof, select_sample_type};
 pub use profile::{Meta, Profile, Samples, ValueType};

@@ -108,6 +108,46 @@ test('hovering the metrics graph shows labels and a value with its unit', async 
   await shot('explorer-range-selected');
 });
 
+test('the UI reads the columns answer as the same tree as the json format', async () => {
+  await page.goto(explorerUrl({ query: `${CPU}{job="go"}`, view: 'icicle' }));
+  await drawnIcicle();
+  const problems = await page.evaluate(async ([from, to, cpu]) => {
+    const { readColumns } = await import('/js/tree.js');
+    const params = new URLSearchParams({ query: `merge(${cpu}{job="go"})`, start: String(from / 1000), end: String(to / 1000) });
+    const t = readColumns(await (await fetch(`/api/v1/query?${params}&format=columns`)).arrayBuffer()).graphs[0].tree;
+    const { data } = await (await fetch(`/api/v1/query?${params}&format=json`)).json();
+    const out = [];
+    if (t.meta.total !== data.total) out.push(`total ${t.meta.total} != ${data.total}`);
+    // Pre-order walk of the JSON tree, node by node against the columns.
+    const stack = [[data.root, -1]];
+    let i = 0;
+    while (stack.length && out.length < 5) {
+      const [node, parent] = stack.pop();
+      const got = [t.nameOf(i), t.strings[t.file[i]], t.line[i], t.strings[t.binary[i]], t.value[i], t.self[i], t.parent[i]];
+      const want = [node.name, node.file || '', node.line || 0, node.binary || '', node.value, node.self, parent];
+      if (JSON.stringify(got) !== JSON.stringify(want)) out.push(`node ${i}: ${JSON.stringify(got)} != ${JSON.stringify(want)}`);
+      for (let c = node.children.length - 1; c >= 0; c--) stack.push([node.children[c], i]);
+      i++;
+    }
+    if (i !== t.n) out.push(`${t.n} nodes in columns, ${i} in json`);
+    return out;
+  }, [FROM, TO, CPU]);
+  assert.deepEqual(problems, []);
+});
+
+test('merge by shows one profile per group', async () => {
+  await page.goto(explorerUrl({ query: `merge by (instance) (${CPU}{job="go"})`, view: 'icicle' }));
+  await page.waitForSelector('.groups button');
+  const tabs = await page.$$eval('.groups button', (b) => b.map((x) => x.textContent));
+  assert.deepEqual(tabs.map((t) => t.replace(/ \(\d+\)$/, '')), ['{instance="go-cpu"}', '{instance="go-cpu-b"}']);
+  await drawnIcicle();
+  const first = await page.textContent('.profile-summary');
+  await page.click('.groups button:nth-child(2)');
+  await page.waitForFunction((s) => document.querySelector('.profile-summary')?.textContent !== s, first);
+  await drawnIcicle();
+  assert.equal(new URL(page.url()).searchParams.get('group'), '1');
+});
+
 test('sum by groups the series of the graph', async () => {
   await page.goto(explorerUrl({ query: `${CPU}{job="go"}`, by: 'instance' }));
   await page.waitForSelector('.graph-svg circle.point');

@@ -3,7 +3,7 @@
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { fromJSON, fromJSONAsync, invert, hide, hidePredicate, search, topTable, folded } from '../../../web/static/js/tree.js';
+import { readColumns, invert, hide, hidePredicate, search, topTable, folded } from '../../../web/static/js/tree.js';
 import { withMatchers, mergeWindow, duration, graphQuery, queryKind, selectorEnd } from '../../../web/static/js/querytext.js';
 import { formatValue, formatPercent, ago } from '../../../web/static/js/units.js';
 import { packageOf, colorFor } from '../../../web/static/js/colors.js';
@@ -43,6 +43,61 @@ function fromFolded(text, base) {
   return data;
 }
 
+/**
+ * The bytes of a `format=columns` answer holding the flame-graph JSON trees `datas`, laid out as
+ * documentation/http-api.md says (an independent writer: the server's is Rust).
+ */
+function encodeColumns(datas, extra = []) {
+  const strings = [''];
+  const ids = new Map([['', 0]]);
+  const id = (s) => {
+    if (!s) return 0;
+    if (!ids.has(s)) {
+      ids.set(s, strings.length);
+      strings.push(s);
+    }
+    return ids.get(s);
+  };
+  const isDiff = datas[0].base_total !== undefined;
+  const names = ['value', 'self', ...(isDiff ? ['base', 'base_self'] : []), 'parent', 'name', 'file', 'line', 'binary'];
+  const columns = names.map((n) => [n, ['value', 'self', 'base', 'base_self'].includes(n) ? 'f64' : n === 'parent' ? 'i32' : 'u32']);
+  const graphs = [];
+  const bodies = [];
+  datas.forEach((data, k) => {
+    const { root, ...meta } = data;
+    const rows = [];
+    const stack = [[root, -1]];
+    while (stack.length) {
+      const [node, parent] = stack.pop();
+      const at = rows.length;
+      rows.push({ value: node.value, self: node.self, base: node.base || 0, base_self: node.base_self || 0, parent, name: id(node.name), file: id(node.file), line: node.line || 0, binary: id(node.binary) });
+      for (let c = node.children.length - 1; c >= 0; c--) stack.push([node.children[c], at]);
+    }
+    graphs.push({ nodes: rows.length, ...meta, ...(extra[k] || {}) });
+    for (const [name, type] of columns) {
+      const a = type === 'f64' ? new Float64Array(rows.length) : type === 'i32' ? new Int32Array(rows.length) : new Uint32Array(rows.length);
+      rows.forEach((r, i) => { a[i] = r[name]; });
+      bodies.push(new Uint8Array(a.buffer));
+    }
+  });
+  const head = new TextEncoder().encode(JSON.stringify({ version: 1, columns, strings, graphs }));
+  const pad8 = (n) => Math.ceil(n / 8) * 8;
+  const headerAt = 16 + bodies.reduce((n, b) => n + pad8(b.length), 0);
+  const out = new Uint8Array(headerAt + head.length);
+  out.set(new TextEncoder().encode('PARCACOL'));
+  new DataView(out.buffer).setBigUint64(8, BigInt(headerAt), true);
+  let at = 16;
+  for (const b of bodies) {
+    out.set(b, at);
+    at += pad8(b.length);
+  }
+  out.set(head, headerAt);
+  return out;
+}
+
+/** A `Tree` from flame-graph JSON, through the columns layout the UI reads. */
+const fromJSON = (data) => readColumns(encodeColumns([data])).graphs[0].tree;
+
 const PROFILE = `
 main;work;compute 50
 main;work;alloc;mallocgc 20
@@ -51,7 +106,7 @@ gc;mark;scan 15
 gc;mallocgc 5
 `;
 
-test('fromJSON keeps pre-order, totals and subtree ends', () => {
+test('the columns answer reads as a tree in pre-order, with totals and subtree ends', () => {
   const t = fromJSON(fromFolded(PROFILE));
   assert.equal(t.n, 11);
   assert.equal(t.value[0], 100);
@@ -63,13 +118,21 @@ test('fromJSON keeps pre-order, totals and subtree ends', () => {
   assert.deepEqual(t.path(t.find(['main', 'work', 'alloc'])).map((i) => t.nameOf(i)), ['root', 'main', 'work', 'alloc']);
 });
 
-test('a quick build leaves out small children and says so', () => {
-  const full = fromJSON(fromFolded(PROFILE));
-  const quick = fromJSON(fromFolded(PROFILE), { minValue: 12 });
-  assert.ok(quick.n < full.n);
-  assert.ok(quick.pruned > 0);
-  assert.equal(quick.value[0], 100);
-  assert.equal(full.pruned, 0);
+test('columns: groups share strings, odd offsets are copied, bad bytes are refused', () => {
+  const a = fromFolded('main;work 3\nmain;idle 1\n');
+  const b = fromFolded('main;work 5\n');
+  const bytes = encodeColumns([a, b], [{ labels: { instance: 'a' }, profiles: 2 }, { labels: { instance: 'b' }, profiles: 1 }]);
+  const shifted = new Uint8Array(bytes.length + 3);
+  shifted.set(bytes, 3);
+  const { grouped, graphs } = readColumns(shifted.subarray(3));
+  assert.equal(grouped, true);
+  assert.deepEqual(graphs.map((g) => [g.labels.instance, g.profiles, g.tree.value[0], g.tree.n]), [['a', 2, 4, 4], ['b', 1, 5, 3]]);
+  assert.equal(graphs[1].tree.nameOf(graphs[1].tree.find(['main', 'work'])), 'work');
+  assert.equal(readColumns(encodeColumns([a])).grouped, false);
+  assert.throws(() => readColumns(new TextEncoder().encode('{"status":"success"}')), /not a columns answer/);
+  const cut = bytes.slice();
+  new DataView(cut.buffer).setBigUint64(8, 40n, true);
+  assert.throws(() => readColumns(cut), /runs into the header|JSON/);
 });
 
 test('bottom-up puts the heaviest self functions first with their callers below', () => {
@@ -192,16 +255,6 @@ test('time ticks fall on round times with distinct labels', () => {
   assert.equal(new Set(ticks.map(([, l]) => l)).size, ticks.length);
   const week = timeTicks(start, start + 7 * 86400e3, 10);
   assert.ok(week.length >= 3 && week.length <= 10);
-});
-
-test('the sliced build gives the same tree as the one-go build', async () => {
-  const data = fromFolded(PROFILE);
-  const a = fromJSON(data);
-  const b = await fromJSONAsync(data, { sliceMs: 0 });
-  for (const k of ['name', 'parent', 'depth', 'end', 'value', 'self']) assert.deepEqual([...b[k]], [...a[k]], k);
-  const abort = new AbortController();
-  abort.abort();
-  assert.equal(await fromJSONAsync(data, { signal: abort.signal }), null);
 });
 
 test('frames of a binary can be hidden, and binaries are listed heaviest first', async () => {

@@ -1,4 +1,6 @@
-// The documented HTTP API (shared/design/http-api.md), and nothing else.
+// The documented HTTP API (documentation/http-api.md), and nothing else.
+
+import { readColumns } from './tree.js';
 
 /** An answer with `status: "error"`, or a failed request. */
 export class ApiError extends Error {
@@ -30,17 +32,30 @@ export async function get(path, params = {}, { signal } = {}) {
   return body.data;
 }
 
+/** The API's error of a failed answer (its JSON envelope when there is one). */
+async function failure(res) {
+  let message = `${res.status} ${res.statusText}`;
+  let type = 'error';
+  try {
+    const body = await res.json();
+    message = body.error || message;
+    type = body.errorType || type;
+  } catch { /* not JSON */ }
+  return new ApiError(message, { type, status: res.status });
+}
+
 /** GETs `path` and returns the raw body as a Blob (downloads), throwing the API's error. */
 export async function getBlob(path, params = {}) {
   const res = await fetchApi(url(path, params));
-  if (!res.ok) {
-    let message = `${res.status} ${res.statusText}`;
-    try {
-      message = (await res.json()).error || message;
-    } catch { /* not JSON */ }
-    throw new ApiError(message, { status: res.status });
-  }
+  if (!res.ok) throw await failure(res);
   return res.blob();
+}
+
+/** GETs `path` and returns the raw body as an ArrayBuffer, throwing the API's error. */
+export async function getBytes(path, params = {}, { signal } = {}) {
+  const res = await fetchApi(url(path, params), signal);
+  if (!res.ok) throw await failure(res);
+  return res.arrayBuffer();
 }
 
 async function fetchApi(u, signal) {
@@ -86,5 +101,12 @@ export function windowParams(w) {
   return w.time !== undefined ? { time: seconds(w.time) } : { start: seconds(w.start), end: seconds(w.end) };
 }
 
-/** A profile as the flame-graph JSON (or `{groups}` for `merge by`). */
-export const queryProfile = (query, w, opts) => get('/api/v1/query', { query, ...windowParams(w), format: 'json' }, opts);
+/**
+ * A profile as flame-graph columns: `{grouped, graphs: [{labels, profiles, tree}]}` (several
+ * graphs for `merge by`). `performance` marks `parca:profile-bytes` when the answer is in.
+ */
+export async function queryProfile(query, w, opts) {
+  const bytes = await getBytes('/api/v1/query', { query, ...windowParams(w), format: 'columns' }, opts);
+  performance.mark('parca:profile-bytes');
+  return readColumns(bytes);
+}

@@ -115,7 +115,7 @@ export function mountCompare(app) {
     replace(diffPanel, stateBox('loading', 'Loading the diff…'));
     try {
       const data = await queryProfile(query, { time: at }, { signal });
-      profile = profileView(diffPanel, data, { ...state }, (patch) => writeState(patch), { query, params: { time: (at / 1000).toFixed(3) } });
+      profile = profileView(diffPanel, data.graphs[0].tree, { ...state }, (patch) => writeState(patch), { query, params: { time: (at / 1000).toFixed(3) } });
     } catch (e) {
       if (e.name === 'AbortError') return;
       if (e.status === 422 && /gives 0 profiles|no profiles match/.test(e.message)) {

@@ -194,7 +194,6 @@ export function mountExplorer(app) {
     replace(profilePanel, stateBox('loading', 'Loading the profile…'));
     try {
       const data = await queryProfile(pq, win, { signal });
-      performance.mark('parca:profile-json'); // fetched and parsed (the render benchmark reads these marks)
       showProfile(data, pq, win);
     } catch (e) {
       if (e.name === 'AbortError') return;
@@ -209,9 +208,9 @@ export function mountExplorer(app) {
   function showProfile(data, pq, win) {
     const params = win.time !== undefined ? { time: (win.time / 1000).toFixed(3) } : { start: (win.start / 1000).toFixed(3), end: (win.end / 1000).toFixed(3) };
     const onState = (patch) => writeState(patch);
-    if (data.groups) {
-      const k = Math.min(Number(state.group || 0), data.groups.length - 1);
-      const tabs = h('div', { class: 'groups' }, data.groups.map((g, j) => h('button', {
+    if (data.grouped) {
+      const k = Math.min(Number(state.group || 0), data.graphs.length - 1);
+      const tabs = h('div', { class: 'groups' }, data.graphs.map((g, j) => h('button', {
         type: 'button', class: j === k ? 'active' : '',
         onclick: () => {
           writeState({ group: j ? String(j) : '', focus: '' });
@@ -221,14 +220,15 @@ export function mountExplorer(app) {
       }, labelText(g.labels), h('span', { class: 'muted' }, ` (${g.profiles})`))));
       const inner = h('div');
       replace(profilePanel, tabs, inner);
-      profile = profileView(inner, data.groups[k].flamegraph, { ...state }, onState, null);
+      profile = profileView(inner, data.graphs[k].tree, { ...state }, onState, null);
       return;
     }
-    if (!data.root || !data.root.children || !data.root.children.length) {
+    const tree = data.graphs[0].tree;
+    if (tree.n < 2) {
       replace(profilePanel, emptyProfile('The profiles in this range have no samples: try a longer range or another profile type.'));
       return;
     }
-    profile = profileView(profilePanel, data, { ...state }, onState, { query: pq, params });
+    profile = profileView(profilePanel, tree, { ...state }, onState, { query: pq, params });
   }
 
   /**

@@ -3,32 +3,31 @@
 
 import { h, replace, debounce, download, stateBox } from './dom.js';
 import { Icicle } from './icicle.js';
-import { fromJSON, fromJSONAsync, invert, hide, hidePredicate, search, topTable, folded, binaries } from './tree.js';
+import { invert, hide, hidePredicate, search, topTable, folded, binaries } from './tree.js';
 import { functionTable } from './table.js';
 import { icicleSVG } from './svgexport.js';
 import { formatValue, formatPercent, formatDelta } from './units.js';
 import { url } from './api.js';
 
 /**
- * Renders the flame-graph `data` (the API's JSON) into `root`.
+ * Renders the flame-graph `original` (a `Tree`, as `readColumns` gives it) into `root`.
  * `state`: `{view, invert, search, hide, hidebin, focus, diffmode, sort, filter}`;
  * `onState(patch)` stores changes in the URL; `pprofQuery` is `{query, params}` for the pprof
  * download (the server renders it).
+ *
+ * The icicle is drawn at once; the function table and the list of binaries, which cost a pass
+ * over the whole tree and many DOM nodes, follow right after the first paint.
  */
-export function profileView(root, data, state, onState, pprofQuery) {
-  // First paint from a quick tree without the frames too narrow to see at full width; the
-  // whole tree follows right after (search, table, hiding, bottom-up and zoom use it).
-  const rootWidth = Math.abs(data.root.value) + Math.abs(data.root.base || 0);
-  const transformed = state.focus || state.hide || state.hidebin || state.invert === '1';
-  // Frames under half a pixel at full width are not drawn (icicle.js): the quick tree skips them.
-  let original = fromJSON(data, { minValue: transformed ? 0 : (rootWidth * 0.5) / Math.max(window.innerWidth, 800) });
-  let complete = original.pruned === 0;
-  const unit = data.unit;
+export function profileView(root, original, state, onState, pprofQuery) {
+  const meta = original.meta;
+  const unit = meta.unit;
   const isDiff = original.isDiff;
   let tree = original;
   let tableTree = original;
   let matches = null;
   let hideError = '';
+  let pending = 0; // the latest deferred table build; older ones are dropped
+  let destroyed = false;
 
   const breadcrumb = h('nav', { class: 'breadcrumb', 'aria-label': 'zoom path' });
   const searchInfo = h('span', { class: 'search-info muted', 'aria-live': 'polite' });
@@ -104,13 +103,6 @@ export function profileView(root, data, state, onState, pprofQuery) {
   const rebuild = () => {
     tree = original;
     hideError = '';
-    if (!complete) {
-      icicle.setTree(tree, { diffMode: state.diffmode === 'relative' ? 'relative' : 'absolute' });
-      renderBreadcrumb(0);
-      renderSummary();
-      replace(tableBox, state.view === 'icicle' ? null : stateBox('loading', 'Building the table…'));
-      return;
-    }
     if (state.hide || state.hidebin) {
       try {
         tree = hide(tree, hidePredicate(tree, state.hide, state.hidebin));
@@ -128,7 +120,17 @@ export function profileView(root, data, state, onState, pprofQuery) {
     renderBreadcrumb(focus);
     applySearch();
     renderSummary();
-    renderTable();
+    if (state.view !== 'icicle') replace(tableBox, stateBox('loading', 'Building the table…'));
+    afterPaint(renderTable, { latest: true });
+  };
+
+  // Runs `f` once the frame being prepared is on screen (a task after the next animation
+  // frame); with `latest`, only if no later call with `latest` came in between.
+  const afterPaint = (f, { latest = false } = {}) => {
+    const token = latest ? ++pending : pending;
+    requestAnimationFrame(() => setTimeout(() => {
+      if (!destroyed && (!latest || token === pending)) f();
+    }, 0));
   };
 
   const renderSummary = () => {
@@ -136,12 +138,11 @@ export function profileView(root, data, state, onState, pprofQuery) {
       ? `A ${formatValue(tree.meta.base_total, unit)} → B ${formatValue(tree.meta.total, unit)} (${formatDelta(tree.meta.total - tree.meta.base_total, unit)})`
       : formatValue(tree.value[0], unit);
     replace(summary,
-      h('span', {}, h('strong', {}, data.sample_type || 'value'), ` (${unit}) · total ${total}`),
+      h('span', {}, h('strong', {}, meta.sample_type || 'value'), ` (${unit}) · total ${total}`),
       h('span', { class: 'muted' }, ` · ${tree.n.toLocaleString()} frames${state.invert === '1' ? ' · bottom-up' : ''}`));
   };
 
   const renderTable = () => {
-    if (!complete) return;
     if (state.view === 'icicle') {
       replace(tableBox);
       return;
@@ -232,13 +233,13 @@ export function profileView(root, data, state, onState, pprofQuery) {
   const viewButtons = h('div', { class: 'segmented', role: 'group', 'aria-label': 'view' },
     [['icicle', 'Icicle'], ['both', 'Both'], ['table', 'Table']].map(([v, label]) =>
       h('button', { type: 'button', dataset: { view: v }, onclick: () => setView(v) }, label)));
-  const fileBase = `profile-${(data.sample_type || 'profile').replace(/\W+/g, '_')}`;
+  const fileBase = `profile-${(meta.sample_type || 'profile').replace(/\W+/g, '_')}`;
   const downloads = h('div', { class: 'downloads' },
     h('span', { class: 'muted' }, 'Download:'),
     pprofQuery ? h('a', { class: 'dl-pprof', href: url('/api/v1/query', { ...pprofQuery.params, query: pprofQuery.query, format: 'pprof' }), download: `${fileBase}.pb.gz` }, 'pprof') : null,
     h('button', {
       type: 'button', class: 'dl-svg', title: 'The graph as it is on screen',
-      onclick: () => download(`${fileBase}.svg`, icicleSVG(icicle, `${data.sample_type} (${unit})`, titleText), 'image/svg+xml'),
+      onclick: () => download(`${fileBase}.svg`, icicleSVG(icicle, `${meta.sample_type} (${unit})`, titleText), 'image/svg+xml'),
     }, 'SVG'),
     h('button', {
       type: 'button', class: 'dl-folded', title: 'Stacks below the zoomed frame, hidden frames removed',
@@ -261,28 +262,18 @@ export function profileView(root, data, state, onState, pprofQuery) {
   root.dataset.view = view;
   for (const b of viewButtons.querySelectorAll('button')) b.classList.toggle('active', b.dataset.view === view);
   state.view = view;
-  if (complete) fillBinaries();
   rebuild();
   performance.mark('parca:first-draw');
-  root.dataset.complete = String(complete);
-  // The whole tree, built in slices once the first paint is on screen (the page stays live).
-  const abort = new AbortController();
-  if (!complete) fromJSONAsync(data, { signal: abort.signal }).then((full) => {
-    if (!full) return;
-    const focusPath = icicle.focusNode ? tree.path(icicle.focusNode).slice(1).map((j) => tree.nameOf(j)).join(';') : '';
-    if (focusPath && !state.focus) state.focus = focusPath;
-    original = full;
-    complete = true;
+  afterPaint(() => {
     fillBinaries();
-    rebuild();
-    performance.mark('parca:whole-tree');
     root.dataset.complete = 'true';
+    performance.mark('parca:complete');
   });
   return {
     icicle,
     get tree() { return tree; },
     destroy: () => {
-      abort.abort();
+      destroyed = true;
       icicle.destroy();
     },
   };

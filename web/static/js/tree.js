@@ -1,18 +1,36 @@
-// The flame-graph tree in columns (typed arrays in pre-order), built from the API's nested JSON,
-// and the operations on it that the views need: inverting, hiding frames, search, top table,
-// folded text. Nothing recurses: stacks can be thousands of frames deep.
+// The flame-graph tree in columns (typed arrays in pre-order), read straight from the API's
+// `format=columns` answer, and the operations on it that the views need: inverting, hiding
+// frames, search, top table, folded text. Nothing recurses: stacks can be thousands of frames
+// deep.
 
 /**
  * Nodes are numbered in pre-order: node 0 is the root, a node's subtree is `[i, end[i])`, and
- * children follow their parent in order. Strings (names, files, binaries) are interned in
+ * children follow their parent in order. Strings (names, files, binaries) are indices into
  * `strings`; 0 is the empty string.
  */
 export class Tree {
-  constructor(n, meta) {
+  /**
+   * A tree of `n` nodes with zeroed columns, or with the given `columns` (`name`, `file`,
+   * `binary`, `line`, `parent` as Int32Array; `value`, `self`, `base`, `baseSelf` as
+   * Float64Array), whose `depth`, `end` and `maxDepth` are then derived from `parent`.
+   */
+  constructor(n, meta, columns = null) {
     this.n = n;
     this.meta = meta; // {sample_type, unit, period_type, period_unit, period, total, base_total?}
     this.isDiff = meta.base_total !== undefined;
     this.strings = [''];
+    this.maxDepth = 0;
+    if (columns) {
+      Object.assign(this, columns);
+      if (!this.isDiff) {
+        this.base = null;
+        this.baseSelf = null;
+      }
+      this.depth = new Int32Array(n);
+      this.end = new Int32Array(n);
+      finishShape(this);
+      return;
+    }
     this.name = new Int32Array(n);
     this.file = new Int32Array(n);
     this.binary = new Int32Array(n);
@@ -24,8 +42,6 @@ export class Tree {
     this.self = new Float64Array(n);
     this.base = this.isDiff ? new Float64Array(n) : null;
     this.baseSelf = this.isDiff ? new Float64Array(n) : null;
-    this.maxDepth = 0;
-    this.pruned = 0; // children left out by a quick build
   }
 
   /** The name of node `i`. */
@@ -58,148 +74,65 @@ export class Tree {
   }
 }
 
-class Interner {
-  constructor(strings) {
-    this.strings = strings;
-    this.ids = new Map(strings.map((s, i) => [s, i]));
+/** `depth`, `maxDepth` and `end` from `parent` (pre-order: a parent comes before its children). */
+function finishShape(t) {
+  const { n, parent, depth, end } = t;
+  let maxDepth = 0;
+  for (let i = 1; i < n; i++) {
+    const d = depth[parent[i]] + 1;
+    depth[i] = d;
+    if (d > maxDepth) maxDepth = d;
   }
+  t.maxDepth = maxDepth;
+  // end[i] counts the subtree's size first, then becomes its end.
+  end.fill(1);
+  for (let i = n - 1; i > 0; i--) end[parent[i]] += end[i];
+  for (let i = 0; i < n; i++) end[i] += i;
+}
 
-  id(s) {
-    if (s === undefined || s === null || s === '') return 0;
-    let id = this.ids.get(s);
-    if (id === undefined) {
-      id = this.strings.length;
-      this.strings.push(s);
-      this.ids.set(s, id);
+/** The magic bytes that open a `format=columns` answer. */
+const MAGIC = 'PARCACOL';
+const COLUMN_NAMES = { value: 'value', self: 'self', base: 'base', base_self: 'baseSelf', parent: 'parent', name: 'name', file: 'file', line: 'line', binary: 'binary' };
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+/**
+ * Reads the API's `format=columns` answer (documentation/http-api.md): per graph its columns as
+ * little-endian arrays from byte 16, then a JSON header with the string table. Typed arrays are
+ * laid over the bytes without copying, so this costs the header and two passes over `parent`.
+ * Returns `{grouped, graphs: [{labels, profiles, tree}]}`; `labels` and `profiles` are set for
+ * `merge by` groups. Throws an Error for bytes that are not such an answer.
+ */
+export function readColumns(input) {
+  let bytes = input instanceof Uint8Array ? input : new Uint8Array(input);
+  if (bytes.byteOffset % 8 !== 0) bytes = bytes.slice(); // typed arrays of f64 need alignment
+  const { buffer, byteOffset } = bytes;
+  const bad = (why) => new Error(`not a columns answer: ${why}`);
+  if (bytes.length < 16 || String.fromCharCode(...bytes.subarray(0, 8)) !== MAGIC) throw bad('no PARCACOL magic');
+  const headerAt = Number(new DataView(buffer, byteOffset + 8, 8).getBigUint64(0, true));
+  if (headerAt < 16 || headerAt > bytes.length) throw bad('the header is outside the answer');
+  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(headerAt)));
+  if (header.version !== 1) throw bad(`version ${header.version}, this UI reads 1`);
+  let at = 16;
+  const graphs = header.graphs.map(({ nodes: n, labels, profiles, omitted_nodes: _omitted, ...meta }) => {
+    const columns = {};
+    for (const [name, type] of header.columns) {
+      const T = type === 'f64' ? Float64Array : Int32Array; // u32 string indices stay below 2^31
+      if (at + n * T.BYTES_PER_ELEMENT > headerAt) throw bad(`column ${name} runs into the header`);
+      let col;
+      if (LITTLE_ENDIAN) col = new T(buffer, byteOffset + at, n);
+      else {
+        const view = new DataView(buffer, byteOffset + at, n * T.BYTES_PER_ELEMENT);
+        col = new T(n);
+        for (let i = 0; i < n; i++) col[i] = type === 'f64' ? view.getFloat64(i * 8, true) : view.getInt32(i * 4, true);
+      }
+      if (COLUMN_NAMES[name]) columns[COLUMN_NAMES[name]] = col;
+      at = Math.ceil((at + n * T.BYTES_PER_ELEMENT) / 8) * 8;
     }
-    return id;
-  }
-}
-
-/**
- * Builds a `Tree` from the API's flame-graph JSON (`data` of `/api/v1/query?format=json`).
- * With `minValue`, children smaller than that are left out (their parent keeps its total): a
- * quick tree for the first paint, where such frames would be narrower than a pixel anyway.
- */
-export function fromJSON(data, { minValue = 0 } = {}) {
-  const b = new JSONBuilder(data, minValue);
-  while (!b.step(Infinity));
-  return b.finish();
-}
-
-/**
- * `fromJSON` in slices of about `sliceMs` on the main thread, so a large profile never blocks
- * the page; resolves to the tree, or to null once `signal.aborted`.
- */
-export function fromJSONAsync(data, { signal, sliceMs = 12 } = {}) {
-  const b = new JSONBuilder(data, 0);
-  return new Promise((resolve) => {
-    const run = () => {
-      if (signal && signal.aborted) return resolve(null);
-      if (b.step(performance.now() + sliceMs)) resolve(b.finish());
-      else setTimeout(run, 0);
-    };
-    run();
+    const tree = new Tree(n, meta, columns);
+    tree.strings = header.strings;
+    return { labels, profiles, tree };
   });
-}
-
-/** The walk of `fromJSON`, resumable: pre-order with an explicit stack. */
-class JSONBuilder {
-  constructor(data, minValue) {
-    const { root: _root, ...meta } = data;
-    this.meta = meta;
-    this.isDiff = meta.base_total !== undefined;
-    this.minValue = minValue;
-    this.cap = 1024;
-    this.t = new Tree(this.cap, meta);
-    this.strings = new Interner(this.t.strings);
-    this.nodes = [data.root];
-    this.parents = [-1];
-    this.i = 0;
-    this.pruned = 0;
-  }
-
-  grow() {
-    const { t } = this;
-    const next = new Tree(this.cap * 2, this.meta);
-    for (const k of COLUMNS) if (t[k]) next[k].set(t[k]);
-    next.strings = t.strings;
-    next.maxDepth = t.maxDepth;
-    this.cap *= 2;
-    this.t = next;
-  }
-
-  /** Works until `deadline` (a `performance.now()` time); true when done. */
-  step(deadline) {
-    const { nodes, parents, strings, isDiff, minValue } = this;
-    let { t, i } = this;
-    let n = 0;
-    while (nodes.length) {
-      if ((++n & 1023) === 0 && performance.now() > deadline) break;
-      const node = nodes.pop();
-      const p = parents.pop();
-      if (i === this.cap) {
-        this.grow();
-        t = this.t;
-      }
-      t.name[i] = strings.id(node.name);
-      if (node.file) t.file[i] = strings.id(node.file);
-      if (node.binary) t.binary[i] = strings.id(node.binary);
-      if (node.line) t.line[i] = node.line;
-      t.value[i] = node.value;
-      t.self[i] = node.self;
-      if (isDiff) {
-        t.base[i] = node.base || 0;
-        t.baseSelf[i] = node.base_self || 0;
-      }
-      t.parent[i] = p;
-      const d = p < 0 ? 0 : t.depth[p] + 1;
-      t.depth[i] = d;
-      if (d > t.maxDepth) t.maxDepth = d;
-      const ch = node.children;
-      if (ch) {
-        for (let k = ch.length - 1; k >= 0; k--) {
-          const c = ch[k];
-          if (minValue > 0 && Math.abs(c.value) + (isDiff ? Math.abs(c.base) : 0) < minValue) {
-            this.pruned++;
-            continue;
-          }
-          nodes.push(c);
-          parents.push(i);
-        }
-      }
-      i++;
-    }
-    this.i = i;
-    return nodes.length === 0;
-  }
-
-  finish() {
-    const out = trimmed(this.t, this.i);
-    out.pruned = this.pruned;
-    return out;
-  }
-}
-
-const COLUMNS = ['name', 'file', 'binary', 'line', 'parent', 'depth', 'value', 'self', 'base', 'baseSelf'];
-
-/** `t` cut to its first `n` nodes (views, no copy), with `end` filled. */
-function trimmed(t, n) {
-  const out = new Tree(0, t.meta);
-  out.n = n;
-  for (const k of COLUMNS) out[k] = t[k] ? t[k].subarray(0, n) : null;
-  out.end = new Int32Array(n);
-  out.strings = t.strings;
-  out.maxDepth = t.maxDepth;
-  finishEnds(out);
-  return out;
-}
-
-/** Fills `end` from `parent` (pre-order: a subtree is contiguous). */
-function finishEnds(t) {
-  const size = new Int32Array(t.n).fill(1);
-  for (let i = t.n - 1; i > 0; i--) size[t.parent[i]] += size[i];
-  for (let i = 0; i < t.n; i++) t.end[i] = i + size[i];
+  return { grouped: graphs.length > 0 && graphs[0].labels !== undefined, graphs };
 }
 
 /**
@@ -284,16 +217,13 @@ class Builder {
         t.baseSelf[o] = this.baseSelf[b];
       }
       t.parent[o] = p;
-      const d = p < 0 ? 0 : t.depth[p] + 1;
-      t.depth[o] = d;
-      if (d > t.maxDepth) t.maxDepth = d;
       for (let k = count[b + 1] - 1; k >= count[b]; k--) {
         stack.push(kids[k]);
         parentOut.push(o);
       }
       o++;
     }
-    finishEnds(t);
+    finishShape(t);
     return t;
   }
 }
