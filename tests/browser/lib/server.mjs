@@ -8,6 +8,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { gunzipSync } from 'node:zlib';
 
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '../../..');
 const TESTDATA = join(REPO, 'tests/testdata/pprof');
@@ -40,14 +41,59 @@ export async function until(check, ms, what) {
   throw new Error(`timed out after ${ms} ms waiting for ${what}${last ? `: ${last.message}` : ''}`);
 }
 
-/** The profiles pushed at start: file, labels. Their own timestamps are kept. */
+/**
+ * The profiles pushed at start: file, labels, and optionally a time (ms) to give it instead of
+ * its own. Job `steps` holds go-cpu.pb.gz three times, 2 s, 12 s and 17 s after its own time:
+ * with 10 s steps, the point 20 s after sums two profiles, the point 10 s after one.
+ */
 export const PUSHED = [
   ['go/go-cpu.pb.gz', { __name__: 'process_cpu', job: 'go', instance: 'go-cpu' }],
   ['go/go-cpu-b.pb.gz', { __name__: 'process_cpu', job: 'go', instance: 'go-cpu-b' }],
   ['go/go-heap.pb.gz', { __name__: 'memory', job: 'go', instance: 'go-heap' }],
   ['prometheus/prometheus-cpu.pb.gz', { __name__: 'process_cpu', job: 'prometheus', instance: 'prometheus-cpu' }],
   ['rust/rust-cpu.pb.gz', { __name__: 'process_cpu', job: 'rust', instance: 'rust-cpu' }],
+  ...[2e3, 12e3, 17e3].map((after) => ['go/go-cpu.pb.gz', { __name__: 'process_cpu', job: 'steps', instance: 'steps' }, { after }]),
 ];
+
+/**
+ * A pprof (gzipped or not) with its `time_nanos` (field 9) set to `ms`: the other top-level
+ * fields are copied as they are.
+ */
+export function withTime(bytes, ms) {
+  const b = bytes[0] === 0x1f && bytes[1] === 0x8b ? gunzipSync(bytes) : bytes;
+  const parts = [];
+  let i = 0;
+  const varint = () => {
+    let v = 0n;
+    for (let shift = 0n; ; shift += 7n) {
+      const x = b[i++];
+      v |= BigInt(x & 0x7f) << shift;
+      if (x < 0x80) return v;
+    }
+  };
+  while (i < b.length) {
+    const start = i;
+    const key = Number(varint());
+    const wire = key & 7;
+    if (wire === 0) varint();
+    else if (wire === 1) i += 8;
+    else if (wire === 2) {
+      const length = Number(varint());
+      i += length;
+    } else if (wire === 5) i += 4;
+    else throw new Error(`wire type ${wire} in a pprof`);
+    if (key >> 3 !== 9) parts.push(b.subarray(start, i));
+  }
+  const out = [];
+  let v = BigInt(ms) * 1000000n;
+  out.push(9 << 3);
+  while (v >= 0x80n) {
+    out.push(Number(v & 0x7fn) | 0x80);
+    v >>= 7n;
+  }
+  out.push(Number(v));
+  return Buffer.concat([...parts, Buffer.from(out)]);
+}
 
 /** `timeNanos` of a corpus file as milliseconds, from the corpus manifest. */
 export function profileTimeMs(file) {
@@ -110,8 +156,10 @@ export async function startServer({ args = [] } = {}) {
       if (exited !== null) throw new Error(`server exited with ${exited}: ${log.join('')}`);
       return (await fetch(`${url}/-/ready`)).ok;
     }, 30000, 'the server to be ready');
-    for (const [file, labels] of PUSHED) {
-      const res = await fetch(`${url}/api/v1/write?${new URLSearchParams(labels)}`, { method: 'POST', body: readFileSync(join(TESTDATA, file)) });
+    for (const [file, labels, shift] of PUSHED) {
+      let body = readFileSync(join(TESTDATA, file));
+      if (shift) body = withTime(body, profileTimeMs(file) + shift.after);
+      const res = await fetch(`${url}/api/v1/write?${new URLSearchParams(labels)}`, { method: 'POST', body });
       if (!res.ok) throw new Error(`push of ${file} failed: ${res.status} ${await res.text()}`);
     }
   } catch (e) {

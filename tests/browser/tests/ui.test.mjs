@@ -8,6 +8,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer, profileTimeMs, until, REPO } from '../lib/server.mjs';
 import { launch, canvasStats } from '../lib/browser.mjs';
+import { formatValue } from '../../../web/static/js/units.js';
 
 const OUT = join(REPO, 'tests/browser/out');
 const CPU = 'process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta';
@@ -89,10 +90,10 @@ test('hovering the metrics graph shows labels and a value with its unit', async 
   const tip = await page.textContent('.graph-tip');
   assert.match(tip, /job="go"/);
   assert.match(tip, /\d (ms|s|µs)/);
-  // A click opens that profile.
+  // A click opens that point's profile: CPU time is a delta type, so the merge of its window.
   await page.mouse.click(point.x, point.y);
-  await page.waitForFunction(() => document.querySelector('.profile-head h2')?.textContent.startsWith('Profile at'));
-  assert.ok(new URL(page.url()).searchParams.get('time'));
+  await page.waitForFunction(() => document.querySelector('.profile-head h2')?.textContent.startsWith('Profile of {'));
+  assert.ok(new URL(page.url()).searchParams.get('pto'));
   await drawnIcicle();
   // A drag merges a range.
   const box = await page.$eval('.graph-svg .overlay', (r) => { const b = r.getBoundingClientRect(); return { x: b.x, y: b.y, w: b.width, h: b.height }; });
@@ -106,6 +107,70 @@ test('hovering the metrics graph shows labels and a value with its unit', async 
   await page.waitForSelector('.graph-svg rect.selection');
   await drawnIcicle();
   await shot('explorer-range-selected');
+});
+
+/** The metrics graph's circle nearest to time `t` (ms) in a graph over [FROM, TO]: its centre. */
+async function pointAt(t, scope = '') {
+  return page.$$eval(`${scope} .graph-svg`, ([svg], [t0, from, to]) => {
+    const overlay = svg.querySelector('.overlay');
+    const o = overlay.getBoundingClientRect();
+    const x = o.x + ((t0 - from) / (to - from)) * o.width;
+    let best = null;
+    for (const c of svg.querySelectorAll('circle.point')) {
+      const r = c.getBoundingClientRect();
+      const cx = r.x + r.width / 2;
+      if (!best || Math.abs(cx - x) < Math.abs(best.x - x)) best = { x: cx, y: r.y + r.height / 2 };
+    }
+    return best;
+  }, [t, FROM, TO]);
+}
+
+/** The value at time `t` (ms) of the only series of `query` over [FROM, TO] in 10 s steps. */
+async function pointValue(query, t) {
+  const params = new URLSearchParams({ query, start: String(FROM / 1000), end: String(TO / 1000), step: '10s' });
+  const res = await (await fetch(`${server.url}/api/v1/query_range?${params}`)).json();
+  assert.equal(res.data.result.length, 1, JSON.stringify(res.data.result.map((r) => r.metric)));
+  const point = res.data.result[0].values.find(([ts]) => Math.round(ts * 1000) === t);
+  assert.ok(point, `a point at ${t}`);
+  return Number(point[1]);
+}
+
+/** The exact total of the profile the pprof download link asks for (the same query, as `top`). */
+async function downloadTotal() {
+  const href = new URL(await page.getAttribute('a.dl-pprof', 'href'), server.url);
+  href.searchParams.set('format', 'top');
+  return (await (await fetch(href)).json()).data.total;
+}
+
+test('a click on a point opens the merge of its step window, whose total is the point', async () => {
+  // Job `steps` has profiles 2 s, 12 s and 17 s after T: the point at T+20s sums two of them.
+  const query = `${CPU}{job="steps"}`;
+  const t = T + 20e3;
+  const expected = await pointValue(`sum by (job) (${query})`, t);
+  const one = await pointValue(`sum by (job) (${query})`, T + 10e3);
+  assert.equal(expected, 2 * one, 'the point sums two profiles');
+  await page.goto(explorerUrl({ query, by: 'job', view: 'icicle' }));
+  await page.waitForSelector('.graph-svg circle.point');
+  const p = await pointAt(t);
+  await page.mouse.move(p.x, p.y);
+  await page.waitForSelector('.graph-tip:not([hidden])');
+  assert.match(await page.textContent('.graph-tip'), new RegExp(formatValue(expected, 'nanoseconds').replace('.', '\\.')));
+  await page.mouse.click(p.x, p.y);
+  await page.waitForFunction(() => document.querySelector('.profile-head h2')?.textContent.startsWith('Profile of {job="steps"} in ('));
+  const url = new URL(page.url()).searchParams;
+  assert.deepEqual([url.get('pfrom'), url.get('pto'), url.get('labels')], [String(t - 10e3), String(t), '{"job":"steps"}']);
+  assert.equal(await page.textContent('.profile-query'), `merge(${CPU}{job="steps"}[10s])`);
+  await drawnIcicle();
+  const summary = () => page.textContent('.profile-summary');
+  assert.match(await summary(), new RegExp(`total ${formatValue(expected, 'nanoseconds').replace('.', '\\.')} `));
+  assert.equal(await downloadTotal(), expected);
+  await page.waitForSelector('.graph-svg rect.selection');
+  await shot('explorer-point-window');
+  // The URL reproduces it.
+  await page.reload();
+  await drawnIcicle();
+  assert.match(await summary(), new RegExp(`total ${formatValue(expected, 'nanoseconds').replace('.', '\\.')} `));
+  assert.equal(await downloadTotal(), expected);
 });
 
 test('the UI reads the columns answer as the same tree as the json format', async () => {

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readColumns, invert, hide, hidePredicate, search, topTable, folded } from '../../../web/static/js/tree.js';
-import { withMatchers, mergeWindow, duration, graphQuery, queryKind, selectorEnd } from '../../../web/static/js/querytext.js';
+import { withMatchers, mergeWindow, duration, graphQuery, queryKind, selectorEnd, hasRange, pointSelection, windowQuery } from '../../../web/static/js/querytext.js';
 import { formatValue, formatPercent, ago } from '../../../web/static/js/units.js';
 import { packageOf, colorFor } from '../../../web/static/js/colors.js';
 import { completionContext, offsetOf } from '../../../web/static/js/querybox.js';
@@ -197,6 +197,8 @@ test('queries: matchers, ranges and offsets, grouping', () => {
   assert.equal(withMatchers(cpu, { job: 'a', __name__: cpu }), `${cpu}{job="a"}`);
   assert.equal(withMatchers(`${cpu}{job="a"} |= "x"`, { instance: 'i"1' }), `${cpu}{job="a", instance="i\\"1"} |= "x"`);
   assert.equal(withMatchers('{__name__=~"m.*"}', { __name__: 'm1' }), '{__name__=~"m.*", __name__="m1"}');
+  assert.equal(withMatchers(`${cpu}{job="a", x!="b"}`, { job: 'a', x: 'b' }), `${cpu}{job="a", x!="b", x="b"}`);
+  assert.equal(withMatchers(`${cpu}{job = "a"}`, { job: 'a' }), `${cpu}{job = "a"}`);
   assert.equal(selectorEnd(`${cpu}{a="}"} |= "y"`), cpu.length + 7);
   assert.equal(duration(5400e3 + 1500), '1h30m1s500ms');
   assert.equal(mergeWindow(`${cpu}{job="a"} |= "x"`, 0, 3600e3, 3660e3), `merge(${cpu}{job="a"}[1h] offset 1m |= "x")`);
@@ -204,6 +206,19 @@ test('queries: matchers, ranges and offsets, grouping', () => {
   assert.equal(graphQuery('x', ' job, instance '), 'sum by (job, instance) (x)');
   assert.equal(graphQuery('x', ''), 'x');
   assert.deepEqual(['merge(x)', 'sum(x)', 'x{a="b"}'].map(queryKind), ['profile', 'series', 'set']);
+});
+
+test('a point of the metrics graph selects the window its value sums', () => {
+  const cpu = 'process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta';
+  const heap = 'memory:inuse_space:bytes:space:bytes';
+  // Delta types: the step's window (t − step, t] of the clicked series.
+  assert.deepEqual(pointSelection(`${cpu}{job="a"}`, { instance: 'i' }, 100e3, 10e3, true),
+    { pfrom: '90000', pto: '100000', labels: '{"instance":"i"}', time: '' });
+  assert.equal(windowQuery(`${cpu}{job="a"} |= "x"`, { instance: 'i' }, 90e3, 100e3), `merge(${cpu}{job="a", instance="i"}[10s] |= "x")`);
+  // Snapshots, and queries with their own range: the query at the point's time.
+  assert.deepEqual(pointSelection(heap, {}, 100e3, 10e3, false), { time: '100000', labels: '{}', pfrom: '', pto: '' });
+  assert.ok(hasRange(`${cpu}{job="a"} [5m] |= "x"`) && !hasRange(`${cpu}{job="a"} |= "[x]"`));
+  assert.equal(pointSelection(`${cpu}[1m]`, {}, 100e3, 10e3, true).time, '100000');
 });
 
 test('units for people', () => {

@@ -10,7 +10,7 @@ import { rangePicker, window as rangeWindow, stepFor, describeRange } from './ti
 import { queryEditor } from './querybox.js';
 import { metricsGraph, labelText } from './metricsgraph.js';
 import { profileView, emptyProfile } from './profileview.js';
-import { graphQuery, withMatchers, queryKind } from './querytext.js';
+import { graphQuery, withMatchers, queryKind, pointSelection, windowQuery } from './querytext.js';
 import { readState, writeState, permalink } from './urlstate.js';
 import { formatTime } from './units.js';
 
@@ -134,9 +134,15 @@ export function mountExplorer(app) {
         return;
       }
       const sel = state.time ? { time: Number(state.time) } : state.pfrom ? { start: Number(state.pfrom), end: Number(state.pto) } : null;
+      const step = stepFor(start, end);
       graph = metricsGraph(data.result, {
         start, end, selection: sel,
-        onPoint: (metric, t) => select({ time: String(Math.round(t)), labels: JSON.stringify(metric), pfrom: '', pto: '' }),
+        // A point's profile: the merge of the window its value sums (delta types), or the
+        // profiles at its time (snapshots).
+        onPoint: (metric, t) => {
+          const delta = (metric.__name__ || typeOfQuery(q) || '').endsWith(':delta');
+          select(pointSelection(q, metric, Math.round(t), step, delta));
+        },
         onRange: (a, b) => select({ pfrom: String(a), pto: String(b), time: '', labels: '' }),
       });
       replace(graphPanel, h('div', { class: 'panel-title' }, h('code', {}, gq), h('span', { class: 'muted' }, ` · ${data.result.length} series · ${describeRange(range)}`)), graph);
@@ -178,6 +184,13 @@ export function mountExplorer(app) {
       pq = withMatchers(q, labels);
       win = { time: Number(state.time) };
       title = `Profile at ${formatTime(win.time)} of ${labelText(labels)}`;
+    } else if (state.pfrom && state.labels) {
+      // A clicked point of a delta type: the window its value sums, (pfrom, pto].
+      const labels = JSON.parse(state.labels);
+      const [a, b] = [Number(state.pfrom), Number(state.pto)];
+      pq = windowQuery(q, labels, a, b);
+      win = { time: b };
+      title = `Profile of ${labelText(labels)} in (${formatTime(a)} – ${formatTime(b)}]`;
     } else if (state.pfrom) {
       pq = `merge(${q})`;
       win = { start: Number(state.pfrom), end: Number(state.pto) };

@@ -41,11 +41,14 @@ const quote = (v) => `"${String(v).replace(/["\\]/g, '\\$&')}"`;
 export function withMatchers(q, labels) {
   // A selector that starts with its profile type may not match `__name__` again.
   const typed = !q.trimStart().startsWith('{');
-  const extra = Object.entries(labels).filter(([k]) => !(typed && k === '__name__')).map(([k, v]) => `${k}=${quote(v)}`);
-  if (!extra.length) return q;
   const end = selectorEnd(q);
   const head = q.slice(0, end);
   const tail = q.slice(end);
+  // A matcher the selector already has (`job="api"`, spaces aside) is not added again.
+  const has = new Set((head.match(/[\w]+\s*=\s*"(?:[^"\\]|\\.)*"/g) || []).map((m) => m.replace(/\s*=\s*/, '=')));
+  const extra = Object.entries(labels).filter(([k]) => !(typed && k === '__name__'))
+    .map(([k, v]) => `${k}=${quote(v)}`).filter((m) => !has.has(m));
+  if (!extra.length) return q;
   if (head.trimEnd().endsWith('}')) {
     const close = head.lastIndexOf('}');
     const inside = head.slice(head.indexOf('{') + 1, close).trim();
@@ -78,4 +81,30 @@ export function mergeWindow(q, start, end, at) {
   const off = at - end;
   const ranged = `${q.slice(0, end0)}[${duration(end - start)}]${off > 0 ? ` offset ${duration(off)}` : ''}${q.slice(end0)}`;
   return `merge(${ranged})`;
+}
+
+/** Whether the selector at the start of `q` has its own range (`x{…}[5m]`). */
+export function hasRange(q) {
+  return /^\s*\[/.test(q.slice(selectorEnd(q)));
+}
+
+/**
+ * The URL state for a click on the metrics graph's point at step `t` (ms) of the series
+ * `labels`, in a graph of steps of `stepMs`. For `…:delta` types (`delta`) a point sums the
+ * profiles in `(t − step, t]`: the click selects that window (`pfrom`, `pto`) of that series,
+ * whose merge totals the point's value. For snapshots, and for queries with their own `[range]`,
+ * the query at time `t` is already what the point shows: the click selects `time`.
+ */
+export function pointSelection(q, labels, t, stepMs, delta) {
+  const l = JSON.stringify(labels);
+  if (delta && !hasRange(q)) return { pfrom: String(t - stepMs), pto: String(t), labels: l, time: '' };
+  return { time: String(t), labels: l, pfrom: '', pto: '' };
+}
+
+/**
+ * The query of a selected window `(fromMs, toMs]` of one series (`labels`) of `q`, evaluated at
+ * `toMs`: `merge(q{labels}[range])`.
+ */
+export function windowQuery(q, labels, fromMs, toMs) {
+  return mergeWindow(withMatchers(q, labels), fromMs, toMs, toMs);
 }
