@@ -355,6 +355,44 @@ test('compare shows a diff: red grew, green shrank', async () => {
   await drawnIcicle();
 });
 
+test('compare: a click on a point of a side chooses that step window for the side', async () => {
+  const query = `${CPU}{job="steps"}`;
+  const t = T + 20e3;
+  const a = await pointValue(`sum(${query})`, t); // two profiles
+  const b = await pointValue(`sum(${query})`, T + 10e3); // one
+  const params = new URLSearchParams({ a: query, afrom: FROM, ato: TO, b: query, bfrom: FROM, bto: TO });
+  await page.goto(`${server.url}/compare?${params}`);
+  await page.waitForSelector('.side-a .graph-svg circle.point');
+  await page.waitForSelector('.side-b .graph-svg circle.point');
+  await drawnIcicle();
+  const pa = await pointAt(t, '.side-a');
+  await page.mouse.move(pa.x, pa.y);
+  await page.mouse.click(pa.x, pa.y);
+  await until(() => new URL(page.url()).searchParams.get('apto') === String(t), 10000, 'side A window in the URL');
+  await page.waitForSelector('.side-b .graph-svg circle.point');
+  const pb = await pointAt(T + 10e3, '.side-b');
+  await page.mouse.move(pb.x, pb.y);
+  await page.mouse.click(pb.x, pb.y);
+  await until(() => new URL(page.url()).searchParams.get('bpto') === String(T + 10e3), 10000, 'side B window in the URL');
+  const url = new URL(page.url()).searchParams;
+  assert.deepEqual([url.get('apfrom'), url.get('bpfrom'), url.get('afrom'), url.get('bto')], [String(t - 10e3), String(T), String(FROM), String(TO)]);
+  // The diff is of those windows: A's total is its point, B's its point; the graphs keep their range.
+  const summary = `A ${formatValue(a, 'nanoseconds')} → B ${formatValue(b, 'nanoseconds')}`;
+  await page.waitForFunction((s) => document.querySelector('.diff-panel .profile-summary')?.textContent.includes(s), summary);
+  const stats = await drawnIcicle();
+  assert.ok(stats.green > 0, `B has half of A: frames shrank: ${JSON.stringify(stats)}`);
+  await page.waitForSelector('.side-a .graph-svg rect.selection');
+  assert.match(await page.textContent('.side-a .side-selection'), /Window \(/);
+  await shot('compare-point-windows');
+  // The URL reproduces it; "Whole range" goes back for one side.
+  await page.reload();
+  await page.waitForFunction((s) => document.querySelector('.diff-panel .profile-summary')?.textContent.includes(s), summary);
+  await page.click('.side-b button.whole-range');
+  await until(() => !new URL(page.url()).searchParams.get('bpto'), 10000, 'side B window cleared');
+  const all = await pointValue(`sum(${query}[10m])`, TO);
+  await page.waitForFunction((s) => document.querySelector('.diff-panel .profile-summary')?.textContent.includes(s), `B ${formatValue(all, 'nanoseconds')}`);
+});
+
 test('the targets page lists targets by job with health and errors', async () => {
   await page.goto(`${server.url}/targets`);
   await page.waitForSelector('section.job[data-job="parca"]');

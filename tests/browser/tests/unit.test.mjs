@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readColumns, invert, hide, hidePredicate, search, topTable, folded } from '../../../web/static/js/tree.js';
-import { withMatchers, mergeWindow, duration, graphQuery, queryKind, selectorEnd, hasRange, pointSelection, windowQuery } from '../../../web/static/js/querytext.js';
+import { withMatchers, mergeWindow, duration, graphQuery, queryKind, selectorEnd, hasRange, pointSelection, windowQuery, sideQuery } from '../../../web/static/js/querytext.js';
 import { formatValue, formatPercent, ago } from '../../../web/static/js/units.js';
 import { packageOf, colorFor } from '../../../web/static/js/colors.js';
 import { completionContext, offsetOf } from '../../../web/static/js/querybox.js';
@@ -219,6 +219,13 @@ test('a point of the metrics graph selects the window its value sums', () => {
   assert.deepEqual(pointSelection(heap, {}, 100e3, 10e3, false), { time: '100000', labels: '{}', pfrom: '', pto: '' });
   assert.ok(hasRange(`${cpu}{job="a"} [5m] |= "x"`) && !hasRange(`${cpu}{job="a"} |= "[x]"`));
   assert.equal(pointSelection(`${cpu}[1m]`, {}, 100e3, 10e3, true).time, '100000');
+});
+
+test('compare sides are windows or times reached from one evaluation time', () => {
+  const cpu = 'process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta';
+  assert.equal(sideQuery(`${cpu}{job="a"}`, { start: 90e3, end: 100e3 }, 160e3), `merge(${cpu}{job="a"}[10s] offset 1m)`);
+  assert.equal(sideQuery('memory:inuse_space:bytes:space:bytes |= "x"', { time: 100e3 }, 160e3), 'merge(memory:inuse_space:bytes:space:bytes offset 1m |= "x")');
+  assert.equal(sideQuery(cpu, { time: 100e3 }, 100e3), `merge(${cpu})`);
 });
 
 test('units for people', () => {

@@ -3,12 +3,13 @@
 
 import { h, replace, stateBox } from './dom.js';
 import { profileTypes, queryRange, queryProfile, ApiError } from './api.js';
-import { typeString } from './profiletypes.js';
+import { typeString, typeOfQuery } from './profiletypes.js';
 import { rangePicker, window as rangeWindow, stepFor, describeRange } from './timerange.js';
 import { queryEditor } from './querybox.js';
 import { metricsGraph } from './metricsgraph.js';
 import { profileView, emptyProfile } from './profileview.js';
-import { mergeWindow, queryKind } from './querytext.js';
+import { sideQuery, queryKind, pointSelection } from './querytext.js';
+import { formatTime } from './units.js';
 import { readState, writeState, permalink } from './urlstate.js';
 
 /** Mounts the compare view into `app`; returns `{destroy}`. */
@@ -23,12 +24,13 @@ export function mountCompare(app) {
   const side = (key, title) => {
     const editor = queryEditor({
       value: state[key] || '', label: `query ${key.toUpperCase()}`, types: () => types,
-      onSubmit: (text) => run({ [key]: text.trim() }),
+      onSubmit: (text) => run({ [key]: text.trim(), ...noSelection(key) }),
     });
     const picker = h('div', { class: 'range-slot' });
     const graph = h('div', { class: 'side-graph' });
-    const el = h('section', { class: `panel side side-${key}`, 'aria-label': title }, h('h2', {}, title), editor.el, picker, graph);
-    return { key, editor, picker, graph, el };
+    const selection = h('div', { class: 'side-selection' });
+    const el = h('section', { class: `panel side side-${key}`, 'aria-label': title }, h('h2', {}, title), editor.el, picker, graph, selection);
+    return { key, editor, picker, graph, selection, el };
   };
   const A = side('a', 'A (base)');
   const B = side('b', 'B (compared with A)');
@@ -37,11 +39,19 @@ export function mountCompare(app) {
   replace(app, h('div', { class: 'compare' },
     h('div', { class: 'sides' }, A.el, B.el),
     h('div', { class: 'row' }, h('button', { type: 'button', class: 'primary run-compare', onclick: () => run({ a: A.editor.value().trim(), b: B.editor.value().trim() }) }, 'Compare'),
-      h('span', { class: 'muted' }, 'Drag across a graph to choose that side’s range.'),
+      h('span', { class: 'muted' }, 'Click a point of a graph, or drag across it, to compare that part of the range.'),
       h('a', { class: 'permalink', href: '#', title: 'This comparison with both ranges fixed, to share', onclick: (e) => { e.currentTarget.href = permalink([['afrom', 'ato'], ['bfrom', 'bto']]); } }, 'Permalink')),
     h('div', { class: 'panel profile-wrap' }, diffHead, diffPanel)));
 
   const rangeOf = (key) => ({ from: state[`${key}from`] || 'now-1h', to: state[`${key}to`] || 'now' });
+  // What a side compares, chosen in its graph: a window `(start, end]` or the profiles at `time`
+  // (URL: `apfrom`/`apto` or `atime`), else its whole range.
+  const selectionOf = (key) => {
+    if (state[`${key}time`]) return { time: Number(state[`${key}time`]) };
+    if (state[`${key}pfrom`]) return { start: Number(state[`${key}pfrom`]), end: Number(state[`${key}pto`]) };
+    return null;
+  };
+  const noSelection = (key) => ({ [`${key}pfrom`]: '', [`${key}pto`]: '', [`${key}time`]: '' });
 
   const run = (patch) => {
     writeState({ ...patch, focus: '', search: '' }, { push: true });
@@ -60,7 +70,12 @@ export function mountCompare(app) {
       const q = (state[s.key] || '').trim();
       if (s.editor.value().trim() !== q) s.editor.setValue(q);
       s.editor.setError(null);
-      replace(s.picker, rangePicker(rangeOf(s.key), (r) => run({ [`${s.key}from`]: r.from, [`${s.key}to`]: r.to })));
+      replace(s.picker, rangePicker(rangeOf(s.key), (r) => run({ [`${s.key}from`]: r.from, [`${s.key}to`]: r.to, ...noSelection(s.key) })));
+      const sel = selectionOf(s.key);
+      replace(s.selection, sel ? [
+        h('span', { class: 'muted' }, sel.time !== undefined ? `Profiles at ${formatTime(sel.time)}` : `Window (${formatTime(sel.start)} – ${formatTime(sel.end)}]`),
+        h('button', { type: 'button', class: 'whole-range', onclick: () => run(noSelection(s.key)) }, 'Whole range'),
+      ] : null);
       loadSide(s, q, signal);
     }
     loadDiff(signal);
@@ -84,10 +99,17 @@ export function mountCompare(app) {
         replace(s.graph, stateBox('empty', `No data in ${describeRange(range)}.`, 'Pick a longer range or another query.'));
         return;
       }
+      const step = stepFor(start, end);
+      const k = s.key;
       const g = metricsGraph(data.result, {
-        start, end,
-        onRange: (a, b) => run({ [`${s.key}from`]: String(a), [`${s.key}to`]: String(b) }),
-        onPoint: () => {},
+        start, end, selection: selectionOf(k),
+        onRange: (a, b) => run({ ...noSelection(k), [`${k}pfrom`]: String(a), [`${k}pto`]: String(b) }),
+        // A point sums its step's window (delta types): compare that window, whose total is
+        // the point's value; a snapshot point is the profiles at its time.
+        onPoint: (_metric, t) => {
+          const p = pointSelection(q, {}, Math.round(t), step, (typeOfQuery(q) || '').endsWith(':delta'));
+          run({ [`${k}pfrom`]: p.pfrom, [`${k}pto`]: p.pto, [`${k}time`]: p.time });
+        },
       });
       graphs.push(g);
       replace(s.graph, g);
@@ -106,11 +128,11 @@ export function mountCompare(app) {
       replace(diffPanel, stateBox('empty', 'Give both A and B a query to see how B differs from A.'));
       return;
     }
-    const wa = rangeWindow(rangeOf('a'));
-    const wb = rangeWindow(rangeOf('b'));
-    // Both sides are evaluated at one time: each reaches its own range with [range] offset.
-    const at = Math.max(wa.end, wb.end);
-    const query = `diff(${mergeWindow(qa, wa.start, wa.end, at)}, ${mergeWindow(qb, wb.start, wb.end, at)})`;
+    const wa = selectionOf('a') || rangeWindow(rangeOf('a'));
+    const wb = selectionOf('b') || rangeWindow(rangeOf('b'));
+    // Both sides are evaluated at one time: each reaches its own window with [range] offset.
+    const at = Math.max(wa.time ?? wa.end, wb.time ?? wb.end);
+    const query = `diff(${sideQuery(qa, wa, at)}, ${sideQuery(qb, wb, at)})`;
     replace(diffHead, h('h2', {}, 'B compared with A'), h('code', { class: 'profile-query muted' }, query));
     replace(diffPanel, stateBox('loading', 'Loading the diff…'));
     try {

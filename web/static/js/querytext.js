@@ -102,6 +102,18 @@ export function pointSelection(q, labels, t, stepMs, delta) {
 }
 
 /**
+ * A compare side as an operand of `diff` evaluated at time `at`: the merge of the window
+ * `(start, end]` (`{start, end}`), or of the latest profile of each series at `time` (`{time}`,
+ * how snapshot types are shown at a point).
+ */
+export function sideQuery(q, { start, end, time }, at) {
+  if (time === undefined) return mergeWindow(q, start, end, at);
+  const cut = selectorEnd(q);
+  const off = at - time;
+  return `merge(${q.slice(0, cut)}${off > 0 ? ` offset ${duration(off)}` : ''}${q.slice(cut)})`;
+}
+
+/**
  * The query of a selected window `(fromMs, toMs]` of one series (`labels`) of `q`, evaluated at
  * `toMs`: `merge(q{labels}[range])`.
  */
