@@ -6,7 +6,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use hyper::Response;
-use parca_profile::{ColumnsWriter, FlameGraph, TopTable};
+use parca_profile::{ColumnsWriter, FlameGraph, FrameHider, TopTable};
 use parca_query::{Engine, InstantQuery, ProfileGroup, RangeQuery};
 use parca_querylang::{Expr, ExprKind};
 use parca_tsdb::{Labels, Matcher};
@@ -95,6 +95,13 @@ pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>
             ))
         })?),
     };
+    // Frames hidden as in the UI, so that a download holds what was on screen.
+    let hider = FrameHider::new(p.get("hide"), p.get("hide_binary")).map_err(|e| match e {
+        parca_profile::Error::Regex { pattern, source } => ApiError::bad_data(format!(
+            "parameter `hide` or `hide_binary` is not a valid regex: `{pattern}`: {source}"
+        )),
+        e => ApiError::bad_data(e.to_string()),
+    })?;
     let grouped = matches!(
         &expr.kind,
         ExprKind::Merge {
@@ -104,7 +111,12 @@ pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>
     );
     let started = std::time::Instant::now();
     let result = with_engine(api, move |engine| {
-        let groups = engine.instant(&expr, &query).map_err(query_error)?;
+        let mut groups = engine.instant(&expr, &query).map_err(query_error)?;
+        if !hider.is_empty() {
+            for g in &mut groups {
+                g.profile = hider.apply(&g.profile);
+            }
+        }
         if groups.is_empty() {
             return Err(ApiError::execution(
                 "no profiles match the query in this time range: widen the range, or check the selector against /api/v1/series",

@@ -222,6 +222,34 @@ async fn push_then_query_in_every_format() {
         top["data"]["total"].as_i64().expect("total")
     );
 
+    // Hidden frames: gone from every format, the total unchanged.
+    let (status, hidden) = server
+        .get(&format!(
+            "/api/v1/query?query={query}&{window}&format=folded&hide={}",
+            enc(r"^runtime\.|SHA256")
+        ))
+        .await;
+    assert_eq!(status, 200, "{hidden}");
+    assert!(!hidden.contains("runtime.") && !hidden.contains("sha256"));
+    assert!(hidden.lines().any(|l| l.contains("main.(*counter).inc")));
+    let response = server
+        .client
+        .get(format!(
+            "{}/api/v1/query?query={query}&{window}&format=pprof&hide={}",
+            server.base,
+            enc(r"^runtime\.")
+        ))
+        .send()
+        .await
+        .expect("request");
+    let bytes = response.bytes().await.expect("body");
+    let hidden = &parca_profile::decode(&bytes, &Default::default()).expect("valid pprof")[0];
+    assert_eq!(hidden.total(), profiles[0].total());
+    assert!(
+        hidden.tables.n_functions() < profiles[0].tables.n_functions(),
+        "runtime functions are gone"
+    );
+
     let (status, body) = server
         .get(&format!(
             "/api/v1/query_range?query={}&start=0&end=4000000000&step=30d",
@@ -296,6 +324,11 @@ async fn bad_requests_say_what_is_wrong() {
         ),
         ("/api/v1/nothing", 404, "no endpoint at /api/v1/nothing"),
         ("/api/v1/series", 400, "no `match[]`"),
+        (
+            "/api/v1/query?query=memory:inuse_space:bytes:space:bytes&hide=(",
+            400,
+            "parameter `hide` or `hide_binary` is not a valid regex: `(`",
+        ),
         (
             "/api/v1/query?query=memory:inuse_space:bytes:space:bytes&format=columns&min_share=2",
             400,

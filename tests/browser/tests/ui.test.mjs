@@ -332,6 +332,33 @@ test('downloads: folded and SVG of the view, pprof from the server', async () =>
   assert.deepEqual([bytes[0], bytes[1]], [0x1f, 0x8b], 'pprof download is gzip');
 });
 
+test('the pprof download holds what is on screen: hidden frames removed, the zoomed samples', async () => {
+  await page.goto(explorerUrl({ query: `${CPU}{job="go"}`, view: 'icicle', hide: '^runtime\\.' }));
+  await drawnIcicle();
+  const link = () => page.getAttribute('a.dl-pprof', 'href');
+  assert.equal(new URL(await link(), server.url).searchParams.get('hide'), '^runtime\\.');
+  // Zoom into the first frame below the root.
+  const box = await page.$eval('canvas.icicle', (c) => { const b = c.getBoundingClientRect(); return { x: b.x, y: b.y }; });
+  await page.mouse.click(box.x + 4, box.y + ROW * 1.5);
+  await page.waitForFunction(() => document.querySelectorAll('.breadcrumb .crumb').length === 2);
+  const zoomed = await page.textContent('.breadcrumb .crumb.current');
+  await until(async () => new URL(await link(), server.url).searchParams.get('query').includes('|~'), 5000, 'the zoom in the pprof link');
+  const href = new URL(await link(), server.url);
+  assert.ok(href.searchParams.get('query').endsWith(` |~ \`${zoomed.replace(/[\\.+*?()|[\]{}^$#&\-~]/g, '\\$&')}\``), href.searchParams.get('query'));
+  const pprof = await fetch(href);
+  assert.equal(pprof.status, 200);
+  assert.deepEqual([...new Uint8Array(await pprof.arrayBuffer()).subarray(0, 2)], [0x1f, 0x8b]);
+  // The same request as folded text: what the pprof holds, to compare with the screen's folded.
+  href.searchParams.set('format', 'folded');
+  const served = (await (await fetch(href)).text()).trim().split('\n');
+  assert.ok(served.length > 0 && served.every((l) => !/(^|;)runtime\./.test(l) && l.includes(zoomed)), served.slice(0, 3).join('\n'));
+  const [dl] = await Promise.all([page.waitForEvent('download'), page.click('button.dl-folded')]);
+  const onScreen = Buffer.concat(await (await dl.createReadStream()).toArray()).toString().trim().split('\n');
+  const sum = (lines) => lines.reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+  assert.equal(sum(served), sum(onScreen));
+  assert.ok(sum(served) > 0);
+});
+
 test('compare shows a diff: red grew, green shrank', async () => {
   const params = new URLSearchParams({
     a: `${CPU}{instance="go-cpu"}`, afrom: FROM, ato: TO,

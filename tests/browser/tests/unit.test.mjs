@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readColumns, invert, hide, hidePredicate, search, topTable, folded } from '../../../web/static/js/tree.js';
-import { withMatchers, mergeWindow, duration, graphQuery, queryKind, selectorEnd, hasRange, pointSelection, windowQuery, sideQuery } from '../../../web/static/js/querytext.js';
+import { withMatchers, mergeWindow, duration, graphQuery, queryKind, selectorEnd, hasRange, pointSelection, windowQuery, sideQuery, withFrameFilters } from '../../../web/static/js/querytext.js';
 import { formatValue, formatPercent, ago } from '../../../web/static/js/units.js';
 import { packageOf, colorFor } from '../../../web/static/js/colors.js';
 import { completionContext, offsetOf } from '../../../web/static/js/querybox.js';
@@ -226,6 +226,12 @@ test('compare sides are windows or times reached from one evaluation time', () =
   assert.equal(sideQuery(`${cpu}{job="a"}`, { start: 90e3, end: 100e3 }, 160e3), `merge(${cpu}{job="a"}[10s] offset 1m)`);
   assert.equal(sideQuery('memory:inuse_space:bytes:space:bytes |= "x"', { time: 100e3 }, 160e3), 'merge(memory:inuse_space:bytes:space:bytes offset 1m |= "x")');
   assert.equal(sideQuery(cpu, { time: 100e3 }, 100e3), `merge(${cpu})`);
+});
+
+test('a zoom path becomes exact-name stack filters', () => {
+  assert.equal(withFrameFilters('merge(x)', []), 'merge(x)');
+  assert.equal(withFrameFilters('merge(x)', ['main.(*T).run', 'a-b', 'main.(*T).run']), 'merge(x) |~ `main\\.\\(\\*T\\)\\.run` |~ `a\\-b`');
+  assert.equal(withFrameFilters('x', ['odd`name"']), 'x |~ "odd`name\\""');
 });
 
 test('units for people', () => {

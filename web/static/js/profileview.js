@@ -8,12 +8,14 @@ import { functionTable } from './table.js';
 import { icicleSVG } from './svgexport.js';
 import { formatValue, formatPercent, formatDelta } from './units.js';
 import { url } from './api.js';
+import { withFrameFilters } from './querytext.js';
 
 /**
  * Renders the flame-graph `original` (a `Tree`, as `readColumns` gives it) into `root`.
  * `state`: `{view, invert, search, hide, hidebin, focus, diffmode, sort, filter}`;
  * `onState(patch)` stores changes in the URL; `pprofQuery` is `{query, params}` for the pprof
- * download (the server renders it).
+ * download (the server renders it, with the frames hidden here and only the samples through the
+ * zoomed frame's path).
  *
  * The icicle is drawn at once; the function table and the list of binaries, which cost a pass
  * over the whole tree and many DOM nodes, follow right after the first paint.
@@ -69,6 +71,7 @@ export function profileView(root, original, state, onState, pprofQuery) {
     tooltip,
     onFocus: (i) => {
       renderBreadcrumb(i);
+      updatePprofLink();
       onState({ focus: i === 0 ? '' : tree.path(i).slice(1).map((j) => tree.nameOf(j)).join(';') });
     },
   });
@@ -118,6 +121,7 @@ export function profileView(root, original, state, onState, pprofQuery) {
     const focus = state.focus ? tree.find(state.focus.split(';')) : 0;
     icicle.setTree(tree, { diffMode: state.diffmode === 'relative' ? 'relative' : 'absolute', focus });
     renderBreadcrumb(focus);
+    updatePprofLink();
     applySearch();
     renderSummary();
     if (state.view !== 'icicle') replace(tableBox, stateBox('loading', 'Building the table…'));
@@ -234,9 +238,23 @@ export function profileView(root, original, state, onState, pprofQuery) {
     [['icicle', 'Icicle'], ['both', 'Both'], ['table', 'Table']].map(([v, label]) =>
       h('button', { type: 'button', dataset: { view: v }, onclick: () => setView(v) }, label)));
   const fileBase = `profile-${(meta.sample_type || 'profile').replace(/\W+/g, '_')}`;
+  const pprofLink = pprofQuery ? h('a', { class: 'dl-pprof', download: `${fileBase}.pb.gz`, title: 'From the server: hidden frames removed, only the samples through the zoomed frames' }, 'pprof') : null;
+  // The server hides the same frames; a zoom keeps the samples with every frame of its path.
+  const updatePprofLink = () => {
+    if (!pprofLink) return;
+    const focus = icicle.focusNode;
+    const zoom = focus > 0 ? tree.path(focus).slice(1).map((j) => tree.nameOf(j)) : [];
+    pprofLink.href = url('/api/v1/query', {
+      ...pprofQuery.params,
+      query: withFrameFilters(pprofQuery.query, zoom),
+      format: 'pprof',
+      hide: hideError ? '' : state.hide,
+      hide_binary: hideError ? '' : state.hidebin,
+    });
+  };
   const downloads = h('div', { class: 'downloads' },
     h('span', { class: 'muted' }, 'Download:'),
-    pprofQuery ? h('a', { class: 'dl-pprof', href: url('/api/v1/query', { ...pprofQuery.params, query: pprofQuery.query, format: 'pprof' }), download: `${fileBase}.pb.gz` }, 'pprof') : null,
+    pprofLink,
     h('button', {
       type: 'button', class: 'dl-svg', title: 'The graph as it is on screen',
       onclick: () => download(`${fileBase}.svg`, icicleSVG(icicle, `${meta.sample_type} (${unit})`, titleText), 'image/svg+xml'),

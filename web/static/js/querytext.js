@@ -120,3 +120,18 @@ export function sideQuery(q, { start, end, time }, at) {
 export function windowQuery(q, labels, fromMs, toMs) {
   return mergeWindow(withMatchers(q, labels), fromMs, toMs, toMs);
 }
+
+/** A stack filter keeping the samples with a frame named exactly `name` (`|~`, regex-escaped). */
+export function exactFrameFilter(name) {
+  const re = name.replace(/[\\.+*?()|[\]{}^$#&\-~]/g, '\\$&');
+  return re.includes('`') ? `|~ "${re.replace(/["\\]/g, '\\$&')}"` : `|~ \`${re}\``;
+}
+
+/**
+ * `q` keeping only the samples whose stacks hold every frame of `names` (a zoom path): what a
+ * zoomed icicle shows, unless those functions also meet elsewhere.
+ */
+export function withFrameFilters(q, names) {
+  const unique = [...new Set(names)];
+  return unique.length ? `${q} ${unique.map(exactFrameFilter).join(' ')}` : q;
+}
