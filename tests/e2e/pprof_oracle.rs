@@ -21,6 +21,24 @@ fn unit_flag(unit: &str) -> Option<&'static str> {
     }
 }
 
+/// google/pprof's merge of `paths` (`pprof -proto`), written to `out`.
+pub(crate) fn oracle_merge(pprof: &Path, paths: &[std::path::PathBuf], out: &Path) {
+    let tmp = out.parent().expect("a file in a directory");
+    let output = Command::new(pprof)
+        .arg("-proto")
+        .arg("-symbolize=none")
+        .args(paths)
+        .env("PPROF_TMPDIR", tmp)
+        .output()
+        .expect("run pprof");
+    assert!(
+        output.status.success(),
+        "pprof -proto: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::write(out, &output.stdout).expect("write pprof's merge");
+}
+
 /// Runs `pprof -top` over every node and parses its rows.
 pub(crate) fn oracle_top(pprof: &Path, file: &Path, sample_index: usize, unit: &str) -> Rows {
     let mut cmd = Command::new(pprof);
@@ -160,19 +178,7 @@ fn merge_equals_pprof_proto_merge() {
     for (g, group) in groups.iter().enumerate() {
         let paths: Vec<_> = group.iter().map(|f| dir.join(f)).collect();
         let merged_path = tmp.path().join(format!("merged-{g}.pb.gz"));
-        let output = Command::new(&pprof)
-            .arg("-proto")
-            .arg("-symbolize=none")
-            .args(&paths)
-            .env("PPROF_TMPDIR", tmp.path())
-            .output()
-            .expect("run pprof");
-        assert!(
-            output.status.success(),
-            "pprof -proto: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        std::fs::write(&merged_path, &output.stdout).expect("write merged");
+        oracle_merge(&pprof, &paths, &merged_path);
         let theirs = decode(&merged_path);
         let decoded: Vec<Vec<Profile>> = paths.iter().map(|p| decode(p)).collect();
         for (i, their) in theirs.iter().enumerate() {

@@ -3,14 +3,13 @@
 //! `UPDATE_GOLDEN=1`). The merged numbers are also checked against google/pprof.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use parca_profile::{Profile, TopTable};
 use parca_query::{Engine, InstantQuery, Limits, RangeQuery};
 use parca_tsdb::{Db, Labels};
 
-use crate::pprof_oracle::{oracle_top, our_rows};
+use crate::pprof_oracle::{oracle_merge, oracle_top, our_rows};
 use crate::support::{corpus_dir, pprof_oracle, read};
 
 /// The fixture's first timestamp: 2023-11-14T22:13:20Z.
@@ -227,20 +226,8 @@ fn evaluated_merge_agrees_with_pprof() {
             .iter()
             .flat_map(|&(f, n)| std::iter::repeat_n(corpus_dir().join(f), n))
             .collect();
-        let output = Command::new(&pprof)
-            .arg("-proto")
-            .arg("-symbolize=none")
-            .args(&paths)
-            .env("PPROF_TMPDIR", tmp.path())
-            .output()
-            .expect("run pprof");
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
         let merged = tmp.path().join("merged.pb.gz");
-        std::fs::write(&merged, &output.stdout).expect("write");
+        oracle_merge(&pprof, &paths, &merged);
         let index = decode(&merged)
             .iter()
             .position(|p| p.meta.sample_type == ours.meta.sample_type)

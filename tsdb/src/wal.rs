@@ -295,7 +295,8 @@ impl Wal {
     }
 
     /// Whether some record written is not yet known to be on disk.
-    pub fn has_unsynced(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_unsynced(&self) -> bool {
         let written = self
             .writer
             .lock()
