@@ -2,7 +2,7 @@
 //! background thread that cuts the head into blocks, compacts them and applies retention.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockWriteGuard, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -217,6 +217,7 @@ impl Db {
     pub fn appender(&self) -> Appender<'_> {
         Appender {
             db: self,
+            held: None,
             last_seq: 0,
             wake: false,
         }
@@ -533,12 +534,29 @@ fn series_meta(meta: &Meta) -> Meta {
 /// between may lose it, and its writer was never told it was stored.
 pub struct Appender<'a> {
     db: &'a Db,
+    /// The head's write lock, when [`Appender::try_hold`] took it for all appends to come.
+    held: Option<RwLockWriteGuard<'a, Head>>,
     last_seq: u64,
     /// Whether the head has grown enough that the background thread should look at it.
     wake: bool,
 }
 
 impl Appender<'_> {
+    /// Takes the head's write lock for every append until the commit, if nobody holds it now,
+    /// and says whether it did. A caller that must not wait (an async task on a runtime's
+    /// worker) appends only when this is true: a query or a cut into blocks can hold the head
+    /// for seconds. Appends to a held head also skip taking the lock once per profile.
+    pub fn try_hold(&mut self) -> bool {
+        if self.held.is_none() {
+            self.held = match self.db.inner.head.try_write() {
+                Ok(head) => Some(head),
+                Err(TryLockError::WouldBlock) => return false,
+                Err(TryLockError::Poisoned(_)) => panic!("head lock poisoned"),
+            };
+        }
+        true
+    }
+
     /// Appends `profile` to the series `labels` at `timestamp_ms`. Refuses, and stores nothing
     /// of, a profile without a `__name__` label, one not newer than the series' last, one older
     /// than the time already cut into blocks, or one with more stacks than
@@ -563,7 +581,14 @@ impl Appender<'_> {
                 limit,
             });
         }
-        let mut head = inner.head.write().expect("head lock poisoned");
+        let mut taken;
+        let head: &mut Head = match &mut self.held {
+            Some(held) => held,
+            None => {
+                taken = inner.head.write().expect("head lock poisoned");
+                &mut taken
+            }
+        };
         if timestamp_ms < head.min_valid_ms {
             return Err(Error::OutOfBounds {
                 labels: labels.to_string(),
@@ -627,7 +652,9 @@ impl Appender<'_> {
     }
 
     /// Returns once every profile appended so far is on disk. Concurrent commits share fsyncs.
-    pub fn commit(self) -> Result<(), Error> {
+    pub fn commit(mut self) -> Result<(), Error> {
+        // Queries need not wait for the disk.
+        self.held = None;
         if self.last_seq > 0 {
             self.db.inner.wal.sync_through(self.last_seq)?;
         }
@@ -640,7 +667,8 @@ impl Appender<'_> {
     /// them durable within [`Options::wal_sync_interval`], so a crash of the machine loses at
     /// most that much. For data that would be fetched again anyway, such as scrapes, as
     /// Prometheus does; whoever was promised durability (a push) needs [`Appender::commit`].
-    pub fn commit_buffered(self) -> Result<(), Error> {
+    pub fn commit_buffered(mut self) -> Result<(), Error> {
+        self.held = None;
         if self.last_seq > 0 {
             self.db.inner.wal.flush()?;
         }
@@ -733,6 +761,33 @@ mod tests {
             parca_profile::TopTable::build(&back[0].profiles[0].1).rows,
             original.rows
         );
+    }
+
+    #[test]
+    fn a_held_head_takes_appends_without_waiting_and_a_queried_one_refuses_to_hold() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let cpu = corpus_cpu("go/go-cpu.pb.gz");
+        let querier = db.querier(0, 0);
+        let mut appender = db.appender();
+        assert!(!appender.try_hold(), "a query holds the head");
+        drop(querier);
+        assert!(appender.try_hold());
+        assert!(appender.try_hold(), "holding twice is holding");
+        for t in 0..2 {
+            appender
+                .append(&labels("api", "a"), t, &cpu)
+                .expect("append");
+        }
+        appender.commit_buffered().expect("commit");
+        // The commit let the head go.
+        assert_eq!(
+            totals(&db, &[])[0].1,
+            vec![(0, cpu.total()), (1, cpu.total())]
+        );
+        drop(db);
+        let db = Db::open(dir.path(), Options::default()).expect("reopen");
+        assert_eq!(db.stats().n_profiles, 2);
     }
 
     #[test]

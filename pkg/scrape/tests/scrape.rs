@@ -265,3 +265,61 @@ scrape_configs:
     drop(querier);
     manager.stop().await;
 }
+
+/// Scrapes store on the async workers when the store is free; while a query holds the store,
+/// they must wait on the blocking pool instead, so that the workers (and every other loop,
+/// and the target served from the same runtime here) keep running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_store_does_not_stall_scraping() {
+    let good = target(false).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Arc::new(Db::open(dir.path(), Default::default()).expect("open"));
+    let manager = Manager::new(
+        db.clone(),
+        Default::default(),
+        ScrapeMetrics::register(&mut prometheus_client::registry::Registry::default()),
+    );
+    let yaml = format!(
+        "scrape_configs:\n  - job_name: go\n    scrape_interval: 1s\n    static_configs: [{{ targets: [\"{good}\"] }}]\n"
+    );
+    manager.apply(&parca_config::parse(&yaml, "busy.yaml").expect("valid config"));
+    let stored_between = |from_ms: i64, to_ms: i64| {
+        db.querier(from_ms, to_ms)
+            .totals(&[])
+            .iter()
+            .map(|s| s.points.len())
+            .sum::<usize>()
+    };
+    eventually("a first scrape stored", || {
+        stored_between(i64::MIN, i64::MAX) > 0
+    })
+    .await;
+
+    // A query holds the head for four seconds: five loops at 1 s scrape about twenty times.
+    let holder_db = Arc::clone(&db);
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let holder = std::thread::spawn(move || {
+        let querier = holder_db.querier(i64::MIN, i64::MAX);
+        let from = std::time::SystemTime::now();
+        held_tx.send(()).expect("test waits");
+        std::thread::sleep(Duration::from_secs(4));
+        let to = std::time::SystemTime::now();
+        drop(querier);
+        (from, to)
+    });
+    held_rx.recv().expect("holder started");
+    let (from, to) = tokio::task::spawn_blocking(move || holder.join().expect("holder"))
+        .await
+        .expect("join");
+    let ms = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+    };
+    // Scrapes started while the head was held are stored once it is free.
+    let mut during = 0;
+    eventually("the scrapes made while the store was busy stored", || {
+        during = stored_between(ms(from), ms(to));
+        during >= 8
+    })
+    .await;
+    manager.stop().await;
+}
