@@ -1,11 +1,12 @@
 //! Push endpoints: our `/api/v1/write`, and Pyroscope's `/ingest` and Connect `Push`.
 
 use std::borrow::Cow;
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use hyper::{Response, StatusCode};
-use parca_ingest::{Durability, LegacyIngest, Series, Sink};
+use parca_ingest::{Durability, IngestBody, LegacyIngest, Series, Sink};
 use parca_tsdb::{Labels, NAME_LABEL};
 
 use crate::Api;
@@ -121,23 +122,69 @@ pub(crate) async fn pyroscope_ingest(
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if content_type.starts_with("multipart/") {
-        return Err(ApiError::bad_data(
-            "multipart /ingest bodies are not supported; send the profile itself as the body",
-        ));
-    }
     let request = LegacyIngest {
         name: p.required("name")?.to_owned(),
-        from_s: int("from")?,
-        until_s: int("until")?,
+        from: int("from")?,
+        until: int("until")?,
         format: p.get("format").map(str::to_owned),
         sample_rate: int("sampleRate")?,
         spy_name: p.get("spyName").map(str::to_owned),
     };
     let body = content_decoded(api, &call)?;
-    let batch = parca_ingest::legacy_ingest(&request, &body, &api.options.decode, now_ms())
-        .map_err(|e| ApiError::bad_data(e.to_string()))?;
+    let batch = if content_type.starts_with("multipart/") {
+        let form = FormParts::read(content_type, body.into_owned()).await?;
+        parca_ingest::legacy_ingest(&request, form.body()?, &api.options.decode, now_ms())
+    } else {
+        parca_ingest::legacy_ingest(
+            &request,
+            IngestBody::Raw(&body),
+            &api.options.decode,
+            now_ms(),
+        )
+    }
+    .map_err(|e| ApiError::bad_data(e.to_string()))?;
     store(api, "pyroscope_ingest", batch).await
+}
+
+/// The parts of a multipart `/ingest` body that Pyroscope's SDKs send.
+#[derive(Default)]
+struct FormParts {
+    profile: Option<bytes::Bytes>,
+    prev_profile: Option<bytes::Bytes>,
+    sample_type_config: Option<bytes::Bytes>,
+}
+
+impl FormParts {
+    /// Splits a `multipart/form-data` body; parts of other names are skipped.
+    async fn read(content_type: &str, body: Vec<u8>) -> Result<FormParts, ApiError> {
+        let bad = |e: multer::Error| ApiError::bad_data(format!("invalid multipart body: {e}"));
+        let boundary = multer::parse_boundary(content_type).map_err(bad)?;
+        let chunk = bytes::Bytes::from(body);
+        let stream = futures_util::stream::once(async move { Ok::<_, Infallible>(chunk) });
+        let mut form = multer::Multipart::new(stream, boundary);
+        let mut parts = FormParts::default();
+        while let Some(field) = form.next_field().await.map_err(bad)? {
+            let slot = match field.name() {
+                Some("profile") => &mut parts.profile,
+                Some("prev_profile") => &mut parts.prev_profile,
+                Some("sample_type_config") => &mut parts.sample_type_config,
+                _ => continue,
+            };
+            *slot = Some(field.bytes().await.map_err(bad)?);
+        }
+        Ok(parts)
+    }
+
+    fn body(&self) -> Result<IngestBody<'_>, ApiError> {
+        let profile = self.profile.as_deref().ok_or_else(|| {
+            ApiError::bad_data("the multipart body has no `profile` part holding the pprof")
+        })?;
+        Ok(IngestBody::Form {
+            profile,
+            prev_profile: self.prev_profile.as_deref(),
+            sample_type_config: self.sample_type_config.as_deref(),
+        })
+    }
 }
 
 /// `POST /push.v1.PusherService/Push`: Pyroscope's Connect push (protobuf, unary). Answers in

@@ -71,9 +71,20 @@ impl Server {
     }
 
     async fn post(&self, path_and_query: &str, body: Vec<u8>) -> (u16, String) {
+        self.post_typed(path_and_query, body, "application/octet-stream")
+            .await
+    }
+
+    async fn post_typed(
+        &self,
+        path_and_query: &str,
+        body: Vec<u8>,
+        content_type: &str,
+    ) -> (u16, String) {
         let response = self
             .client
             .post(format!("{}{path_and_query}", self.base))
+            .header("content-type", content_type)
             .body(body)
             .send()
             .await
@@ -384,4 +395,82 @@ async fn a_duplicate_push_is_refused_and_metrics_count_it() {
         "{metrics}"
     );
     assert!(metrics.contains("parca_tsdb_head_series 4"));
+}
+
+/// A `multipart/form-data` body as Go's `mime/multipart` writes it for `CreateFormFile`, which is
+/// what Pyroscope's Go SDK sends to `/ingest`.
+fn go_sdk_form(boundary: &str, parts: &[(&str, &str, &[u8])]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (name, file, data) in parts {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; \
+                 filename=\"{file}\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        body.extend_from_slice(data);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    body
+}
+
+#[tokio::test]
+async fn pyroscope_go_sdk_multipart_ingest() {
+    let server = Server::ready().await;
+    let boundary = "a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e";
+    let content_type = format!("multipart/form-data; boundary={boundary}");
+    let config = br#"{"alloc_objects":{"units":"objects"},"alloc_space":{"units":"bytes"},"inuse_space":{"units":"bytes","aggregation":"average"},"inuse_objects":{"units":"objects","aggregation":"average"}}"#;
+    let heap = corpus("go/go-heap.pb.gz");
+    let body = go_sdk_form(
+        boundary,
+        &[
+            ("profile", "profile.pprof", &heap),
+            ("sample_type_config", "sample_type_config.json", config),
+        ],
+    );
+    // Times in nanoseconds, as the Go SDK sends them.
+    let from = 1_700_000_000_000_000_000_i64;
+    let path = format!(
+        "/ingest?name={}&from={from}&until={}&spyName=gospy&sampleRate=100&units=&aggregationType=",
+        enc("shop{env=prod}"),
+        from + 10_000_000_000
+    );
+    let (status, answer) = server.post_typed(&path, body, &content_type).await;
+    assert_eq!(status, 200, "{answer}");
+    let (_, names) = server
+        .get("/api/v1/label/__name__/values?start=1699999990&end=1700000020")
+        .await;
+    let names = json(&names);
+    for name in [
+        "memory:alloc_space:bytes:space:bytes:delta",
+        "memory:inuse_space:bytes:space:bytes",
+    ] {
+        assert!(
+            names["data"].as_array().unwrap().iter().any(|n| n == name),
+            "{name} in {names}"
+        );
+    }
+    let (_, series) = server
+        .get(&format!(
+            "/api/v1/series?match[]={}&start=1699999990&end=1700000020",
+            enc("memory:alloc_space:bytes:space:bytes:delta")
+        ))
+        .await;
+    let series = json(&series);
+    assert_eq!(series["data"][0]["service_name"], "shop", "{series}");
+    assert_eq!(series["data"][0]["env"], "prod", "{series}");
+    assert_eq!(series["data"][0]["spy_name"], "gospy", "{series}");
+
+    // A form without the profile, and one that is not a form at all, are named.
+    let no_profile = go_sdk_form(boundary, &[("sample_type_config", "c.json", config)]);
+    let (status, answer) = server.post_typed(&path, no_profile, &content_type).await;
+    assert_eq!(status, 400);
+    assert!(answer.contains("no `profile` part"), "{answer}");
+    let (status, answer) = server
+        .post_typed(&path, b"junk".to_vec(), &content_type)
+        .await;
+    assert_eq!(status, 400);
+    assert!(answer.contains("invalid multipart body"), "{answer}");
 }

@@ -1,6 +1,8 @@
 //! Pyroscope's two push protocols: the legacy `/ingest` request and the Connect
 //! `push.v1.PusherService/Push` message that pyroscope-io 1.x sends.
 
+use std::collections::BTreeMap;
+
 use parca_pprof::proto;
 use parca_profile::Profile;
 use parca_tsdb::Labels;
@@ -89,16 +91,35 @@ pub fn decode_push_request(
 pub struct LegacyIngest {
     /// `name`: the application and its tags, `app.cpu{env=prod,region=eu}`.
     pub name: String,
-    /// `from`: start of the window, Unix seconds.
-    pub from_s: Option<i64>,
-    /// `until`: end of the window, Unix seconds.
-    pub until_s: Option<i64>,
+    /// `from`: start of the window, Unix time in seconds, milliseconds, microseconds or
+    /// nanoseconds, told apart by size as Pyroscope does (the Go SDK sends nanoseconds, the
+    /// Python and Node SDKs seconds).
+    pub from: Option<i64>,
+    /// `until`: end of the window, in the same units as `from`.
+    pub until: Option<i64>,
     /// `format`: `pprof` (the default when the body is a pprof) or `folded` (also `lines`).
     pub format: Option<String>,
     /// `sampleRate`: samples per second of a folded CPU profile (default 100).
     pub sample_rate: Option<i64>,
     /// `spyName`: the agent that sent it, kept as the `spy_name` label.
     pub spy_name: Option<String>,
+}
+
+/// The body of an `/ingest` request.
+#[derive(Debug, Clone, Copy)]
+pub enum IngestBody<'a> {
+    /// The profile itself: pprof (gzipped or not) or folded text, as `format` says.
+    Raw(&'a [u8]),
+    /// The parts of a `multipart/form-data` body, as Pyroscope's Go SDK sends them.
+    Form {
+        /// `profile`: a pprof.
+        profile: &'a [u8],
+        /// `prev_profile`: the previous snapshot of a cumulative profile (older Go SDKs); the
+        /// cumulative sample types are stored as what they gained since it.
+        prev_profile: Option<&'a [u8]>,
+        /// `sample_type_config`: JSON naming the sample types to keep and what they are.
+        sample_type_config: Option<&'a [u8]>,
+    },
 }
 
 /// Pyroscope's profile-name suffixes and the Parca profile name each maps to.
@@ -117,16 +138,79 @@ const SUFFIXES: &[(&str, &str)] = &[
     ("block_duration", "block"),
 ];
 
-/// Decodes a legacy `/ingest` request: `body` is a pprof (gzipped or raw) or folded text.
-/// The application name becomes the `service_name` label and the tags series labels.
+/// One entry of `sample_type_config`, keyed by a pprof sample type such as `alloc_space`.
+#[derive(Debug, Default, serde::Deserialize)]
+struct SampleTypeConfig {
+    /// The Pyroscope name of the type (`mutex_count`), which says which profile it belongs to.
+    #[serde(rename = "display-name", default)]
+    display_name: Option<String>,
+    /// `average` for a snapshot (in-use memory, goroutines), `sum` (default) for a window.
+    #[serde(default)]
+    aggregation: Option<String>,
+    /// Grows over the program's life: with a `prev_profile`, the growth since it is stored.
+    #[serde(default)]
+    cumulative: bool,
+}
+
+/// Sample types Pyroscope treats as cumulative when no `sample_type_config` says otherwise.
+fn cumulative_by_default(kind: &str) -> bool {
+    matches!(
+        kind,
+        "alloc_objects" | "alloc_space" | "contentions" | "delay"
+    )
+}
+
+/// Sample types that are snapshots (stored at a time, not over a window) by default.
+fn snapshot_by_default(kind: &str) -> bool {
+    kind.starts_with("inuse_") || kind == "goroutine" || kind == "goroutines"
+}
+
+/// The Parca profile name of a sample type, by its Pyroscope name (display name or type), as
+/// Pyroscope's own ingester tells them apart.
+fn name_of_type(pyroscope_name: &str) -> Option<&'static str> {
+    if let Some((_, name)) = SUFFIXES.iter().find(|(s, _)| *s == pyroscope_name) {
+        return Some(name);
+    }
+    let n = pyroscope_name;
+    Some(if n.contains("cpu") || n == "samples" {
+        "process_cpu"
+    } else if n.starts_with("alloc_") || n.starts_with("inuse_") || n == "space" || n == "objects" {
+        "memory"
+    } else if n.starts_with("mutex_") || n == "contentions" || n == "delay" {
+        // Pyroscope's default for Go's contention types, which block and mutex share.
+        "mutex"
+    } else if n.starts_with("block_") {
+        "block"
+    } else if n.starts_with("goroutine") {
+        "goroutine"
+    } else {
+        return None;
+    })
+}
+
+/// A Unix time in seconds, milliseconds, microseconds or nanoseconds, in nanoseconds.
+fn unix_nanos(t: i64) -> i64 {
+    match t.unsigned_abs() {
+        n if n >= 100_000_000_000_000_000 => t,
+        n if n >= 100_000_000_000_000 => t.saturating_mul(1_000),
+        n if n >= 100_000_000_000 => t.saturating_mul(1_000_000),
+        _ => t.saturating_mul(1_000_000_000),
+    }
+}
+
+/// Decodes a legacy `/ingest` request. The application name becomes the `service_name` label and
+/// its tags series labels; each sample type is named by the name's suffix (`app.cpu`), else by
+/// `sample_type_config`, else by the type itself, as Pyroscope does. Snapshot types (in-use
+/// memory, goroutines) are stored at `until`, the others over the window `from`..`until`.
 pub fn legacy_ingest(
     request: &LegacyIngest,
-    body: &[u8],
+    body: IngestBody<'_>,
     options: &parca_pprof::DecodeOptions,
     now_ms: i64,
 ) -> Result<Vec<Series>, Error> {
+    let fault = |fault: String| Error::Ingest { fault };
     let (app, tags) = parse_app_name(&request.name)?;
-    let (service, name) = match app.rsplit_once('.') {
+    let (service, named) = match app.rsplit_once('.') {
         Some((service, suffix)) => match SUFFIXES.iter().find(|(s, _)| *s == suffix) {
             Some((_, name)) => (service, Some(*name)),
             None => (app, None),
@@ -140,37 +224,115 @@ pub fn legacy_ingest(
     pairs.extend(tags);
     let target = Labels::new(pairs).map_err(Error::Labels)?;
 
-    let from_ms = request.from_s.map(|s| s.saturating_mul(1000));
-    let duration_ns = match (request.from_s, request.until_s) {
-        (Some(from), Some(until)) if until > from => (until - from).saturating_mul(1_000_000_000),
-        _ => 0,
-    };
-    let format = request.format.as_deref().unwrap_or("folded");
-    let mut profiles = match format {
-        "pprof" => parca_profile::decode(body, options)?,
-        "folded" | "lines" => vec![folded_profile(body, request.sample_rate.unwrap_or(100))?],
-        other => {
-            return Err(Error::Ingest {
-                fault: format!("format `{other}` is not supported; send `pprof` or `folded`"),
-            });
+    let (mut profiles, previous, config) = match body {
+        IngestBody::Raw(body) => {
+            let profiles = match request.format.as_deref().unwrap_or("folded") {
+                "pprof" => parca_profile::decode(body, options)?,
+                "folded" | "lines" => {
+                    vec![folded_profile(body, request.sample_rate.unwrap_or(100))?]
+                }
+                other => {
+                    return Err(fault(format!(
+                        "format `{other}` is not supported; send `pprof` or `folded`"
+                    )));
+                }
+            };
+            (profiles, Vec::new(), None)
+        }
+        IngestBody::Form {
+            profile,
+            prev_profile,
+            sample_type_config,
+        } => {
+            let profiles = parca_profile::decode(profile, options)
+                .map_err(|e| fault(format!("form part `profile`: {e}")))?;
+            let previous = match prev_profile {
+                Some(prev) => parca_profile::decode(prev, options)
+                    .map_err(|e| fault(format!("form part `prev_profile`: {e}")))?,
+                None => Vec::new(),
+            };
+            let config = sample_type_config
+                .map(|json| {
+                    serde_json::from_slice::<BTreeMap<String, SampleTypeConfig>>(json).map_err(
+                        |e| fault(format!("form part `sample_type_config` is not valid: {e}")),
+                    )
+                })
+                .transpose()?;
+            (profiles, previous, config)
         }
     };
-    for p in &mut profiles {
-        if duration_ns > 0 {
-            p.meta.duration_nanos = duration_ns;
-        }
-        if let Some(from_ms) = from_ms {
-            p.meta.time_nanos = from_ms.saturating_mul(1_000_000);
+    if let Some(config) = &config {
+        let kinds: Vec<String> = profiles
+            .iter()
+            .map(|p| p.meta.sample_type.kind.clone())
+            .collect();
+        profiles.retain(|p| config.contains_key(&p.meta.sample_type.kind));
+        if profiles.is_empty() {
+            return Err(fault(format!(
+                "none of the profile's sample types ({}) is in `sample_type_config`",
+                kinds.join(", ")
+            )));
         }
     }
-    let name =
-        name.unwrap_or_else(
-            || match profiles.first().map(|p| p.meta.period_type.kind.as_str()) {
-                Some("space" | "objects") => "memory",
+
+    let from_ns = request.from.map(unix_nanos);
+    let until_ns = request.until.map(unix_nanos);
+    let window_ns = match (from_ns, until_ns) {
+        (Some(from), Some(until)) if until > from => until - from,
+        _ => 0,
+    };
+    let no_config = SampleTypeConfig::default();
+    let mut by_name: Vec<(&'static str, Vec<Profile>)> = Vec::new();
+    for mut profile in profiles {
+        let kind = profile.meta.sample_type.kind.clone();
+        let entry = config.as_ref().and_then(|c| c.get(&kind));
+        let settings = entry.unwrap_or(&no_config);
+        let cumulative = if entry.is_some() {
+            settings.cumulative
+        } else {
+            cumulative_by_default(&kind)
+        };
+        let mut snapshot = match &settings.aggregation {
+            Some(aggregation) => aggregation == "average",
+            None => snapshot_by_default(&kind),
+        };
+        if cumulative {
+            match previous
+                .iter()
+                .find(|p| p.meta.sample_type == profile.meta.sample_type)
+            {
+                Some(prev) => profile = parca_profile::growth(prev, &profile)?,
+                // Without the previous snapshot, a cumulative profile is one itself.
+                None => snapshot = true,
+            }
+        }
+        let (time_ns, duration_ns) = if snapshot {
+            (until_ns.or(from_ns), 0)
+        } else {
+            (from_ns, window_ns)
+        };
+        if let Some(time_ns) = time_ns {
+            profile.meta.time_nanos = time_ns;
+        }
+        profile.meta.duration_nanos = duration_ns;
+        let pyroscope_name = settings.display_name.as_deref().unwrap_or(&kind);
+        let name = named.or_else(|| name_of_type(pyroscope_name)).unwrap_or(
+            match profile.meta.period_type.kind.as_str() {
+                "space" | "objects" => "memory",
                 _ => "process_cpu",
             },
         );
-    to_series(name, &target, profiles, from_ms.unwrap_or(now_ms))
+        match by_name.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, group)) => group.push(profile),
+            None => by_name.push((name, vec![profile])),
+        }
+    }
+    let default_ms = from_ns.map_or(now_ms, |ns| ns / 1_000_000);
+    let mut out = Vec::new();
+    for (name, group) in by_name {
+        out.extend(to_series(name, &target, group, default_ms)?);
+    }
+    Ok(out)
 }
 
 /// Tags of a Pyroscope application name, as (label name, value) pairs.
@@ -310,13 +472,14 @@ mod tests {
         let body = capture("pyroscope-io-0.8.16-ingest.body");
         let request = LegacyIngest {
             name: "peers.python.legacy".into(),
-            from_s: Some(1795310670),
-            until_s: Some(1795310680),
+            from: Some(1795310670),
+            until: Some(1795310680),
             format: Some("pprof".into()),
             sample_rate: Some(100),
             spy_name: Some("pyspy".into()),
         };
-        let series = legacy_ingest(&request, &body, &Default::default(), 1).expect("valid");
+        let series =
+            legacy_ingest(&request, IngestBody::Raw(&body), &Default::default(), 1).expect("valid");
         let first = &series[0];
         assert_eq!(
             first.labels.get("service_name"),
@@ -338,13 +501,13 @@ mod tests {
     fn folded_ingest_with_tags() {
         let request = LegacyIngest {
             name: "shop.cpu{env=prod, region=eu}".into(),
-            from_s: Some(100),
-            until_s: Some(110),
+            from: Some(100),
+            until: Some(110),
             ..Default::default()
         };
         let series = legacy_ingest(
             &request,
-            b"main;work 3\nmain;idle 1\n",
+            IngestBody::Raw(b"main;work 3\nmain;idle 1\n"),
             &Default::default(),
             1,
         )
@@ -367,7 +530,7 @@ mod tests {
                 format: format.map(Into::into),
                 ..Default::default()
             };
-            legacy_ingest(&request, body, &Default::default(), 1)
+            legacy_ingest(&request, IngestBody::Raw(body), &Default::default(), 1)
                 .unwrap_err()
                 .to_string()
         };
@@ -389,5 +552,159 @@ mod tests {
                 .to_string()
                 .starts_with("invalid push request: not a push.v1.PushRequest protobuf")
         );
+    }
+
+    /// A corpus pprof, re-encoded with its values multiplied by `factor`.
+    fn scaled_pprof(path: &str, factor: i64) -> Vec<u8> {
+        let bytes = std::fs::read(format!(
+            "{}/../../tests/testdata/pprof/{path}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .expect("corpus file");
+        let mut proto = parca_pprof::decode(&bytes, &Default::default())
+            .expect("valid")
+            .to_proto();
+        for sample in &mut proto.sample {
+            sample.value.iter_mut().for_each(|v| *v *= factor);
+        }
+        parca_pprof::encode(&proto, true)
+    }
+
+    fn names(series: &[Series]) -> Vec<String> {
+        series
+            .iter()
+            .map(|s| s.labels.get(NAME_LABEL).unwrap().to_owned())
+            .collect()
+    }
+
+    /// The Go SDK (1.x) sends heap profiles whose allocations it already made deltas of, with a
+    /// `sample_type_config` saying so, and times in nanoseconds.
+    #[test]
+    fn go_sdk_heap_form() {
+        let profile = scaled_pprof("go/go-heap.pb.gz", 1);
+        let config = br#"{"alloc_objects":{"units":"objects"},"alloc_space":{"units":"bytes"},
+            "inuse_space":{"units":"bytes","aggregation":"average"},
+            "inuse_objects":{"units":"objects","aggregation":"average"}}"#;
+        let request = LegacyIngest {
+            name: "shop{env=prod}".into(),
+            from: Some(1_700_000_000_000_000_000),
+            until: Some(1_700_000_010_000_000_000),
+            spy_name: Some("gospy".into()),
+            ..Default::default()
+        };
+        let body = IngestBody::Form {
+            profile: &profile,
+            prev_profile: None,
+            sample_type_config: Some(config),
+        };
+        let series = legacy_ingest(&request, body, &Default::default(), 1).expect("valid");
+        assert_eq!(
+            names(&series),
+            [
+                "memory:alloc_objects:count:space:bytes:delta",
+                "memory:alloc_space:bytes:space:bytes:delta",
+                "memory:inuse_objects:count:space:bytes",
+                "memory:inuse_space:bytes:space:bytes",
+            ]
+        );
+        assert_eq!(series[0].timestamp_ms, 1_700_000_000_000);
+        assert_eq!(series[0].profile.meta.duration_nanos, 10_000_000_000);
+        // Snapshots are stored at the end of the window.
+        assert_eq!(series[3].timestamp_ms, 1_700_000_010_000);
+        assert_eq!(series[3].labels.get("env"), Some("prod"));
+    }
+
+    /// Older Go SDKs send cumulative contention with the previous snapshot; display names say
+    /// whether it is the block or the mutex profile.
+    #[test]
+    fn prev_profile_makes_cumulative_types_deltas() {
+        let previous = scaled_pprof("go/go-mutex.pb.gz", 1);
+        let current = scaled_pprof("go/go-mutex.pb.gz", 3);
+        let config = br#"{"contentions":{"display-name":"block_count","cumulative":true},
+            "delay":{"display-name":"block_duration","cumulative":true}}"#;
+        let request = LegacyIngest {
+            name: "shop".into(),
+            from: Some(1_700_000_000),
+            until: Some(1_700_000_010),
+            ..Default::default()
+        };
+        let body = |prev_profile| IngestBody::Form {
+            profile: &current,
+            prev_profile,
+            sample_type_config: Some(config),
+        };
+        let series =
+            legacy_ingest(&request, body(Some(&previous)), &Default::default(), 1).expect("valid");
+        assert_eq!(
+            names(&series),
+            [
+                "block:contentions:count:contentions:count:delta",
+                "block:delay:nanoseconds:contentions:count:delta",
+            ]
+        );
+        let single = legacy_ingest(&request, IngestBody::Raw(&previous), &Default::default(), 1);
+        assert!(single.is_err(), "a raw body defaults to folded text");
+        let once: i64 = parca_profile::decode(&previous, &Default::default())
+            .unwrap()
+            .iter()
+            .map(|p| p.total())
+            .sum();
+        let grown: i64 = series.iter().map(|s| s.profile.total()).sum();
+        assert_eq!(grown, 2 * once);
+        // Without the previous snapshot, the cumulative profile is stored as a snapshot.
+        let series = legacy_ingest(&request, body(None), &Default::default(), 1).expect("valid");
+        assert_eq!(
+            names(&series)[0],
+            "block:contentions:count:contentions:count"
+        );
+    }
+
+    #[test]
+    fn bad_forms_name_the_part() {
+        let profile = scaled_pprof("go/go-heap.pb.gz", 1);
+        let request = LegacyIngest {
+            name: "shop".into(),
+            ..Default::default()
+        };
+        let err = |profile: &[u8], config: &[u8]| {
+            let body = IngestBody::Form {
+                profile,
+                prev_profile: None,
+                sample_type_config: Some(config),
+            };
+            legacy_ingest(&request, body, &Default::default(), 1)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(&profile, br#"{"cpu": {}}"#),
+            "invalid ingest request: none of the profile's sample types (alloc_objects, \
+             alloc_space, inuse_objects, inuse_space) is in `sample_type_config`"
+        );
+        assert!(
+            err(&profile, b"{nope").starts_with(
+                "invalid ingest request: form part `sample_type_config` is not valid: key must \
+                 be a string"
+            ),
+            "{}",
+            err(&profile, b"{nope")
+        );
+        assert!(
+            err(b"junk", b"{}").starts_with("invalid ingest request: form part `profile`: "),
+            "{}",
+            err(b"junk", b"{}")
+        );
+    }
+
+    #[test]
+    fn times_in_any_unit() {
+        for t in [
+            1_700_000_000,
+            1_700_000_000_000,
+            1_700_000_000_000_000,
+            1_700_000_000_000_000_000,
+        ] {
+            assert_eq!(unix_nanos(t), 1_700_000_000_000_000_000, "{t}");
+        }
     }
 }
