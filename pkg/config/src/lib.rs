@@ -78,6 +78,7 @@ mod checked;
 mod config;
 mod duration;
 mod error;
+mod http_client;
 mod labels;
 mod relabel;
 mod scrape;
@@ -87,6 +88,7 @@ mod storage;
 pub use config::{Config, GlobalConfig, load, parse};
 pub use duration::{format_duration, parse_duration};
 pub use error::{Error, Location};
+pub use http_client::{HttpUrl, OAuth2, ProxyConfig};
 pub use labels::is_valid_label_name;
 pub use relabel::{Action, Regexp, RelabelConfig, relabel, relabel_in_place};
 pub use scrape::{

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::checked::{Checked, FromRaw, map_then, str_then, unwrap_list};
 use crate::duration::{self, format_duration};
+use crate::http_client::{OAuth2, ProxyConfig, ProxyUrl};
 use crate::labels::{UniqueMap, label_set_opt};
 use crate::relabel::RelabelConfig;
 use crate::secret::Secret;
@@ -71,9 +72,21 @@ pub struct ScrapeConfig {
     /// `authorization` of type `Bearer`): the `Authorization` header.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub authorization: Option<Authorization>,
+    /// `oauth2`: an OAuth 2.0 client-credentials token sent as `Authorization: Bearer`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub oauth2: Option<OAuth2>,
     /// `tls_config`: for `https`.
     #[serde(skip_serializing_if = "TlsConfig::is_default")]
     pub tls_config: TlsConfig,
+    /// `proxy_url`, `no_proxy`, `proxy_from_environment`, `proxy_connect_header`: how requests
+    /// reach the targets. Default: directly, whatever the environment says (as Prometheus).
+    #[serde(flatten)]
+    pub proxy: ProxyConfig,
+    /// `follow_redirects`: follow HTTP redirects (up to 10), as Prometheus does by default.
+    pub follow_redirects: bool,
+    /// `enable_http2`: offer HTTP/2 to `https` targets (chosen in the TLS handshake); `false`
+    /// keeps to HTTP/1.1. Default true.
+    pub enable_http2: bool,
     /// `profiling_config.pprof_config`, resolved: Parca's five default endpoints first (in the
     /// order of [`DEFAULT_ENDPOINTS`], with the file's overrides), then the file's own entries in
     /// file order; `profiling_config.path_prefix` is already part of each `path`. Disabled
@@ -428,7 +441,7 @@ pub struct TlsConfig {
 }
 
 impl TlsConfig {
-    fn is_default(&self) -> bool {
+    pub(crate) fn is_default(&self) -> bool {
         *self == TlsConfig::default()
     }
 }
@@ -480,7 +493,16 @@ pub(crate) struct RawScrapeConfig {
     authorization: Option<Checked<Authorization>>,
     bearer_token: Option<Secret>,
     bearer_token_file: Option<PathBuf>,
+    oauth2: Option<Checked<OAuth2>>,
     tls_config: Option<Checked<TlsConfig>>,
+    proxy_url: Option<ProxyUrl>,
+    no_proxy: Option<String>,
+    #[serde(default)]
+    proxy_from_environment: bool,
+    #[serde(default)]
+    proxy_connect_header: BTreeMap<String, Vec<Secret>>,
+    follow_redirects: Option<bool>,
+    enable_http2: Option<bool>,
     profiling_config: Option<RawProfilingConfig>,
 }
 
@@ -635,12 +657,28 @@ impl ScrapeConfig {
             (None, _, _) => None,
         };
         let basic_auth = raw.basic_auth.map(|b| b.0);
-        if basic_auth.is_some() && authorization.is_some() {
+        let oauth2 = raw.oauth2.map(|o| o.0);
+        let n_auth = [
+            basic_auth.is_some(),
+            authorization.is_some(),
+            oauth2.is_some(),
+        ]
+        .iter()
+        .filter(|set| **set)
+        .count();
+        if n_auth > 1 {
             return Err(
-                "at most one of `basic_auth` and `authorization` (or `bearer_token`) may be set"
+                "at most one of `basic_auth`, `authorization` (or `bearer_token`) and `oauth2` \
+                 may be set"
                     .to_owned(),
             );
         }
+        let proxy = ProxyConfig::from_parts(
+            raw.proxy_url.map(|u| u.0),
+            raw.no_proxy,
+            raw.proxy_from_environment,
+            raw.proxy_connect_header,
+        )?;
 
         let endpoints = resolve_endpoints(raw.profiling_config);
 
@@ -676,7 +714,11 @@ impl ScrapeConfig {
             relabel_configs: unwrap_list(raw.relabel_configs),
             basic_auth,
             authorization,
+            oauth2,
             tls_config: raw.tls_config.map(|t| t.0).unwrap_or_default(),
+            proxy,
+            follow_redirects: raw.follow_redirects.unwrap_or(true),
+            enable_http2: raw.enable_http2.unwrap_or(true),
             endpoints,
         })
     }
@@ -694,12 +736,17 @@ impl ScrapeConfig {
         if let Some(a) = &mut self.authorization {
             a.credentials_file.as_mut().map(join);
         }
-        let tls = &mut self.tls_config;
-        for p in [&mut tls.ca_file, &mut tls.cert_file, &mut tls.key_file]
-            .into_iter()
-            .flatten()
-        {
-            join(p);
+        if let Some(o) = &mut self.oauth2 {
+            o.client_secret_file.as_mut().map(join);
+        }
+        let oauth2_tls = self.oauth2.as_mut().map(|o| &mut o.tls_config);
+        for tls in std::iter::once(&mut self.tls_config).chain(oauth2_tls) {
+            for p in [&mut tls.ca_file, &mut tls.cert_file, &mut tls.key_file]
+                .into_iter()
+                .flatten()
+            {
+                join(p);
+            }
         }
         for sd in &mut self.file_sd_configs {
             for f in &mut sd.files {

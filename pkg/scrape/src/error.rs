@@ -27,6 +27,14 @@ pub enum ScrapeError {
     /// The store refused or failed to store it.
     #[error("cannot store the profile: {0}")]
     Store(String),
+    /// No OAuth 2.0 token could be had.
+    #[error("oauth2 token from `{url}`: {why}")]
+    OAuth2 {
+        /// The `token_url`.
+        url: String,
+        /// Why.
+        why: String,
+    },
     /// A credentials file could not be read.
     #[error("cannot read `{path}`: {why}")]
     Credentials {

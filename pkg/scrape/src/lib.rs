@@ -33,6 +33,7 @@
 mod delta;
 mod discovery;
 mod error;
+mod http;
 mod manager;
 mod scrape_loop;
 mod target;

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::discovery::discover;
+use crate::http::JobHttp;
 use crate::scrape_loop::{self, LoopSpec, ScrapeMetrics};
 use crate::target::{ProfileStatus, Target, TargetStatus};
 
@@ -42,7 +43,7 @@ struct RunningLoop {
 
 struct Job {
     config: Arc<ScrapeConfig>,
-    client: Result<reqwest::Client, String>,
+    http: Result<JobHttp, String>,
     loops: BTreeMap<(Target, String), RunningLoop>,
     dropped: Vec<BTreeMap<String, String>>,
     refresher: Option<JoinHandle<()>>,
@@ -161,7 +162,7 @@ impl Manager {
             jobs.insert(
                 config.job_name.clone(),
                 Job {
-                    client: client(&config, None),
+                    http: JobHttp::for_job(&config),
                     config,
                     loops: BTreeMap::new(),
                     dropped: Vec::new(),
@@ -228,7 +229,7 @@ impl Manager {
                 target: key.0.clone(),
                 endpoint: endpoint.clone(),
                 config: Arc::clone(&config),
-                client: loop_client(&job.client, &config, &key.0),
+                http: JobHttp::for_target(&job.http, &config, &key.0),
                 sink: Arc::clone(&self.sink),
                 body_limit: self.options.body_limit_bytes,
                 decode: self.options.decode,
@@ -293,89 +294,5 @@ fn stop_job(job: Job) {
     }
     for running in job.loops.into_values() {
         let _ = running.stop.send(true);
-    }
-}
-
-/// The HTTP client of a job: TLS settings, no proxies from the environment (as Prometheus).
-/// With `connect_to`, requests for its server name go to its host instead.
-fn client(config: &ScrapeConfig, connect_to: Option<ConnectTo>) -> Result<reqwest::Client, String> {
-    let tls = &config.tls_config;
-    let mut builder = reqwest::Client::builder()
-        .user_agent(concat!("parca-rs/", env!("CARGO_PKG_VERSION")))
-        .no_proxy()
-        .pool_idle_timeout(config.scrape_interval * 2)
-        .danger_accept_invalid_certs(tls.insecure_skip_verify);
-    if let Some(ca) = &tls.ca_file {
-        let pem = std::fs::read(ca)
-            .map_err(|e| format!("cannot read ca_file `{}`: {e}", ca.display()))?;
-        let certificate = reqwest::Certificate::from_pem(&pem)
-            .map_err(|e| format!("ca_file `{}` is not a PEM certificate: {e}", ca.display()))?;
-        builder = builder.add_root_certificate(certificate);
-    }
-    if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
-        let mut pem = std::fs::read(cert)
-            .map_err(|e| format!("cannot read cert_file `{}`: {e}", cert.display()))?;
-        pem.extend(
-            std::fs::read(key)
-                .map_err(|e| format!("cannot read key_file `{}`: {e}", key.display()))?,
-        );
-        let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
-            format!("cert_file and key_file are not a PEM certificate and key: {e}")
-        })?;
-        builder = builder.identity(identity);
-    }
-    if let Some(connect_to) = connect_to {
-        builder = builder.dns_resolver(Arc::new(connect_to));
-    }
-    builder
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))
-}
-
-/// The client of one target's loop: the job's, except with `tls_config.server_name`, where the
-/// request names that server (SNI, certificate check, and so the connection pool) and so needs a
-/// client of its own that connects to the target's host, as Prometheus does.
-fn loop_client(
-    job_client: &Result<reqwest::Client, String>,
-    config: &ScrapeConfig,
-    target: &Target,
-) -> Result<reqwest::Client, String> {
-    let Some(server_name) = &config.tls_config.server_name else {
-        return job_client.clone();
-    };
-    let url = target.url("/", None);
-    let host = reqwest::Url::parse(&url)
-        .ok()
-        .and_then(|u| u.host_str().map(|h| h.trim_matches(['[', ']']).to_owned()))
-        .ok_or_else(|| format!("the target URL `{url}` has no host to connect to"))?;
-    client(
-        config,
-        Some(ConnectTo {
-            server_name: server_name.clone(),
-            host,
-        }),
-    )
-}
-
-/// Resolves `server_name` to the addresses of `host` (looked up afresh each time, so DNS changes
-/// are followed) and every other name as usual.
-struct ConnectTo {
-    server_name: String,
-    host: String,
-}
-
-impl reqwest::dns::Resolve for ConnectTo {
-    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
-        let host = if name.as_str().eq_ignore_ascii_case(&self.server_name) {
-            self.host.clone()
-        } else {
-            name.as_str().to_owned()
-        };
-        Box::pin(async move {
-            let addrs: Vec<std::net::SocketAddr> =
-                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let addrs: reqwest::dns::Addrs = Box::new(addrs.into_iter());
-            Ok(addrs)
-        })
     }
 }

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use crate::ScrapeError;
 use crate::delta::{Baseline, delta, is_cumulative};
+use crate::http::JobHttp;
 use crate::target::{Health, ProfileStatus, Target};
 
 /// Labels of scrape metrics.
@@ -33,7 +34,7 @@ pub(crate) struct LoopSpec {
     pub target: Target,
     pub endpoint: ProfileEndpoint,
     pub config: Arc<ScrapeConfig>,
-    pub client: Result<reqwest::Client, String>,
+    pub http: Result<JobHttp, String>,
     pub sink: Arc<dyn Sink>,
     pub body_limit: usize,
     pub decode: parca_pprof::DecodeOptions,
@@ -157,10 +158,11 @@ async fn scrape_once(
 
 /// The body of the endpoint, within the size limit.
 async fn fetch(spec: &LoopSpec) -> Result<Vec<u8>, ScrapeError> {
-    let client = spec
-        .client
+    let http = spec
+        .http
         .as_ref()
         .map_err(|e| ScrapeError::Request(e.clone()))?;
+    let client = &http.client;
     let url = spec.url();
     let mut request = match &spec.config.tls_config.server_name {
         None => client.get(url),
@@ -197,6 +199,12 @@ async fn fetch(spec: &LoopSpec) -> Result<Vec<u8>, ScrapeError> {
         request = request.header(
             reqwest::header::AUTHORIZATION,
             format!("{} {credentials}", auth.kind),
+        );
+    }
+    if let Some(tokens) = &http.oauth2 {
+        request = request.header(
+            reqwest::header::AUTHORIZATION,
+            tokens.authorization().await?,
         );
     }
     let mut response = request
@@ -236,7 +244,7 @@ fn read_secret(path: &std::path::Path) -> Result<String, ScrapeError> {
 }
 
 /// The whole cause chain of an error, which reqwest hides behind "error sending request".
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {

@@ -4,6 +4,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use base64::Engine;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response};
@@ -321,5 +322,227 @@ async fn a_busy_store_does_not_stall_scraping() {
         during >= 8
     })
     .await;
+    manager.stop().await;
+}
+
+/// An HTTP server on a free port answering every request with `answer` (method, URI as sent,
+/// headers → status, headers, body).
+async fn serve_with<F>(answer: F) -> String
+where
+    F: Fn(
+            &hyper::Method,
+            &hyper::Uri,
+            &hyper::HeaderMap,
+        ) -> (u16, Vec<(&'static str, String)>, Bytes)
+        + Send
+        + Sync
+        + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address").to_string();
+    let answer = Arc::new(answer);
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let answer = Arc::clone(&answer);
+            tokio::spawn(async move {
+                let service =
+                    hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                        let (status, headers, body) =
+                            answer(request.method(), request.uri(), request.headers());
+                        let mut response = Response::new(Full::new(body));
+                        *response.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                        for (name, value) in headers {
+                            response.headers_mut().insert(
+                                name,
+                                hyper::header::HeaderValue::from_str(&value).unwrap(),
+                            );
+                        }
+                        async move { Ok::<_, Infallible>(response) }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    address
+}
+
+/// A manager scraping `yaml`'s jobs into a fresh store, and a way to read one job's health.
+fn scraping(yaml: &str) -> (Arc<Manager>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Arc::new(Db::open(dir.path(), Default::default()).expect("open"));
+    let manager = Manager::new(
+        db,
+        Default::default(),
+        ScrapeMetrics::register(&mut prometheus_client::registry::Registry::default()),
+    );
+    manager.apply(&parca_config::parse(yaml, "http.yaml").expect("valid config"));
+    (manager, dir)
+}
+
+fn health_of_job(manager: &Manager, job: &str) -> Option<parca_scrape::ProfileStatus> {
+    let (active, _) = manager.targets();
+    active
+        .iter()
+        .find(|t| t.target.relabeled["job"] == job)
+        .and_then(|t| t.profiles.first().cloned())
+        .filter(|p| p.health != Health::Unknown)
+}
+
+const CPU_ONLY: &str = "profiling_config: { pprof_config: { memory: { enabled: false }, block: { enabled: false }, mutex: { enabled: false }, goroutine: { enabled: false } } }";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth2_client_credentials_token_is_fetched_once_and_sent() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let token_requests = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&token_requests);
+    // The token endpoint wants the client's credentials in Basic auth (form-URL-encoded first).
+    let auth = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(b"parca:s3cret%2Fx")
+    );
+    let token_server = serve_with(move |method, _, headers| {
+        if method != hyper::Method::POST || headers.get("authorization").is_none_or(|v| *v != *auth)
+        {
+            return (
+                401,
+                vec![],
+                Bytes::from_static(b"{\"error\":\"invalid_client\"}"),
+            );
+        }
+        counted.fetch_add(1, Ordering::SeqCst);
+        (
+            200,
+            vec![("content-type", "application/json".to_owned())],
+            Bytes::from_static(
+                b"{\"access_token\":\"tok\",\"token_type\":\"bearer\",\"expires_in\":3600}",
+            ),
+        )
+    })
+    .await;
+    let target = serve_with(|_, uri, headers| {
+        if headers
+            .get("authorization")
+            .is_none_or(|v| v != "Bearer tok")
+        {
+            return (401, vec![], Bytes::from_static(b"no token"));
+        }
+        assert_eq!(uri.path(), "/debug/pprof/profile");
+        (200, vec![], corpus("go/go-cpu.pb.gz"))
+    })
+    .await;
+    let yaml = format!(
+        "scrape_configs:\n  - job_name: oauth\n    scrape_interval: 1s\n    {CPU_ONLY}\n    oauth2: {{ client_id: parca, client_secret: s3cret/x, token_url: 'http://{token_server}/token', scopes: [a, b] }}\n    static_configs: [{{ targets: ['{target}'] }}]\n"
+    );
+    let (manager, _dir) = scraping(&yaml);
+    let mut scrapes = Vec::new();
+    eventually("three scrapes with the token", || {
+        if let Some(p) = health_of_job(&manager, "oauth") {
+            assert_eq!(p.health, Health::Up, "{:?}", p.last_error);
+            if scrapes.last() != Some(&p.last_scrape) {
+                scrapes.push(p.last_scrape);
+            }
+        }
+        scrapes.len() >= 3
+    })
+    .await;
+    assert_eq!(
+        token_requests.load(Ordering::SeqCst),
+        1,
+        "the token is kept"
+    );
+    manager.stop().await;
+
+    // A token endpoint that refuses: the scrape names it.
+    let refusing = serve_with(|_, _, _| {
+        (
+            401,
+            vec![],
+            Bytes::from_static(b"{\"error\":\"invalid_client\"}"),
+        )
+    })
+    .await;
+    let yaml = format!(
+        "scrape_configs:\n  - job_name: refused\n    scrape_interval: 1s\n    {CPU_ONLY}\n    oauth2: {{ client_id: parca, client_secret: wrong, token_url: 'http://{refusing}/token' }}\n    static_configs: [{{ targets: ['{target}'] }}]\n"
+    );
+    let (manager, _dir) = scraping(&yaml);
+    eventually("the refused token reported", || {
+        health_of_job(&manager, "refused").is_some()
+    })
+    .await;
+    let error = health_of_job(&manager, "refused")
+        .unwrap()
+        .last_error
+        .unwrap();
+    assert_eq!(
+        error,
+        format!(
+            "oauth2 token from `http://{refusing}/token`: the token endpoint answered HTTP 401: {{\"error\":\"invalid_client\"}}"
+        )
+    );
+    manager.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_go_through_proxy_url_with_its_headers() {
+    // A forward proxy: it gets the target's absolute URL, here of a host that does not resolve.
+    let proxy = serve_with(|_, uri, headers| {
+        let ok = uri.host() == Some("profiled.invalid")
+            && headers
+                .get("proxy-authorization")
+                .is_some_and(|v| v == "Basic cGFyY2E6cHc=");
+        if ok {
+            (200, vec![], corpus("go/go-cpu.pb.gz"))
+        } else {
+            (502, vec![], Bytes::from(format!("proxy refused {uri}")))
+        }
+    })
+    .await;
+    let yaml = format!(
+        "scrape_configs:\n  - job_name: proxied\n    scrape_interval: 1s\n    {CPU_ONLY}\n    proxy_url: http://{proxy}\n    proxy_connect_header: {{ Proxy-Authorization: [Basic cGFyY2E6cHc=] }}\n    static_configs: [{{ targets: ['profiled.invalid:6060'] }}]\n"
+    );
+    let (manager, _dir) = scraping(&yaml);
+    eventually("the proxied target scraped", || {
+        health_of_job(&manager, "proxied").is_some()
+    })
+    .await;
+    let status = health_of_job(&manager, "proxied").unwrap();
+    assert_eq!(status.health, Health::Up, "{:?}", status.last_error);
+    manager.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_are_followed_unless_follow_redirects_is_false() {
+    let target = serve_with(|_, uri, _| match uri.path() {
+        "/debug/pprof/profile" => (
+            302,
+            vec![("location", "/moved/profile".to_owned())],
+            Bytes::new(),
+        ),
+        "/moved/profile" => (200, vec![], corpus("go/go-cpu.pb.gz")),
+        _ => (404, vec![], Bytes::new()),
+    })
+    .await;
+    let yaml = format!(
+        "scrape_configs:\n  - job_name: follows\n    scrape_interval: 1s\n    {CPU_ONLY}\n    static_configs: [{{ targets: ['{target}'] }}]\n  - job_name: stays\n    scrape_interval: 1s\n    {CPU_ONLY}\n    follow_redirects: false\n    enable_http2: false\n    static_configs: [{{ targets: ['{target}'] }}]\n"
+    );
+    let (manager, _dir) = scraping(&yaml);
+    eventually("both jobs scraped", || {
+        health_of_job(&manager, "follows").is_some() && health_of_job(&manager, "stays").is_some()
+    })
+    .await;
+    let follows = health_of_job(&manager, "follows").unwrap();
+    assert_eq!(follows.health, Health::Up, "{:?}", follows.last_error);
+    let stays = health_of_job(&manager, "stays").unwrap();
+    assert_eq!(
+        stays.last_error.as_deref(),
+        Some("server returned HTTP 302")
+    );
     manager.stop().await;
 }

@@ -414,6 +414,10 @@ scrape_configs:
         target_label: b
     basic_auth: { username: u, password_file: /pw }
     tls_config: { ca_file: /ca.pem, insecure_skip_verify: true }
+    proxy_url: http://proxy.internal:3128
+    no_proxy: localhost,10.0.0.0/8
+    follow_redirects: false
+    enable_http2: false
     profiling_config:
       path_prefix: /app
       pprof_config:
@@ -421,6 +425,15 @@ scrape_configs:
         mutex: { enabled: false }
         fgprof: { path: /debug/fgprof, delta: true }
   - job_name: minimal
+  - job_name: oauth
+    oauth2:
+      client_id: parca
+      client_secret_file: /secret
+      scopes: [profiles.read, b]
+      token_url: https://auth.example.com/token
+      endpoint_params: { audience: targets }
+      tls_config: { ca_file: /auth-ca.pem }
+      proxy_from_environment: true
 object_storage:
   bucket: { type: FILESYSTEM, config: { directory: /data } }
 "#;
@@ -449,6 +462,37 @@ scrape_configs:
     );
     assert!(yaml.contains("password: <secret>"), "{yaml}");
     assert!(yaml.contains("credentials: <secret>"), "{yaml}");
+}
+
+#[test]
+fn http_client_settings() {
+    let config = ok(r#"
+scrape_configs:
+  - job_name: a
+    oauth2:
+      client_id: parca
+      client_secret: hunter2
+      token_url: http://auth:8080/token
+    proxy_url: socks5://proxy:1080
+    proxy_connect_header: { Proxy-Authorization: [Basic cGFyY2E6cHc=] }
+  - job_name: b
+"#);
+    let a = &config.scrape_configs[0];
+    let oauth2 = a.oauth2.as_ref().unwrap();
+    assert_eq!(oauth2.client_id, "parca");
+    assert_eq!(oauth2.token_url.as_str(), "http://auth:8080/token");
+    assert_eq!(
+        a.proxy.proxy_url.as_ref().map(|u| u.as_str()),
+        Some("socks5://proxy:1080")
+    );
+    let b = &config.scrape_configs[1];
+    assert!(b.proxy.is_default() && b.follow_redirects && b.enable_http2 && b.oauth2.is_none());
+    let yaml = config.to_yaml();
+    assert!(
+        !yaml.contains("hunter2") && !yaml.contains("cGFyY2E6cHc="),
+        "{yaml}"
+    );
+    assert!(yaml.contains("client_secret: <secret>"), "{yaml}");
 }
 
 #[test]
@@ -571,7 +615,7 @@ fn error_messages() {
         ),
         (
             "scrape_configs:\n  - job_name: a\n    scrape_intervall: 1s\n",
-            "parca.yaml:3:5: scrape_configs[0]: unknown field `scrape_intervall`, expected one of `job_name`, `scrape_interval`, `scrape_timeout`, `scheme`, `params`, `static_configs`, `file_sd_configs`, `relabel_configs`, `basic_auth`, `authorization`, `bearer_token`, `bearer_token_file`, `tls_config`, `profiling_config`",
+            "parca.yaml:3:5: scrape_configs[0]: unknown field `scrape_intervall`, expected one of `job_name`, `scrape_interval`, `scrape_timeout`, `scheme`, `params`, `static_configs`, `file_sd_configs`, `relabel_configs`, `basic_auth`, `authorization`, `bearer_token`, `bearer_token_file`, `oauth2`, `tls_config`, `proxy_url`, `no_proxy`, `proxy_from_environment`, `proxy_connect_header`, `follow_redirects`, `enable_http2`, `profiling_config`",
         ),
         (
             "scrape_configs:\n  - job_name: a\n    profiling_config:\n      pprof_config:\n        memory: { enable: false }\n",
@@ -642,7 +686,7 @@ fn error_messages() {
         ),
         (
             "scrape_configs:\n  - job_name: a\n    basic_auth: {username: u}\n    bearer_token: t\n",
-            "parca.yaml:2:5: scrape_configs[0]: at most one of `basic_auth` and `authorization` (or `bearer_token`) may be set",
+            "parca.yaml:2:5: scrape_configs[0]: at most one of `basic_auth`, `authorization` (or `bearer_token`) and `oauth2` may be set",
         ),
         (
             "scrape_configs:\n  - job_name: a\n    bearer_token: t\n    bearer_token_file: f\n",
@@ -663,6 +707,34 @@ fn error_messages() {
         (
             "scrape_configs:\n  - job_name: a\n    authorization: {credentials: c, credentials_file: f}\n",
             "parca.yaml:3:20: scrape_configs[0].authorization: at most one of `credentials` and `credentials_file` may be set",
+        ),
+        (
+            "scrape_configs:\n  - job_name: a\n    basic_auth: {username: u}\n    oauth2: {client_id: i, token_url: 'http://t/token'}\n",
+            "parca.yaml:2:5: scrape_configs[0]: at most one of `basic_auth`, `authorization` (or `bearer_token`) and `oauth2` may be set",
+        ),
+        (
+            "scrape_configs:\n  - job_name: a\n    oauth2: {client_id: i}\n",
+            "parca.yaml:3:13: scrape_configs[0].oauth2: `token_url` is required: where the client-credentials token is fetched",
+        ),
+        (
+            "scrape_configs:\n  - job_name: a\n    oauth2: {client_id: i, token_url: 'file:///t'}\n",
+            "parca.yaml:3:39: scrape_configs[0].oauth2.token_url: invalid URL \"file:///t\": the scheme must be `http` or `https`, not `file`",
+        ),
+        (
+            "scrape_configs:\n  - job_name: a\n    oauth2: {token_url: 'http://t/token', client_secret: s, client_secret_file: f, client_id: i}\n",
+            "parca.yaml:3:13: scrape_configs[0].oauth2: at most one of `client_secret` and `client_secret_file` may be set",
+        ),
+        (
+            "scrape_configs:\n  - job_name: a\n    proxy_url: proxy:3128\n",
+            "parca.yaml:3:16: scrape_configs[0].proxy_url: invalid URL \"proxy:3128\": expected scheme://host[:port][/path]",
+        ),
+        (
+            "scrape_configs:\n  - job_name: a\n    no_proxy: localhost\n",
+            "parca.yaml:2:5: scrape_configs[0]: `no_proxy` needs `proxy_url`",
+        ),
+        (
+            "scrape_configs:\n  - job_name: a\n    follow_redirects: maybe\n",
+            "parca.yaml:3:23: scrape_configs[0].follow_redirects: invalid type: string \"maybe\", expected a boolean",
         ),
         (
             "scrape_configs:\n  - job_name: a\n    tls_config: {cert_file: c}\n",
@@ -788,6 +860,8 @@ scrape_configs:
   static_configs:
   - targets:
     - 127.0.0.1:7070
+  follow_redirects: true
+  enable_http2: true
   profiling_config:
     pprof_config:
       memory:
