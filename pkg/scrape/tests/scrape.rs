@@ -273,17 +273,10 @@ scrape_configs:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_store_does_not_stall_scraping() {
     let good = target(false).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let db = Arc::new(Db::open(dir.path(), Default::default()).expect("open"));
-    let manager = Manager::new(
-        db.clone(),
-        Default::default(),
-        ScrapeMetrics::register(&mut prometheus_client::registry::Registry::default()),
-    );
     let yaml = format!(
         "scrape_configs:\n  - job_name: go\n    scrape_interval: 1s\n    static_configs: [{{ targets: [\"{good}\"] }}]\n"
     );
-    manager.apply(&parca_config::parse(&yaml, "busy.yaml").expect("valid config"));
+    let (manager, db, _dir) = scraping(&yaml);
     let stored_between = |from_ms: i64, to_ms: i64| {
         db.querier(from_ms, to_ms)
             .totals(&[])
@@ -373,17 +366,17 @@ where
     address
 }
 
-/// A manager scraping `yaml`'s jobs into a fresh store, and a way to read one job's health.
-fn scraping(yaml: &str) -> (Arc<Manager>, tempfile::TempDir) {
+/// A manager scraping `yaml`'s jobs into a fresh store (which lives as long as the directory).
+fn scraping(yaml: &str) -> (Arc<Manager>, Arc<Db>, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = Arc::new(Db::open(dir.path(), Default::default()).expect("open"));
     let manager = Manager::new(
-        db,
+        db.clone(),
         Default::default(),
         ScrapeMetrics::register(&mut prometheus_client::registry::Registry::default()),
     );
-    manager.apply(&parca_config::parse(yaml, "http.yaml").expect("valid config"));
-    (manager, dir)
+    manager.apply(&parca_config::parse(yaml, "test.yaml").expect("valid config"));
+    (manager, db, dir)
 }
 
 fn health_of_job(manager: &Manager, job: &str) -> Option<parca_scrape::ProfileStatus> {
@@ -440,7 +433,7 @@ async fn oauth2_client_credentials_token_is_fetched_once_and_sent() {
     let yaml = format!(
         "scrape_configs:\n  - job_name: oauth\n    scrape_interval: 1s\n    {CPU_ONLY}\n    oauth2: {{ client_id: parca, client_secret: s3cret/x, token_url: 'http://{token_server}/token', scopes: [a, b] }}\n    static_configs: [{{ targets: ['{target}'] }}]\n"
     );
-    let (manager, _dir) = scraping(&yaml);
+    let (manager, _db, _dir) = scraping(&yaml);
     let mut scrapes = Vec::new();
     eventually("three scrapes with the token", || {
         if let Some(p) = health_of_job(&manager, "oauth") {
@@ -471,7 +464,7 @@ async fn oauth2_client_credentials_token_is_fetched_once_and_sent() {
     let yaml = format!(
         "scrape_configs:\n  - job_name: refused\n    scrape_interval: 1s\n    {CPU_ONLY}\n    oauth2: {{ client_id: parca, client_secret: wrong, token_url: 'http://{refusing}/token' }}\n    static_configs: [{{ targets: ['{target}'] }}]\n"
     );
-    let (manager, _dir) = scraping(&yaml);
+    let (manager, _db, _dir) = scraping(&yaml);
     eventually("the refused token reported", || {
         health_of_job(&manager, "refused").is_some()
     })
@@ -507,7 +500,7 @@ async fn requests_go_through_proxy_url_with_its_headers() {
     let yaml = format!(
         "scrape_configs:\n  - job_name: proxied\n    scrape_interval: 1s\n    {CPU_ONLY}\n    proxy_url: http://{proxy}\n    proxy_connect_header: {{ Proxy-Authorization: [Basic cGFyY2E6cHc=] }}\n    static_configs: [{{ targets: ['profiled.invalid:6060'] }}]\n"
     );
-    let (manager, _dir) = scraping(&yaml);
+    let (manager, _db, _dir) = scraping(&yaml);
     eventually("the proxied target scraped", || {
         health_of_job(&manager, "proxied").is_some()
     })
@@ -532,7 +525,7 @@ async fn redirects_are_followed_unless_follow_redirects_is_false() {
     let yaml = format!(
         "scrape_configs:\n  - job_name: follows\n    scrape_interval: 1s\n    {CPU_ONLY}\n    static_configs: [{{ targets: ['{target}'] }}]\n  - job_name: stays\n    scrape_interval: 1s\n    {CPU_ONLY}\n    follow_redirects: false\n    enable_http2: false\n    static_configs: [{{ targets: ['{target}'] }}]\n"
     );
-    let (manager, _dir) = scraping(&yaml);
+    let (manager, _db, _dir) = scraping(&yaml);
     eventually("both jobs scraped", || {
         health_of_job(&manager, "follows").is_some() && health_of_job(&manager, "stays").is_some()
     })
