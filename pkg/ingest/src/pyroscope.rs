@@ -152,14 +152,6 @@ struct SampleTypeConfig {
     cumulative: bool,
 }
 
-/// Sample types Pyroscope treats as cumulative when no `sample_type_config` says otherwise.
-fn cumulative_by_default(kind: &str) -> bool {
-    matches!(
-        kind,
-        "alloc_objects" | "alloc_space" | "contentions" | "delay"
-    )
-}
-
 /// Sample types that are snapshots (stored at a time, not over a window) by default.
 fn snapshot_by_default(kind: &str) -> bool {
     kind.starts_with("inuse_") || kind == "goroutine" || kind == "goroutines"
@@ -290,7 +282,8 @@ pub fn legacy_ingest(
         let cumulative = if entry.is_some() {
             settings.cumulative
         } else {
-            cumulative_by_default(&kind)
+            // Pyroscope's defaults: Go's cumulative types.
+            parca_profile::is_cumulative(&kind)
         };
         let mut snapshot = match &settings.aggregation {
             Some(aggregation) => aggregation == "average",

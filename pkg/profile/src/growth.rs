@@ -8,6 +8,15 @@ use rustc_hash::FxHashMap;
 use crate::tables::{LabelSetId, StackId};
 use crate::{Error, Profile, Samples};
 
+/// Sample types that only grow over a program's life (Go's allocations, block and mutex
+/// contention): the difference of two snapshots is what happened in between.
+pub fn is_cumulative(sample_type: &str) -> bool {
+    matches!(
+        sample_type,
+        "alloc_objects" | "alloc_space" | "contentions" | "delay"
+    )
+}
+
 /// `current − previous`, stack by stack (and label set by label set): the samples that grew,
 /// by how much, with `current`'s meta. Samples that did not grow are left out, so a counter
 /// that went back (a restarted program) contributes nothing where it shrank.

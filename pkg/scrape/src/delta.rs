@@ -2,15 +2,6 @@
 
 use parca_profile::Profile;
 
-/// Sample types that only grow over a program's life (Go's allocations, block and mutex
-/// contention): the difference of two snapshots is what happened in between.
-pub(crate) fn is_cumulative(sample_type: &str) -> bool {
-    matches!(
-        sample_type,
-        "alloc_objects" | "alloc_space" | "contentions" | "delay"
-    )
-}
-
 /// The previous snapshot of one cumulative sample type of one loop.
 #[derive(Debug)]
 pub(crate) struct Baseline {

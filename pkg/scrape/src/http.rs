@@ -258,14 +258,8 @@ impl TokenSource {
         let c = &self.config;
         let secret = match (&c.client_secret, &c.client_secret_file) {
             (Some(s), _) => s.expose().to_owned(),
-            (None, Some(path)) => std::fs::read_to_string(path)
-                .map(|s| s.trim().to_owned())
-                .map_err(|e| {
-                    FetchError::Other(format!(
-                        "cannot read client_secret_file `{}`: {e}",
-                        path.display()
-                    ))
-                })?,
+            (None, Some(path)) => crate::scrape_loop::read_secret(path)
+                .map_err(|e| FetchError::Other(e.to_string()))?,
             (None, None) => String::new(),
         };
         let mut form: Vec<(&str, &str)> = vec![("grant_type", "client_credentials")];

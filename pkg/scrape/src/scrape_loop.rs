@@ -14,7 +14,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::watch;
 
 use crate::ScrapeError;
-use crate::delta::{Baseline, delta, is_cumulative};
+use crate::delta::{Baseline, delta};
 use crate::http::JobHttp;
 use crate::target::{Health, ProfileStatus, Target};
 
@@ -234,7 +234,7 @@ async fn fetch(spec: &LoopSpec) -> Result<Vec<u8>, ScrapeError> {
     Ok(body)
 }
 
-fn read_secret(path: &std::path::Path) -> Result<String, ScrapeError> {
+pub(crate) fn read_secret(path: &std::path::Path) -> Result<String, ScrapeError> {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_owned())
         .map_err(|e| ScrapeError::Credentials {
@@ -351,7 +351,7 @@ fn to_batch(
     let mut batch: Vec<Series> = Vec::new();
     if !endpoint.delta {
         for p in &profiles {
-            if is_cumulative(&p.meta.sample_type.kind) {
+            if parca_profile::is_cumulative(&p.meta.sample_type.kind) {
                 let key = p.meta.sample_type.to_string();
                 let (grown, baseline) = delta(baselines.remove(&key), p, *time_nanos);
                 baselines.insert(key, baseline);
