@@ -889,6 +889,52 @@ mod tests {
     }
 
     #[test]
+    fn grouped_merge_equals_merging_the_selected_profiles() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let cpu = fill(&db);
+        let q = db.querier(0, 10_000);
+        let by_job = |l: &Labels| l.get("job").unwrap_or("").to_owned();
+        let groups = q.merge_grouped(&[], by_job).expect("merge");
+        assert_eq!(
+            groups
+                .iter()
+                .map(|g| (g.key.as_str(), g.n_profiles, g.profile.total()))
+                .collect::<Vec<_>>(),
+            [("api", 6, 6 * cpu.total()), ("db", 1, cpu.total())]
+        );
+        // Per stack, the same values as merging the materialized profiles of the group.
+        for g in &groups {
+            let selected = q.select(&[Matcher::new(MatchOp::Equal, "job", &g.key).expect("valid")]);
+            let want = parca_profile::merge(
+                selected
+                    .iter()
+                    .flat_map(|s| s.profiles.iter().map(|(_, p)| p)),
+            )
+            .expect("merge");
+            let folded = |p: &Profile| {
+                let mut out = Vec::new();
+                parca_profile::FlameGraph::build(p)
+                    .write_folded(&mut out)
+                    .expect("in memory");
+                let mut lines: Vec<String> = String::from_utf8(out)
+                    .expect("utf-8")
+                    .lines()
+                    .map(String::from)
+                    .collect();
+                lines.sort();
+                lines
+            };
+            assert_eq!(folded(&g.profile), folded(&want), "group {}", g.key);
+        }
+        assert!(Arc::ptr_eq(
+            &groups[0].profile.tables,
+            &groups[1].profile.tables
+        ));
+        assert!(q.merge_grouped(&[], |_| ()).expect("merge").len() == 1);
+    }
+
+    #[test]
     fn time_range_limits_profiles_and_labels() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = Db::open(dir.path(), Options::default()).expect("open");

@@ -66,4 +66,4 @@ pub use db::{Appender, Db, Options, Quarantined, Stats};
 pub use error::Error;
 pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL, valid_label_name};
 pub use postings::MemPostings;
-pub use query::{Querier, SeriesProfiles, SeriesTotals, TotalPoint};
+pub use query::{MergedGroup, Querier, SeriesProfiles, SeriesTotals, TotalPoint};

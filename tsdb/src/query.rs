@@ -49,8 +49,22 @@ pub struct TotalPoint {
     pub duration_nanos: i64,
 }
 
+/// One group's profile from [`Querier::merge_grouped`].
+#[derive(Debug, Clone)]
+pub struct MergedGroup<K> {
+    /// The group's key, as the caller's `key` function gave it.
+    pub key: K,
+    /// The merge of the group's profiles in range.
+    pub profile: Profile,
+    /// How many stored profiles were merged into it.
+    pub n_profiles: usize,
+}
+
 /// A profile read out before the query's tables are frozen: time, meta, samples.
 type ExtractedProfile = (i64, Meta, Samples);
+
+/// A matched series and where its profiles lie.
+type MatchedSeries<'m> = (&'m Labels, &'m Vec<Source>);
 
 /// Where a series' profiles lie: a block's series (with its index entry) or a head series.
 enum Source {
@@ -295,66 +309,135 @@ impl<'a> Querier<'a> {
     }
 
     /// Merges every matching profile in range into one profile, without materializing them one
-    /// by one: values are added per stored stack id first, and only the distinct stacks are
-    /// copied into the result's tables. Those tables start as a copy of the largest source's
-    /// (a block's or the head's), so they may hold symbols no sample uses. `None` if nothing matches; an error if the matching
-    /// series have different sample or period types.
+    /// by one (see [`Querier::merge_grouped`]). `None` if nothing matches; an error if the
+    /// matching series have different sample or period types.
+    pub fn merge(&self, matchers: &[Matcher]) -> Result<Option<Profile>, Error> {
+        Ok(self
+            .merge_grouped(matchers, |_| ())?
+            .pop()
+            .map(|g| g.profile))
+    }
+
+    /// Merges the matching profiles in range into one profile per group, the group of a series
+    /// being `key(labels)`: the work behind `merge by (…)` and the implicit merge of a query.
+    ///
+    /// Nothing is materialized per profile: values are added per stored stack id first, and only
+    /// the distinct stacks are copied into the result's tables, which all groups share. Those
+    /// tables start as a copy of the largest source's (a block's or the head's), so they may hold
+    /// symbols no sample uses. Groups come in the order of their first series by labels; groups
+    /// with no profile in range are left out. An error if the series of one group have different
+    /// sample or period types.
     ///
     /// Meta follows google/pprof's merge: the earliest time, the sum of durations, the largest
     /// period.
-    pub fn merge(&self, matchers: &[Matcher]) -> Result<Option<Profile>, Error> {
+    pub fn merge_grouped<K: Eq + std::hash::Hash + Clone>(
+        &self,
+        matchers: &[Matcher],
+        key: impl Fn(&Labels) -> K,
+    ) -> Result<Vec<MergedGroup<K>>, Error> {
         let matched = self.matched(matchers);
+        let mut index_of: FxHashMap<K, usize> = FxHashMap::default();
+        let mut grouped: Vec<(K, Vec<MatchedSeries<'_>>)> = Vec::new();
+        for (labels, sources) in &matched {
+            let k = key(labels);
+            let i = *index_of.entry(k.clone()).or_insert_with(|| {
+                grouped.push((k, Vec::new()));
+                grouped.len() - 1
+            });
+            grouped[i].1.push((labels, sources));
+        }
         let block_tables = self.block_tables();
-        // Per origin (blocks, then the head): values by stack id, and labelled values.
+        // Origins are the blocks, then the head. Per origin: values by stack id (reused across
+        // groups; `touched` lists the ids to read back and reset).
         let n_origins = self.blocks.len() + 1;
         let mut dense: Vec<Vec<i64>> = vec![Vec::new(); n_origins];
-        let mut labelled: Vec<FxHashMap<(StackId, LabelSetId), i64>> =
-            vec![FxHashMap::default(); n_origins];
-        let mut meta: Option<Meta> = None;
+        let mut touched: Vec<Vec<u32>> = vec![Vec::new(); n_origins];
         let mut ctx = ReadCtx::new();
-        for (labels, sources) in &matched {
-            for source in sources {
-                let series_meta = self.source_meta(source);
-                let (origin, limits) = match source {
-                    Source::Head(_) => (n_origins - 1, self.head.limits()),
-                    Source::Block(bi, _) => match &block_tables[*bi] {
-                        Some(t) => (*bi, IdLimits::of(t)),
-                        None => continue,
-                    },
-                };
-                let acc = &mut dense[origin];
-                if acc.is_empty() {
-                    acc.resize(limits.n_stacks as usize, 0);
+        // Per group: key, meta, profiles merged, and its samples per origin in that origin's ids.
+        let mut summed: Vec<(K, Meta, usize, Vec<Samples>)> = Vec::with_capacity(grouped.len());
+        for (k, series) in grouped {
+            let mut labelled: Vec<FxHashMap<(StackId, LabelSetId), i64>> =
+                vec![FxHashMap::default(); n_origins];
+            let mut meta: Option<Meta> = None;
+            let mut n_profiles = 0;
+            for (labels, sources) in series {
+                for source in sources {
+                    let series_meta = self.source_meta(source);
+                    let (origin, limits) = match source {
+                        Source::Head(_) => (n_origins - 1, self.head.limits()),
+                        Source::Block(bi, _) => match &block_tables[*bi] {
+                            Some(t) => (*bi, IdLimits::of(t)),
+                            None => continue,
+                        },
+                    };
+                    let acc = &mut dense[origin];
+                    if acc.is_empty() {
+                        acc.resize(limits.n_stacks as usize, 0);
+                    }
+                    let touched = &mut touched[origin];
+                    let lab = &mut labelled[origin];
+                    let mut result = Ok(());
+                    self.for_each_profile(source, &mut ctx, |p, bytes| {
+                        if result.is_err() {
+                            return;
+                        }
+                        result = merge_meta(&mut meta, &series_meta, p);
+                        if result.is_err() {
+                            return;
+                        }
+                        n_profiles += 1;
+                        let decoded = encoding::for_each_sample(
+                            &mut Reader::new(bytes),
+                            limits,
+                            |s, l, v| {
+                                if l == LabelSetId::EMPTY {
+                                    let slot = &mut acc[s.idx()];
+                                    if *slot == 0 {
+                                        touched.push(s.0);
+                                    }
+                                    *slot = slot.wrapping_add(v);
+                                } else {
+                                    let slot = lab.entry((s, l)).or_insert(0);
+                                    *slot = slot.wrapping_add(v);
+                                }
+                            },
+                        );
+                        if let Err(e) = decoded {
+                            tracing::error!(series = %labels, timestamp_ms = p.timestamp_ms, error = %e, "undecodable profile; skipped");
+                        }
+                    });
+                    result?;
                 }
-                let lab = &mut labelled[origin];
-                let mut result = Ok(());
-                self.for_each_profile(source, &mut ctx, |p, bytes| {
-                    if result.is_err() {
-                        return;
-                    }
-                    result = merge_meta(&mut meta, &series_meta, p);
-                    if result.is_err() {
-                        return;
-                    }
-                    let decoded =
-                        encoding::for_each_sample(&mut Reader::new(bytes), limits, |s, l, v| {
-                            if l == LabelSetId::EMPTY {
-                                acc[s.idx()] = acc[s.idx()].wrapping_add(v);
-                            } else {
-                                let slot = lab.entry((s, l)).or_insert(0);
-                                *slot = slot.wrapping_add(v);
-                            }
-                        });
-                    if let Err(e) = decoded {
-                        tracing::error!(series = %labels, timestamp_ms = p.timestamp_ms, error = %e, "undecodable profile; skipped");
-                    }
-                });
-                result?;
             }
+            let Some(meta) = meta else {
+                continue;
+            };
+            let per_origin = (0..n_origins)
+                .map(|origin| {
+                    let mut samples = Samples::default();
+                    let ids = &mut touched[origin];
+                    // In stack-id order, as a dense scan would give; an id touched again after
+                    // summing to zero appears twice and is read once.
+                    ids.sort_unstable();
+                    for &s in ids.iter() {
+                        let v = std::mem::take(&mut dense[origin][s as usize]);
+                        if v != 0 {
+                            samples.stacks.push(StackId(s));
+                            samples.labels.push(LabelSetId::EMPTY);
+                            samples.values.push(v);
+                        }
+                    }
+                    ids.clear();
+                    for (&(s, l), &v) in &labelled[origin] {
+                        samples.stacks.push(s);
+                        samples.labels.push(l);
+                        samples.values.push(v);
+                    }
+                    samples
+                })
+                .collect();
+            summed.push((k, meta, n_profiles, per_origin));
         }
-        let Some(meta) = meta else {
-            return Ok(None);
-        };
         let source_tables = |origin: usize| -> Option<&Tables> {
             if origin == n_origins - 1 {
                 Some(&self.head.tables)
@@ -365,43 +448,42 @@ impl<'a> Querier<'a> {
         // The result's tables start as a copy of the largest contributing origin's (a clone
         // costs far less than interning its stacks again); the other origins are imported.
         let base = (0..n_origins)
-            .filter(|&o| dense[o].iter().any(|&v| v != 0) || !labelled[o].is_empty())
+            .filter(|&o| summed.iter().any(|g| !g.3[o].is_empty()))
             .max_by_key(|&o| source_tables(o).map_or(0, Tables::n_stacks));
         let mut tables = base
             .and_then(source_tables)
             .map_or_else(Tables::new, Tables::clone);
-        let mut out = MergeAcc::default();
-        for origin in 0..n_origins {
-            let Some(source) = source_tables(origin) else {
-                continue;
-            };
-            let mut samples = Samples::default();
-            for (s, &v) in dense[origin].iter().enumerate() {
-                if v != 0 {
-                    samples.stacks.push(StackId(s as u32));
-                    samples.labels.push(LabelSetId::EMPTY);
-                    samples.values.push(v);
+        let mut extractors: Vec<Option<Extractor<'_>>> = (0..n_origins).map(|_| None).collect();
+        let mut merged = Vec::with_capacity(summed.len());
+        for (k, meta, n_profiles, per_origin) in summed {
+            let mut out = MergeAcc::default();
+            for (origin, samples) in per_origin.iter().enumerate() {
+                if samples.is_empty() {
+                    continue;
+                }
+                if Some(origin) == base {
+                    out.add(samples);
+                } else if let Some(source) = source_tables(origin) {
+                    let extractor =
+                        extractors[origin].get_or_insert_with(|| Extractor::new(source));
+                    out.add(&extractor.samples(&mut tables, samples));
                 }
             }
-            for (&(s, l), &v) in &labelled[origin] {
-                samples.stacks.push(s);
-                samples.labels.push(l);
-                samples.values.push(v);
-            }
-            if samples.is_empty() {
-                continue;
-            }
-            if Some(origin) == base {
-                out.add(&samples);
-            } else {
-                out.add(&Extractor::new(source).samples(&mut tables, &samples));
-            }
+            merged.push((k, meta, n_profiles, out.finish()));
         }
-        Ok(Some(Profile {
-            tables: Arc::new(tables),
-            meta,
-            samples: out.finish(),
-        }))
+        let tables = Arc::new(tables);
+        Ok(merged
+            .into_iter()
+            .map(|(key, meta, n_profiles, samples)| MergedGroup {
+                key,
+                profile: Profile {
+                    tables: Arc::clone(&tables),
+                    meta,
+                    samples,
+                },
+                n_profiles,
+            })
+            .collect())
     }
 
     /// The labels of the series that match all `matchers` and have profiles in range, sorted,

@@ -2,7 +2,7 @@
 
 use parca_profile::{Merger, Profile, StackFilter, filter_stacks};
 use parca_querylang::{Expr, ExprKind, Grouping};
-use parca_tsdb::{Labels, NAME_LABEL};
+use parca_tsdb::{Labels, Matcher, NAME_LABEL};
 use rustc_hash::FxHashMap;
 
 use crate::{Engine, Error, select};
@@ -55,10 +55,13 @@ pub struct ProfileGroup {
     pub n_profiles: usize,
 }
 
-/// A profile set before merging: every profile of every matched series, with the filters
-/// still to apply.
+/// A profile set before merging: the selection, read only when it is merged (so a merge can
+/// run inside the store without materializing each profile), with the filters still to apply.
 struct ProfileSet {
-    series: Vec<(Labels, Vec<Profile>)>,
+    matchers: Vec<Matcher>,
+    window: (i64, i64),
+    /// Only the latest profile of each series (a selector without a range).
+    latest_only: bool,
     filters: Vec<StackFilter>,
 }
 
@@ -102,20 +105,10 @@ impl Engine {
                         limit: self.limits.max_samples,
                     });
                 }
-                let series = querier
-                    .select(&matchers)
-                    .into_iter()
-                    .map(|s| {
-                        let mut profiles: Vec<Profile> =
-                            s.profiles.into_iter().map(|(_, p)| p).collect();
-                        if latest_only && profiles.len() > 1 {
-                            profiles.drain(..profiles.len() - 1);
-                        }
-                        (s.labels, profiles)
-                    })
-                    .collect();
                 Ok(Value::Set(ProfileSet {
-                    series,
+                    matchers,
+                    window,
+                    latest_only,
                     filters: Vec::new(),
                 }))
             }
@@ -207,10 +200,7 @@ impl Engine {
             }
             entry.0.add(profile).map_err(|source| {
                 if entry.2.len() > 1 {
-                    Error::WrongKind(format!(
-                        "the query selects profiles of different types ({}), which cannot be merged: choose one with __name__=\"…\" or a profile type before the braces",
-                        entry.2.join(", ")
-                    ))
+                    different_types(&entry.2)
                 } else {
                     profile_error("cannot merge", source)
                 }
@@ -219,10 +209,14 @@ impl Engine {
             Ok(())
         };
         let filters = match value {
+            Value::Set(set) if !set.latest_only => {
+                return self.merge_in_store(set, grouping);
+            }
             Value::Set(set) => {
-                for (labels, profiles) in &set.series {
-                    for profile in profiles {
-                        add(labels, profile, 1)?;
+                let querier = self.db.querier(set.window.0, set.window.1);
+                for series in querier.select(&set.matchers) {
+                    if let Some((_, latest)) = series.profiles.last() {
+                        add(&series.labels, latest, 1)?;
                     }
                 }
                 set.filters
@@ -251,6 +245,51 @@ impl Engine {
         out.sort_by(|a, b| a.labels.cmp(&b.labels));
         Ok(out)
     }
+
+    /// Merges a profile set per group inside the store: values are summed per stored stack,
+    /// and no profile is materialized on its own.
+    fn merge_in_store(
+        &self,
+        set: ProfileSet,
+        grouping: Option<&Grouping>,
+    ) -> Result<Vec<ProfileGroup>, Error> {
+        let querier = self.db.querier(set.window.0, set.window.1);
+        let merged = querier
+            .merge_grouped(&set.matchers, |labels| group_labels(labels, grouping))
+            .map_err(|e| match e {
+                parca_tsdb::Error::IncompatibleProfiles { left, right } => {
+                    let mut names: Vec<String> = querier
+                        .series(&set.matchers)
+                        .iter()
+                        .map(|l| l.get(NAME_LABEL).unwrap_or("").to_owned())
+                        .collect();
+                    names.dedup();
+                    if names.len() > 1 {
+                        different_types(&names)
+                    } else {
+                        profile_error(
+                            "cannot merge",
+                            parca_profile::Error::IncompatibleTypes { left, right },
+                        )
+                    }
+                }
+                other => Error::Matcher(other),
+            })?;
+        let mut out: Vec<ProfileGroup> = merged
+            .into_iter()
+            .map(|g| ProfileGroup {
+                labels: g.key,
+                profile: if set.filters.is_empty() {
+                    g.profile
+                } else {
+                    filter_stacks(&g.profile, &set.filters)
+                },
+                n_profiles: g.n_profiles,
+            })
+            .collect();
+        out.sort_by(|a, b| a.labels.cmp(&b.labels));
+        Ok(out)
+    }
 }
 
 /// The labels a series contributes to its group.
@@ -268,6 +307,13 @@ pub(crate) fn group_labels(labels: &Labels, grouping: Option<&Grouping>) -> Labe
     });
     Labels::new(kept.map(|l| (l.name.clone(), l.value.clone())))
         .expect("a subset of valid labels is valid")
+}
+
+fn different_types(names: &[String]) -> Error {
+    Error::WrongKind(format!(
+        "the query selects profiles of different types ({}), which cannot be merged: choose one with __name__=\"…\" or a profile type before the braces",
+        names.join(", ")
+    ))
 }
 
 fn profile_error(what: &str, source: parca_profile::Error) -> Error {
