@@ -303,7 +303,11 @@ impl Pprof {
                     let (bytes, _) = r.bytes().map_err(|f| protobuf(&place("string"), f))?;
                     // Producers are not all careful with symbol names: one bad byte should not
                     // cost the whole profile, so invalid UTF-8 is replaced, not refused.
-                    p.strings.push_str(&String::from_utf8_lossy(bytes));
+                    // std's validation is word-at-a-time for ASCII; the lossy path is not.
+                    match std::str::from_utf8(bytes) {
+                        Ok(text) => p.strings.push_str(text),
+                        Err(_) => p.strings.push_str(&String::from_utf8_lossy(bytes)),
+                    }
                     p.string_ends.push(p.strings.len() as u32);
                 }
                 7..=10 | 12 | 14 => {
@@ -496,6 +500,11 @@ impl Pprof {
     /// Number of strings in the string table.
     pub fn n_strings(&self) -> usize {
         self.string_ends.len()
+    }
+
+    /// Bytes of text in the string table, all strings together.
+    pub fn n_string_bytes(&self) -> usize {
+        self.strings.len()
     }
 
     /// The mappings, in the producer's order.

@@ -8,6 +8,11 @@
 // A bench binary's output is its product.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+/// The `parca` binary's allocator (jemalloc), so that the figures are those of the server and
+/// of `parca profile`.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

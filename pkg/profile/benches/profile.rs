@@ -5,6 +5,11 @@
 //! `cargo bench -p parca-profile --bench profile`; see `compare_go.rs` for the comparison with
 //! Go's `profile.Parse`.
 
+/// The `parca` binary's allocator (jemalloc), so that the figures are those of the server and
+/// of `parca profile`.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::path::Path;
 use std::sync::Arc;
 

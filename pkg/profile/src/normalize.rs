@@ -32,6 +32,7 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
         pprof.functions().len(),
         pprof.locations().len(),
     );
+    tables.reserve_string_bytes(pprof.n_string_bytes());
     let strings: Vec<StringId> = (0..pprof.n_strings())
         .map(|i| tables.intern_string(pprof.string(i as i64)))
         .collect();
@@ -132,7 +133,7 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
                     }
                 },
             }));
-            tables.intern_label_set(std::mem::take(&mut label_buf))
+            tables.intern_labels(&mut label_buf)
         };
         let row = *row_of.entry((stack, label_set)).or_insert_with(|| {
             stacks.push(stack);

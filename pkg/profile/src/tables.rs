@@ -170,6 +170,73 @@ pub struct Label {
 }
 
 type Set<T> = IndexSet<T, FxBuildHasher>;
+
+/// Interned strings end to end in one buffer, so that interning a string costs no allocation
+/// of its own (a profile has thousands, and they dominated decoding when each was boxed).
+#[derive(Debug, Clone)]
+struct Strings {
+    text: String,
+    /// Where string `i` starts in `text`; it ends where string `i + 1` starts.
+    starts: Vec<u32>,
+    /// String ids, hashed by their text.
+    index: HashTable<u32>,
+}
+
+impl Strings {
+    fn new() -> Self {
+        let mut strings = Strings {
+            text: String::new(),
+            starts: vec![0],
+            index: HashTable::new(),
+        };
+        strings.intern("");
+        strings
+    }
+
+    #[inline]
+    fn get(&self, id: usize) -> &str {
+        &self.text[self.starts[id] as usize..self.starts[id + 1] as usize]
+    }
+
+    fn len(&self) -> usize {
+        self.starts.len() - 1
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &str> {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    fn intern(&mut self, s: &str) -> u32 {
+        let hash = hash_str(s);
+        if let Some(&id) = self.index.find(hash, |&id| self.get(id as usize) == s) {
+            return id;
+        }
+        let id = self.len() as u32;
+        self.text.push_str(s);
+        let end = u32::try_from(self.text.len())
+            .expect("under 4 GiB of distinct symbol text in one set of tables");
+        self.starts.push(end);
+        let (text, starts) = (&self.text, &self.starts);
+        self.index.insert_unique(hash, id, |&id| {
+            hash_str(&text[starts[id as usize] as usize..starts[id as usize + 1] as usize])
+        });
+        id
+    }
+
+    fn reserve(&mut self, n: usize) {
+        self.starts.reserve(n);
+        let (text, starts) = (&self.text, &self.starts);
+        self.index.reserve(n, |&id| {
+            hash_str(&text[starts[id as usize] as usize..starts[id as usize + 1] as usize])
+        });
+    }
+}
+
+fn hash_str(s: &str) -> u64 {
+    let mut hasher = FxHasher::default();
+    hasher.write(s.as_bytes());
+    hasher.finish()
+}
 type Map<K, V> = IndexMap<K, V, FxBuildHasher>;
 
 /// The interned symbols and stacks that profiles point into.
@@ -178,7 +245,7 @@ type Map<K, V> = IndexMap<K, V, FxBuildHasher>;
 /// (behind an `Arc`), which is what makes merging them an array add.
 #[derive(Debug, Clone)]
 pub struct Tables {
-    strings: Set<Box<str>>,
+    strings: Strings,
     mappings: Map<MappingKey, Mapping>,
     functions: Set<Function>,
     locations: Map<LocationKey, LocationAddress>,
@@ -194,7 +261,7 @@ pub struct Tables {
 impl Default for Tables {
     fn default() -> Self {
         let mut tables = Tables {
-            strings: Set::default(),
+            strings: Strings::new(),
             mappings: Map::default(),
             functions: Set::default(),
             locations: Map::default(),
@@ -203,7 +270,6 @@ impl Default for Tables {
             stack_index: HashTable::new(),
             label_sets: Set::default(),
         };
-        tables.strings.insert("".into());
         let empty = hash_frames(&[]);
         tables.stack_index.insert_unique(empty, 0, |_| empty);
         tables.label_sets.insert(Box::default());
@@ -223,10 +289,7 @@ impl Tables {
 
     /// Interns a string.
     pub fn intern_string(&mut self, s: &str) -> StringId {
-        if let Some(idx) = self.strings.get_index_of(s) {
-            return StringId(idx as u32);
-        }
-        StringId(intern(&mut self.strings, s.into()))
+        StringId(self.strings.intern(s))
     }
 
     /// Interns a mapping; one with the same build id (or, without one, the same file) is the same.
@@ -289,6 +352,11 @@ impl Tables {
         StackId(id)
     }
 
+    /// Makes room for `n_bytes` more bytes of string text.
+    pub fn reserve_string_bytes(&mut self, n_bytes: usize) {
+        self.strings.text.reserve(n_bytes);
+    }
+
     /// Makes room for this many more strings, functions and locations, so that interning a
     /// profile's tables does not rehash them as they grow.
     pub fn reserve_symbols(&mut self, n_strings: usize, n_functions: usize, n_locations: usize) {
@@ -310,17 +378,26 @@ impl Tables {
 
     /// Interns a label set; the labels are sorted first so that order does not matter.
     pub fn intern_label_set(&mut self, mut labels: Vec<Label>) -> LabelSetId {
+        self.intern_labels(&mut labels)
+    }
+
+    /// Interns the label set of `labels`, sorting them in place; allocates only for a set not
+    /// seen before (most samples of a profile repeat a few sets).
+    pub fn intern_labels(&mut self, labels: &mut [Label]) -> LabelSetId {
         if labels.is_empty() {
             return LabelSetId::EMPTY;
         }
         labels.sort_unstable();
-        LabelSetId(intern(&mut self.label_sets, labels.into_boxed_slice()))
+        if let Some(idx) = self.label_sets.get_index_of(&*labels) {
+            return LabelSetId(idx as u32);
+        }
+        LabelSetId(intern(&mut self.label_sets, labels.into()))
     }
 
     /// The string with id `id`.
     #[inline]
     pub fn string(&self, id: StringId) -> &str {
-        &self.strings[id.idx()]
+        self.strings.get(id.idx())
     }
 
     /// The mapping with id `id`.
