@@ -181,8 +181,34 @@ fn merge_equals_pprof_proto_merge() {
         oracle_merge(&pprof, &paths, &merged_path);
         let theirs = decode(&merged_path);
         let decoded: Vec<Vec<Profile>> = paths.iter().map(|p| decode(p)).collect();
+        // The same files normalized into one set of tables, as `parca profile` reads them.
+        let mut tables = parca_profile::Tables::new();
+        let normalized: Vec<_> = paths
+            .iter()
+            .map(|p| {
+                let pprof = parca_pprof::decode(&read(p), &DecodeOptions::default())
+                    .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+                parca_profile::normalize_into(&pprof, &mut tables)
+            })
+            .collect();
+        let tables = std::sync::Arc::new(tables);
         for (i, their) in theirs.iter().enumerate() {
             let ours = parca_profile::merge(decoded.iter().map(|ps| &ps[i])).expect("compatible");
+            let shared: Vec<Profile> = normalized
+                .iter()
+                .map(|parts| Profile {
+                    tables: std::sync::Arc::clone(&tables),
+                    meta: parts[i].0.clone(),
+                    samples: parts[i].1.clone(),
+                })
+                .collect();
+            let ours_shared = parca_profile::merge(&shared).expect("compatible");
+            assert_eq!(
+                our_rows(&ours_shared),
+                our_rows(&ours),
+                "group {g}, sample type {}: one set of tables",
+                their.meta.sample_type
+            );
             // google/pprof's merge drops samples that have no frame at all (prometheus-cpu has one);
             // we keep them, as its `-top` does in its total: compare the totals of framed samples.
             assert_eq!(

@@ -2,12 +2,13 @@
 
 use std::fs;
 use std::io::{self, BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
 use parca_pprof::DecodeOptions;
-use parca_profile::{DiffMode, FlameGraph, Profile, StackFilter, TopTable};
+use parca_profile::{DiffMode, FlameGraph, Profile, StackFilter, Tables, TopTable};
 
 /// What `parca profile` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -112,10 +113,35 @@ fn write(profile: &Profile, format: Format, out: &mut dyn Write) -> anyhow::Resu
 }
 
 /// Decodes every file and merges the chosen sample type of all of them.
+///
+/// All files are normalized into one set of tables, so that each symbol and stack is interned
+/// once and the merge is an array add (remapping each file's own tables cost ten times more).
 fn load_merged(paths: &[PathBuf], sample_type: Option<&str>) -> anyhow::Result<Profile> {
-    let mut merger = parca_profile::Merger::new();
+    let mut tables = Tables::new();
+    let mut chosen = Vec::with_capacity(paths.len());
     for path in paths {
-        let profile = load(path, sample_type)?;
+        let bytes = fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
+        let pprof = parca_pprof::decode(&bytes, &DecodeOptions::default())
+            .with_context(|| format!("`{}` is not a usable pprof profile", path.display()))?;
+        let default = pprof.header().default_sample_type;
+        let default = (default != 0).then(|| pprof.string(default).to_owned());
+        let mut parts = parca_profile::normalize_into(&pprof, &mut tables);
+        let idx = parca_profile::pick_sample_type(
+            parts.iter().map(|(meta, _)| meta),
+            sample_type,
+            default.as_deref(),
+        )
+        .with_context(|| format!("in `{}`", path.display()))?;
+        chosen.push((path, parts.swap_remove(idx)));
+    }
+    let tables = Arc::new(tables);
+    let mut merger = parca_profile::Merger::new();
+    for (path, (meta, samples)) in chosen {
+        let profile = Profile {
+            tables: Arc::clone(&tables),
+            meta,
+            samples,
+        };
         merger.add(&profile).with_context(|| {
             format!("cannot merge `{}` with the files before it", path.display())
         })?;
@@ -124,15 +150,4 @@ fn load_merged(paths: &[PathBuf], sample_type: Option<&str>) -> anyhow::Result<P
         Some(profile) => Ok(profile),
         None => bail!("no profile given"),
     }
-}
-
-fn load(path: &Path, sample_type: Option<&str>) -> anyhow::Result<Profile> {
-    let bytes = fs::read(path).with_context(|| format!("cannot read `{}`", path.display()))?;
-    let pprof = parca_pprof::decode(&bytes, &DecodeOptions::default())
-        .with_context(|| format!("`{}` is not a usable pprof profile", path.display()))?;
-    let default = pprof.header().default_sample_type;
-    let default = (default != 0).then(|| pprof.string(default).to_owned());
-    let profiles = parca_profile::from_pprof(&pprof);
-    parca_profile::select_sample_type(profiles, sample_type, default.as_deref())
-        .with_context(|| format!("in `{}`", path.display()))
 }

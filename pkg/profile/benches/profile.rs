@@ -1,6 +1,7 @@
 //! The hot paths of the profile model, on real corpus profiles: decode + normalize, merge of
-//! 1,000 profiles (over shared tables, as a store merges; and over separately decoded ones, as the
-//! CLI does), flame-graph and top-table build.
+//! 1,000 profiles (decoded into one set of tables, as a store ingests them and `parca profile`
+//! reads files; and, for comparison, each with tables of its own, remapped by the merge),
+//! flame-graph and top-table build.
 //!
 //! `cargo bench -p parca-profile --bench profile`; see `compare_go.rs` for the comparison with
 //! Go's `profile.Parse`.
@@ -15,7 +16,7 @@ use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use parca_pprof::DecodeOptions;
-use parca_profile::{FlameGraph, Importer, Profile, Tables, TopTable};
+use parca_profile::{FlameGraph, Meta, Profile, Samples, Tables, TopTable};
 
 fn read(rel: &str) -> Vec<u8> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -65,23 +66,35 @@ fn merge(c: &mut Criterion) {
         |profiles: &[Profile]| profiles.iter().map(|p| p.samples.len() as u64).sum::<u64>();
     let mut group = c.benchmark_group("merge_1000");
 
-    // As a store holds them: one set of tables, profiles are stack ids and values.
+    // 1,000 real profiles, each decoded from its file into one set of tables: as a store
+    // ingests them, and as `parca profile` reads several files. The merge is an array add.
+    let files: Vec<Vec<u8>> = CPU_FILES.iter().map(|f| read(f)).collect();
     let mut tables = Tables::new();
-    let mut importer = Importer::new();
-    let imported: Vec<_> = sources
-        .iter()
-        .map(|p| importer.import(&mut tables, p))
+    let parts: Vec<(Meta, Samples)> = (0..1000)
+        .map(|i| {
+            let pprof = parca_pprof::decode(&files[i % files.len()], &DecodeOptions::default())
+                .expect("corpus decodes");
+            let mut parts = parca_profile::normalize_into(&pprof, &mut tables);
+            let cpu = parca_profile::pick_sample_type(
+                parts.iter().map(|(meta, _)| meta),
+                Some("cpu"),
+                None,
+            )
+            .expect("cpu sample type");
+            parts.swap_remove(cpu)
+        })
         .collect();
     let tables = Arc::new(tables);
-    let shared: Vec<Profile> = (0..1000)
-        .map(|i| Profile {
+    let shared: Vec<Profile> = parts
+        .into_iter()
+        .map(|(meta, samples)| Profile {
             tables: Arc::clone(&tables),
-            meta: sources[i % sources.len()].meta.clone(),
-            samples: imported[i % sources.len()].clone(),
+            meta,
+            samples,
         })
         .collect();
     group.throughput(Throughput::Elements(n_pairs(&shared)));
-    group.bench_function("shared_tables", |b| {
+    group.bench_function("one_set_of_tables", |b| {
         b.iter(|| parca_profile::merge(&shared).expect("merge"))
     });
 

@@ -62,7 +62,7 @@ pub use flamegraph::{COLUMNS_MAGIC, COLUMNS_VERSION, ColumnsWriter, FlameGraph};
 pub use growth::{growth, is_cumulative};
 pub use hide::FrameHider;
 pub use merge::{DiffMode, Extractor, Importer, Merger, apply_diff_mode, diff, merge};
-pub use normalize::{decode, from_pprof, select_sample_type};
+pub use normalize::{decode, from_pprof, normalize_into, pick_sample_type, select_sample_type};
 pub use profile::{Meta, Profile, Samples, ValueType};
 pub use split::{LabelGroup, split_by_string_labels};
 pub use tables::Tables;

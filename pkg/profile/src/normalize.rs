@@ -25,8 +25,27 @@ pub fn decode(
 /// Strings, mappings, functions, locations and stacks are interned once and shared by all the
 /// returned profiles. Samples that agree on stack and labels are summed, and zero values dropped.
 pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
-    let h = pprof.header();
     let mut tables = Tables::new();
+    let parts = normalize_into(pprof, &mut tables);
+    let tables = Arc::new(tables);
+    parts
+        .into_iter()
+        .map(|(meta, samples)| Profile {
+            tables: Arc::clone(&tables),
+            meta,
+            samples,
+        })
+        .collect()
+}
+
+/// Normalizes a validated pprof into `tables`, which it shares with whatever they already hold:
+/// one (meta, samples) per sample type, ids in `tables`.
+///
+/// Normalizing many pprofs into one set of tables interns each symbol and stack once, and the
+/// resulting profiles merge by array add, with no remapping: what a store does at ingest, and
+/// what `parca profile` does with several files.
+pub fn normalize_into(pprof: &Pprof, tables: &mut Tables) -> Vec<(Meta, Samples)> {
+    let h = pprof.header();
     tables.reserve_symbols(
         pprof.n_strings(),
         pprof.functions().len(),
@@ -148,7 +167,6 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
         }
     }
 
-    let tables = Arc::new(tables);
     let value_type = |vt: &proto::ValueType| ValueType {
         kind: pprof.string(vt.r#type).to_owned(),
         unit: pprof.string(vt.unit).to_owned(),
@@ -177,14 +195,13 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
                     samples.values.push(v);
                 }
             }
-            Profile {
-                tables: Arc::clone(&tables),
-                meta: Meta {
+            (
+                Meta {
                     sample_type: value_type(sample_type),
                     ..base_meta.clone()
                 },
                 samples,
-            }
+            )
         })
         .collect()
 }
@@ -196,29 +213,82 @@ pub fn select_sample_type(
     wanted: Option<&str>,
     default_sample_type: Option<&str>,
 ) -> Result<Profile, crate::Error> {
+    let idx = pick_sample_type(
+        profiles.iter().map(|p| &p.meta),
+        wanted,
+        default_sample_type,
+    )?;
+    Ok(profiles.swap_remove(idx))
+}
+
+/// The position of the sample type [`select_sample_type`] would pick among `metas`.
+pub fn pick_sample_type<'a>(
+    metas: impl Iterator<Item = &'a Meta> + Clone,
+    wanted: Option<&str>,
+    default_sample_type: Option<&str>,
+) -> Result<usize, crate::Error> {
     let available = || {
-        profiles
-            .iter()
-            .map(|p| p.meta.sample_type.kind.clone())
+        metas
+            .clone()
+            .map(|m| m.sample_type.kind.clone())
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let pick = wanted.or(default_sample_type);
-    let idx = match pick {
-        Some(kind) => profiles
-            .iter()
-            .position(|p| p.meta.sample_type.kind == kind)
+    match wanted.or(default_sample_type) {
+        Some(kind) => metas
+            .clone()
+            .position(|m| m.sample_type.kind == kind)
             .ok_or_else(|| crate::Error::NoSuchSampleType {
                 wanted: kind.to_owned(),
                 available: available(),
-            })?,
-        None => profiles
-            .len()
-            .checked_sub(1)
-            .ok_or_else(|| crate::Error::NoSuchSampleType {
-                wanted: "any".into(),
-                available: "none".into(),
-            })?,
-    };
-    Ok(profiles.swap_remove(idx))
+            }),
+        None => {
+            metas
+                .clone()
+                .count()
+                .checked_sub(1)
+                .ok_or_else(|| crate::Error::NoSuchSampleType {
+                    wanted: "any".into(),
+                    available: "none".into(),
+                })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::profile;
+
+    #[test]
+    fn normalizing_into_shared_tables_interns_each_symbol_once() {
+        let source = profile(&[("main;work;leaf", 5), ("main;idle", 2)]);
+        let bytes = parca_pprof::encode(&crate::to_pprof(&source), true);
+        let pprof = parca_pprof::decode(&bytes, &Default::default()).expect("valid");
+        let mut tables = Tables::new();
+        let first = normalize_into(&pprof, &mut tables);
+        let sizes = |t: &Tables| {
+            (
+                t.n_strings(),
+                t.n_functions(),
+                t.n_locations(),
+                t.n_stacks(),
+            )
+        };
+        let before = sizes(&tables);
+        let second = normalize_into(&pprof, &mut tables);
+        assert_eq!(sizes(&tables), before);
+        assert_eq!(first[0].1.stacks, second[0].1.stacks);
+        let tables = Arc::new(tables);
+        let profiles: Vec<Profile> = first
+            .into_iter()
+            .chain(second)
+            .map(|(meta, samples)| Profile {
+                tables: Arc::clone(&tables),
+                meta,
+                samples,
+            })
+            .collect();
+        assert_eq!(crate::merge(&profiles).expect("merge").total(), 14);
+    }
 }
