@@ -82,9 +82,11 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let files: Vec<PathBuf> = [
+    // The project's largest corpus files, then typical scrapes of real programs.
+    let mut files: Vec<PathBuf> = [
         "published/google-pprof/large.cpu",
         "published/parca/alloc_space_delta.pb.gz",
+        "published/parca/profile-with-labels.pb.gz",
         "prometheus/prometheus-cpu.pb.gz",
         "prometheus/prometheus-allocs.pb.gz",
         "go/go-cpu.pb.gz",
@@ -92,6 +94,13 @@ fn main() {
     .iter()
     .map(|f| corpus(f))
     .collect();
+    // Larger files of the team's shared corpus (AGPL, so not copied into the project), measured
+    // when a checkout has them beside it.
+    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/pprof");
+    let path = shared.join("published/pyroscope/cpu_go_truncated_1.pb.gz");
+    if path.exists() {
+        files.insert(1, path);
+    }
     let go_times = go(&files);
     if go_times.is_none() {
         eprintln!(
@@ -108,6 +117,7 @@ fn main() {
         let mbps = |d: Duration| data.len() as f64 / d.as_secs_f64() / 1e6;
         let name = path
             .strip_prefix(corpus(""))
+            .or_else(|_| path.strip_prefix(&shared))
             .unwrap_or(path)
             .display()
             .to_string();
