@@ -8,7 +8,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::checked::{Checked, FromRaw, str_then};
 use crate::scrape::{TlsConfig, serialize_path_opt};
-use crate::secret::Secret;
+use crate::secret::{Secret, inline_or_file};
 
 /// An absolute `http`/`https` (or, for proxies, `socks5`) URL, checked when the file is read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -203,11 +203,11 @@ impl FromRaw for OAuth2 {
         if client_id.is_empty() {
             return Err("`client_id` is required".to_owned());
         }
-        if raw.client_secret.is_some() && raw.client_secret_file.is_some() {
-            return Err(
-                "at most one of `client_secret` and `client_secret_file` may be set".to_owned(),
-            );
-        }
+        inline_or_file(
+            "client_secret",
+            raw.client_secret.as_ref(),
+            raw.client_secret_file.as_deref(),
+        )?;
         Ok(OAuth2 {
             client_id,
             client_secret: raw.client_secret,

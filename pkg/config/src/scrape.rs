@@ -15,7 +15,7 @@ use crate::duration::{self, format_duration};
 use crate::http_client::{OAuth2, ProxyConfig, ProxyUrl};
 use crate::labels::{UniqueMap, label_set_opt};
 use crate::relabel::RelabelConfig;
-use crate::secret::Secret;
+use crate::secret::{Secret, inline_or_file};
 
 /// `scrape_interval` when neither the job nor `global` sets one (Parca's and Prometheus' 10s).
 pub const DEFAULT_SCRAPE_INTERVAL: Duration = Duration::from_secs(10);
@@ -344,9 +344,11 @@ impl FromRaw for BasicAuth {
     const EXPECTING: &'static str = "basic_auth settings";
 
     fn from_raw(raw: RawBasicAuth) -> Result<Self, String> {
-        if raw.password.is_some() && raw.password_file.is_some() {
-            return Err("at most one of `password` and `password_file` may be set".to_owned());
-        }
+        inline_or_file(
+            "password",
+            raw.password.as_ref(),
+            raw.password_file.as_deref(),
+        )?;
         Ok(BasicAuth {
             username: raw.username,
             password: raw.password,
@@ -397,11 +399,11 @@ impl FromRaw for Authorization {
                 "authorization `type` {kind:?} must be one word, such as Bearer"
             ));
         }
-        if raw.credentials.is_some() && raw.credentials_file.is_some() {
-            return Err(
-                "at most one of `credentials` and `credentials_file` may be set".to_owned(),
-            );
-        }
+        inline_or_file(
+            "credentials",
+            raw.credentials.as_ref(),
+            raw.credentials_file.as_deref(),
+        )?;
         Ok(Authorization {
             kind,
             credentials: raw.credentials,

@@ -42,3 +42,17 @@ impl<'de> Deserialize<'de> for Secret {
         String::deserialize(d).map(Secret)
     }
 }
+
+/// Refuses a secret given both inline (`key`) and as a file (`key_file`), as Prometheus does.
+pub(crate) fn inline_or_file(
+    key: &str,
+    inline: Option<&Secret>,
+    file: Option<&std::path::Path>,
+) -> Result<(), String> {
+    if inline.is_some() && file.is_some() {
+        return Err(format!(
+            "at most one of `{key}` and `{key}_file` may be set"
+        ));
+    }
+    Ok(())
+}
