@@ -11,7 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
-use parca_symbolize::{BuildId, ObjectKey, read_build_id};
+use parca_symbolize::{BuildId, DebugFileQuery, ObjectKey, find_debug_file, read_debug_needs};
 use rustc_hash::FxHashMap;
 
 /// What is known of a process.
@@ -74,6 +74,9 @@ pub struct MappedObject {
     pub file: File,
     /// The path it was opened by (`/proc/PID/root/…`), for messages.
     pub opened_as: PathBuf,
+    /// Its separate debug file, open, when it lacks `.symtab` or DWARF and one was found
+    /// (build id under the debug directories, or `.gnu_debuglink`).
+    pub debug_file: Option<(File, PathBuf)>,
 }
 
 /// Processes seen, by pid.
@@ -85,6 +88,8 @@ pub struct ProcessTable {
     objects: FxHashMap<(String, u64), Weak<MappedObject>>,
     /// Number of `/proc/PID` reads, for metrics.
     reads: u64,
+    /// Where separate debug files are looked for (`/usr/lib/debug`).
+    debug_dirs: Vec<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -101,7 +106,15 @@ impl ProcessTable {
             entries: FxHashMap::default(),
             objects: FxHashMap::default(),
             reads: 0,
+            debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
         }
+    }
+
+    /// Looks for separate debug files under `dirs` (default `/usr/lib/debug`), after the
+    /// same directories inside a containerized process's root.
+    pub fn with_debug_dirs(mut self, dirs: Vec<PathBuf>) -> ProcessTable {
+        self.debug_dirs = dirs;
+        self
     }
 
     /// A process was announced (first sample, or first since exec): reads it now.
@@ -236,7 +249,32 @@ impl ProcessTable {
             .into_iter()
             .find_map(|p| File::open(&p).ok().map(|f| (f, p)))?;
         let meta = file.metadata().ok()?;
-        let build_id = read_build_id(&file, &opened_as).ok().flatten();
+        let needs = read_debug_needs(&file, &opened_as).unwrap_or_default();
+        let build_id = needs.build_id.clone();
+        let debug_file = if needs.wants_debug_file() {
+            // The process's own debug directories first (a container's), then the node's.
+            let root = dir.join("root");
+            let in_container = std::fs::read_link(&root).is_ok_and(|r| r != Path::new("/"));
+            let mut dirs = Vec::new();
+            if in_container {
+                dirs.extend(
+                    self.debug_dirs
+                        .iter()
+                        .map(|d| root.join(d.strip_prefix("/").unwrap_or(d))),
+                );
+            }
+            dirs.extend(self.debug_dirs.iter().cloned());
+            let in_process = Path::new(path).parent();
+            find_debug_file(&DebugFileQuery {
+                needs: &needs,
+                object_path: &opened_as,
+                object_dir: opened_as.parent(),
+                object_dir_in_process: in_process,
+                debug_dirs: &dirs,
+            })
+        } else {
+            None
+        };
         let key = match &build_id {
             Some(id) => ObjectKey::BuildId(id.clone()),
             None => ObjectKey::File {
@@ -249,6 +287,7 @@ impl ProcessTable {
             build_id,
             file,
             opened_as,
+            debug_file,
         });
         self.objects.insert(id, Arc::downgrade(&object));
         Some(object)

@@ -395,7 +395,14 @@ impl Builder {
         let frames = match &mapping.object {
             Some(object) => symbolizer.symbolize(
                 &object.key,
-                |max_dwarf_bytes| ElfObject::read(&object.file, &object.opened_as, max_dwarf_bytes),
+                |max_dwarf_bytes| {
+                    ElfObject::read_with_debug_file(
+                        &object.file,
+                        &object.opened_as,
+                        object.debug_file.as_ref().map(|(f, p)| (f, p.as_path())),
+                        max_dwarf_bytes,
+                    )
+                },
                 addr - mapping.start + mapping.offset,
             ),
             None => Arc::from(Vec::new()),

@@ -101,17 +101,59 @@ struct Segment {
 #[derive(Debug, Clone, Copy)]
 struct Symbol {
     address: u64,
-    /// 0 when the table gives none: the symbol then runs to the next one.
+    /// Bytes of code it covers. A symbol the table gives no size (`_init`, hand-written
+    /// assembly) covers up to the next symbol or the end of its section, whichever comes first;
+    /// an address past the end is named by no symbol.
     size: u32,
-    /// Offset of the name in the string table.
+    /// Offset of the name in its string table.
     name: u32,
+    /// Index of its string table in [`ElfObject::names`].
+    table: u8,
 }
 
-/// Where a symbol table's names are in the file.
-#[derive(Debug, Clone, Copy, Default)]
-struct Names {
-    file_offset: u64,
-    size: u64,
+/// Where a symbol table's names are: in a file, or in memory (the symbol table of
+/// `.gnu_debugdata`, decompressed).
+enum NameTable {
+    File { file: File, offset: u64, size: u64 },
+    Memory(Box<[u8]>),
+}
+
+/// A symbol table read from an ELF image: function symbols and where its names are.
+struct SymbolTable {
+    symbols: Vec<Symbol>,
+    strtab_offset: u64,
+    strtab_size: u64,
+}
+
+/// The `.gnu_debuglink` of a stripped object: the debug file's name and the CRC32 of its
+/// bytes (gdb's convention).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DebugLink {
+    /// The debug file's name, without directory (`gzip.debug`).
+    pub name: String,
+    /// CRC32 (IEEE) of the whole debug file.
+    pub crc: u32,
+}
+
+/// What an object lacks for symbolization and where its debug file may be: read from its
+/// section headers only ([`read_debug_needs`]).
+#[derive(Debug, Clone, Default)]
+pub struct DebugNeeds {
+    /// Its GNU build id.
+    pub build_id: Option<BuildId>,
+    /// Whether it has a `.symtab`.
+    pub has_symtab: bool,
+    /// Whether it has DWARF (`.debug_info`).
+    pub has_dwarf: bool,
+    /// Its `.gnu_debuglink`, if any.
+    pub debug_link: Option<DebugLink>,
+}
+
+impl DebugNeeds {
+    /// Whether a separate debug file would add anything (the object lacks `.symtab` or DWARF).
+    pub fn wants_debug_file(&self) -> bool {
+        !self.has_symtab || !self.has_dwarf
+    }
 }
 
 /// A parsed ELF object, ready to symbolize its addresses.
@@ -121,9 +163,12 @@ pub struct ElfObject {
     segments: Vec<Segment>,
     /// Sorted by address.
     symbols: Vec<Symbol>,
-    names: Names,
-    /// The open file, to read symbol names from.
-    file: File,
+    /// The string tables the symbols' names are in.
+    names: Vec<NameTable>,
+    /// The debug file its symbols or DWARF came from, if any.
+    debug_path: Option<PathBuf>,
+    /// Where its symbols came from, for messages and tests.
+    symbol_source: SymbolSource,
     dwarf: Option<addr2line::Context<Reader>>,
     /// Bytes of DWARF held (decompressed).
     dwarf_bytes: u64,
@@ -142,6 +187,8 @@ impl fmt::Debug for ElfObject {
             .field("path", &self.path)
             .field("build_id", &self.build_id)
             .field("n_symbols", &self.symbols.len())
+            .field("symbol_source", &self.symbol_source)
+            .field("debug_path", &self.debug_path)
             .field("has_dwarf", &self.dwarf.is_some())
             .field("is_go", &self.is_go)
             .finish()
@@ -162,6 +209,21 @@ impl ElfObject {
     /// if it has at most `max_dwarf_bytes` of it. A DWARF that does not parse or is too large
     /// is not an error: the symbol table is still used, and [`ElfObject::dwarf_error`] says why.
     pub fn read(file: &File, path: &Path, max_dwarf_bytes: u64) -> Result<ElfObject, Error> {
+        ElfObject::read_with_debug_file(file, path, None, max_dwarf_bytes)
+    }
+
+    /// Like [`ElfObject::read`], with the symbols and DWARF of a separate debug file (found by
+    /// build id, `.gnu_debuglink` or debuginfod: [`find_debug_file`]) where the object itself
+    /// has none. Segments and build id are always the object's own. Symbols come from the
+    /// first of: the debug file's `.symtab`, the object's `.symtab`, the object's
+    /// `.gnu_debugdata` (MiniDebugInfo) merged with its `.dynsym`, its `.dynsym`, Go's
+    /// `.gopclntab`. A debug file that does not parse is ignored.
+    pub fn read_with_debug_file(
+        file: &File,
+        path: &Path,
+        debug: Option<(&File, &Path)>,
+        max_dwarf_bytes: u64,
+    ) -> Result<ElfObject, Error> {
         let cache = ReadCache::new(file);
         let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
         let build_id = obj
@@ -186,52 +248,142 @@ impl ElfObject {
             .collect();
         let is_go = obj.section_by_name(".gopclntab").is_some()
             || obj.section_by_name(".note.go.buildid").is_some();
-        let (mut symbols, mut names) = read_symbols(&cache);
+
+        let debug_cache = debug.map(|(f, _)| ReadCache::new(f));
+        let debug_obj = debug_cache
+            .as_ref()
+            .and_then(|c| object::File::parse(c).ok());
+        let debug_file = debug.filter(|_| debug_obj.is_some());
+
+        let mut names = Vec::new();
+        let mut symbols = Vec::new();
+        let mut symbol_source = SymbolSource::None;
+        let push_table = |names: &mut Vec<NameTable>,
+                          symbols: &mut Vec<Symbol>,
+                          table: SymbolTable,
+                          source: NameSource<'_>| {
+            let index = names.len() as u8;
+            names.push(match source {
+                NameSource::File(f) => match f.try_clone() {
+                    Ok(file) => NameTable::File {
+                        file,
+                        offset: table.strtab_offset,
+                        size: table.strtab_size,
+                    },
+                    Err(_) => return,
+                },
+                NameSource::Memory(bytes) => {
+                    // Keep only the string table of the decompressed image.
+                    let start = usize::try_from(table.strtab_offset).unwrap_or(usize::MAX);
+                    let len = usize::try_from(table.strtab_size).unwrap_or(usize::MAX);
+                    match bytes.get(start..start.saturating_add(len)) {
+                        Some(strtab) => NameTable::Memory(strtab.into()),
+                        None => return,
+                    }
+                }
+            });
+            symbols.extend(
+                table
+                    .symbols
+                    .into_iter()
+                    .map(|s| Symbol { table: index, ..s }),
+            );
+        };
+        if let (Some(c), Some((f, _))) = (&debug_cache, debug_file)
+            && let Some(t) = function_symbols(c, false)
+        {
+            push_table(&mut names, &mut symbols, t, NameSource::File(f));
+            symbol_source = SymbolSource::DebugFile;
+        } else if let Some(t) = function_symbols(&cache, false) {
+            push_table(&mut names, &mut symbols, t, NameSource::File(file));
+            symbol_source = SymbolSource::Symtab;
+        } else {
+            if let Some(mini) = read_gnu_debugdata(&obj)
+                && let Some(t) = function_symbols(&mini[..], false)
+            {
+                push_table(&mut names, &mut symbols, t, NameSource::Memory(mini));
+                symbol_source = SymbolSource::GnuDebugdata;
+            }
+            if let Some(t) = function_symbols(&cache, true) {
+                push_table(&mut names, &mut symbols, t, NameSource::File(file));
+                if symbol_source == SymbolSource::None {
+                    symbol_source = SymbolSource::Dynsym;
+                }
+            }
+        }
         if symbols.is_empty()
             && is_go
             && let Some((go_symbols, go_names)) = read_gopclntab(&obj)
         {
             // A stripped Go binary (`-ldflags=-s -w`): Go's own function table still names
             // every function.
+            names.clear();
             symbols = go_symbols;
-            names = go_names;
+            if let Ok(file) = file.try_clone() {
+                names.push(NameTable::File {
+                    file,
+                    offset: go_names.0,
+                    size: go_names.1,
+                });
+                symbol_source = SymbolSource::Gopclntab;
+            }
         }
-        let dwarf_bytes = dwarf_size(&obj);
+        // Aliases share an address: keep one, preferring a sized one.
+        symbols.sort_by(|a, b| a.address.cmp(&b.address).then(b.size.cmp(&a.size)));
+        symbols.dedup_by_key(|s| s.address);
+        symbols.shrink_to_fit();
+
+        // DWARF from the debug file when it has some, else the object's own.
+        let (dwarf_obj, dwarf_file, dwarf_path) = match (&debug_obj, debug_file) {
+            (Some(d), Some((f, p))) if d.section_by_name(".debug_info").is_some() => (d, f, p),
+            _ => (&obj, file, path),
+        };
+        let dwarf_bytes = dwarf_size(dwarf_obj);
         let (dwarf, dwarf_error) = if dwarf_bytes > max_dwarf_bytes {
             let error = Error::DwarfTooLarge {
-                path: path.to_owned(),
+                path: dwarf_path.to_owned(),
                 size_bytes: dwarf_bytes,
                 max_bytes: max_dwarf_bytes,
             };
             (None, Some(error))
         } else {
-            match read_dwarf(&obj, file) {
+            match read_dwarf(dwarf_obj, dwarf_file) {
                 Ok(dwarf) => (dwarf, None),
                 Err(source) => (
                     None,
                     Some(Error::Dwarf {
-                        path: path.to_owned(),
+                        path: dwarf_path.to_owned(),
                         source,
                     }),
                 ),
             }
         };
         let dwarf_bytes = if dwarf.is_some() { dwarf_bytes } else { 0 };
+        let used_debug = symbol_source == SymbolSource::DebugFile
+            || (dwarf.is_some() && debug_file.is_some_and(|(_, p)| p == dwarf_path));
         Ok(ElfObject {
             path: path.to_owned(),
             build_id,
             segments,
             symbols,
             names,
-            file: file.try_clone().map_err(|source| Error::Io {
-                path: path.to_owned(),
-                source,
-            })?,
+            debug_path: debug_file.filter(|_| used_debug).map(|(_, p)| p.to_owned()),
+            symbol_source,
             dwarf,
             dwarf_bytes,
             dwarf_error,
             is_go,
         })
+    }
+
+    /// The debug file its symbols or DWARF were read from, if any.
+    pub fn debug_path(&self) -> Option<&Path> {
+        self.debug_path.as_deref()
+    }
+
+    /// Where its function symbols came from.
+    pub fn symbol_source(&self) -> SymbolSource {
+        self.symbol_source
     }
 
     /// The path it was read from.
@@ -361,23 +513,28 @@ impl ElfObject {
             .partition_point(|s| s.address <= vaddr)
             .checked_sub(1)?;
         let sym = &self.symbols[i];
-        (sym.size == 0 || vaddr - sym.address < u64::from(sym.size)).then_some(sym)
+        (vaddr - sym.address < u64::from(sym.size)).then_some(sym)
     }
 
-    /// Reads a symbol's name from the string table (NUL-terminated); `None` when the file
+    /// Reads a symbol's name from its string table (NUL-terminated); `None` when the file
     /// cannot be read there or the name is empty.
     fn name_of(&self, sym: &Symbol) -> Option<String> {
         use std::os::unix::fs::FileExt;
         let start = u64::from(sym.name);
-        let end = self.names.size;
+        let (file, offset, end) = match self.names.get(usize::from(sym.table))? {
+            NameTable::Memory(bytes) => {
+                let rest = bytes.get(start as usize..)?;
+                let len = rest.iter().position(|&b| b == 0)?;
+                return (len > 0).then(|| String::from_utf8_lossy(&rest[..len]).into_owned());
+            }
+            NameTable::File { file, offset, size } => (file, *offset, *size),
+        };
         let mut buf = Vec::new();
         let mut want = 256u64;
         loop {
             let len = want.min(end.checked_sub(start)?);
             buf.resize(len as usize, 0);
-            self.file
-                .read_exact_at(&mut buf, self.names.file_offset + start)
-                .ok()?;
+            file.read_exact_at(&mut buf, offset + start).ok()?;
             if let Some(nul) = buf.iter().position(|&b| b == 0) {
                 buf.truncate(nul);
                 break;
@@ -392,48 +549,173 @@ impl ElfObject {
     }
 }
 
-/// The function symbols of `.symtab`, or of `.dynsym` when there is no `.symtab`, with where
-/// their names are. Only 64-bit ELF (the agent runs on x86-64); others have none.
-fn read_symbols(cache: &ReadCache<&File>) -> (Vec<Symbol>, Names) {
+/// Where an [`ElfObject`]'s function symbols came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SymbolSource {
+    /// No symbols at all.
+    None,
+    /// The object's own `.symtab`.
+    Symtab,
+    /// A separate debug file's `.symtab`.
+    DebugFile,
+    /// `.gnu_debugdata` (MiniDebugInfo: an xz-compressed ELF holding a `.symtab` of the
+    /// functions `.dynsym` lacks), merged with `.dynsym`.
+    GnuDebugdata,
+    /// `.dynsym` alone (exported functions only).
+    Dynsym,
+    /// Go's `.gopclntab`.
+    Gopclntab,
+}
+
+enum NameSource<'a> {
+    File(&'a File),
+    Memory(Box<[u8]>),
+}
+
+/// The function symbols of `.symtab` (or `.dynsym` when `dynamic`) of a 64-bit ELF image,
+/// sorted by address, sizes of unsized ones bounded by the next symbol and their section's end;
+/// `None` when it has no such table or no function in it.
+fn function_symbols<'data, R: object::ReadRef<'data>>(
+    data: R,
+    dynamic: bool,
+) -> Option<SymbolTable> {
     use object::elf::{SHN_UNDEF, STT_FUNC, STT_GNU_IFUNC};
     use object::read::elf::{ElfFile64, SectionHeader, Sym};
 
-    let Ok(elf) = ElfFile64::<object::Endianness, _>::parse(cache) else {
-        return (Vec::new(), Names::default());
-    };
+    let elf = ElfFile64::<object::Endianness, R>::parse(data).ok()?;
     let endian = elf.endian();
-    for table in [elf.elf_symbol_table(), elf.elf_dynamic_symbol_table()] {
-        let mut symbols: Vec<Symbol> = table
-            .iter()
-            .filter(|s| {
-                matches!(s.st_type(), STT_FUNC | STT_GNU_IFUNC)
-                    && s.st_shndx(endian) != SHN_UNDEF
-                    && s.st_value(endian) != 0
-                    && s.st_name(endian) != 0
-            })
-            .map(|s| Symbol {
+    let sections = elf.elf_section_table();
+    let table = if dynamic {
+        elf.elf_dynamic_symbol_table()
+    } else {
+        elf.elf_symbol_table()
+    };
+    // (symbol, end of its section)
+    let mut symbols: Vec<(Symbol, u64)> = table
+        .iter()
+        .filter(|s| {
+            matches!(s.st_type(), STT_FUNC | STT_GNU_IFUNC)
+                && s.st_shndx(endian) != SHN_UNDEF
+                && s.st_value(endian) != 0
+                && s.st_name(endian) != 0
+        })
+        .map(|s| {
+            let section_end = sections
+                .section(object::SectionIndex(usize::from(s.st_shndx(endian))))
+                .ok()
+                .map(|h| h.sh_addr(endian).saturating_add(h.sh_size(endian)))
+                .unwrap_or(u64::MAX);
+            let symbol = Symbol {
                 address: s.st_value(endian),
                 size: u32::try_from(s.st_size(endian)).unwrap_or(u32::MAX),
                 name: s.st_name(endian),
-            })
-            .collect();
-        if symbols.is_empty() {
-            continue;
-        }
-        let Ok(strtab) = elf.elf_section_table().section(table.string_section()) else {
-            continue;
-        };
-        let names = Names {
-            file_offset: strtab.sh_offset(endian),
-            size: strtab.sh_size(endian),
-        };
-        // Aliases share an address: keep one, preferring a sized one.
-        symbols.sort_by(|a, b| a.address.cmp(&b.address).then(b.size.cmp(&a.size)));
-        symbols.dedup_by_key(|s| s.address);
-        symbols.shrink_to_fit();
-        return (symbols, names);
+                table: 0,
+            };
+            (symbol, section_end)
+        })
+        .collect();
+    if symbols.is_empty() {
+        return None;
     }
-    (Vec::new(), Names::default())
+    let strtab = sections.section(table.string_section()).ok()?;
+    symbols.sort_by(|a, b| a.0.address.cmp(&b.0.address).then(b.0.size.cmp(&a.0.size)));
+    symbols.dedup_by_key(|s| s.0.address);
+    // A symbol without a size (`_init`, assembly without `.size`) covers up to the next symbol
+    // and never past its section: `_init` must not name the whole of `.text` after it.
+    for i in 0..symbols.len() {
+        if symbols[i].0.size == 0 {
+            let start = symbols[i].0.address;
+            let next = symbols.get(i + 1).map_or(u64::MAX, |s| s.0.address);
+            let end = next.min(symbols[i].1);
+            symbols[i].0.size = u32::try_from(end.saturating_sub(start)).unwrap_or(u32::MAX);
+        }
+    }
+    Some(SymbolTable {
+        symbols: symbols.into_iter().map(|(s, _)| s).collect(),
+        strtab_offset: strtab.sh_offset(endian),
+        strtab_size: strtab.sh_size(endian),
+    })
+}
+
+/// Bytes of MiniDebugInfo (`.gnu_debugdata`) decompressed beyond which it is ignored.
+const MAX_GNU_DEBUGDATA_BYTES: u64 = 64 << 20;
+
+/// The ELF image in `.gnu_debugdata` (xz-compressed, as Fedora and others ship MiniDebugInfo),
+/// decompressed; `None` when there is none or it does not decompress.
+fn read_gnu_debugdata<'data, O: Object<'data>>(obj: &O) -> Option<Box<[u8]>> {
+    let section = obj.section_by_name(".gnu_debugdata")?;
+    let data = section.data().ok()?;
+    let mut out = Bounded(Vec::new());
+    let mut input = std::io::BufReader::new(data);
+    lzma_rs::xz_decompress(&mut input, &mut out).ok()?;
+    Some(out.0.into_boxed_slice())
+}
+
+/// A `Vec` writer that refuses to grow past [`MAX_GNU_DEBUGDATA_BYTES`] (a hostile
+/// `.gnu_debugdata` must not cost unbounded memory).
+struct Bounded(Vec<u8>);
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if (self.0.len() + buf.len()) as u64 > MAX_GNU_DEBUGDATA_BYTES {
+            return Err(std::io::Error::other("MiniDebugInfo too large"));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What `file` lacks for symbolization and its `.gnu_debuglink`, from its section headers
+/// (the rest of the file is not read).
+pub fn read_debug_needs(file: &File, path: &Path) -> Result<DebugNeeds, Error> {
+    use object::read::elf::{FileHeader, SectionHeader};
+    let cache = ReadCache::new(file);
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache)
+        .map_err(|source| elf_error(path, source))?;
+    let endian = header.endian().map_err(|source| elf_error(path, source))?;
+    let sections = header
+        .sections(endian, &cache)
+        .map_err(|source| elf_error(path, source))?;
+    let has = |name: &[u8]| {
+        sections
+            .section_by_name(endian, name)
+            .is_some_and(|(_, s)| s.sh_type(endian) != object::elf::SHT_NOBITS)
+    };
+    let debug_link = sections
+        .section_by_name(endian, b".gnu_debuglink")
+        .and_then(|(_, s)| s.data(endian, &cache).ok())
+        .and_then(|data| parse_debuglink(data, object::Endian::is_little_endian(endian)));
+    Ok(DebugNeeds {
+        build_id: read_build_id(file, path).ok().flatten(),
+        has_symtab: has(b".symtab"),
+        has_dwarf: has(b".debug_info") || has(b".zdebug_info"),
+        debug_link,
+    })
+}
+
+/// `.gnu_debuglink`: the file name (NUL-terminated, padded to 4 bytes), then its CRC32.
+fn parse_debuglink(data: &[u8], little_endian: bool) -> Option<DebugLink> {
+    let nul = data.iter().position(|&b| b == 0)?;
+    let name = std::str::from_utf8(&data[..nul]).ok()?;
+    // The name must be a plain file name: it is joined to directories.
+    if name.is_empty() || name.contains('/') || name == ".." {
+        return None;
+    }
+    let at = (nul + 1).next_multiple_of(4);
+    let bytes: [u8; 4] = data.get(at..at + 4)?.try_into().ok()?;
+    let crc = if little_endian {
+        u32::from_le_bytes(bytes)
+    } else {
+        u32::from_be_bytes(bytes)
+    };
+    Some(DebugLink {
+        name: name.to_owned(),
+        crc,
+    })
 }
 
 /// Function entries and names from Go's `.gopclntab` (the table the Go runtime itself uses for
@@ -445,7 +727,7 @@ fn read_symbols(cache: &ReadCache<&File>) -> (Vec<Symbol>, Names) {
 /// pctabOffset, pclnOffset. At pclnOffset, `nfunc * 2 + 1` u32: for each function its entry
 /// (relative to the start of `.text`) and the offset of its `_func`, then the end of the last
 /// one. A `_func` starts with its entry (u32) and its name's offset in funcnametab (i32).
-fn read_gopclntab<'data, O: Object<'data>>(obj: &O) -> Option<(Vec<Symbol>, Names)> {
+fn read_gopclntab<'data, O: Object<'data>>(obj: &O) -> Option<(Vec<Symbol>, (u64, u64))> {
     let section = obj.section_by_name(".gopclntab")?;
     let (section_offset, _) = section.file_range()?;
     let data = section.data().ok()?;
@@ -480,14 +762,15 @@ fn read_gopclntab<'data, O: Object<'data>>(obj: &O) -> Option<(Vec<Symbol>, Name
             address: text_start + u64::from(entry),
             size: end.saturating_sub(entry),
             name,
+            table: 0,
         });
     }
     symbols.sort_by_key(|s| s.address);
     symbols.dedup_by_key(|s| s.address);
-    let names = Names {
-        file_offset: section_offset + funcname_offset as u64,
-        size: (data.len().checked_sub(funcname_offset)?) as u64,
-    };
+    let names = (
+        section_offset + funcname_offset as u64,
+        (data.len().checked_sub(funcname_offset)?) as u64,
+    );
     Some((symbols, names))
 }
 

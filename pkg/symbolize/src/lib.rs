@@ -6,6 +6,13 @@
 //!   stripped), and DWARF line tables with inlined frames (gimli, addr2line). Go binaries work
 //!   through their symbol table and DWARF (compressed DWARF is inflated), stripped ones through
 //!   `.gopclntab`.
+//! - Stripped objects: [`read_debug_needs`] says what an object lacks and [`find_debug_file`]
+//!   finds its separate debug file as gdb does (`<debug dir>/.build-id/ab/cdef….debug`, then
+//!   `.gnu_debuglink` beside the object, in its `.debug/` and under the debug directory), checked
+//!   by build id or CRC; [`ElfObject::read_with_debug_file`] takes symbols and DWARF from it.
+//!   Without one, `.gnu_debugdata` (MiniDebugInfo, xz) adds the functions `.dynsym` lacks. A
+//!   symbol names only the addresses within its size (unsized ones end at the next symbol or
+//!   their section's end): past it an address is unknown, never wrongly named.
 //! - [`Kallsyms`] reads `/proc/kallsyms` for kernel frames.
 //! - [`demangle`] turns Rust (legacy and v0) and C++ names into readable ones.
 //! - [`Symbolizer`] caches parsed objects per [`ObjectKey`] (build id, else device and inode)
@@ -34,14 +41,19 @@
 //! assert_eq!(demangle("_ZN4core3fmt5write17h0123456789abcdefE"), "core::fmt::write");
 //! ```
 
+mod debugfile;
 mod demangle;
 mod elf;
 mod error;
 mod kallsyms;
 mod symbolizer;
 
+pub use debugfile::{DebugFileQuery, build_id_path, find_debug_file};
 pub use demangle::demangle;
-pub use elf::{BuildId, DEFAULT_MAX_DWARF_BYTES, ElfObject, read_build_id};
+pub use elf::{
+    BuildId, DEFAULT_MAX_DWARF_BYTES, DebugLink, DebugNeeds, ElfObject, SymbolSource,
+    read_build_id, read_debug_needs,
+};
 pub use error::Error;
 pub use kallsyms::Kallsyms;
 pub use symbolizer::{ObjectKey, Options, Stats, Symbolizer};
