@@ -14,9 +14,9 @@ use parca_profile::{Extractor, Tables};
 
 use crate::block::{self, Block, BlockWriter};
 use crate::db::{Inner, Quarantined};
-use crate::encoding::{IdLimits, Reader, TableCounts};
+use crate::encoding::{IdLimits, Reader};
 use crate::head::{self, ExtractedSeries, Remainder, StoredProfile};
-use crate::{Error, encoding, record};
+use crate::{Error, encoding};
 
 /// Compacted blocks never span more than this (Prometheus' cap too).
 const MAX_BLOCK_RANGE_MS: i64 = 31 * 24 * 3_600_000;
@@ -148,6 +148,7 @@ fn quarantine(dir: &Path, name: &str, why: &Error) -> Result<Quarantined, Error>
 /// Cuts what is due, compacts what can be, applies retention; returns when nothing is left.
 pub(crate) fn maintain(inner: &Inner) -> Result<(), Error> {
     let _one_at_a_time = inner.maintenance.lock().expect("maintenance lock poisoned");
+    crate::db::heal_wal(inner)?;
     while cut_head(inner)? {}
     while let Some(plan) = plan_compaction(inner) {
         compact(inner, &plan)?;
@@ -173,6 +174,9 @@ pub(crate) fn cut_head(inner: &Inner) -> Result<bool, Error> {
     };
     // From here on appends below the boundary are refused: the block will hold that range.
     inner.head.write().expect("head lock poisoned").min_valid_ms = boundary;
+    // What goes into the block must be durable in the log first: a profile whose write fails
+    // is taken out of the head, and that cannot be done once it is in a block.
+    inner.wal.sync_all()?;
     let (tables, series, remainder) = {
         let head = inner.head.read().expect("head lock poisoned");
         let (tables, series) = head::extract_before(&head, boundary);
@@ -189,43 +193,25 @@ pub(crate) fn cut_head(inner: &Inner) -> Result<bool, Error> {
         bytes = block.size_bytes,
         "cut head into a block"
     );
-    let (segment, end_seq) = {
+    let checkpoint = {
         let mut head = inner.head.write().expect("head lock poisoned");
-        let new = remainder.finish(&head, boundary);
-        let segment = inner.wal.cut_segment()?;
-        inner
-            .wal
-            .write(&record::encode_checkpoint_begin(boundary))?;
-        for (i, s) in new.series.iter().enumerate() {
-            inner
-                .wal
-                .write(&record::encode_series(i as u32, &s.labels, &s.meta))?;
-        }
-        if TableCounts::of(&new.tables) != TableCounts::empty() {
-            inner
-                .wal
-                .write(&record::encode_symbols(&new.tables, TableCounts::empty()))?;
-        }
-        for (i, s) in new.series.iter().enumerate() {
-            for p in &s.profiles {
-                inner.wal.write(&record::encode_profile(
-                    i as u32,
-                    p.timestamp_ms,
-                    p.duration_nanos,
-                    p.period,
-                    &p.data,
-                ))?;
-            }
-        }
-        let end_seq = inner.wal.write(&record::encode_checkpoint_end())?;
+        let (new, renumbered) = remainder.finish(&head, boundary);
         *head = new;
+        inner.wal.renumber_unsynced(&renumbered);
         let mut blocks = inner.blocks.write().expect("blocks lock poisoned");
         let mut set: Vec<Arc<Block>> = blocks.iter().cloned().collect();
         set.push(Arc::new(block));
         set.sort_by_key(|b| (b.meta.min_time_ms, b.meta.max_time_ms));
         *blocks = Arc::new(set);
-        (segment, end_seq)
+        drop(blocks);
+        // The block is on disk and served: a checkpoint that fails now leaves the log failed,
+        // and healing it writes the checkpoint of this head. Until then a restart replays the
+        // old segments and skips what the block holds.
+        inner
+            .wal
+            .checkpoint(|sink| crate::db::write_checkpoint(&head, sink))
     };
+    let (segment, end_seq) = checkpoint?;
     inner.wal.sync_through(end_seq)?;
     inner.wal.remove_segments_before(segment)?;
     Ok(true)

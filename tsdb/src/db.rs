@@ -42,6 +42,10 @@ pub struct Options {
     /// fsync at most this long after their commit; a machine crash (not a crash of the process)
     /// loses at most this much of them. Default 1 s.
     pub wal_sync_interval: Duration,
+    /// Whether opening the store steps over damage in the middle of the write-ahead log
+    /// (keeping every intact record, setting the damaged segments aside in `quarantine/`)
+    /// instead of refusing to open (`--storage-wal-repair`, default true).
+    pub wal_repair: bool,
 }
 
 impl Default for Options {
@@ -52,6 +56,7 @@ impl Default for Options {
             retention_ms: 15 * 24 * HOUR_MS,
             retention_bytes: 0,
             wal_sync_interval: Duration::from_secs(1),
+            wal_repair: true,
         }
     }
 }
@@ -82,6 +87,10 @@ pub struct Stats {
     pub wal_bytes: u64,
     /// Blocks set aside as corrupt since the store was opened.
     pub n_quarantined: usize,
+    /// Failed writes and syncs of the write-ahead log since the store was opened.
+    pub n_wal_write_errors: u64,
+    /// Whether the store refuses writes now, after a failed write (it heals by itself).
+    pub read_only: bool,
 }
 
 /// A block that failed its checks and was moved to `<data>/quarantine/`.
@@ -115,6 +124,8 @@ pub(crate) struct Inner {
     /// Held by whoever cuts, compacts or deletes blocks: one at a time.
     pub maintenance: Mutex<()>,
     pub quarantined: Mutex<Vec<Quarantined>>,
+    /// Damage that opening the store stepped over in the write-ahead log.
+    pub wal_damage: Vec<wal::Damage>,
     worker: Mutex<Worker>,
     worker_cv: Condvar,
     /// Wakes the WAL sync thread early (to stop); it shares `worker`'s lock.
@@ -157,15 +168,19 @@ impl Db {
         let wal_dir = dir.join("wal");
         std::fs::create_dir_all(&wal_dir)
             .map_err(Error::io("cannot create WAL directory", &wal_dir))?;
-        let head = replay(&wal_dir, min_valid_ms)?;
+        let (head, wal_damage) = replay(&wal_dir, min_valid_ms, options.wal_repair)?;
         tracing::info!(
             dir = %dir.display(),
             series = head.series.len(),
             blocks = blocks.len(),
             quarantined = quarantined.len(),
+            wal_damage = wal_damage.len(),
             "opened store"
         );
         let wal = Wal::open(&wal_dir)?;
+        if !wal_damage.is_empty() {
+            set_aside_damaged_wal(dir, &wal, &head, &wal_damage)?;
+        }
         let inner = Arc::new(Inner {
             dir: dir.to_owned(),
             options,
@@ -174,6 +189,7 @@ impl Db {
             blocks: RwLock::new(Arc::new(blocks)),
             maintenance: Mutex::new(()),
             quarantined: Mutex::new(quarantined),
+            wal_damage,
             worker: Mutex::new(Worker {
                 stop: false,
                 wake: true, // look for work once at start
@@ -251,6 +267,18 @@ impl Db {
             .clone()
     }
 
+    /// Why the store refuses writes now, if it does: the failed operation, its file and the
+    /// operating system's reason. It retries in the background and takes writes again by itself.
+    pub fn write_failure(&self) -> Option<String> {
+        self.inner.wal.failure()
+    }
+
+    /// Damage in the write-ahead log that opening the store stepped over (the damaged segments
+    /// are in `quarantine/wal-<time>/`).
+    pub fn wal_damage(&self) -> &[wal::Damage] {
+        &self.inner.wal_damage
+    }
+
     /// What the store holds now.
     pub fn stats(&self) -> Stats {
         let blocks = self.inner.block_set();
@@ -287,10 +315,13 @@ impl Db {
                 .lock()
                 .expect("quarantine lock poisoned")
                 .len(),
+            n_wal_write_errors: self.inner.wal.n_write_errors(),
+            read_only: false,
         };
         drop(head);
         Stats {
             wal_bytes: self.inner.wal.size_bytes(),
+            read_only: self.inner.wal.failure().is_some(),
             ..stats
         }
     }
@@ -368,22 +399,34 @@ fn wal_sync_loop(inner: &Inner) {
             return;
         }
         drop(w);
-        if let Err(e) = inner.wal.sync_all() {
-            tracing::error!(error = %e, "cannot sync the WAL; buffered commits are not yet durable");
+        if inner.wal.failure().is_some() {
+            // A failed log is healed here, promptly, unless maintenance (which heals too) runs.
+            if let Ok(_one_at_a_time) = inner.maintenance.try_lock() {
+                // The log said when it failed; a heal that fails again only updates the cause.
+                let _ = heal_wal(inner);
+            }
+        } else {
+            // A failed sync stops the log, which logs it once; nothing more to say here.
+            let _ = inner.wal.sync_all();
         }
         w = inner.worker.lock().expect("worker lock poisoned");
     }
 }
 
 /// Rebuilds the head from the WAL in `wal_dir`. Profiles older than `min_valid_ms` are already
-/// in blocks (a cut that crashed before its checkpoint) and are skipped.
-fn replay(wal_dir: &Path, min_valid_ms: i64) -> Result<Head, Error> {
+/// in blocks (a cut that crashed before its checkpoint) and are skipped. With `repair`, damaged
+/// records are stepped over and returned instead of failing (see [`wal::replay`]).
+fn replay(
+    wal_dir: &Path,
+    min_valid_ms: i64,
+    repair: bool,
+) -> Result<(Head, Vec<wal::Damage>), Error> {
     let mut head = Head::new(min_valid_ms);
     // A checkpoint being read: adopted at its end record, dropped if its segment ends first.
     let mut pending: Option<Head> = None;
     let mut segment_of_pending = PathBuf::new();
     let (mut n_records, mut n_skipped) = (0u64, 0u64);
-    wal::replay(wal_dir, |bytes, segment, offset| {
+    let damage = wal::replay(wal_dir, repair, |bytes, segment, offset| {
         n_records += 1;
         let corrupt = |what: String| Error::WalCorrupt {
             segment: segment.to_owned(),
@@ -515,7 +558,76 @@ fn replay(wal_dir: &Path, min_valid_ms: i64) -> Result<Head, Error> {
         series = head.series.len(),
         "replayed WAL"
     );
-    Ok(head)
+    Ok((head, damage))
+}
+
+/// After a replay that stepped over damage: writes what was recovered as a checkpoint in a new
+/// segment and moves the old segments into `quarantine/wal-<time>/`, so the damage is kept for
+/// inspection and never read again.
+fn set_aside_damaged_wal(
+    dir: &Path,
+    wal: &Wal,
+    head: &Head,
+    damage: &[wal::Damage],
+) -> Result<(), Error> {
+    let (segment, end_seq) = wal.checkpoint(|sink| write_checkpoint(head, sink))?;
+    wal.sync_through(end_seq)?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let to = dir.join("quarantine").join(format!("wal-{stamp}"));
+    wal.set_aside_segments_before(segment, &to)?;
+    for d in damage {
+        tracing::warn!(
+            segment = %d.segment.display(),
+            offset = d.offset,
+            skipped_bytes = d.skipped_bytes,
+            what = d.what,
+            set_aside_in = %to.display(),
+            "WAL damage stepped over; the intact records before and after it are kept"
+        );
+    }
+    Ok(())
+}
+
+/// Writes the records that describe `head` whole, between checkpoint markers: replay adopts
+/// them in place of everything before.
+pub(crate) fn write_checkpoint(head: &Head, sink: &mut wal::RecordSink<'_>) -> Result<(), Error> {
+    sink.put(&record::encode_checkpoint_begin(head.min_valid_ms))?;
+    for (i, s) in head.series.iter().enumerate() {
+        sink.put(&record::encode_series(i as u32, &s.labels, &s.meta))?;
+    }
+    if TableCounts::of(&head.tables) != TableCounts::empty() {
+        sink.put(&record::encode_symbols(&head.tables, TableCounts::empty()))?;
+    }
+    for (i, s) in head.series.iter().enumerate() {
+        for p in &s.profiles {
+            sink.put(&record::encode_profile(
+                i as u32,
+                p.timestamp_ms,
+                p.duration_nanos,
+                p.period,
+                &p.data,
+            ))?;
+        }
+    }
+    sink.put(&record::encode_checkpoint_end())
+}
+
+/// Brings a failed write-ahead log back (see [`Wal::heal`]): takes the profiles whose records
+/// were lost out of the head, so that no profile answered with an error stays stored, and
+/// rewrites the head as a checkpoint. Runs under the maintenance lock, so no cut is in progress.
+pub(crate) fn heal_wal(inner: &Inner) -> Result<bool, Error> {
+    if inner.wal.failure().is_none() {
+        return Ok(false);
+    }
+    let mut head = inner.head.write().expect("head lock poisoned");
+    inner.wal.heal(|lost, sink| {
+        for p in lost {
+            head.remove_profile(p.series, p.timestamp_ms);
+        }
+        write_checkpoint(&head, sink)
+    })
 }
 
 /// What a series keeps of its first profile's meta: types and comments, not time.
@@ -636,13 +748,19 @@ impl Appender<'_> {
             profile.meta.period,
             &samples,
         );
-        self.last_seq = inner.wal.write(&record::encode_profile(
-            series,
-            timestamp_ms,
-            stored.duration_nanos,
-            stored.period,
-            &stored.data,
-        ))?;
+        self.last_seq = inner.wal.write_profile(
+            &record::encode_profile(
+                series,
+                timestamp_ms,
+                stored.duration_nanos,
+                stored.period,
+                &stored.data,
+            ),
+            wal::ProfileRef {
+                series,
+                timestamp_ms,
+            },
+        )?;
         head.push(series, stored);
         let block = inner.options.block_duration_ms.max(1);
         if timestamp_ms.saturating_sub(head.oldest_ms) >= block.saturating_add(block / 2) {
@@ -652,14 +770,28 @@ impl Appender<'_> {
     }
 
     /// Returns once every profile appended so far is on disk. Concurrent commits share fsyncs.
+    /// On error none of them is stored: they are taken out of the head before this returns.
     pub fn commit(mut self) -> Result<(), Error> {
         // Queries need not wait for the disk.
         self.held = None;
         if self.last_seq > 0 {
-            self.db.inner.wal.sync_through(self.last_seq)?;
+            let synced = self.db.inner.wal.sync_through(self.last_seq);
+            self.settle(synced)?;
         }
         self.finish();
         Ok(())
+    }
+
+    /// After a failed commit, tries to heal the log at once, which takes the failed profiles
+    /// out of the head, so no query sees what the writer is told was not stored. (If
+    /// maintenance runs now, it heals.)
+    fn settle(&self, result: Result<(), Error>) -> Result<(), Error> {
+        if result.is_err()
+            && let Ok(_one_at_a_time) = self.db.inner.maintenance.try_lock()
+        {
+            let _ = heal_wal(&self.db.inner);
+        }
+        result
     }
 
     /// Hands every profile appended so far to the operating system and returns without waiting
@@ -670,7 +802,8 @@ impl Appender<'_> {
     pub fn commit_buffered(mut self) -> Result<(), Error> {
         self.held = None;
         if self.last_seq > 0 {
-            self.db.inner.wal.flush()?;
+            let flushed = self.db.inner.wal.flush();
+            self.settle(flushed)?;
         }
         self.finish();
         Ok(())
@@ -860,6 +993,86 @@ mod tests {
         drop(db);
         let db = Db::open(dir.path(), Options::default()).expect("reopen");
         assert_eq!(db.stats().n_profiles, 2);
+    }
+
+    #[test]
+    fn a_commit_that_fails_stores_nothing_and_the_store_heals() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let cpu = corpus_cpu("go/go-cpu.pb.gz");
+        let commit = |t: i64| {
+            let mut app = db.appender();
+            app.append(&labels("api", "a"), t, &cpu)?;
+            app.commit()
+        };
+        commit(1).expect("stored");
+        db.inner()
+            .wal
+            .inject_fault(crate::wal::Fault::Write, std::io::ErrorKind::StorageFull);
+        let err = commit(2).expect_err("the disk is full");
+        assert_eq!(err.class(), crate::ErrorClass::Unavailable);
+        // The failed profile is not served, and the store healed at once (one fault only).
+        assert_eq!(totals(&db, &[])[0].1, vec![(1, cpu.total())]);
+        assert!(db.write_failure().is_none());
+        assert_eq!(db.stats().n_wal_write_errors, 1);
+        commit(3).expect("takes writes again");
+        drop(db);
+        let db = Db::open(dir.path(), Options::default()).expect("reopen");
+        assert_eq!(
+            totals(&db, &[])[0].1,
+            vec![(1, cpu.total()), (3, cpu.total())],
+            "every acknowledged profile and nothing else"
+        );
+    }
+
+    #[test]
+    fn a_store_whose_wal_is_damaged_in_the_middle_opens_with_the_rest() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cpu = corpus_cpu("go/go-cpu.pb.gz");
+        {
+            let db = Db::open(dir.path(), Options::default()).expect("open");
+            for t in 1..=3 {
+                let mut app = db.appender();
+                app.append(&labels("api", "a"), t, &cpu).expect("append");
+                app.commit().expect("commit");
+            }
+        }
+        // Tear the second profile record as a full disk did before the store failed closed.
+        let segment = dir.path().join("wal/00000000");
+        let mut bytes = std::fs::read(&segment).expect("read");
+        let mut offsets = Vec::new();
+        let mut pos = 0;
+        while pos + 8 <= bytes.len() {
+            offsets.push(pos);
+            pos += 8 + u32::from_le_bytes(bytes[pos..pos + 4].try_into().expect("4")) as usize;
+        }
+        let profiles: Vec<usize> = offsets.into_iter().filter(|&o| bytes[o + 8] == 4).collect();
+        let torn = profiles[1];
+        bytes.drain(torn + 20..torn + 40);
+        std::fs::write(&segment, &bytes).expect("write");
+        let err = Db::open(dir.path(), strict_options()).expect_err("strict refuses");
+        assert!(err.to_string().contains("is corrupt at byte"), "{err}");
+        let db = Db::open(dir.path(), Options::default()).expect("repairs");
+        assert_eq!(
+            totals(&db, &[])[0].1,
+            vec![(1, cpu.total()), (3, cpu.total())]
+        );
+        assert_eq!(db.wal_damage().len(), 1);
+        assert_eq!(db.wal_damage()[0].offset, torn as u64);
+        let quarantine = std::fs::read_dir(dir.path().join("quarantine"))
+            .expect("quarantine")
+            .count();
+        assert_eq!(quarantine, 1, "the damaged segments are set aside");
+        drop(db);
+        let db = Db::open(dir.path(), strict_options()).expect("clean after repair");
+        assert_eq!(db.stats().n_profiles, 2);
+    }
+
+    fn strict_options() -> Options {
+        Options {
+            wal_repair: false,
+            ..Options::default()
+        }
     }
 
     #[test]

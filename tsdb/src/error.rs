@@ -111,6 +111,18 @@ pub enum Error {
         /// What is wrong.
         what: String,
     },
+    /// The store takes no writes for now: a write or sync of its write-ahead log failed (a full
+    /// disk, an I/O error). Nothing of the refused write is stored; the store retries in the
+    /// background and takes writes again once the disk does.
+    #[error(
+        "the store is not taking writes for now: {cause}; it resumes by itself once the disk takes writes again"
+    )]
+    ReadOnly {
+        /// The failed operation, its file and the operating system's reason.
+        cause: String,
+        /// The operating system's kind of error (`StorageFull` for a full disk).
+        kind: std::io::ErrorKind,
+    },
     /// A profile in the WAL could not be decoded.
     #[error("WAL segment `{}` has an undecodable profile at byte {offset}", segment.display())]
     WalProfile {
@@ -124,7 +136,31 @@ pub enum Error {
     },
 }
 
+/// What a caller should make of a store error; the HTTP status and the retry advice follow from
+/// it, in one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The request was refused for what it asked (bad labels, out of order, too large): do not
+    /// retry it as it is.
+    Refused,
+    /// The store cannot take it now (its disk failed or is full): retry later.
+    Unavailable,
+    /// The store failed (a file unreadable, data damaged).
+    Internal,
+}
+
 impl Error {
+    /// What kind of failure this is, for callers that answer someone (HTTP status, retry).
+    pub fn class(&self) -> ErrorClass {
+        if self.is_refusal() {
+            ErrorClass::Refused
+        } else if matches!(self, Error::ReadOnly { .. }) {
+            ErrorClass::Unavailable
+        } else {
+            ErrorClass::Internal
+        }
+    }
+
     /// Whether this error refuses one appended profile (bad labels, out of order, too large)
     /// rather than reporting a fault of the store: the appender stays usable after a refusal.
     pub fn is_refusal(&self) -> bool {
@@ -151,4 +187,21 @@ impl Error {
             source,
         }
     }
+}
+
+/// The error's message followed by each of its sources' (`a: b: c`), for logs and answers that
+/// print an error once, whole.
+pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        // Some errors repeat their source's text in their own message: print it once.
+        if !text.ends_with(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }

@@ -132,6 +132,17 @@ impl Head {
         self.series[series as usize].profiles.push(profile);
     }
 
+    /// Takes the profile at `timestamp_ms` out of a series, if it is there (its write failed).
+    pub fn remove_profile(&mut self, series: u32, timestamp_ms: i64) {
+        if let Some(s) = self.series.get_mut(series as usize)
+            && let Ok(i) = s
+                .profiles
+                .binary_search_by_key(&timestamp_ms, |p| p.timestamp_ms)
+        {
+            s.profiles.remove(i);
+        }
+    }
+
     pub fn add_series(&mut self, labels: Labels, meta: Meta) -> u32 {
         let series = self.series.len() as u32;
         self.postings.add(series, &labels);
@@ -256,25 +267,29 @@ impl Remainder {
     }
 
     /// Adds what was appended since [`Remainder::build`] (under the write lock) and returns the
-    /// new head. Series left without profiles are dropped; the rest are renumbered.
-    pub fn finish(mut self, head: &Head, min_valid_ms: i64) -> Head {
+    /// new head. Series left without profiles are dropped; the rest are renumbered, and the
+    /// second value maps each old series number to its new one.
+    pub fn finish(mut self, head: &Head, min_valid_ms: i64) -> (Head, Vec<Option<u32>>) {
         let mut extractor = Extractor::new(&head.tables);
         let limits = head.limits();
         self.series
             .resize_with(head.series.len(), || (Vec::new(), 0));
         let mut new = Head::new(min_valid_ms);
+        let mut renumbered = Vec::with_capacity(head.series.len());
         for (old, (mut kept, seen)) in head.series.iter().zip(self.series) {
             for p in &old.profiles[seen..] {
                 kept.push(p.reencode(limits, &mut extractor, &mut self.tables));
             }
             if kept.is_empty() {
+                renumbered.push(None);
                 continue;
             }
             new.oldest_ms = new.oldest_ms.min(kept[0].timestamp_ms);
             let series = new.add_series(old.labels.clone(), old.meta.clone());
             new.series[series as usize].profiles = kept;
+            renumbered.push(Some(series));
         }
         new.tables = self.tables;
-        new
+        (new, renumbered)
     }
 }

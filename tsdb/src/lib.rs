@@ -63,7 +63,7 @@ pub mod wal;
 mod test_support;
 
 pub use db::{Appender, Db, Options, Quarantined, Stats};
-pub use error::Error;
+pub use error::{Error, ErrorClass, with_causes};
 pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL, valid_label_name};
 pub use postings::MemPostings;
 pub use query::{MergedGroup, Querier, SeriesProfiles, SeriesTotals, TotalPoint};

@@ -29,6 +29,11 @@ const PROFILE: u8 = 4;
 const CHECKPOINT_BEGIN: u8 = 5;
 const CHECKPOINT_END: u8 = 6;
 
+/// Whether `kind` (a payload's first byte) is a record kind this store writes or reads.
+pub(crate) fn is_known_kind(kind: u8) -> bool {
+    (SERIES..=CHECKPOINT_END).contains(&kind)
+}
+
 /// A decoded WAL record.
 pub(crate) enum Record<'a> {
     Series {

@@ -11,10 +11,12 @@
 //! A buffered commit only flushes the buffer to the operating system; the store's sync thread
 //! fsyncs such records within its interval.
 
+use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use crate::Error;
 
@@ -47,13 +49,30 @@ fn segments(dir: &Path) -> Result<Vec<u64>, Error> {
     Ok(out)
 }
 
+/// A damaged stretch of the WAL that replay stepped over (see [`replay`]'s `repair`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// The segment file.
+    pub segment: PathBuf,
+    /// Where the damage starts.
+    pub offset: u64,
+    /// Bytes skipped from there.
+    pub skipped_bytes: u64,
+    /// What is wrong.
+    pub what: String,
+}
+
 /// Reads every record of the WAL in `dir` in order and hands it to `each` with its segment and
 /// offset. A torn record at the very end of the last segment (a crash mid-write) is cut off with a
-/// warning; damage anywhere else is an error naming segment and offset.
+/// warning. Damage anywhere else is an error naming segment and offset, unless `repair` is
+/// set: then replay steps over it, the bad record or stretch of bytes up to the next intact
+/// record (or a record that `each` refuses), keeps everything else, and returns what it skipped.
 pub fn replay(
     dir: &Path,
+    repair: bool,
     mut each: impl FnMut(&[u8], &Path, u64) -> Result<(), Error>,
-) -> Result<(), Error> {
+) -> Result<Vec<Damage>, Error> {
+    let mut damage = Vec::new();
     let indices = segments(dir)?;
     for (i, &index) in indices.iter().enumerate() {
         let path = segment_path(dir, index);
@@ -64,55 +83,103 @@ pub fn replay(
             .map_err(Error::io("cannot read WAL segment", &path))?;
         let mut pos = 0usize;
         while pos < bytes.len() {
-            let corrupt = |what: String| Error::WalCorrupt {
-                segment: path.clone(),
-                offset: pos as u64,
-                what,
-            };
             let rest = &bytes[pos..];
-            let torn = match read_record(rest) {
+            let fault = match read_record(rest) {
                 Ok(payload) => {
-                    each(payload, &path, pos as u64)?;
+                    match each(payload, &path, pos as u64) {
+                        Ok(()) => {}
+                        Err(e) if repair && is_record_damage(&e) => damage.push(Damage {
+                            segment: path.clone(),
+                            offset: pos as u64,
+                            skipped_bytes: (HEADER_BYTES + payload.len()) as u64,
+                            what: e.to_string(),
+                        }),
+                        Err(e) => return Err(e),
+                    }
                     pos += HEADER_BYTES + payload.len();
                     continue;
                 }
-                Err(RecordFault::Truncated) => true,
+                Err(fault) => fault,
+            };
+            let torn = match fault {
+                RecordFault::Truncated => true,
                 // A bad checksum on a record that ends exactly at the end of the file is a write
                 // the crash interrupted; so is a tail of zeros (space allocated, never written).
-                Err(RecordFault::Checksum { end }) => end == rest.len(),
-                Err(RecordFault::ZeroLength) => rest.iter().all(|&b| b == 0),
-                Err(RecordFault::TooLong(len)) => {
-                    return Err(corrupt(format!(
-                        "record length {len} is beyond the limit of {MAX_RECORD_BYTES}"
-                    )));
+                RecordFault::Checksum { end } => end == rest.len(),
+                RecordFault::ZeroLength => rest.iter().all(|&b| b == 0),
+                RecordFault::TooLong(_) => false,
+            };
+            if torn && is_last {
+                cut_torn_tail(&path, pos, rest.len())?;
+                break;
+            }
+            let what = match fault {
+                RecordFault::Checksum { .. } => "record checksum mismatch".to_owned(),
+                RecordFault::ZeroLength => "zero-length record".to_owned(),
+                RecordFault::TooLong(len) => {
+                    format!("record length {len} is beyond the limit of {MAX_RECORD_BYTES}")
+                }
+                RecordFault::Truncated => {
+                    "record cut short before the end of a segment that is not the last".to_owned()
                 }
             };
-            if !(torn && is_last) {
-                return Err(corrupt(match read_record(rest) {
-                    Err(RecordFault::Checksum { .. }) => "record checksum mismatch".to_owned(),
-                    Err(RecordFault::ZeroLength) => "zero-length record".to_owned(),
-                    _ => "record cut short before the end of a segment that is not the last"
-                        .to_owned(),
-                }));
+            if !repair {
+                return Err(Error::WalCorrupt {
+                    segment: path.clone(),
+                    offset: pos as u64,
+                    what,
+                });
             }
+            let next = next_intact_record(&bytes, pos + 1).unwrap_or(bytes.len());
             tracing::warn!(
                 segment = %path.display(),
                 offset = pos,
-                dropped_bytes = rest.len(),
-                "WAL ends with a torn record (interrupted write); cutting it off"
+                skipped_bytes = next - pos,
+                what,
+                "WAL damaged; skipping to the next intact record"
             );
-            let file = OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .map_err(Error::io("cannot repair WAL segment", &path))?;
-            file.set_len(pos as u64)
-                .map_err(Error::io("cannot repair WAL segment", &path))?;
-            file.sync_all()
-                .map_err(Error::io("cannot repair WAL segment", &path))?;
-            break;
+            damage.push(Damage {
+                segment: path.clone(),
+                offset: pos as u64,
+                skipped_bytes: (next - pos) as u64,
+                what,
+            });
+            pos = next;
         }
     }
-    Ok(())
+    Ok(damage)
+}
+
+/// Whether `each` refused a record for what it holds (as opposed to failing to read a file).
+fn is_record_damage(e: &Error) -> bool {
+    matches!(e, Error::WalCorrupt { .. } | Error::WalProfile { .. })
+}
+
+/// Removes a torn last record, at `pos` in the last segment.
+fn cut_torn_tail(path: &Path, pos: usize, dropped_bytes: usize) -> Result<(), Error> {
+    tracing::warn!(
+        segment = %path.display(),
+        offset = pos,
+        dropped_bytes,
+        "WAL ends with a torn record (interrupted write); cutting it off"
+    );
+    let file = OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(Error::io("cannot repair WAL segment", path))?;
+    file.set_len(pos as u64)
+        .map_err(Error::io("cannot repair WAL segment", path))?;
+    file.sync_all()
+        .map_err(Error::io("cannot repair WAL segment", path))
+}
+
+/// The first offset at or after `from` where a whole record with a valid checksum and a known
+/// kind begins: where replay picks up again after damage. A checksum over a plausible length
+/// matching by chance is about one in four billion.
+fn next_intact_record(bytes: &[u8], from: usize) -> Option<usize> {
+    (from..bytes.len().saturating_sub(HEADER_BYTES)).find(|&p| {
+        read_record(&bytes[p..]).is_ok_and(|payload| crate::record::is_known_kind(payload[0]))
+    })
 }
 
 enum RecordFault {
@@ -140,25 +207,287 @@ fn read_record(bytes: &[u8]) -> Result<&[u8], RecordFault> {
     Ok(payload)
 }
 
+/// A record that names a profile appended to the head, so that a failed write can take that
+/// profile out of the head again (see [`Wal::heal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProfileRef {
+    /// The head's series number.
+    pub series: u32,
+    /// The profile's time.
+    pub timestamp_ms: i64,
+}
+
+/// A place in the current segment: the last record written up to it, and the byte after it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Position {
+    seq: u64,
+    len: u64,
+}
+
 struct Segment {
     index: u64,
     path: PathBuf,
-    out: BufWriter<File>,
-    bytes: u64,
+    file: File,
+}
+
+/// Why the log stopped taking records: which records are lost, where the segment's good part
+/// ends, and the operating system's reason.
+#[derive(Debug, Clone)]
+struct Failure {
+    /// Records from this sequence number on were not stored.
+    lost_from: u64,
+    /// Bytes of the current segment that hold whole records that were not lost.
+    good_len: u64,
+    /// The failed operation and its reason, e.g. ``cannot write WAL segment `…`: No space left
+    /// on device (os error 28)``.
+    cause: String,
+    kind: std::io::ErrorKind,
 }
 
 struct Writer {
     dir: PathBuf,
     segment: Segment,
-    /// Number of records written (into the buffer or further).
+    /// Records taken but not yet handed to the operating system.
+    buf: Vec<u8>,
+    /// Sequence number of the last record taken.
     written: u64,
+    /// The records whole in the segment file (handed to the operating system).
+    flushed: Position,
+    /// The records known to be on disk.
+    durable: Position,
+    /// Profile records not yet on disk, oldest first: what a failure takes out of the head.
+    unsynced: VecDeque<(u64, ProfileRef)>,
+    failure: Option<Failure>,
+    /// The test seam for I/O errors (see [`Wal::inject_fault`]).
+    #[cfg(test)]
+    fault: Option<(Fault, std::io::ErrorKind)>,
+}
+
+/// Which operation an injected fault hits.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    /// The next write to a segment writes half its bytes, then fails.
+    Write,
+    /// The next fsync of a segment fails.
+    Sync,
 }
 
 /// The log's writing side. Shared by all appenders.
+///
+/// Fails closed: the first write or sync that fails stops the log taking records (every write
+/// is refused with [`Error::ReadOnly`] naming the cause), and nothing more is written after the
+/// failed bytes. [`Wal::heal`] later cuts the segment back to its last good record and starts a
+/// new segment with a checkpoint of the head, so the log never holds a torn record in front of
+/// later ones, and a record whose write was answered with an error is never replayed.
 pub struct Wal {
     writer: Mutex<Writer>,
-    /// Number of records known to be on disk; held while syncing, which makes syncs one at a time.
-    synced: Mutex<u64>,
+    /// Held while syncing (and healing): syncs go one at a time.
+    syncing: Mutex<()>,
+    /// Failed writes and syncs since the log was opened.
+    n_write_errors: AtomicU64,
+}
+
+/// Records are handed to the operating system once this many bytes wait.
+const BUFFER_BYTES: usize = 1 << 20;
+
+impl Writer {
+    /// Refuses with the failure's cause while the log is failed.
+    fn check_open(&self) -> Result<(), Error> {
+        match &self.failure {
+            Some(f) => Err(f.refusal()),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes one record into the buffer; returns its sequence number. A full segment is closed
+    /// first if `may_roll` (a checkpoint stays in one segment: replay adopts it only whole).
+    fn put(&mut self, payload: &[u8], n_errors: &AtomicU64, may_roll: bool) -> Result<u64, Error> {
+        if may_roll && self.flushed.len + self.buf.len() as u64 >= SEGMENT_BYTES {
+            self.roll(n_errors)?;
+        }
+        let len = u32::try_from(payload.len())
+            .ok()
+            .filter(|&l| l > 0 && l <= MAX_RECORD_BYTES)
+            .ok_or_else(|| Error::WalCorrupt {
+                segment: self.segment.path.clone(),
+                offset: self.flushed.len + self.buf.len() as u64,
+                what: format!("refusing to write a record of {} bytes", payload.len()),
+            })?;
+        self.buf.extend_from_slice(&len.to_le_bytes());
+        self.buf
+            .extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
+        self.buf.extend_from_slice(payload);
+        self.written += 1;
+        if self.buf.len() >= BUFFER_BYTES {
+            self.write_buffer(n_errors)?;
+        }
+        Ok(self.written)
+    }
+
+    /// Hands the buffered records to the operating system.
+    fn write_buffer(&mut self, n_errors: &AtomicU64) -> Result<(), Error> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        #[cfg(test)]
+        if let Some((Fault::Write, kind)) = self.fault {
+            self.fault = None;
+            let half = self.buf.len() / 2;
+            let _ = self.segment.file.write_all(&self.buf[..half]);
+            let (seq, len) = (self.flushed.seq + 1, self.flushed.len);
+            return Err(self.fail(n_errors, "cannot write WAL segment", kind.into(), seq, len));
+        }
+        match self.segment.file.write_all(&self.buf) {
+            Ok(()) => {
+                self.flushed = Position {
+                    seq: self.written,
+                    len: self.flushed.len + self.buf.len() as u64,
+                };
+                self.buf.clear();
+                Ok(())
+            }
+            // Part of the buffer may be in the file: the good part ends where it began.
+            Err(e) => Err(self.fail(
+                n_errors,
+                "cannot write WAL segment",
+                e,
+                self.flushed.seq + 1,
+                self.flushed.len,
+            )),
+        }
+    }
+
+    /// Makes the segment's records durable and starts the next segment: a segment is only left
+    /// behind once everything in it is on disk.
+    fn roll(&mut self, n_errors: &AtomicU64) -> Result<(), Error> {
+        self.write_buffer(n_errors)?;
+        if let Err(e) = self.segment.file.sync_data() {
+            let (seq, len) = (self.durable.seq + 1, self.durable.len);
+            return Err(self.fail(n_errors, "cannot sync WAL segment", e, seq, len));
+        }
+        self.durable = self.flushed;
+        self.forget_durable();
+        match create_segment(&self.dir, self.segment.index + 1) {
+            Ok(segment) => {
+                self.segment = segment;
+                self.flushed.len = 0;
+                self.durable.len = 0;
+                Ok(())
+            }
+            Err((e, action, path)) => {
+                // Nothing is lost; the segment is whole and synced.
+                let (seq, len) = (self.written + 1, self.flushed.len);
+                let cause = Error::Io {
+                    action,
+                    path,
+                    source: e,
+                };
+                Err(self.fail_with(n_errors, cause, seq, len))
+            }
+        }
+    }
+
+    /// Drops the undo entries of profiles now on disk.
+    fn forget_durable(&mut self) {
+        while self
+            .unsynced
+            .front()
+            .is_some_and(|&(seq, _)| seq <= self.durable.seq)
+        {
+            self.unsynced.pop_front();
+        }
+    }
+
+    fn fail(
+        &mut self,
+        n_errors: &AtomicU64,
+        action: &'static str,
+        source: std::io::Error,
+        lost_from: u64,
+        good_len: u64,
+    ) -> Error {
+        let path = self.segment.path.clone();
+        let cause = Error::Io {
+            action,
+            path,
+            source,
+        };
+        self.fail_with(n_errors, cause, lost_from, good_len)
+    }
+
+    /// Stops the log: records from `lost_from` on are dropped, the segment's good part ends at
+    /// `good_len`. The first failure of an episode is logged; later ones only counted.
+    fn fail_with(
+        &mut self,
+        n_errors: &AtomicU64,
+        cause: Error,
+        lost_from: u64,
+        good_len: u64,
+    ) -> Error {
+        self.buf.clear();
+        match &mut self.failure {
+            Some(f) => {
+                f.lost_from = f.lost_from.min(lost_from);
+                f.good_len = f.good_len.min(good_len);
+            }
+            None => {
+                tracing::error!(
+                    cause = %crate::error::with_causes(&cause),
+                    "the store stopped taking writes; it retries, and resumes by itself once the disk takes writes again"
+                );
+                self.failure = Some(Failure {
+                    lost_from,
+                    good_len,
+                    cause: String::new(),
+                    kind: std::io::ErrorKind::Other,
+                });
+            }
+        }
+        self.note_failure(n_errors, cause)
+    }
+
+    /// Counts a failed operation of a failed log and makes it the failure's cause; returns the
+    /// refusal that writers get from now on.
+    fn note_failure(&mut self, n_errors: &AtomicU64, cause: Error) -> Error {
+        n_errors.fetch_add(1, Ordering::Relaxed);
+        let f = self
+            .failure
+            .as_mut()
+            .expect("only a failed log notes failures");
+        f.cause = crate::error::with_causes(&cause);
+        if let Error::Io { source, .. } = &cause {
+            f.kind = source.kind();
+        }
+        f.refusal()
+    }
+}
+
+impl Failure {
+    fn refusal(&self) -> Error {
+        Error::ReadOnly {
+            cause: self.cause.clone(),
+            kind: self.kind,
+        }
+    }
+}
+
+/// Creates segment `index` in `dir` and makes its name durable.
+fn create_segment(
+    dir: &Path,
+    index: u64,
+) -> Result<Segment, (std::io::Error, &'static str, PathBuf)> {
+    let path = segment_path(dir, index);
+    let file = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| (e, "cannot create WAL segment", path.clone()))?;
+    // The new name must survive a crash too.
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| (e, "cannot sync WAL directory", dir.to_owned()))?;
+    Ok(Segment { index, path, file })
 }
 
 impl Wal {
@@ -166,84 +495,71 @@ impl Wal {
     pub fn open(dir: &Path) -> Result<Wal, Error> {
         fs::create_dir_all(dir).map_err(Error::io("cannot create WAL directory", dir))?;
         let next = segments(dir)?.last().map_or(0, |last| last + 1);
-        let segment = Self::create_segment(dir, next)?;
+        let segment = create_segment(dir, next).map_err(|(source, action, path)| Error::Io {
+            action,
+            path,
+            source,
+        })?;
         Ok(Wal {
             writer: Mutex::new(Writer {
                 dir: dir.to_owned(),
                 segment,
+                buf: Vec::with_capacity(BUFFER_BYTES),
                 written: 0,
+                flushed: Position::default(),
+                durable: Position::default(),
+                unsynced: VecDeque::new(),
+                failure: None,
+                #[cfg(test)]
+                fault: None,
             }),
-            synced: Mutex::new(0),
+            syncing: Mutex::new(()),
+            n_write_errors: AtomicU64::new(0),
         })
     }
 
-    /// Makes the current segment's records durable and starts the next segment: a segment is
-    /// only left behind once everything in it is on disk.
-    fn roll(w: &mut Writer) -> Result<(), Error> {
-        let seg = &mut w.segment;
-        seg.out
-            .flush()
-            .map_err(Error::io("cannot write WAL segment", &seg.path))?;
-        seg.out
-            .get_ref()
-            .sync_data()
-            .map_err(Error::io("cannot sync WAL segment", &seg.path))?;
-        w.segment = Self::create_segment(&w.dir, w.segment.index + 1)?;
-        Ok(())
+    fn writer(&self) -> MutexGuard<'_, Writer> {
+        self.writer.lock().expect("WAL writer lock poisoned")
     }
 
-    fn create_segment(dir: &Path, index: u64) -> Result<Segment, Error> {
-        let path = segment_path(dir, index);
-        let file = OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(&path)
-            .map_err(Error::io("cannot create WAL segment", &path))?;
-        // The new name must survive a crash too.
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(Error::io("cannot sync WAL directory", dir))?;
-        Ok(Segment {
-            index,
-            path,
-            out: BufWriter::with_capacity(1 << 20, file),
-            bytes: 0,
-        })
-    }
-
-    /// Writes one record (not yet durable) and returns its sequence number for [`Wal::sync_through`].
+    /// Writes one record (not yet durable) and returns its sequence number for
+    /// [`Wal::sync_through`]. Refused with [`Error::ReadOnly`] while the log is failed.
     pub fn write(&self, payload: &[u8]) -> Result<u64, Error> {
-        let mut w = self.writer.lock().expect("WAL writer lock poisoned");
-        if w.segment.bytes >= SEGMENT_BYTES {
-            Self::roll(&mut w)?;
-        }
-        let len = u32::try_from(payload.len())
-            .ok()
-            .filter(|&l| l > 0 && l <= MAX_RECORD_BYTES)
-            .ok_or_else(|| Error::WalCorrupt {
-                segment: w.segment.path.clone(),
-                offset: w.segment.bytes,
-                what: format!("refusing to write a record of {} bytes", payload.len()),
-            })?;
-        let seg = &mut w.segment;
-        let mut header = [0u8; HEADER_BYTES];
-        header[..4].copy_from_slice(&len.to_le_bytes());
-        header[4..].copy_from_slice(&crc32fast::hash(payload).to_le_bytes());
-        seg.out
-            .write_all(&header)
-            .and_then(|()| seg.out.write_all(payload))
-            .map_err(Error::io("cannot write WAL segment", &seg.path))?;
-        seg.bytes += (HEADER_BYTES + payload.len()) as u64;
-        w.written += 1;
-        Ok(w.written)
+        let mut w = self.writer();
+        w.check_open()?;
+        w.put(payload, &self.n_write_errors, true)
+    }
+
+    /// Writes a profile record, remembering which head profile it is until it is on disk, so
+    /// that a failure before then takes the profile out of the head ([`Wal::heal`]).
+    pub fn write_profile(&self, payload: &[u8], profile: ProfileRef) -> Result<u64, Error> {
+        let mut w = self.writer();
+        w.check_open()?;
+        let seq = w.put(payload, &self.n_write_errors, true)?;
+        w.unsynced.push_back((seq, profile));
+        Ok(seq)
+    }
+
+    /// Follows a renumbering of the head's series (a cut): `renumbered[old]` is the new number.
+    pub fn renumber_unsynced(&self, renumbered: &[Option<u32>]) {
+        self.writer().unsynced.retain_mut(|(_, p)| {
+            match renumbered.get(p.series as usize).copied().flatten() {
+                Some(series) => {
+                    p.series = series;
+                    true
+                }
+                None => false,
+            }
+        });
     }
 
     /// Closes the current segment (durably) and starts the next one; returns the new segment's
     /// index. A checkpoint is written at the start of a fresh segment so that the segments before
     /// it can be deleted once it is on disk.
     pub fn cut_segment(&self) -> Result<u64, Error> {
-        let mut w = self.writer.lock().expect("WAL writer lock poisoned");
-        Self::roll(&mut w)?;
+        let mut w = self.writer();
+        w.check_open()?;
+        w.roll(&self.n_write_errors)?;
         Ok(w.segment.index)
     }
 
@@ -253,12 +569,7 @@ impl Wal {
     /// it always did before the checkpoint replaces it. Oldest first would leave a suffix whose
     /// records name series defined in the deleted segments.
     pub fn remove_segments_before(&self, index: u64) -> Result<(), Error> {
-        let dir = self
-            .writer
-            .lock()
-            .expect("WAL writer lock poisoned")
-            .dir
-            .clone();
+        let dir = self.writer().dir.clone();
         for old in segments(&dir)?.into_iter().filter(|&i| i < index).rev() {
             let path = segment_path(&dir, old);
             fs::remove_file(&path).map_err(Error::io("cannot delete WAL segment", &path))?;
@@ -268,14 +579,27 @@ impl Wal {
             .map_err(Error::io("cannot sync WAL directory", &dir))
     }
 
+    /// Moves the segments numbered below `index` into the directory `to` (created), instead of
+    /// deleting them: for damaged segments that a checkpoint has replaced, kept for inspection.
+    pub fn set_aside_segments_before(&self, index: u64, to: &Path) -> Result<(), Error> {
+        let dir = self.writer().dir.clone();
+        fs::create_dir_all(to).map_err(Error::io("cannot create quarantine directory", to))?;
+        for old in segments(&dir)?.into_iter().filter(|&i| i < index).rev() {
+            let path = segment_path(&dir, old);
+            fs::rename(&path, to.join(format!("{old:08}")))
+                .map_err(Error::io("cannot move WAL segment into quarantine", &path))?;
+        }
+        for d in [&dir, to] {
+            File::open(d)
+                .and_then(|d| d.sync_all())
+                .map_err(Error::io("cannot sync directory", d))?;
+        }
+        Ok(())
+    }
+
     /// Bytes in all segments on disk (what is buffered and not yet written is not counted).
     pub fn size_bytes(&self) -> u64 {
-        let dir = self
-            .writer
-            .lock()
-            .expect("WAL writer lock poisoned")
-            .dir
-            .clone();
+        let dir = self.writer().dir.clone();
         segments(&dir)
             .unwrap_or_default()
             .into_iter()
@@ -287,58 +611,250 @@ impl Wal {
     /// Hands every record written so far to the operating system (no fsync): they survive the
     /// process being killed, not the machine crashing.
     pub fn flush(&self) -> Result<(), Error> {
-        let mut w = self.writer.lock().expect("WAL writer lock poisoned");
-        let seg = &mut w.segment;
-        seg.out
-            .flush()
-            .map_err(Error::io("cannot write WAL segment", &seg.path))
+        let mut w = self.writer();
+        w.check_open()?;
+        w.write_buffer(&self.n_write_errors)
     }
 
     /// Whether some record written is not yet known to be on disk.
     #[cfg(test)]
     pub(crate) fn has_unsynced(&self) -> bool {
-        let written = self
-            .writer
-            .lock()
-            .expect("WAL writer lock poisoned")
-            .written;
-        *self.synced.lock().expect("WAL sync lock poisoned") < written
+        let w = self.writer();
+        w.durable.seq < w.written
     }
 
     /// Returns once every record written so far is on disk.
     pub fn sync_all(&self) -> Result<(), Error> {
-        let seq = self
-            .writer
-            .lock()
-            .expect("WAL writer lock poisoned")
-            .written;
+        let seq = self.writer().written;
         self.sync_through(seq)
     }
 
-    /// Returns once every record up to sequence number `seq` is on disk.
+    /// Returns once every record up to sequence number `seq` is on disk; an error if the log
+    /// failed before it got there (then those records are not stored, and never will be).
     pub fn sync_through(&self, seq: u64) -> Result<(), Error> {
-        let mut synced = self.synced.lock().expect("WAL sync lock poisoned");
-        if *synced >= seq {
-            return Ok(()); // another committer's fsync covered us
-        }
-        let (file, path, target) = {
-            let mut w = self.writer.lock().expect("WAL writer lock poisoned");
-            let seg = &mut w.segment;
-            seg.out
-                .flush()
-                .map_err(Error::io("cannot write WAL segment", &seg.path))?;
-            let file = seg
-                .out
-                .get_ref()
-                .try_clone()
-                .map_err(Error::io("cannot sync WAL segment", &seg.path))?;
-            (file, seg.path.clone(), w.written)
+        let _one_at_a_time = self.syncing.lock().expect("WAL sync lock poisoned");
+        let (file, index, target) = {
+            let mut w = self.writer();
+            if let Some(f) = &w.failure
+                && seq >= f.lost_from
+            {
+                return Err(f.refusal());
+            }
+            if w.durable.seq >= seq {
+                return Ok(()); // another committer's fsync covered us
+            }
+            w.write_buffer(&self.n_write_errors)?;
+            let file = w.segment.file.try_clone();
+            let file = match file {
+                Ok(file) => file,
+                Err(e) => {
+                    let (from, len) = (w.durable.seq + 1, w.durable.len);
+                    return Err(w.fail(
+                        &self.n_write_errors,
+                        "cannot sync WAL segment",
+                        e,
+                        from,
+                        len,
+                    ));
+                }
+            };
+            (file, w.segment.index, w.flushed)
         };
         // Outside the writer lock: appenders keep writing while the disk works.
-        file.sync_data()
-            .map_err(Error::io("cannot sync WAL segment", &path))?;
-        *synced = target;
-        Ok(())
+        let synced = file.sync_data();
+        let mut w = self.writer();
+        #[cfg(test)]
+        let synced = match w.fault {
+            Some((Fault::Sync, kind)) => {
+                w.fault = None;
+                Err(kind.into())
+            }
+            _ => synced,
+        };
+        match synced {
+            // A failure or a roll meanwhile has its own say about what is durable.
+            Ok(()) if w.failure.is_none() && w.segment.index == index => {
+                w.durable = target;
+                w.forget_durable();
+            }
+            Ok(()) => {}
+            Err(e) if w.failure.is_none() && w.segment.index == index => {
+                // The records past the last good sync may or may not be on disk: drop them.
+                let (from, len) = (w.durable.seq + 1, w.durable.len);
+                return Err(w.fail(
+                    &self.n_write_errors,
+                    "cannot sync WAL segment",
+                    e,
+                    from,
+                    len,
+                ));
+            }
+            Err(_) => {}
+        }
+        match &w.failure {
+            Some(f) if seq >= f.lost_from => Err(f.refusal()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Why the log takes no records, if it does not: a message naming the failed operation,
+    /// its file and the operating system's reason.
+    pub fn failure(&self) -> Option<String> {
+        self.writer().failure.as_ref().map(|f| f.cause.clone())
+    }
+
+    /// Makes the next `fault` operation fail with `kind`, as a disk would.
+    #[cfg(test)]
+    pub(crate) fn inject_fault(&self, fault: Fault, kind: std::io::ErrorKind) {
+        self.writer().fault = Some((fault, kind));
+    }
+
+    /// Failed writes and syncs since the log was opened.
+    pub fn n_write_errors(&self) -> u64 {
+        self.n_write_errors.load(Ordering::Relaxed)
+    }
+
+    /// Brings a failed log back: cuts the damaged segment at its last good record, hands
+    /// `rewrite` the profiles whose records were lost (to take out of the head) and a writer for
+    /// a checkpoint of the head into a fresh segment, makes that durable, and takes records
+    /// again. The caller holds the head's write lock, so the checkpoint and the head agree.
+    /// Returns `Ok(false)` when the log was not failed; on error it stays failed (any
+    /// half-written new segment is removed) and is tried again later.
+    pub fn heal(
+        &self,
+        rewrite: impl FnOnce(&[ProfileRef], &mut RecordSink<'_>) -> Result<(), Error>,
+    ) -> Result<bool, Error> {
+        let _one_at_a_time = self.syncing.lock().expect("WAL sync lock poisoned");
+        let n_errors = &self.n_write_errors;
+        let mut w = self.writer();
+        let Some(failure) = w.failure.clone() else {
+            return Ok(false);
+        };
+        // 1. The damaged segment ends at its last good record, on disk.
+        let cut = w
+            .segment
+            .file
+            .set_len(failure.good_len)
+            .and_then(|()| w.segment.file.sync_all());
+        if let Err(source) = cut {
+            let path = w.segment.path.clone();
+            return Err(w.note_failure(
+                n_errors,
+                Error::Io {
+                    action: "cannot cut WAL segment back to its last good record",
+                    path,
+                    source,
+                },
+            ));
+        }
+        // 2. A fresh segment whose checkpoint describes the head as it is.
+        let next = segments(&w.dir)?
+            .last()
+            .map_or(0, |l| l + 1)
+            .max(w.segment.index + 1);
+        let segment = match create_segment(&w.dir, next) {
+            Ok(segment) => segment,
+            Err((source, action, path)) => {
+                return Err(w.note_failure(
+                    n_errors,
+                    Error::Io {
+                        action,
+                        path,
+                        source,
+                    },
+                ));
+            }
+        };
+        let lost: Vec<ProfileRef> = w
+            .unsynced
+            .iter()
+            .filter(|(seq, _)| *seq >= failure.lost_from)
+            .map(|&(_, p)| p)
+            .collect();
+        // `rewrite` takes the lost profiles out of the head now, whatever becomes of the rest.
+        w.unsynced.clear();
+        let old = std::mem::replace(&mut w.segment, segment);
+        let saved = (w.flushed, w.durable);
+        w.flushed = Position {
+            seq: w.written,
+            len: 0,
+        };
+        w.durable = w.flushed;
+        let written = rewrite(
+            &lost,
+            &mut RecordSink {
+                writer: &mut w,
+                n_errors,
+            },
+        )
+        .and_then(|()| w.write_buffer(n_errors))
+        .and_then(|()| {
+            w.segment
+                .file
+                .sync_data()
+                .map_err(Error::io("cannot sync WAL segment", &w.segment.path))
+        });
+        if let Err(e) = written {
+            let new = std::mem::replace(&mut w.segment, old);
+            let _ = fs::remove_file(&new.path);
+            // The old segment, cut back to its good part, is current again; still failed.
+            (w.flushed, w.durable) = saved;
+            w.flushed.len = w.flushed.len.min(failure.good_len);
+            w.durable.len = w.durable.len.min(failure.good_len);
+            w.buf.clear();
+            return Err(match e {
+                Error::ReadOnly { .. } => e,
+                other => w.note_failure(n_errors, other),
+            });
+        }
+        w.durable = w.flushed;
+        w.failure = None;
+        drop(old);
+        let index = w.segment.index;
+        drop(w);
+        tracing::info!(
+            cause = %failure.cause,
+            lost_profiles = lost.len(),
+            "the store takes writes again"
+        );
+        if let Err(e) = self.remove_segments_before(index) {
+            tracing::warn!(
+                error = %crate::error::with_causes(&e),
+                "cannot delete WAL segments covered by a checkpoint; the next cut deletes them"
+            );
+        }
+        Ok(true)
+    }
+
+    /// Starts a checkpoint: makes the current segment durable, starts a new one and writes the
+    /// records `records` gives into it. Returns the new segment's index and the last record's
+    /// sequence number: once that is synced, the segments before the new one may be deleted.
+    pub fn checkpoint(
+        &self,
+        records: impl FnOnce(&mut RecordSink<'_>) -> Result<(), Error>,
+    ) -> Result<(u64, u64), Error> {
+        let n_errors = &self.n_write_errors;
+        let mut w = self.writer();
+        w.check_open()?;
+        w.roll(n_errors)?;
+        records(&mut RecordSink {
+            writer: &mut w,
+            n_errors,
+        })?;
+        Ok((w.segment.index, w.written))
+    }
+}
+
+/// Writes records into the log for [`Wal::heal`] and [`Wal::checkpoint`], which hold its lock.
+pub struct RecordSink<'a> {
+    writer: &'a mut Writer,
+    n_errors: &'a AtomicU64,
+}
+
+impl RecordSink<'_> {
+    /// Writes one record.
+    pub fn put(&mut self, payload: &[u8]) -> Result<(), Error> {
+        self.writer.put(payload, self.n_errors, false).map(drop)
     }
 }
 
@@ -348,11 +864,150 @@ mod tests {
 
     fn records(dir: &Path) -> Result<Vec<Vec<u8>>, Error> {
         let mut out = Vec::new();
-        replay(dir, |payload, _, _| {
+        replay(dir, false, |payload, _, _| {
             out.push(payload.to_vec());
             Ok(())
         })?;
         Ok(out)
+    }
+
+    /// Heals with a checkpoint of one record, `healed`, and returns the lost profiles.
+    fn heal_with_marker(wal: &Wal) -> Vec<ProfileRef> {
+        let mut lost = Vec::new();
+        assert!(
+            wal.heal(|l, sink| {
+                lost = l.to_vec();
+                sink.put(b"healed")
+            })
+            .expect("heal")
+        );
+        lost
+    }
+
+    fn profile(series: u32) -> ProfileRef {
+        ProfileRef {
+            series,
+            timestamp_ms: 1,
+        }
+    }
+
+    #[test]
+    fn a_failed_write_stops_the_log_and_healing_leaves_no_torn_record() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wal = Wal::open(dir.path()).expect("open");
+        let kept = wal.write_profile(b"kept", profile(0)).expect("write");
+        wal.sync_through(kept).expect("sync");
+        let lost = wal.write_profile(b"lost", profile(1)).expect("buffered");
+        wal.inject_fault(Fault::Write, std::io::ErrorKind::StorageFull);
+        let err = wal.sync_through(lost).expect_err("the write fails");
+        assert!(
+            matches!(
+                &err,
+                Error::ReadOnly {
+                    kind: std::io::ErrorKind::StorageFull,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains("cannot write WAL segment") && message.contains("no storage space"),
+            "names the operation and the cause: {message}"
+        );
+        // Nothing more is taken, and the lost record stays lost.
+        assert!(matches!(wal.write(b"refused"), Err(Error::ReadOnly { .. })));
+        assert!(wal.sync_through(lost).is_err());
+        assert!(
+            wal.sync_through(kept).is_ok(),
+            "what was stored stays stored"
+        );
+        assert_eq!(wal.n_write_errors(), 1);
+        assert_eq!(heal_with_marker(&wal), vec![profile(1)]);
+        assert!(wal.failure().is_none());
+        let after = wal.write(b"after").expect("takes writes again");
+        wal.sync_through(after).expect("sync");
+        // The segment with the torn half record was cut back; the checkpoint replaced it.
+        assert_eq!(
+            records(dir.path()).expect("replays strictly"),
+            vec![b"healed".to_vec(), b"after".to_vec()]
+        );
+    }
+
+    #[test]
+    fn a_failed_sync_drops_what_it_may_not_have_stored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wal = Wal::open(dir.path()).expect("open");
+        let kept = wal.write(b"kept").expect("write");
+        wal.sync_through(kept).expect("sync");
+        let unsure = wal.write_profile(b"unsure", profile(7)).expect("write");
+        wal.flush().expect("handed to the OS");
+        wal.inject_fault(Fault::Sync, std::io::ErrorKind::Other);
+        assert!(matches!(
+            wal.sync_through(unsure),
+            Err(Error::ReadOnly { .. })
+        ));
+        // Until healed, a kill leaves records a replay reads; the heal cuts them off.
+        assert_eq!(heal_with_marker(&wal), vec![profile(7)]);
+        drop(wal);
+        assert_eq!(
+            records(dir.path()).expect("replay"),
+            vec![b"healed".to_vec()],
+            "the checkpoint replaces the kept record, and the unsure one is gone"
+        );
+    }
+
+    #[test]
+    fn a_failed_heal_stays_failed_and_retries() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wal = Wal::open(dir.path()).expect("open");
+        let seq = wal.write(b"lost").expect("write");
+        wal.inject_fault(Fault::Write, std::io::ErrorKind::StorageFull);
+        assert!(wal.sync_through(seq).is_err());
+        wal.inject_fault(Fault::Write, std::io::ErrorKind::StorageFull);
+        assert!(wal.heal(|_, sink| sink.put(b"checkpoint")).is_err());
+        assert!(wal.failure().is_some());
+        assert_eq!(
+            segments(dir.path()).expect("list"),
+            vec![0],
+            "half a checkpoint removed"
+        );
+        heal_with_marker(&wal);
+        assert_eq!(
+            records(dir.path()).expect("replay"),
+            vec![b"healed".to_vec()]
+        );
+    }
+
+    #[test]
+    fn damage_in_the_middle_is_stepped_over_when_repairing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wal = Wal::open(dir.path()).expect("open");
+        // Payloads start with a record kind byte, as replay's resynchronisation expects.
+        let seq = wal
+            .write(b"\x01before")
+            .and_then(|_| wal.write(b"\x01torn"))
+            .and_then(|_| wal.write(b"\x01after"))
+            .expect("write");
+        wal.sync_through(seq).expect("sync");
+        drop(wal);
+        // The middle record torn as a full disk left it, with later records behind it.
+        let path = segment_path(dir.path(), 0);
+        let mut bytes = fs::read(&path).expect("read");
+        let torn_at = HEADER_BYTES + 7;
+        bytes.drain(torn_at + HEADER_BYTES..torn_at + HEADER_BYTES + 2);
+        fs::write(&path, &bytes).expect("write");
+        assert!(records(dir.path()).is_err(), "strict replay refuses");
+        let mut got = Vec::new();
+        let damage = replay(dir.path(), true, |payload, _, _| {
+            got.push(payload.to_vec());
+            Ok(())
+        })
+        .expect("repairing replay");
+        assert_eq!(got, vec![b"\x01before".to_vec(), b"\x01after".to_vec()]);
+        assert_eq!(damage.len(), 1);
+        assert_eq!(damage[0].offset, torn_at as u64);
+        assert_eq!(damage[0].skipped_bytes, (HEADER_BYTES + 3) as u64);
     }
 
     #[test]
