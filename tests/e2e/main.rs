@@ -9,5 +9,6 @@ mod query_golden;
 mod server;
 mod server_harness;
 mod server_push;
+mod store_faults;
 mod support;
 mod tsdb_crash;

@@ -206,16 +206,34 @@ pub fn http_get(
     path_and_query: &str,
     timeout: Duration,
 ) -> Result<Response, String> {
+    http_request(addr, "GET", path_and_query, &[], timeout)
+}
+
+/// `method http://addr{path_and_query}` with `body` (sent with a `Content-Length` when not
+/// empty), as [`http_get`] does it.
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path_and_query: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> Result<Response, String> {
     let mut stream =
         TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("connect {addr}: {e}"))?;
     stream
         .set_read_timeout(Some(timeout))
         .and_then(|()| stream.set_write_timeout(Some(timeout)))
         .map_err(|e| e.to_string())?;
+    let length = if body.is_empty() {
+        String::new()
+    } else {
+        format!("Content-Length: {}\r\n", body.len())
+    };
     write!(
         stream,
-        "GET {path_and_query} HTTP/1.1\r\nHost: {addr}\r\nAccept-Encoding: identity\r\nConnection: close\r\n\r\n"
+        "{method} {path_and_query} HTTP/1.1\r\nHost: {addr}\r\nAccept-Encoding: identity\r\n{length}Connection: close\r\n\r\n"
     )
+    .and_then(|()| stream.write_all(body))
     .map_err(|e| format!("send to {addr}: {e}"))?;
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
@@ -305,17 +323,25 @@ impl Server {
         extra_args: &[&str],
         config: impl FnOnce(SocketAddr) -> String,
     ) -> Server {
+        Server::start_with_storage(binary, None, extra_args, config)
+    }
+
+    /// [`Server::start`] with the store in `storage` (else in the server's temporary directory).
+    pub fn start_with_storage(
+        binary: &Path,
+        storage: Option<&Path>,
+        extra_args: &[&str],
+        config: impl FnOnce(SocketAddr) -> String,
+    ) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let config_path = dir.path().join("parca.yaml");
         std::fs::write(&config_path, config(addr)).expect("write parca.yaml");
+        let storage = storage.map_or_else(|| dir.path().join("data"), Path::to_owned);
         let mut command = Command::new(binary);
         command
             .arg(format!("--config-path={}", config_path.display()))
-            .arg(format!(
-                "--storage-path={}",
-                dir.path().join("data").display()
-            ))
+            .arg(format!("--storage-path={}", storage.display()))
             .arg(format!("--http-address={addr}"))
             .args(extra_args);
         let process = Process::start("parca", command, &dir.path().join("parca.log"));

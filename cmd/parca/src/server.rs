@@ -31,6 +31,11 @@ pub struct ServerArgs {
     /// How much time one block of the store covers.
     #[arg(long, default_value = "2h", value_parser = parse_duration)]
     storage_block_duration: Duration,
+    /// Whether opening the store steps over damage in the middle of its write-ahead log, keeping
+    /// every intact record and setting the damaged segments aside in `quarantine/` (true), or
+    /// refuses to start (false).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    storage_wal_repair: bool,
     /// Least severe log level shown: error, warn, info or debug.
     #[arg(long, default_value = "info")]
     log_level: tracing::Level,
@@ -284,6 +289,7 @@ async fn serve(
         block_duration_ms: args.storage_block_duration.as_millis() as i64,
         retention_ms: args.storage_retention_time.as_millis() as i64,
         retention_bytes: args.storage_retention_size,
+        wal_repair: args.storage_wal_repair,
         ..Default::default()
     };
     let db =

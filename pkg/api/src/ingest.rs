@@ -50,7 +50,7 @@ async fn store(
     let outcome = tokio::task::spawn_blocking(move || db.write(&batch, Durability::Synced))
         .await
         .map_err(|e| ApiError::internal(format!("write task failed: {e}")))?
-        .map_err(|e| ApiError::internal(format!("cannot store the profile: {e}")))?;
+        .map_err(|e| ApiError::from_store("cannot store the profile", &e))?;
     api.metrics.observe_ingest(
         protocol,
         outcome.n_written,
@@ -226,7 +226,14 @@ pub(crate) async fn pyroscope_push(api: &Arc<Api>, call: Call) -> Response<Body>
                 crate::ErrorType::Unavailable => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
                 _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
             };
-            connect_error(status, code, e.message)
+            let mut response = connect_error(status, code, e.message);
+            if status == StatusCode::SERVICE_UNAVAILABLE {
+                response.headers_mut().insert(
+                    hyper::header::RETRY_AFTER,
+                    crate::response::RETRY_AFTER_SECONDS.into(),
+                );
+            }
+            response
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use parca_tsdb::Db;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -145,7 +145,7 @@ impl Collector for StoreCollector {
             return Ok(());
         };
         let stats = db.stats();
-        let gauges: [(&str, &str, u64); 11] = [
+        let gauges: [(&str, &str, u64); 12] = [
             (
                 "parca_tsdb_head_series",
                 "Series in the head",
@@ -197,12 +197,25 @@ impl Collector for StoreCollector {
                 "Blocks set aside as corrupt since start",
                 stats.n_quarantined as u64,
             ),
+            (
+                "parca_tsdb_read_only",
+                "1 while the store refuses writes after a failed write to its disk (it heals by itself)",
+                u64::from(stats.read_only),
+            ),
         ];
         for (name, help, value) in gauges {
             let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
             let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
             gauge.encode(metric)?;
         }
+        let errors = ConstCounter::new(stats.n_wal_write_errors);
+        let metric = encoder.encode_descriptor(
+            "parca_tsdb_wal_write_errors",
+            "Failed writes and syncs of the write-ahead log since start",
+            None,
+            errors.metric_type(),
+        )?;
+        errors.encode(metric)?;
         Ok(())
     }
 }

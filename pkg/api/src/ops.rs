@@ -143,10 +143,28 @@ pub(crate) async fn reload(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {
 
 pub(crate) async fn tsdb_status(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {
     let db = api.store()?;
-    let stats = tokio::task::spawn_blocking(move || db.stats())
-        .await
-        .map_err(|e| ApiError::internal(format!("status task failed: {e}")))?;
+    let (stats, write_failure, wal_damage) = tokio::task::spawn_blocking(move || {
+        let damage: Vec<serde_json::Value> = db
+            .wal_damage()
+            .iter()
+            .map(|d| {
+                serde_json::json!({
+                    "segment": d.segment.display().to_string(),
+                    "offset": d.offset,
+                    "skippedBytes": d.skipped_bytes,
+                    "what": d.what,
+                })
+            })
+            .collect();
+        (db.stats(), db.write_failure(), damage)
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("status task failed: {e}")))?;
     Ok(success(&serde_json::json!({
+        "readOnly": stats.read_only,
+        "writeFailure": write_failure,
+        "walWriteErrors": stats.n_wal_write_errors,
+        "walDamage": wal_damage,
         "headSeries": stats.n_series,
         "headProfiles": stats.n_head_profiles,
         "headSamples": stats.n_head_samples,

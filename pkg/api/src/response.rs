@@ -2,9 +2,13 @@
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Response, StatusCode};
 use serde::Serialize;
+
+/// What a 503 asks the client to wait before it retries: the store retries a failed disk every
+/// second, and opening replays the log in seconds.
+pub const RETRY_AFTER_SECONDS: u32 = 5;
 
 /// The body of every answer.
 pub type Body = Full<Bytes>;
@@ -88,6 +92,21 @@ impl ApiError {
         }
     }
 
+    /// A store error as an answer: its class decides the kind (a refusal is the request's
+    /// fault, a store that takes no writes for now is unavailable, anything else is ours), and
+    /// `context` says what was being done.
+    pub fn from_store(context: &str, error: &parca_tsdb::Error) -> Self {
+        let kind = match error.class() {
+            parca_tsdb::ErrorClass::Refused => ErrorType::BadData,
+            parca_tsdb::ErrorClass::Unavailable => ErrorType::Unavailable,
+            _ => ErrorType::Internal,
+        };
+        ApiError {
+            kind,
+            message: format!("{context}: {}", parca_tsdb::with_causes(error)),
+        }
+    }
+
     /// Not ready yet.
     pub fn unavailable(message: impl Into<String>) -> Self {
         ApiError {
@@ -105,6 +124,11 @@ impl ApiError {
         });
         let mut response = json_response(&body);
         *response.status_mut() = self.kind.status();
+        if self.kind == ErrorType::Unavailable {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
         response
     }
 }

@@ -123,6 +123,7 @@ async fn scrape_once(
     let outcome = match &result {
         Ok(()) => "success",
         Err(ScrapeError::Timeout(_)) => "timeout",
+        Err(ScrapeError::Store(_)) => "not_stored",
         Err(_) => "error",
     };
     spec.metrics
@@ -145,10 +146,11 @@ async fn scrape_once(
         tracing::debug!(url = spec.url(), error = %e, "scrape failed");
     }
     let mut status = spec.status.lock().expect("status lock");
-    status.health = if result.is_ok() {
-        Health::Up
-    } else {
-        Health::Down
+    // A target that answered is up even when the store could not keep its profile (a full
+    // disk): `last_error` says why its data was not stored.
+    status.health = match &result {
+        Ok(()) | Err(ScrapeError::Store(_)) => Health::Up,
+        Err(_) => Health::Down,
     };
     status.last_error = result.err().map(|e| e.to_string());
     status.last_scrape = Some(started_at);
@@ -279,7 +281,13 @@ async fn store(
 ) -> (Result<(), ScrapeError>, HashMap<String, Baseline>, usize) {
     let labels = match Labels::new(spec.target.series_labels()) {
         Ok(labels) => labels,
-        Err(e) => return (Err(ScrapeError::Store(e.to_string())), baselines, 0),
+        Err(e) => {
+            return (
+                Err(ScrapeError::Store(parca_tsdb::with_causes(&e))),
+                baselines,
+                0,
+            );
+        }
     };
     let context = StoreContext {
         decode: spec.decode,
@@ -376,7 +384,7 @@ fn written(
     batch: &[Series],
     outcome: Result<parca_ingest::WriteOutcome, parca_tsdb::Error>,
 ) -> Result<usize, ScrapeError> {
-    let outcome = outcome.map_err(|e| ScrapeError::Store(e.to_string()))?;
+    let outcome = outcome.map_err(|e| ScrapeError::Store(parca_tsdb::with_causes(&e)))?;
     if let Some(refused) = outcome.refused.first() {
         return Err(ScrapeError::Store(format!(
             "{} of {} series refused, e.g. {refused}",
