@@ -1,8 +1,12 @@
 // SPDX-License-Identifier: GPL-2.0
 //
 // profiler.bpf.c: the agent's CPU sampler. Attached to a `cpu-clock` perf event on every online
-// CPU, it counts samples per (process, user stack, kernel stack), walking stacks with frame
-// pointers (`bpf_get_stackid`). Userspace (`pkg/agent/src/bpf.rs`) loads it with aya.
+// CPU. For a sample with a user stack it copies the user registers (rip, rsp, rbp), the top
+// STACK_COPY_BYTES of the user stack and the kernel stack into the `stack_samples` ring buffer:
+// userspace unwinds the copy with the objects' .eh_frame (perf's `--call-graph dwarf` way).
+// Samples without a user stack (kernel threads), and any whose copy does not fit in the ring
+// buffer, are counted per (process, user stack, kernel stack) with frame-pointer stacks
+// (`bpf_get_stackid`). Userspace (`pkg/agent/src/bpf.rs`) loads it with aya.
 //
 // Two sets of maps, switched: `counts0`/`stacks0` and `counts1`/`stacks1`. `half` (one u32)
 // says which set the program writes; userspace flips it, waits out the programs already running,
@@ -19,6 +23,8 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 
+struct task_struct;
+
 // Deepest stack recorded, in frames: the kernel's own limit for stack maps
 // (`sysctl kernel.perf_event_max_stack` defaults to 127).
 #define MAX_STACK_DEPTH 127
@@ -29,6 +35,14 @@
 #define MAX_COUNTS 16384
 // Processes whose first sample has been announced to userspace.
 #define MAX_KNOWN_PIDS 32768
+// Bytes of user stack copied per sample, from the stack pointer up (a power of two: offsets are
+// masked with it). 16 KiB hold about 127 frames of typical C, C++ and Rust code; deeper frames
+// are cut (userspace marks the stack `unreadable_memory`).
+#define STACK_COPY_BYTES 16384
+#define PAGE_BYTES 4096
+// The ring buffer of stack copies: about 480 samples of 17 KiB; userspace empties it every
+// 20 ms.
+#define STACK_SAMPLES_BYTES (8 * 1024 * 1024)
 
 // `bpf_get_stackid` returns -EFAULT when there is no stack of that kind (the kernel stack of a
 // sample taken in user mode, the user stack of a kernel thread), -EEXIST when another stack
@@ -45,7 +59,9 @@ enum stat {
 	STAT_USER_UNREADABLE = 4,  // a user-mode sample whose user stack could not be read
 	STAT_COUNTS_FULL = 5,      // the counts map was full: the sample is lost
 	STAT_EVENTS_LOST = 6,      // the ring buffer was full: a new process was not announced
-	STAT_LEN = 7,
+	STAT_COPY_LOST = 7,        // the stack copy did not fit in `stack_samples`: counted with frame pointers
+	STAT_COPIED = 8,           // samples sent with a copy of their user stack
+	STAT_LEN = 9,
 };
 
 struct count_key {
@@ -61,12 +77,43 @@ struct proc_event {
 	char comm[16];       // the sampled thread's name
 };
 
+// A sample with its user stack copied: mirrored by `StackSample` in pkg/agent/src/bpf.rs. Only
+// the header, the kernel frames and `stack_len` bytes of `stack` are sent.
+struct stack_sample {
+	__u32 pid;
+	__u32 tid;
+	__u32 kernel_len;    // bytes of `kernel` used (8 per frame)
+	__u32 stack_len;     // bytes of `stack` copied from `sp` up
+	__u64 ip;            // user registers: where the thread was in user mode
+	__u64 sp;
+	__u64 bp;
+	__u64 kernel[MAX_STACK_DEPTH];
+	// PAGE_BYTES of slack past the copy's limit: the verifier checks every page-sized read at a
+	// masked offset below STACK_COPY_BYTES against the buffer, so the buffer must hold one more.
+	__u8 stack[STACK_COPY_BYTES + PAGE_BYTES];
+};
+
+#define SAMPLE_HEADER_BYTES (sizeof(struct stack_sample) - STACK_COPY_BYTES - PAGE_BYTES)
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u32);
 } half SEC(".maps");
+
+// Per-CPU scratch space for one `stack_sample` (too large for the 512-byte BPF stack).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct stack_sample);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, STACK_SAMPLES_BYTES);
+} stack_samples SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -140,6 +187,83 @@ static __always_inline __s32 stack_id(long id, int user_mode_sample, int is_user
 	return -1;
 }
 
+static __always_inline void announce_if_new(__u32 pid)
+{
+	__u8 yes = 1;
+	if (bpf_map_update_elem(&known_pids, &pid, &yes, BPF_NOEXIST) == 0)
+		announce(pid);
+}
+
+// Sends the sample with a copy of its user registers and stack, and its kernel stack; 1 when
+// sent. 0 when there is no user context (a kernel thread) or the ring buffer is full: the
+// caller then counts it with frame-pointer stacks.
+static __always_inline int copy_stack(struct bpf_perf_event_data *ctx, __u32 pid, int user_mode)
+{
+	__u32 zero = 0;
+	struct stack_sample *s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!s)
+		return 0;
+	if (user_mode) {
+		s->ip = ctx->regs.rip;
+		s->sp = ctx->regs.rsp;
+		s->bp = ctx->regs.rbp;
+	} else {
+		// In the kernel: the user registers are those saved on entry, at the top of the
+		// task's kernel stack.
+		struct pt_regs regs;
+		struct task_struct *task = bpf_get_current_task_btf();
+		struct pt_regs *saved = (struct pt_regs *)bpf_task_pt_regs(task);
+		if (!saved || bpf_probe_read_kernel(&regs, sizeof(regs), saved) != 0)
+			return 0;
+		// A kernel thread has no user context.
+		if ((regs.cs & 3) != 3)
+			return 0;
+		s->ip = regs.rip;
+		s->sp = regs.rsp;
+		s->bp = regs.rbp;
+	}
+	if (s->ip == 0 || s->sp == 0)
+		return 0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	s->pid = pid;
+	s->tid = (__u32)pid_tgid;
+	long k = user_mode ? 0 : bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
+	s->kernel_len = k > 0 ? (__u32)k : 0;
+
+	// Page by page from sp up, until STACK_COPY_BYTES or an unmapped page (the top of the
+	// stack): one read that crossed it would fail whole.
+	__u32 len = 0;
+	__u64 sp = s->sp;
+	for (int i = 0; i < STACK_COPY_BYTES / PAGE_BYTES + 1; i++) {
+		if (len >= STACK_COPY_BYTES)
+			break;
+		__u64 addr = sp + len;
+		__u32 chunk = PAGE_BYTES - (addr & (PAGE_BYTES - 1));
+		if (chunk > STACK_COPY_BYTES - len)
+			chunk = STACK_COPY_BYTES - len;
+		// The compiler would drop checks it can prove; the verifier cannot prove them. The
+		// empty asm hides the values so the checks stay and bound the read for the verifier.
+		__u64 off = len, n = chunk;
+		asm volatile("" : "+r"(off), "+r"(n));
+		if (off >= STACK_COPY_BYTES || n > PAGE_BYTES)
+			break;
+		if (bpf_probe_read_user(&s->stack[off], n, (void *)addr) != 0)
+			break;
+		len += chunk;
+	}
+	asm volatile("" : "+r"(len));
+	if (len > STACK_COPY_BYTES)
+		return 0;
+	s->stack_len = len;
+	__u64 size = SAMPLE_HEADER_BYTES + len;
+	if (bpf_ringbuf_output(&stack_samples, s, size, 0) != 0) {
+		bump(STAT_COPY_LOST);
+		return 0;
+	}
+	bump(STAT_COPIED);
+	return 1;
+}
+
 SEC("perf_event")
 int profile_cpu(struct bpf_perf_event_data *ctx)
 {
@@ -161,6 +285,12 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 
 	// x86-64: the low two bits of CS are the privilege level, 3 in user mode.
 	int user_mode = (ctx->regs.cs & 3) == 3;
+
+	if (copy_stack(ctx, pid, user_mode)) {
+		announce_if_new(pid);
+		return 0;
+	}
+
 	struct count_key key = {
 		.pid = pid,
 		.user_stack = stack_id(bpf_get_stackid(ctx, stacks, BPF_F_USER_STACK), user_mode, 1),
@@ -182,9 +312,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 		}
 	}
 
-	__u8 yes = 1;
-	if (bpf_map_update_elem(&known_pids, &pid, &yes, BPF_NOEXIST) == 0)
-		announce(pid);
+	announce_if_new(pid);
 	return 0;
 }
 

@@ -10,6 +10,7 @@ use aya::maps::{Array, HashMap, MapData, PerCpuArray, RingBuf, StackTraceMap};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::{PerfEvent, RawTracePoint};
 use aya::{Ebpf, EbpfLoader};
+use parca_symbolize::unwind::StackEnd;
 use rustc_hash::FxHashMap;
 
 use crate::Error;
@@ -46,6 +47,8 @@ enum Stat {
     UserUnreadable = 4,
     CountsFull = 5,
     EventsLost = 6,
+    CopyLost = 7,
+    Copied = 8,
 }
 
 /// Counters kept by the BPF program since it was loaded, summed over CPUs.
@@ -65,6 +68,52 @@ pub struct BpfStats {
     pub counts_full: u64,
     /// New processes not announced because the ring buffer was full.
     pub events_lost: u64,
+    /// Samples sent with a copy of their user stack (unwound in userspace).
+    pub stacks_copied: u64,
+    /// Samples whose stack copy did not fit in the ring buffer: counted with frame pointers.
+    pub copies_lost: u64,
+}
+
+/// `struct stack_sample`'s header: pid, tid, kernel_len, stack_len (u32 each), then ip, sp, bp
+/// (u64 each), then 127 kernel frames; the copied stack follows.
+const SAMPLE_KERNEL_AT: usize = 40;
+const SAMPLE_STACK_AT: usize = SAMPLE_KERNEL_AT + 127 * 8;
+
+/// One sample sent with a copy of its user stack (`struct stack_sample`), borrowed from the
+/// ring buffer.
+#[derive(Debug)]
+pub(crate) struct CopiedSample<'a> {
+    pub pid: u32,
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    /// Kernel frames, leaf first.
+    pub kernel: Vec<u64>,
+    /// The stack from `sp` up.
+    pub stack: &'a [u8],
+}
+
+/// Decodes one `struct stack_sample`; `None` when it is truncated.
+pub(crate) fn parse_sample(bytes: &[u8]) -> Option<CopiedSample<'_>> {
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    let u64_at = |at: usize| -> Option<u64> {
+        Some(u64::from_ne_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+    };
+    let kernel_len = (u32_at(8)? as usize).min(127 * 8);
+    let stack_len = u32_at(12)? as usize;
+    let kernel = (0..kernel_len / 8)
+        .map(|i| u64_at(SAMPLE_KERNEL_AT + 8 * i))
+        .collect::<Option<Vec<u64>>>()?;
+    Some(CopiedSample {
+        pid: u32_at(0)?,
+        ip: u64_at(16)?,
+        sp: u64_at(24)?,
+        bp: u64_at(32)?,
+        kernel,
+        stack: bytes.get(SAMPLE_STACK_AT..SAMPLE_STACK_AT.checked_add(stack_len)?)?,
+    })
 }
 
 /// One drained entry: a process, its stacks (leaf first; empty when there was none) and how
@@ -75,6 +124,9 @@ pub(crate) struct DrainedStack {
     pub user: Arc<[u64]>,
     pub kernel: Arc<[u64]>,
     pub count: u64,
+    /// How the user stack's walk ended; `None` for a frame-pointer walk in the kernel
+    /// (`bpf_get_stackid` does not say), unless it is cut at the depth limit.
+    pub end: Option<StackEnd>,
 }
 
 /// A process the BPF program announced (its first sample, or first since exec).
@@ -92,6 +144,7 @@ pub(crate) struct Sampler {
     counts: [HashMap<MapData, CountKey, u64>; 2],
     stacks: [StackTraceMap<MapData>; 2],
     stats: PerCpuArray<MapData, u64>,
+    samples: RingBuf<MapData>,
     current: u32,
     n_cpus: usize,
     /// Owns the programs and their links: keep it last so maps are dropped first.
@@ -185,12 +238,15 @@ impl Sampler {
             PerCpuArray::try_from(take_map(&mut ebpf, "stats")?).map_err(map_error("stats"))?;
         let events = RingBuf::try_from(take_map(&mut ebpf, "proc_events")?)
             .map_err(map_error("proc_events"))?;
+        let samples = RingBuf::try_from(take_map(&mut ebpf, "stack_samples")?)
+            .map_err(map_error("stack_samples"))?;
         Ok((
             Sampler {
                 half,
                 counts,
                 stacks,
                 stats,
+                samples,
                 current: 0,
                 n_cpus: cpus.len(),
                 _ebpf: ebpf,
@@ -237,11 +293,16 @@ impl Sampler {
         };
         let mut out = Vec::with_capacity(entries.len());
         for (key, count) in &entries {
+            let user = resolve(key.user_stack);
+            // A frame-pointer walk stops silently at the kernel's depth limit.
+            let end =
+                (user.len() >= crate::unwind::MAX_USER_FRAMES).then_some(StackEnd::DepthLimit);
             out.push(DrainedStack {
                 pid: key.pid,
-                user: resolve(key.user_stack),
+                user,
                 kernel: resolve(key.kernel_stack),
                 count: *count,
+                end,
             });
         }
         for (key, _) in &entries {
@@ -253,6 +314,19 @@ impl Sampler {
             stacks.remove(&id).ok();
         }
         Ok(out)
+    }
+
+    /// Hands every stack copy waiting in the ring buffer to `f`, in the order they were taken;
+    /// returns how many there were.
+    pub fn read_copies(&mut self, mut f: impl FnMut(CopiedSample<'_>)) -> usize {
+        let mut n = 0;
+        while let Some(item) = self.samples.next() {
+            if let Some(sample) = parse_sample(&item) {
+                f(sample);
+                n += 1;
+            }
+        }
+        n
     }
 
     /// The program's counters so far.
@@ -272,6 +346,8 @@ impl Sampler {
             user_stack_unreadable: read(Stat::UserUnreadable)?,
             counts_full: read(Stat::CountsFull)?,
             events_lost: read(Stat::EventsLost)?,
+            stacks_copied: read(Stat::Copied)?,
+            copies_lost: read(Stat::CopyLost)?,
         })
     }
 }
@@ -347,6 +423,24 @@ mod tests {
         // A full 16-byte name has no NUL.
         bytes[8..24].copy_from_slice(b"abcdefghijklmnop");
         assert_eq!(parse_event(&bytes).unwrap().comm, "abcdefghijklmnop");
+    }
+
+    #[test]
+    fn sample_layout_matches_the_c_struct() {
+        let mut bytes = vec![0u8; SAMPLE_STACK_AT + 24];
+        bytes[0..4].copy_from_slice(&7u32.to_ne_bytes());
+        bytes[8..12].copy_from_slice(&16u32.to_ne_bytes());
+        bytes[12..16].copy_from_slice(&24u32.to_ne_bytes());
+        bytes[16..24].copy_from_slice(&0x401000u64.to_ne_bytes());
+        bytes[24..32].copy_from_slice(&0x7ff0u64.to_ne_bytes());
+        bytes[32..40].copy_from_slice(&0x7ff8u64.to_ne_bytes());
+        bytes[40..48].copy_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
+        let s = parse_sample(&bytes).unwrap();
+        assert_eq!((s.pid, s.ip, s.sp, s.bp), (7, 0x401000, 0x7ff0, 0x7ff8));
+        assert_eq!(s.kernel.len(), 2);
+        assert_eq!(s.kernel[0], 0xffff_ffff_8100_0000);
+        assert_eq!(s.stack.len(), 24);
+        assert!(parse_sample(&bytes[..SAMPLE_STACK_AT + 8]).is_none());
     }
 
     #[test]

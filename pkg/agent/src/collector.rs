@@ -14,10 +14,11 @@ use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
 use crate::Error;
-use crate::bpf::{ProcEvents, Sampler};
+use crate::bpf::{DrainedStack, ProcEvents, Sampler};
 use crate::metrics::Metrics;
 use crate::process::{ProcessInfo, ProcessTable};
 use crate::profile::RawProfile;
+use crate::unwind::{REREAD_MAPS_AFTER, Unwinder};
 
 /// How many windows a process is kept after its last sample.
 const KEEP_PROCESS_WINDOWS: u64 = 3;
@@ -43,6 +44,10 @@ pub(crate) struct Shared {
     pub window: std::sync::atomic::AtomicU64,
 }
 
+/// How often the ring buffer of stack copies is emptied and its samples unwound (it holds
+/// about 480 copies: `STACK_SAMPLES_BYTES` in the BPF source).
+const COPY_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
 /// Runs until every command sender is gone. Finished windows go to `windows` (dropped when
 /// the receiver lags: the next one has the news).
 pub(crate) fn run(
@@ -58,17 +63,15 @@ pub(crate) fn run(
     let mut deadline = Instant::now() + window_length;
     let mut requests: FxHashMap<u64, RawProfile> = FxHashMap::default();
     let mut next_id = 0u64;
-    let drain = |sampler: &mut Sampler,
-                 window: &mut RawProfile,
-                 requests: &mut FxHashMap<u64, RawProfile>|
-     -> Result<(), Error> {
-        let started = Instant::now();
-        let drained = sampler.drain()?;
-        let window_no = shared.window.load(Relaxed);
-        let mut processes: FxHashMap<u32, Arc<ProcessInfo>> = FxHashMap::default();
-        {
-            // Announcements not yet read are read first, so that a process that is gone by now
-            // still has the name the BPF program saw.
+    let mut unwinder = Unwinder::default();
+    // Stacks unwound since the last drain.
+    let mut pending: Vec<DrainedStack> = Vec::new();
+
+    // Empties the ring buffer of stack copies, unwinding each into `pending`.
+    let read_copies =
+        |sampler: &mut Sampler, unwinder: &mut Unwinder, pending: &mut Vec<DrainedStack>| {
+            let window_no = shared.window.load(Relaxed);
+            // Announcements first: a new process is read before its first samples are unwound.
             let events = shared.events.get_ref().read();
             let mut table = shared.processes.lock().expect("process table lock");
             shared
@@ -78,6 +81,42 @@ pub(crate) fn run(
             for event in events {
                 table.announce(event.pid, &event.comm, window_no);
             }
+            sampler.read_copies(|sample| {
+                let info = table.get(sample.pid, window_no);
+                let mut unwound = unwinder.unwind(&sample, &info);
+                if unwound.unknown_address
+                    && let Some(info) = table.reread(sample.pid, window_no, REREAD_MAPS_AFTER)
+                {
+                    shared.metrics.maps_rereads.fetch_add(1, Relaxed);
+                    unwound = unwinder.unwind(&sample, &info);
+                }
+                unwinder.count(unwound.end);
+                pending.push(DrainedStack {
+                    pid: sample.pid,
+                    user: Arc::from(unwound.frames),
+                    kernel: Arc::from(sample.kernel),
+                    count: 1,
+                    end: Some(unwound.end),
+                });
+            });
+            shared.metrics.record_unwind(unwinder.stats());
+        };
+
+    let drain = |sampler: &mut Sampler,
+                 unwinder: &mut Unwinder,
+                 pending: &mut Vec<DrainedStack>,
+                 window: &mut RawProfile,
+                 requests: &mut FxHashMap<u64, RawProfile>|
+     -> Result<(), Error> {
+        let started = Instant::now();
+        let mut drained = sampler.drain()?;
+        // After the switch: every copy taken before it is in the ring buffer by now.
+        read_copies(sampler, unwinder, pending);
+        drained.append(pending);
+        let window_no = shared.window.load(Relaxed);
+        let mut processes: FxHashMap<u32, Arc<ProcessInfo>> = FxHashMap::default();
+        {
+            let mut table = shared.processes.lock().expect("process table lock");
             for d in &drained {
                 processes
                     .entry(d.pid)
@@ -97,10 +136,19 @@ pub(crate) fn run(
     };
 
     loop {
-        let timeout = deadline.saturating_duration_since(Instant::now());
+        let now = Instant::now();
+        let timeout = deadline
+            .saturating_duration_since(now)
+            .min(COPY_POLL_INTERVAL);
         match commands.recv_timeout(timeout) {
             Ok(Command::Subscribe(reply)) => {
-                drain(&mut sampler, &mut window, &mut requests)?;
+                drain(
+                    &mut sampler,
+                    &mut unwinder,
+                    &mut pending,
+                    &mut window,
+                    &mut requests,
+                )?;
                 next_id += 1;
                 requests.insert(next_id, RawProfile::new(SystemTime::now()));
                 // A client gone before it got its id can never finish or cancel: drop it now.
@@ -109,7 +157,13 @@ pub(crate) fn run(
                 }
             }
             Ok(Command::Finish(id, reply)) => {
-                drain(&mut sampler, &mut window, &mut requests)?;
+                drain(
+                    &mut sampler,
+                    &mut unwinder,
+                    &mut pending,
+                    &mut window,
+                    &mut requests,
+                )?;
                 if let Some(mut raw) = requests.remove(&id) {
                     raw.end = SystemTime::now();
                     reply.send(raw).ok();
@@ -118,8 +172,17 @@ pub(crate) fn run(
             Ok(Command::Cancel(id)) => {
                 requests.remove(&id);
             }
+            Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+                read_copies(&mut sampler, &mut unwinder, &mut pending);
+            }
             Err(RecvTimeoutError::Timeout) => {
-                drain(&mut sampler, &mut window, &mut requests)?;
+                drain(
+                    &mut sampler,
+                    &mut unwinder,
+                    &mut pending,
+                    &mut window,
+                    &mut requests,
+                )?;
                 let now = SystemTime::now();
                 let mut done = std::mem::replace(&mut window, RawProfile::new(now));
                 done.end = now;
@@ -129,6 +192,7 @@ pub(crate) fn run(
                     .lock()
                     .expect("process table lock")
                     .expire(window_no, KEEP_PROCESS_WINDOWS);
+                unwinder.trim();
                 shared.metrics.record_window(&done);
                 windows.try_send(done).ok();
                 deadline += window_length;

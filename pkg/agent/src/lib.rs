@@ -52,6 +52,7 @@ mod privileges;
 mod process;
 mod profile;
 mod push;
+mod unwind;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::bpf::BpfStats;
 use crate::profile::RawProfile;
+use crate::unwind::UnwindStats;
 
 /// Counters updated by the sampling thread and the HTTP side.
 #[derive(Debug, Default)]
@@ -23,6 +24,9 @@ pub(crate) struct Metrics {
     pub pushes: AtomicU64,
     pub push_failures: AtomicU64,
     pub process_events: AtomicU64,
+    /// Reads of a process's mappings again because an address fell outside them.
+    pub maps_rereads: AtomicU64,
+    unwind: Mutex<UnwindStats>,
 }
 
 /// Figures owned elsewhere, read when `/metrics` is served.
@@ -45,6 +49,10 @@ impl Metrics {
         self.last_drain_ns.store(ns, Relaxed);
         self.drained_entries.fetch_add(entries as u64, Relaxed);
         *self.bpf.lock().expect("metrics lock") = bpf;
+    }
+
+    pub fn record_unwind(&self, stats: UnwindStats) {
+        *self.unwind.lock().expect("metrics lock") = stats;
     }
 
     pub fn record_window(&self, window: &RawProfile) {
@@ -188,6 +196,89 @@ impl Metrics {
             "gauge",
             "Object files held open for symbolization.",
             &[("", s.objects_open as f64)],
+        );
+        let unwind = self.unwind.lock().expect("metrics lock").clone();
+        let ends: Vec<(String, f64)> = parca_symbolize::unwind::StackEnd::ALL
+            .iter()
+            .zip(unwind.ends)
+            .map(|(e, n)| (format!("{{end=\"{}\"}}", e.as_str()), n as f64))
+            .collect();
+        let ends: Vec<(&str, f64)> = ends.iter().map(|(l, n)| (l.as_str(), *n)).collect();
+        metric(
+            "parca_agent_unwound_stacks_total",
+            "counter",
+            "User stacks unwound from stack copies, by how the walk ended: complete (reached \
+             the start), no_unwind_info, unreadable_memory (the next frame is above the copied \
+             16 KiB), depth_limit (cut at 127 frames), bad_unwind_info.",
+            &ends,
+        );
+        let total: u64 = unwind.ends.iter().sum();
+        metric(
+            "parca_agent_complete_stacks_ratio",
+            "gauge",
+            "Share of the unwound user stacks that reached their start (1 before any).",
+            &[(
+                "",
+                if total == 0 {
+                    1.0
+                } else {
+                    unwind.ends[0] as f64 / total as f64
+                },
+            )],
+        );
+        metric(
+            "parca_agent_frame_pointer_stacks_total",
+            "counter",
+            "Samples whose stacks were walked with frame pointers in the kernel instead (no \
+             user context, or their copy did not fit in the ring buffer).",
+            &[(
+                "",
+                bpf.samples
+                    .saturating_sub(bpf.stacks_copied + bpf.counts_full) as f64,
+            )],
+        );
+        metric(
+            "parca_agent_stack_copies_lost_total",
+            "counter",
+            "Stack copies that did not fit in the ring buffer (walked with frame pointers).",
+            &[("", bpf.copies_lost as f64)],
+        );
+        metric(
+            "parca_agent_unwind_tables_loaded_total",
+            "counter",
+            "Unwind tables (.eh_frame, .debug_frame) built, once per object while cached.",
+            &[("", unwind.tables_loaded as f64)],
+        );
+        metric(
+            "parca_agent_unwind_table_errors_total",
+            "counter",
+            "Objects whose unwind table could not be read.",
+            &[("", unwind.table_errors as f64)],
+        );
+        metric(
+            "parca_agent_unwind_tables_cached",
+            "gauge",
+            "Unwind tables held.",
+            &[("", unwind.tables_cached as f64)],
+        );
+        metric(
+            "parca_agent_unwind_table_bytes",
+            "gauge",
+            "Bytes the unwind tables hold.",
+            &[("", unwind.table_bytes as f64)],
+        );
+        metric(
+            "parca_agent_unwind_seconds_total",
+            "counter",
+            "Time spent unwinding stack copies.",
+            &[("", secs(unwind.unwind_ns))],
+        );
+        metric(
+            "parca_agent_maps_rereads_total",
+            "counter",
+            "Reads of a process's mappings again because a frame's address was outside them \
+             (dlopen).",
+            &[("", self.maps_rereads.load(Relaxed) as f64)],
         );
         let sy = &s.symbolizer;
         metric(

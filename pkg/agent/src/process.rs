@@ -10,6 +10,7 @@ use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use parca_symbolize::{BuildId, DebugFileQuery, ObjectKey, find_debug_file, read_debug_needs};
 use rustc_hash::FxHashMap;
@@ -96,6 +97,7 @@ pub struct ProcessTable {
 struct Entry {
     info: Arc<ProcessInfo>,
     last_sampled_window: u64,
+    read_at: Instant,
 }
 
 impl ProcessTable {
@@ -125,8 +127,33 @@ impl ProcessTable {
             Entry {
                 info,
                 last_sampled_window: window,
+                read_at: Instant::now(),
             },
         );
+    }
+
+    /// Reads the process `pid` again if it was last read at least `min_age` ago (its mappings
+    /// changed: a `dlopen`); `None` when it was read more recently or is not held.
+    pub fn reread(&mut self, pid: u32, window: u64, min_age: Duration) -> Option<Arc<ProcessInfo>> {
+        let entry = self.entries.get(&pid)?;
+        if entry.read_at.elapsed() < min_age || !entry.info.readable {
+            return None;
+        }
+        let comm = entry.info.comm.clone();
+        let info = Arc::new(self.read(pid, &comm));
+        if !info.readable {
+            // Gone: keep what was known.
+            return None;
+        }
+        self.entries.insert(
+            pid,
+            Entry {
+                info: info.clone(),
+                last_sampled_window: window,
+                read_at: Instant::now(),
+            },
+        );
+        Some(info)
     }
 
     /// The process `pid`, read now if it was not announced.
@@ -141,6 +168,7 @@ impl ProcessTable {
             Entry {
                 info: info.clone(),
                 last_sampled_window: window,
+                read_at: Instant::now(),
             },
         );
         info

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use parca_pprof::proto;
+use parca_symbolize::unwind::StackEnd;
 use parca_symbolize::{ElfObject, Frame, Symbolizer};
 use rustc_hash::FxHashMap;
 
@@ -18,12 +19,27 @@ pub const PROFILE_NAME: &str = "parca_agent";
 /// Name of the kernel's pseudo-mapping, as perf and pprof spell it.
 const KERNEL_MAPPING: &str = "[kernel.kallsyms]";
 
+/// The function name of the synthetic outermost frame of a stack that did not reach its start.
+/// `[truncated: depth limit]` marks a stack cut at [`crate::unwind::MAX_USER_FRAMES`]: its
+/// innermost frames are kept.
+pub fn truncation_frame_name(end: StackEnd) -> &'static str {
+    match end {
+        StackEnd::Complete => "",
+        StackEnd::NoUnwindInfo => "[truncated: no unwind info]",
+        StackEnd::Unreadable => "[truncated: stack not copied]",
+        StackEnd::DepthLimit => "[truncated: depth limit]",
+        StackEnd::BadUnwindInfo => "[truncated: bad unwind info]",
+    }
+}
+
 /// A process and its stacks (leaf first).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct RawKey {
     pub pid: u32,
     pub user: Arc<[u64]>,
     pub kernel: Arc<[u64]>,
+    /// How the user stack's walk ended (`None`: a frame-pointer walk, end unknown).
+    pub end: Option<StackEnd>,
 }
 
 /// Samples accumulated over a window: counts per (process, stacks), and the processes as they
@@ -53,6 +69,7 @@ impl RawProfile {
                 pid: d.pid,
                 user: d.user.clone(),
                 kernel: d.kernel.clone(),
+                end: d.end,
             };
             *self.samples.entry(key).or_default() += d.count;
             if let Some(p) = processes.get(&d.pid) {
@@ -141,7 +158,12 @@ pub(crate) fn build(
     let mut keys: Vec<(&RawKey, &u64)> = raw.samples.iter().collect();
     // A stable order makes ids, and so the output, deterministic.
     keys.sort_by(|a, b| {
-        (a.0.pid, &a.0.kernel[..], &a.0.user[..]).cmp(&(b.0.pid, &b.0.kernel[..], &b.0.user[..]))
+        (a.0.pid, &a.0.kernel[..], &a.0.user[..], a.0.end).cmp(&(
+            b.0.pid,
+            &b.0.kernel[..],
+            &b.0.user[..],
+            b.0.end,
+        ))
     });
     for (key, &count) in keys {
         let info = raw.processes.get(&key.pid).map(Arc::as_ref);
@@ -156,6 +178,12 @@ pub(crate) fn build(
         for (i, &addr) in key.user.iter().enumerate() {
             let addr = if i == 0 { addr } else { addr.wrapping_sub(1) };
             locations.push(b.user_location(key.pid, info, addr, symbolizer));
+        }
+        // A stack that did not reach its start says why, as its outermost frame.
+        if let Some(end) = key.end
+            && end != StackEnd::Complete
+        {
+            locations.push(b.truncation_location(end));
         }
         let set = *label_set_of_pid.entry(key.pid).or_insert_with(|| {
             let mut labels = Vec::new();
@@ -254,6 +282,8 @@ struct Builder {
     location_ids: FxHashMap<(u64, u64, u32), u64>,
     functions: Vec<proto::Function>,
     function_ids: FxHashMap<(i64, i64, i64), u64>,
+    /// The synthetic frames of truncated stacks, by how they ended.
+    truncation_ids: FxHashMap<StackEnd, u64>,
 }
 
 impl Builder {
@@ -326,6 +356,35 @@ impl Builder {
             is_folded: false,
         });
         self.location_ids.insert(key, id);
+        id
+    }
+
+    /// The synthetic frame naming why a stack ends early: no mapping, address 0.
+    fn truncation_location(&mut self, end: StackEnd) -> u64 {
+        if let Some(&id) = self.truncation_ids.get(&end) {
+            return id;
+        }
+        let name = truncation_frame_name(end);
+        let frame = Frame {
+            function: name.to_owned(),
+            system_name: name.to_owned(),
+            file: None,
+            line: 0,
+        };
+        let function_id = self.function(&frame);
+        let id = self.locations.len() as u64 + 1;
+        self.locations.push(proto::Location {
+            id,
+            mapping_id: 0,
+            address: 0,
+            line: vec![proto::Line {
+                function_id,
+                line: 0,
+                column: 0,
+            }],
+            is_folded: false,
+        });
+        self.truncation_ids.insert(end, id);
         id
     }
 
@@ -440,12 +499,14 @@ mod tests {
                 user: Arc::from(vec![addr + 1, 0x10]),
                 kernel: Arc::from(vec![]),
                 count: 3,
+                end: Some(StackEnd::Complete),
             },
             DrainedStack {
                 pid: 999_999_999,
                 user: Arc::from(vec![0x1234]),
                 kernel: Arc::from(vec![]),
                 count: 2,
+                end: Some(StackEnd::DepthLimit),
             },
         ];
         raw.add(&drained, &processes);

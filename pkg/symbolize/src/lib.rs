@@ -47,6 +47,7 @@ mod elf;
 mod error;
 mod kallsyms;
 mod symbolizer;
+pub mod unwind;
 
 pub use debugfile::{DebugFileQuery, build_id_path, find_debug_file};
 pub use demangle::demangle;

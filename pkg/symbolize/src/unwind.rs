@@ -1,0 +1,766 @@
+//! Unwinding user stacks with DWARF call frame information, perf's `--call-graph dwarf` way: the
+//! agent's BPF program copies a sample's registers and the top of its user stack, and
+//! [`unwind`] walks that copy here with each object's `.eh_frame` (or `.debug_frame`).
+//!
+//! [`UnwindTable`] is built once per object (the agent caches it per build id and shares it
+//! between every process that maps the file): it keeps the CFI sections' bytes and a sorted
+//! index of their FDEs, and memoizes the row it computes for each address it is asked about.
+//! Where no CFI covers an address (JIT code, Go code without `.debug_frame`, unknown
+//! mappings), the walk uses frame pointers for that frame.
+//!
+//! x86-64 only: registers are DWARF's numbers 6 (rbp), 7 (rsp) and 16 (the return address).
+
+use std::fs::File;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use gimli::{
+    BaseAddresses, CfaRule, DebugFrame, EhFrame, EndianSlice, LittleEndian, Register, RegisterRule,
+    UnwindContext, UnwindSection,
+};
+use object::read::ReadCache;
+use object::{Object, ObjectSection, ObjectSegment};
+use rustc_hash::FxHashMap;
+
+use crate::Error;
+
+const RBP: Register = Register(6);
+const RSP: Register = Register(7);
+const RA: Register = Register(16);
+
+/// Rows memoized per table before the memo is cleared (each is a few dozen bytes).
+const MAX_MEMO_ROWS: usize = 1 << 16;
+
+/// The registers a walk starts from (the sampled thread's user registers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registers {
+    /// Instruction pointer (rip).
+    pub ip: u64,
+    /// Stack pointer (rsp).
+    pub sp: u64,
+    /// Frame pointer (rbp).
+    pub bp: u64,
+}
+
+/// A copy of the top of a user stack: `bytes` were at addresses `[sp, sp + bytes.len())`.
+#[derive(Debug, Clone, Copy)]
+pub struct StackCopy<'a> {
+    /// The address of `bytes[0]` (the stack pointer when the copy was made).
+    pub sp: u64,
+    /// The copied bytes.
+    pub bytes: &'a [u8],
+}
+
+impl StackCopy<'_> {
+    /// The 8 bytes at `addr`, when they were copied.
+    pub fn read_u64(&self, addr: u64) -> Option<u64> {
+        let at = usize::try_from(addr.checked_sub(self.sp)?).ok()?;
+        let bytes = self.bytes.get(at..at.checked_add(8)?)?;
+        Some(u64::from_le_bytes(bytes.try_into().ok()?))
+    }
+}
+
+/// How a walk ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StackEnd {
+    /// It reached the start: a frame whose return address is undefined (`_start`, a thread's
+    /// first function), a null return address, or a null frame pointer.
+    Complete,
+    /// A frame had no unwind information and frame pointers did not lead on.
+    NoUnwindInfo,
+    /// The next frame lay outside the copied part of the stack (or was unreadable).
+    Unreadable,
+    /// The walk stopped at the depth limit with frames left: the stack was cut.
+    DepthLimit,
+    /// The unwind information was malformed, unsupported, or led nowhere (no progress).
+    BadUnwindInfo,
+}
+
+impl StackEnd {
+    /// Every reason, for metrics.
+    pub const ALL: [StackEnd; 5] = [
+        StackEnd::Complete,
+        StackEnd::NoUnwindInfo,
+        StackEnd::Unreadable,
+        StackEnd::DepthLimit,
+        StackEnd::BadUnwindInfo,
+    ];
+
+    /// A short name for labels (`complete`, `no_unwind_info`, `unreadable_memory`,
+    /// `depth_limit`, `bad_unwind_info`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StackEnd::Complete => "complete",
+            StackEnd::NoUnwindInfo => "no_unwind_info",
+            StackEnd::Unreadable => "unreadable_memory",
+            StackEnd::DepthLimit => "depth_limit",
+            StackEnd::BadUnwindInfo => "bad_unwind_info",
+        }
+    }
+}
+
+/// Which CFI section an FDE or expression is in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Which {
+    EhFrame,
+    DebugFrame,
+}
+
+/// A DWARF expression in a CFI section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ExprRef {
+    which: Which,
+    offset: usize,
+    length: usize,
+}
+
+/// How a register of the caller is recovered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    /// Unchanged (callee-saved and not saved yet, or never touched).
+    Same,
+    /// No value: for the return address, the end of the stack.
+    Undefined,
+    /// Saved at CFA + n.
+    At(i64),
+    /// Is CFA + n.
+    ValAt(i64),
+    /// Saved at the address an expression computes.
+    Expr(ExprRef),
+    /// Is the value an expression computes.
+    ValExpr(ExprRef),
+    Unsupported,
+}
+
+/// How the CFA is found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cfa {
+    Sp(i64),
+    Bp(i64),
+    Expr(ExprRef),
+    Unsupported,
+}
+
+/// One row of the CFI table, reduced to what an x86-64 walk needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Row {
+    cfa: Cfa,
+    ra: Rule,
+    bp: Rule,
+    sp: Rule,
+    /// The FDE is a signal trampoline's: the caller's address is exact, not a return address.
+    signal: bool,
+}
+
+/// One FDE of the index: the code it covers and where it is.
+#[derive(Debug, Clone, Copy)]
+struct FdeEntry {
+    start: u64,
+    len: u32,
+    offset: u32,
+    which: Which,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    file_offset: u64,
+    file_size: u64,
+    vaddr: u64,
+}
+
+/// The call frame information of one object: `.eh_frame` and `.debug_frame` with a sorted
+/// index of their FDEs, and the object's segments to turn file offsets into addresses.
+pub struct UnwindTable {
+    eh_frame: Box<[u8]>,
+    eh_frame_address: u64,
+    debug_frame: Box<[u8]>,
+    text_address: u64,
+    got_address: u64,
+    fdes: Vec<FdeEntry>,
+    segments: Vec<Segment>,
+    memo: Mutex<FxHashMap<u64, Option<Row>>>,
+}
+
+impl std::fmt::Debug for UnwindTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UnwindTable")
+            .field("n_fdes", &self.fdes.len())
+            .field("eh_frame_bytes", &self.eh_frame.len())
+            .field("debug_frame_bytes", &self.debug_frame.len())
+            .finish()
+    }
+}
+
+/// CFI sections larger than this are not loaded (the object is walked with frame pointers).
+const MAX_CFI_BYTES: u64 = 64 << 20;
+
+impl UnwindTable {
+    /// Reads the CFI of the object open as `file` (`path` names it in messages). An object
+    /// without any gives an empty table (every frame in it is walked with frame pointers).
+    pub fn read(file: &File, path: &Path) -> Result<UnwindTable, Error> {
+        let cache = ReadCache::new(file);
+        let obj = object::File::parse(&cache).map_err(|source| Error::Elf {
+            path: path.to_owned(),
+            source,
+        })?;
+        let section_bytes = |name: &str| -> (Box<[u8]>, u64) {
+            let Some(section) = obj.section_by_name(name) else {
+                return (Box::default(), 0);
+            };
+            if section.size() > MAX_CFI_BYTES {
+                return (Box::default(), 0);
+            }
+            let data = section
+                .uncompressed_data()
+                .map(|d| Box::<[u8]>::from(&*d))
+                .unwrap_or_default();
+            (data, section.address())
+        };
+        let (eh_frame, eh_frame_address) = section_bytes(".eh_frame");
+        let (debug_frame, _) = section_bytes(".debug_frame");
+        let text_address = obj.section_by_name(".text").map_or(0, |s| s.address());
+        let got_address = obj.section_by_name(".got").map_or(0, |s| s.address());
+        let segments = obj
+            .segments()
+            .map(|s| {
+                let (file_offset, file_size) = s.file_range();
+                Segment {
+                    file_offset,
+                    file_size,
+                    vaddr: s.address(),
+                }
+            })
+            .collect();
+        let mut table = UnwindTable {
+            eh_frame,
+            eh_frame_address,
+            debug_frame,
+            text_address,
+            got_address,
+            fdes: Vec::new(),
+            segments,
+            memo: Mutex::new(FxHashMap::default()),
+        };
+        table.index();
+        Ok(table)
+    }
+
+    fn bases(&self) -> BaseAddresses {
+        BaseAddresses::default()
+            .set_eh_frame(self.eh_frame_address)
+            .set_text(self.text_address)
+            .set_got(self.got_address)
+    }
+
+    fn eh(&self) -> EhFrame<EndianSlice<'_, LittleEndian>> {
+        let mut s = EhFrame::new(&self.eh_frame, LittleEndian);
+        s.set_address_size(8);
+        s
+    }
+
+    fn debug(&self) -> DebugFrame<EndianSlice<'_, LittleEndian>> {
+        let mut s = DebugFrame::new(&self.debug_frame, LittleEndian);
+        s.set_address_size(8);
+        s
+    }
+
+    fn index(&mut self) {
+        let bases = self.bases();
+        let mut fdes = Vec::new();
+        fn collect<'a, S: UnwindSection<EndianSlice<'a, LittleEndian>>>(
+            section: &S,
+            bases: &BaseAddresses,
+            which: Which,
+            out: &mut Vec<FdeEntry>,
+        ) where
+            S::Offset: gimli::UnwindOffset<usize>,
+        {
+            let mut entries = section.entries(bases);
+            // A malformed entry ends the scan: what was indexed before it stays usable.
+            while let Ok(Some(entry)) = entries.next() {
+                let gimli::CieOrFde::Fde(partial) = entry else {
+                    continue;
+                };
+                let Ok(fde) = partial.parse(S::cie_from_offset) else {
+                    continue;
+                };
+                let (Ok(len), Ok(offset)) = (u32::try_from(fde.len()), u32::try_from(fde.offset()))
+                else {
+                    continue;
+                };
+                if len > 0 {
+                    out.push(FdeEntry {
+                        start: fde.initial_address(),
+                        len,
+                        offset,
+                        which,
+                    });
+                }
+            }
+        }
+        collect(&self.eh(), &bases, Which::EhFrame, &mut fdes);
+        collect(&self.debug(), &bases, Which::DebugFrame, &mut fdes);
+        // `.eh_frame` wins where both cover an address: the stable sort keeps it first, and a
+        // lookup takes the last entry starting at or before the address.
+        fdes.sort_by_key(|f| f.start);
+        fdes.shrink_to_fit();
+        self.fdes = fdes;
+    }
+
+    /// Number of FDEs indexed.
+    pub fn n_fdes(&self) -> usize {
+        self.fdes.len()
+    }
+
+    /// Bytes held (CFI sections and index), roughly.
+    pub fn size_bytes(&self) -> u64 {
+        (self.eh_frame.len()
+            + self.debug_frame.len()
+            + self.fdes.len() * std::mem::size_of::<FdeEntry>()) as u64
+    }
+
+    /// The virtual address of the byte at `file_offset` (see
+    /// [`crate::ElfObject::vaddr_of_file_offset`]).
+    pub fn vaddr_of_file_offset(&self, file_offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|s| {
+                file_offset >= s.file_offset && file_offset - s.file_offset < s.file_size.max(1)
+            })
+            .map(|s| file_offset - s.file_offset + s.vaddr)
+    }
+
+    /// The row for `vaddr`, memoized; `None` when no FDE covers it.
+    fn row(&self, vaddr: u64) -> Option<Row> {
+        if let Some(row) = self.memo.lock().ok().and_then(|m| m.get(&vaddr).copied()) {
+            return row;
+        }
+        let row = self.compute_row(vaddr);
+        if let Ok(mut memo) = self.memo.lock() {
+            if memo.len() >= MAX_MEMO_ROWS {
+                memo.clear();
+            }
+            memo.insert(vaddr, row);
+        }
+        row
+    }
+
+    fn compute_row(&self, vaddr: u64) -> Option<Row> {
+        let i = self
+            .fdes
+            .partition_point(|f| f.start <= vaddr)
+            .checked_sub(1)?;
+        // Overlapping FDEs are rare; look back a little for one that covers the address.
+        let fde = self.fdes[i.saturating_sub(3)..=i]
+            .iter()
+            .rev()
+            .find(|f| vaddr - f.start < u64::from(f.len))?;
+        let bases = self.bases();
+        let mut ctx = UnwindContext::new();
+        let offset = fde.offset as usize;
+        let converted = match fde.which {
+            Which::EhFrame => {
+                let s = self.eh();
+                let parsed = s.fde_from_offset(&bases, offset.into(), EhFrame::cie_from_offset);
+                parsed.and_then(|f| {
+                    let signal = f.cie().is_signal_trampoline();
+                    f.unwind_info_for_address(&s, &bases, &mut ctx, vaddr)
+                        .map(|r| convert(r, Which::EhFrame, signal))
+                })
+            }
+            Which::DebugFrame => {
+                let s = self.debug();
+                let parsed = s.fde_from_offset(&bases, offset.into(), DebugFrame::cie_from_offset);
+                parsed.and_then(|f| {
+                    let signal = f.cie().is_signal_trampoline();
+                    f.unwind_info_for_address(&s, &bases, &mut ctx, vaddr)
+                        .map(|r| convert(r, Which::DebugFrame, signal))
+                })
+            }
+        };
+        match converted {
+            Ok(row) => Some(row),
+            Err(gimli::Error::NoUnwindInfoForAddress) => None,
+            Err(_) => Some(Row {
+                cfa: Cfa::Unsupported,
+                ra: Rule::Unsupported,
+                bp: Rule::Unsupported,
+                sp: Rule::Unsupported,
+                signal: false,
+            }),
+        }
+    }
+
+    fn expression(&self, e: ExprRef) -> Option<gimli::Expression<EndianSlice<'_, LittleEndian>>> {
+        let bytes = match e.which {
+            Which::EhFrame => &self.eh_frame,
+            Which::DebugFrame => &self.debug_frame,
+        };
+        let slice = bytes.get(e.offset..e.offset.checked_add(e.length)?)?;
+        Some(gimli::Expression(EndianSlice::new(slice, LittleEndian)))
+    }
+
+    /// Evaluates an expression with the frame's registers and stack; `initial` is pushed first
+    /// (the CFA, for register rules).
+    fn evaluate(
+        &self,
+        e: ExprRef,
+        regs: &FrameRegs,
+        stack: &StackCopy<'_>,
+        initial: Option<u64>,
+    ) -> Option<u64> {
+        let expr = self.expression(e)?;
+        let encoding = gimli::Encoding {
+            address_size: 8,
+            format: gimli::Format::Dwarf32,
+            version: 4,
+        };
+        let mut eval = expr.evaluation(encoding);
+        if let Some(v) = initial {
+            eval.set_initial_value(v);
+        }
+        let mut result = eval.evaluate().ok()?;
+        // Bounded: each step resumes once; a hostile expression cannot loop forever here
+        // because gimli bounds its own iterations.
+        for _ in 0..64 {
+            match result {
+                gimli::EvaluationResult::Complete => {
+                    let pieces = eval.result();
+                    return match pieces.first()?.location {
+                        gimli::Location::Address { address } => Some(address),
+                        gimli::Location::Value { value } => value.to_u64(u64::MAX).ok(),
+                        _ => None,
+                    };
+                }
+                gimli::EvaluationResult::RequiresRegister { register, .. } => {
+                    let value = match register {
+                        RSP => regs.sp,
+                        RBP => regs.bp?,
+                        RA => regs.ip,
+                        _ => return None,
+                    };
+                    result = eval
+                        .resume_with_register(gimli::Value::Generic(value))
+                        .ok()?;
+                }
+                gimli::EvaluationResult::RequiresMemory { address, size, .. } => {
+                    if size != 8 {
+                        return None;
+                    }
+                    let value = stack.read_u64(address)?;
+                    result = eval.resume_with_memory(gimli::Value::Generic(value)).ok()?;
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+}
+
+fn convert<S: gimli::UnwindContextStorage<usize>>(
+    row: &gimli::UnwindTableRow<usize, S>,
+    which: Which,
+    signal: bool,
+) -> Row {
+    let expr = |e: &gimli::UnwindExpression<usize>| ExprRef {
+        which,
+        offset: e.offset,
+        length: e.length,
+    };
+    let cfa = match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } if *register == RSP => Cfa::Sp(*offset),
+        CfaRule::RegisterAndOffset { register, offset } if *register == RBP => Cfa::Bp(*offset),
+        CfaRule::RegisterAndOffset { .. } => Cfa::Unsupported,
+        CfaRule::Expression(e) => Cfa::Expr(expr(e)),
+    };
+    let rule = |r: Option<RegisterRule<usize>>, default: Rule| match r {
+        None => default,
+        Some(RegisterRule::Undefined) => Rule::Undefined,
+        Some(RegisterRule::SameValue) => Rule::Same,
+        Some(RegisterRule::Offset(n)) => Rule::At(n),
+        Some(RegisterRule::ValOffset(n)) => Rule::ValAt(n),
+        Some(RegisterRule::Expression(e)) => Rule::Expr(expr(&e)),
+        Some(RegisterRule::ValExpression(e)) => Rule::ValExpr(expr(&e)),
+        Some(_) => Rule::Unsupported,
+    };
+    Row {
+        cfa,
+        // No rule for the return address: it is undefined (the end of the stack).
+        ra: rule(row.register(RA), Rule::Undefined),
+        bp: rule(row.register(RBP), Rule::Same),
+        // The caller's stack pointer is the CFA unless a rule says otherwise.
+        sp: rule(row.register(RSP), Rule::ValAt(0)),
+        signal,
+    }
+}
+
+/// The registers known in a frame (rbp may be lost).
+#[derive(Debug, Clone, Copy)]
+struct FrameRegs {
+    ip: u64,
+    sp: u64,
+    bp: Option<u64>,
+}
+
+/// Walks the stack of `regs` over `stack`, pushing the instruction pointer of each frame,
+/// leaf first (return addresses as they are: the caller subtracts one to symbolize them), at
+/// most `max_frames`. `lookup(address)` gives the unwind table of the object holding
+/// `address` and the address's virtual address in it; `None` for an address outside every
+/// known object, whose frame is walked with frame pointers.
+pub fn unwind(
+    regs: Registers,
+    stack: &StackCopy<'_>,
+    max_frames: usize,
+    frames: &mut Vec<u64>,
+    mut lookup: impl FnMut(u64) -> Option<(Arc<UnwindTable>, u64)>,
+) -> StackEnd {
+    let mut r = FrameRegs {
+        ip: regs.ip,
+        sp: regs.sp,
+        bp: Some(regs.bp),
+    };
+    if r.ip == 0 {
+        return StackEnd::Complete;
+    }
+    let start = frames.len();
+    frames.push(r.ip);
+    let mut exact_ip = true;
+    loop {
+        // For a return address, the call instruction's row applies (the return address may
+        // be the first byte of the next function after a call that does not return).
+        let at = if exact_ip { r.ip } else { r.ip - 1 };
+        let found = lookup(at).and_then(|(table, vaddr)| Some((table.row(vaddr)?, table)));
+        let next = match found {
+            Some((row, table)) => match step_cfi(&row, &table, &r, stack) {
+                Ok(next) => {
+                    exact_ip = row.signal;
+                    next
+                }
+                Err(end) => return end,
+            },
+            None => {
+                exact_ip = false;
+                match step_fp(&r, stack) {
+                    Ok(next) => next,
+                    Err(end) => return end,
+                }
+            }
+        };
+        if next.ip == 0 {
+            return StackEnd::Complete;
+        }
+        // The stack grows down: a caller's frame is above its callee's. Anything else is
+        // corrupt information, and would loop.
+        if next.sp <= r.sp {
+            return StackEnd::BadUnwindInfo;
+        }
+        if frames.len() - start >= max_frames {
+            return StackEnd::DepthLimit;
+        }
+        frames.push(next.ip);
+        r = next;
+    }
+}
+
+fn step_cfi(
+    row: &Row,
+    table: &UnwindTable,
+    r: &FrameRegs,
+    stack: &StackCopy<'_>,
+) -> Result<FrameRegs, StackEnd> {
+    let cfa = match row.cfa {
+        Cfa::Sp(n) => r.sp.wrapping_add_signed(n),
+        Cfa::Bp(n) => r.bp.ok_or(StackEnd::BadUnwindInfo)?.wrapping_add_signed(n),
+        Cfa::Expr(e) => table
+            .evaluate(e, r, stack, None)
+            .ok_or(StackEnd::Unreadable)?,
+        Cfa::Unsupported => return Err(StackEnd::BadUnwindInfo),
+    };
+    // Some(Some(v)): recovered; Some(None): lost; Err: the walk cannot go on.
+    let recover = |rule: Rule, current: Option<u64>| -> Result<Option<u64>, StackEnd> {
+        Ok(match rule {
+            Rule::Same => current,
+            Rule::Undefined => None,
+            Rule::At(n) => Some(
+                stack
+                    .read_u64(cfa.wrapping_add_signed(n))
+                    .ok_or(StackEnd::Unreadable)?,
+            ),
+            Rule::ValAt(n) => Some(cfa.wrapping_add_signed(n)),
+            Rule::Expr(e) => {
+                let addr = table
+                    .evaluate(e, r, stack, Some(cfa))
+                    .ok_or(StackEnd::Unreadable)?;
+                Some(stack.read_u64(addr).ok_or(StackEnd::Unreadable)?)
+            }
+            Rule::ValExpr(e) => Some(
+                table
+                    .evaluate(e, r, stack, Some(cfa))
+                    .ok_or(StackEnd::Unreadable)?,
+            ),
+            Rule::Unsupported => return Err(StackEnd::BadUnwindInfo),
+        })
+    };
+    let ip = match row.ra {
+        Rule::Undefined => return Err(StackEnd::Complete),
+        rule => recover(rule, Some(r.ip))?.ok_or(StackEnd::Complete)?,
+    };
+    // A lost frame pointer only matters if a later frame needs it.
+    let bp = recover(row.bp, r.bp).unwrap_or(None);
+    let sp = recover(row.sp, Some(r.sp))?.ok_or(StackEnd::BadUnwindInfo)?;
+    Ok(FrameRegs { ip, sp, bp })
+}
+
+/// One frame-pointer step: the caller's rbp at [rbp], its return address at [rbp + 8].
+fn step_fp(r: &FrameRegs, stack: &StackCopy<'_>) -> Result<FrameRegs, StackEnd> {
+    let bp = r.bp.ok_or(StackEnd::NoUnwindInfo)?;
+    if bp == 0 {
+        // The ABI's outermost frame has a null frame pointer.
+        return Err(StackEnd::Complete);
+    }
+    if bp < r.sp || bp % 8 != 0 {
+        return Err(StackEnd::NoUnwindInfo);
+    }
+    let ip = stack.read_u64(bp + 8).ok_or(StackEnd::Unreadable)?;
+    let saved_bp = stack.read_u64(bp).ok_or(StackEnd::Unreadable)?;
+    Ok(FrameRegs {
+        ip,
+        sp: bp + 16,
+        bp: Some(saved_bp),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This test binary's unwind table and the (start, offset) of the mapping of `addr`.
+    fn own_table(addr: u64) -> (Arc<UnwindTable>, u64, u64) {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let table = UnwindTable::read(&File::open(&exe).unwrap(), &exe).unwrap();
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for line in maps.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (s, e) = f[0].split_once('-').unwrap();
+            let (s, e) = (
+                u64::from_str_radix(s, 16).unwrap(),
+                u64::from_str_radix(e, 16).unwrap(),
+            );
+            if (s..e).contains(&addr) && f.len() >= 6 && Path::new(f[5]) == exe {
+                return (Arc::new(table), s, u64::from_str_radix(f[2], 16).unwrap());
+            }
+        }
+        panic!("no mapping");
+    }
+
+    #[inline(never)]
+    fn capture(out: &mut (Registers, Vec<u8>)) {
+        let (ip, sp, bp): (u64, u64, u64);
+        // SAFETY: reads three registers and the address of a label; writes nothing else.
+        unsafe {
+            std::arch::asm!(
+                "lea {ip}, [rip]",
+                "mov {sp}, rsp",
+                "mov {bp}, rbp",
+                ip = out(reg) ip,
+                sp = out(reg) sp,
+                bp = out(reg) bp,
+            );
+        }
+        // Copy 32 KiB of our own stack, as the BPF program would.
+        let mut bytes = vec![0u8; 32 << 10];
+        // SAFETY: the stack above rsp is mapped (the main thread's stack or a test thread's,
+        // both far larger than 32 KiB from here).
+        unsafe {
+            std::ptr::copy_nonoverlapping(sp as *const u8, bytes.as_mut_ptr(), bytes.len());
+        }
+        *out = (Registers { ip, sp, bp }, bytes);
+    }
+
+    #[inline(never)]
+    fn level(n: u32, out: &mut (Registers, Vec<u8>)) -> u32 {
+        if n == 0 {
+            capture(out);
+            return 0;
+        }
+        std::hint::black_box(level(n - 1, out)) + 1
+    }
+
+    #[test]
+    fn walks_its_own_stack_with_eh_frame() {
+        let mut out = (
+            Registers {
+                ip: 0,
+                sp: 0,
+                bp: 0,
+            },
+            Vec::new(),
+        );
+        std::thread::Builder::new()
+            .stack_size(1 << 20)
+            .spawn(move || {
+                // Room above the captured frames, so the 32 KiB copy stays on this stack.
+                let pad = std::hint::black_box([1u8; 64 << 10]);
+                level(5, &mut out);
+                std::hint::black_box(&pad);
+                let (table, start, offset) = own_table(out.0.ip);
+                let stack = StackCopy {
+                    sp: out.0.sp,
+                    bytes: &out.1,
+                };
+                let mut frames = Vec::new();
+                let lookup = |addr: u64| {
+                    let vaddr = table.vaddr_of_file_offset(addr.checked_sub(start)? + offset)?;
+                    Some((table.clone(), vaddr))
+                };
+                let end = unwind(out.0, &stack, 127, &mut frames, lookup);
+                // capture, then six frames of `level`.
+                let level_addr = level as *const () as u64;
+                let in_level = frames
+                    .iter()
+                    .filter(|&&f| f > level_addr && f < level_addr + 512)
+                    .count();
+                assert!(in_level >= 5, "{frames:x?} ended {end:?}");
+                // Then the closure, whose 64 KiB frame reaches past the 32 KiB copied.
+                assert!(frames.len() >= 8, "{frames:x?} ended {end:?}");
+                assert_eq!(end, StackEnd::Unreadable);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    #[test]
+    fn frame_pointers_where_no_table_covers() {
+        // Two frames by hand: rbp -> [saved rbp = 0, return address].
+        let sp = 0x1000u64;
+        let mut bytes = vec![0u8; 64];
+        bytes[16..24].copy_from_slice(&0u64.to_le_bytes()); // saved rbp at 0x1010
+        bytes[24..32].copy_from_slice(&0x4242u64.to_le_bytes()); // return address at 0x1018
+        let stack = StackCopy { sp, bytes: &bytes };
+        let regs = Registers {
+            ip: 0x1111,
+            sp,
+            bp: 0x1010,
+        };
+        let mut frames = Vec::new();
+        let end = unwind(regs, &stack, 127, &mut frames, |_| None);
+        assert_eq!(frames, [0x1111, 0x4242]);
+        assert_eq!(end, StackEnd::Complete);
+        // Outside the copy.
+        let regs = Registers { bp: 0x2000, ..regs };
+        frames.clear();
+        assert_eq!(
+            unwind(regs, &stack, 127, &mut frames, |_| None),
+            StackEnd::Unreadable
+        );
+        // The depth limit.
+        frames.clear();
+        let regs = Registers { bp: 0x1010, ..regs };
+        assert_eq!(
+            unwind(regs, &stack, 1, &mut frames, |_| None),
+            StackEnd::DepthLimit
+        );
+        assert_eq!(frames, [0x1111]);
+    }
+}
