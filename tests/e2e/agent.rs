@@ -811,3 +811,391 @@ fn agent_refuses_without_capabilities_or_btf() {
         "{stderr}"
     );
 }
+
+/// The programs of the unwinding tests: built without frame pointers unless said otherwise.
+struct UnwindTargets {
+    /// hot.c, `-O2 -fomit-frame-pointer`, stripped; its debug file is `c_o2_debug`, to be
+    /// installed under `/usr/lib/debug/.build-id/` by the test.
+    c_o2: PathBuf,
+    c_o2_debug: PathBuf,
+    c_o2_build_id: String,
+    /// hot.c, `-O2 -fno-omit-frame-pointer`, not stripped.
+    c_o2_fp: PathBuf,
+    /// hot.rs as a default release build: `-C opt-level=3`, no frame pointers, no debug info,
+    /// panic=unwind.
+    rust_release: PathBuf,
+    /// deep.c: 200 nested calls.
+    c_deep: PathBuf,
+    /// threads.c: two threads busy.
+    c_threads: PathBuf,
+    /// dlopen_main.c and the library it loads.
+    c_dlopen: PathBuf,
+    c_dlopen_lib: PathBuf,
+    /// exceptions.cpp (`g++ -O2`).
+    cpp_exceptions: PathBuf,
+}
+
+fn tool(command: &mut Command, what: &str) {
+    run(command).unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
+fn unwind_targets() -> &'static UnwindTargets {
+    static TARGETS: OnceLock<UnwindTargets> = OnceLock::new();
+    TARGETS.get_or_init(|| {
+        agent_binary();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("targets/agent");
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("agent-unwind-targets");
+        std::fs::create_dir_all(&out).expect("create the targets' directory");
+        let gcc = |flags: &[&str], source: &str, name: &str| -> PathBuf {
+            let bin = out.join(name);
+            tool(
+                Command::new("gcc")
+                    .args(flags)
+                    .arg("-o")
+                    .arg(&bin)
+                    .arg(src.join(source)),
+                "gcc builds the C targets (apt-get install gcc)",
+            );
+            bin
+        };
+        let c_o2 = gcc(
+            &["-O2", "-fomit-frame-pointer", "-g", "-Wl,--build-id"],
+            "hot.c",
+            "agent-c-o2",
+        );
+        let c_o2_debug = out.join("agent-c-o2.debug");
+        tool(
+            Command::new("objcopy")
+                .arg("--only-keep-debug")
+                .arg(&c_o2)
+                .arg(&c_o2_debug),
+            "objcopy (apt-get install binutils)",
+        );
+        tool(
+            Command::new("strip").arg("--strip-all").arg(&c_o2),
+            "strip (apt-get install binutils)",
+        );
+        let c_o2_build_id = {
+            let out = Command::new("readelf")
+                .arg("-n")
+                .arg(&c_o2)
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .find_map(|l| Some(l.trim().strip_prefix("Build ID: ")?.to_owned()))
+                .expect("gcc was asked for a build id")
+        };
+        let c_o2_fp = gcc(
+            &["-O2", "-fno-omit-frame-pointer", "-g"],
+            "hot.c",
+            "agent-c-o2-fp",
+        );
+        let rust_release = out.join("agent-rust-release");
+        tool(
+            Command::new("rustc")
+                .args(["--edition", "2021", "--crate-name", "agent_rust_hot"])
+                .args(["-C", "opt-level=3", "-o"])
+                .arg(&rust_release)
+                .arg(src.join("hot.rs")),
+            "rustc builds the Rust target",
+        );
+        let c_deep = gcc(
+            &["-O1", "-fomit-frame-pointer", "-g"],
+            "deep.c",
+            "agent-c-deep",
+        );
+        let c_threads = gcc(
+            &["-O2", "-fomit-frame-pointer", "-g", "-pthread"],
+            "threads.c",
+            "agent-c-threads",
+        );
+        let c_dlopen = gcc(
+            &["-O2", "-fomit-frame-pointer", "-g"],
+            "dlopen_main.c",
+            "agent-c-dlopen",
+        );
+        let c_dlopen_lib = gcc(
+            &["-O2", "-fomit-frame-pointer", "-g", "-shared", "-fPIC"],
+            "dlopen_lib.c",
+            "libagenthot.so",
+        );
+        let cpp_exceptions = out.join("agent-cpp-exceptions");
+        tool(
+            Command::new("g++")
+                .args(["-O2", "-g", "-o"])
+                .arg(&cpp_exceptions)
+                .arg(src.join("exceptions.cpp")),
+            "g++ builds the C++ target (apt-get install g++)",
+        );
+        UnwindTargets {
+            c_o2,
+            c_o2_debug,
+            c_o2_build_id,
+            c_o2_fp,
+            rust_release,
+            c_deep,
+            c_threads,
+            c_dlopen,
+            c_dlopen_lib,
+            cpp_exceptions,
+        }
+    })
+}
+
+/// A file installed for the length of a test (a debug file under `/usr/lib/debug`), removed
+/// on drop; never replaces a file that was there.
+struct Installed(PathBuf);
+
+impl Installed {
+    fn copy(from: &Path, to: PathBuf) -> Installed {
+        assert!(!to.exists(), "{} exists already", to.display());
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, &to).unwrap();
+        Installed(to)
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        std::fs::remove_file(&self.0).ok();
+    }
+}
+
+/// Whether the tools the unwinding tests build with are here (said on stderr when not; a
+/// failure under `PARCA_REQUIRE_BPF`).
+fn unwind_tools_present(test: &str) -> bool {
+    for (tool, package) in [
+        ("g++", "g++"),
+        ("objcopy", "binutils"),
+        ("gzip", "gzip"),
+        ("xz", "xz-utils"),
+    ] {
+        if Command::new(tool).arg("--version").output().is_err() {
+            assert!(
+                !bpf_required(),
+                "PARCA_REQUIRE_BPF is set but {test} needs {tool} (apt-get install {package})"
+            );
+            say(&format!(
+                "SKIP: {test}: {tool} not found (apt-get install {package})"
+            ));
+            return false;
+        }
+    }
+    true
+}
+
+/// (samples of `pid` with any frame for which `pred` holds, all its samples).
+fn share_with(p: &proto::Profile, pid: u32, pred: impl Fn(&str) -> bool) -> (i64, i64) {
+    let mut hit = 0;
+    let mut total = 0;
+    for (frames, n) in stacks_of(p, pid) {
+        total += n;
+        if frames.iter().any(|(f, _)| pred(f)) {
+            hit += n;
+        }
+    }
+    (hit, total)
+}
+
+fn metric_value(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{metrics}"))
+}
+
+#[test]
+fn agent_unwinds_programs_without_frame_pointers_and_names_stripped_ones() {
+    let _exclusive = crate::support::exclusive();
+    let test = "agent_unwinds_programs_without_frame_pointers_and_names_stripped_ones";
+    if !can_run(test) || !unwind_tools_present(test) {
+        return;
+    }
+    let t = unwind_targets();
+    let dir = tempfile::tempdir().unwrap();
+    // The stripped program's debug file where gdb and perf look for it.
+    let id = &t.c_o2_build_id;
+    let _debug = Installed::copy(
+        &t.c_o2_debug,
+        PathBuf::from(format!(
+            "/usr/lib/debug/.build-id/{}/{}.debug",
+            &id[..2],
+            &id[2..]
+        )),
+    );
+    let c = start_target(&t.c_o2, 60.0, dir.path());
+    let c_fp = start_target(&t.c_o2_fp, 60.0, dir.path());
+    let rust = start_target(&t.rust_release, 60.0, dir.path());
+    // Debian's own gzip and xz (stripped, no frame pointers) compressing a large binary.
+    let input = agent_binary();
+    let compress = |tool: &str, flags: &str| -> Process {
+        let mut command = Command::new("sh");
+        command.arg("-c").arg(format!(
+            "exec {tool} {flags} -c < '{}' > /dev/null",
+            input.display()
+        ));
+        Process::start(tool, command, &dir.path().join(format!("{tool}.log")))
+    };
+    let gzip = compress("gzip", "-9");
+    let xz = compress("xz", "-9 -T1");
+    let agent = Agent::start(dir.path(), &[]);
+
+    let p = agent.profile("seconds=5");
+    assert_attributed(
+        &p,
+        "C -O2 -fomit-frame-pointer, stripped",
+        c.pid(),
+        &C_CHAIN,
+    );
+    assert_attributed(&p, "C -O2 with frame pointers", c_fp.pid(), &C_CHAIN);
+    assert_attributed(&p, "Rust release", rust.pid(), &RUST_CHAIN);
+    for (what, process) in [("gzip", &gzip), ("xz", &xz)] {
+        let (hit, total) = share_with(&p, process.pid(), |f| {
+            f == "main" || f.starts_with("__libc_start_main") || f == "__libc_start_call_main"
+        });
+        say(&format!(
+            "Debian's {what} (pid {}): {hit} of {total} samples ({:.1}%) reach main or \
+             __libc_start_main",
+            process.pid(),
+            100.0 * hit as f64 / total.max(1) as f64
+        ));
+        assert!(total >= 20, "{what}: only {total} samples");
+        assert!(
+            hit * 10 >= total * 8,
+            "{what}: {hit} of {total}; some stacks: {:?}",
+            stacks_of(&p, process.pid())
+                .into_iter()
+                .take(5)
+                .collect::<Vec<_>>()
+        );
+    }
+    let metrics = http_get(agent.addr, "/metrics", Duration::from_secs(5))
+        .unwrap()
+        .text();
+    let complete = metric_value(
+        &metrics,
+        "parca_agent_unwound_stacks_total{end=\"complete\"}",
+    );
+    let ratio = metric_value(&metrics, "parca_agent_complete_stacks_ratio");
+    say(&format!(
+        "unwound stacks: {complete} complete, {:.1}% of all",
+        ratio * 100.0
+    ));
+    assert!(complete > 100.0 && ratio > 0.0 && ratio <= 1.0);
+}
+
+#[test]
+fn agent_cuts_deep_stacks_at_the_depth_limit_and_says_so() {
+    let _exclusive = crate::support::exclusive();
+    let test = "agent_cuts_deep_stacks_at_the_depth_limit_and_says_so";
+    if !can_run(test) || !unwind_tools_present(test) {
+        return;
+    }
+    let t = unwind_targets();
+    let dir = tempfile::tempdir().unwrap();
+    let deep = start_target(&t.c_deep, 60.0, dir.path());
+    let agent = Agent::start(dir.path(), &[]);
+    let p = agent.profile(&format!("seconds=4&pid={}", deep.pid()));
+    let stacks = stacks_of(&p, deep.pid());
+    let total: i64 = stacks.iter().map(|(_, n)| n).sum();
+    let cut: i64 = stacks
+        .iter()
+        .filter(|(f, _)| {
+            let recs = f.iter().filter(|(name, _)| name == "rec").count();
+            f.last()
+                .is_some_and(|(name, _)| name == "[truncated: depth limit]")
+                && f.iter().any(|(name, _)| name == "spin")
+                && recs == 126
+        })
+        .map(|(_, n)| n)
+        .sum();
+    say(&format!(
+        "200-deep recursion (pid {}): {cut} of {total} samples keep spin and 126 rec frames, \
+         marked [truncated: depth limit]",
+        deep.pid()
+    ));
+    assert!(total >= 20, "only {total} samples");
+    assert!(
+        cut * 10 >= total * 9,
+        "{cut} of {total}; a stack: {:?}",
+        stacks.first()
+    );
+}
+
+#[test]
+fn agent_unwinds_threads_dlopened_libraries_and_cpp_exceptions() {
+    let _exclusive = crate::support::exclusive();
+    let test = "agent_unwinds_threads_dlopened_libraries_and_cpp_exceptions";
+    if !can_run(test) || !unwind_tools_present(test) {
+        return;
+    }
+    let t = unwind_targets();
+    let dir = tempfile::tempdir().unwrap();
+    let agent = Agent::start(dir.path(), &[]);
+    let threads = start_target(&t.c_threads, 60.0, dir.path());
+    let cpp = start_target(&t.cpp_exceptions, 60.0, dir.path());
+    // Loads its library 1.5 s after the agent has seen it.
+    let log = dir.path().join("agent-c-dlopen.log");
+    let mut command = Command::new(&t.c_dlopen);
+    command.arg(&t.c_dlopen_lib).arg("1.5").arg("60");
+    let mut dl = Process::start("agent-c-dlopen", command, &log);
+    poll(
+        "the library to be loaded",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || {
+            dl.assert_running();
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if text.contains("loaded") {
+                Ok(())
+            } else {
+                Err(text)
+            }
+        },
+    );
+    // New mappings are found within a second of the first sample outside the known ones.
+    std::thread::sleep(Duration::from_millis(1500));
+    let p = agent.profile("seconds=5");
+    assert_attributed(
+        &p,
+        "threads",
+        threads.pid(),
+        &["thread_hot_leaf", "thread_work", "start_thread"],
+    );
+    assert_attributed(
+        &p,
+        "dlopen",
+        dl.pid(),
+        &["lib_hot_leaf", "lib_work", "main"],
+    );
+    let (in_main, total) = share_with(&p, cpp.pid(), |f| f == "main");
+    let mut chain = 0;
+    for (frames, n) in stacks_of(&p, cpp.pid()) {
+        let names: Vec<&str> = frames.iter().map(|(f, _)| f.as_str()).collect();
+        if names
+            .windows(3)
+            .any(|w| w[0].starts_with("hot_leaf") && w[1].starts_with("work") && w[2] == "main")
+        {
+            chain += n;
+        }
+    }
+    say(&format!(
+        "C++ with exceptions (pid {}): {in_main} of {total} samples reach main, {chain} in \
+         hot_leaf ← work ← main",
+        cpp.pid()
+    ));
+    assert!(total >= 20, "C++: only {total} samples");
+    assert!(
+        in_main * 10 >= total * 9 && chain * 10 >= total * 7,
+        "C++: {in_main}/{chain} of {total}; some stacks: {:?}",
+        stacks_of(&p, cpp.pid())
+            .into_iter()
+            .take(5)
+            .collect::<Vec<_>>()
+    );
+    let metrics = http_get(agent.addr, "/metrics", Duration::from_secs(5))
+        .unwrap()
+        .text();
+    assert!(metric_value(&metrics, "parca_agent_maps_rereads_total") >= 1.0);
+}
