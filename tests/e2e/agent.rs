@@ -1199,3 +1199,84 @@ fn agent_unwinds_threads_dlopened_libraries_and_cpp_exceptions() {
         .text();
     assert!(metric_value(&metrics, "parca_agent_maps_rereads_total") >= 1.0);
 }
+
+#[test]
+fn agent_fetches_debug_files_from_debuginfod() {
+    let _exclusive = crate::support::exclusive();
+    let test = "agent_fetches_debug_files_from_debuginfod";
+    if !can_run(test) || !unwind_tools_present(test) {
+        return;
+    }
+    if Command::new("debuginfod")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            !bpf_required(),
+            "PARCA_REQUIRE_BPF is set but {test} needs debuginfod (apt-get install debuginfod)"
+        );
+        say(&format!(
+            "SKIP: {test}: debuginfod not found (apt-get install debuginfod)"
+        ));
+        return;
+    }
+    let t = unwind_targets();
+    let dir = tempfile::tempdir().unwrap();
+    // A real debuginfod serving a folder that holds only the debug file.
+    let served = dir.path().join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    std::fs::copy(&t.c_o2_debug, served.join("agent-c-o2.debug")).unwrap();
+    let port = free_port();
+    let mut command = Command::new("debuginfod");
+    command
+        .arg("-F")
+        .arg(&served)
+        .arg("-p")
+        .arg(port.to_string())
+        .arg("-d")
+        .arg(dir.path().join("debuginfod.sqlite"))
+        .args(["-t", "1"]);
+    let mut server = Process::start("debuginfod", command, &dir.path().join("debuginfod.log"));
+    let id = &t.c_o2_build_id;
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    poll(
+        "debuginfod to serve the debug file",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            server.assert_running();
+            match http_get(
+                addr,
+                &format!("/buildid/{id}/debuginfo"),
+                Duration::from_secs(5),
+            ) {
+                Ok(r) if r.status == 200 => Ok(()),
+                Ok(r) => Err(format!("HTTP {}", r.status)),
+                Err(e) => Err(e),
+            }
+        },
+    );
+    let cache = dir.path().join("cache");
+    let c = start_target(&t.c_o2, 60.0, dir.path());
+    let agent = Agent::start(
+        dir.path(),
+        &[
+            &format!("--debuginfod-urls=http://127.0.0.1:{port}"),
+            &format!("--debuginfod-cache-dir={}", cache.display()),
+            // Not the node's debug directory: the file must come from the server.
+            &format!("--debug-dirs={}", dir.path().join("none").display()),
+        ],
+    );
+    let p = agent.profile(&format!("seconds=4&pid={}", c.pid()));
+    assert_attributed(
+        &p,
+        "stripped C, debug file from debuginfod",
+        c.pid(),
+        &C_CHAIN,
+    );
+    assert!(
+        cache.join(id).join("debuginfo").exists(),
+        "the debug file is cached by build id"
+    );
+}

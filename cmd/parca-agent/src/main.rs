@@ -33,6 +33,21 @@ struct Args {
     /// Least severe log level shown: error, warn, info or debug.
     #[arg(long, default_value = "info")]
     log_level: tracing::Level,
+    /// debuginfod servers to fetch the debug files of stripped binaries from, separated by
+    /// spaces or commas (default: $DEBUGINFOD_URLS). Asked only for objects lacking symbols or
+    /// DWARF whose debug file is not under --debug-dirs.
+    #[arg(long)]
+    debuginfod_urls: Option<String>,
+    /// Where debug files fetched from debuginfod are kept, by build id.
+    #[arg(long, default_value = "/var/cache/parca-agent/debuginfod")]
+    debuginfod_cache_dir: std::path::PathBuf,
+    /// Bytes the debuginfod cache may hold; the oldest files go first.
+    #[arg(long, default_value_t = 2 << 30)]
+    debuginfod_cache_max_bytes: u64,
+    /// Directories searched for separate debug files, by build id and .gnu_debuglink
+    /// (comma-separated).
+    #[arg(long, default_value = "/usr/lib/debug", value_delimiter = ',')]
+    debug_dirs: Vec<std::path::PathBuf>,
     /// Where the kernel's BTF is looked for (for tests of the refusal).
     #[arg(long, default_value = "/sys/kernel/btf/vmlinux", hide = true)]
     btf_path: std::path::PathBuf,
@@ -92,6 +107,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
         remote_store_address: args.remote_store_address,
         node: args.node.unwrap_or(defaults.node),
         btf_path: args.btf_path,
+        debug_dirs: args.debug_dirs,
+        debuginfod_urls: match args.debuginfod_urls {
+            Some(urls) => urls
+                .split([' ', ','])
+                .filter(|u| !u.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            None => defaults.debuginfod_urls,
+        },
+        debuginfod_cache_dir: args.debuginfod_cache_dir,
+        debuginfod_cache_max_bytes: args.debuginfod_cache_max_bytes,
     };
     parca_agent_runtime::run(config, shutdown_signal()).await?;
     Ok(())

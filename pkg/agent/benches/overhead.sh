@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The agent's overhead while both CPUs are busy: pkg/agent/benches/overhead.sh [SECONDS] (default 60).
 #
-# Starts one busy C program per CPU (tests/targets/agent/hot.c), then for 19 Hz and 99 Hz runs
+# Starts one busy C program per CPU (tests/targets/agent/hot.c built -O2 -fomit-frame-pointer:
+# every sample is unwound from its stack copy with .eh_frame), then for 19 Hz and 99 Hz runs
 # the release agent, lets it warm up (one 10 s profile, which parses every object once), and
 # for SECONDS fetches /debug/pprof/profile?seconds=10 back to back, as a server scraping every
 # 10 s would; it reports the agent's CPU seconds per wall second (utime + stime of the process,
 # so draining, /proc reads, symbolization and pprof encoding), the same per profiled CPU, its
 # peak RSS (VmHWM), and the BPF program's own time (kernel.bpf_stats_enabled; charged to the
-# interrupted tasks, not to the agent). Then the same load under `perf record -F 19 -a -g`.
+# interrupted tasks, not to the agent). Then the same load under `perf record -F 19 -a -g` and
+# `perf record -F 19 -a --call-graph dwarf` (which copies 8 KiB of stack per sample into its
+# file; `perf report` unwinds them afterwards, reported as its own line).
 # AGENT_HZ="19" limits the frequencies tried. Needs root, gcc, curl, bpftool and perf
 # (Debian: linux-perf).
 set -euo pipefail
@@ -22,7 +25,7 @@ trap cleanup EXIT
 
 cargo build --release --quiet -p parca-agent
 agent=target/release/parca-agent
-gcc -O0 -fno-omit-frame-pointer -g -o "$tmp/agent-c-hot" tests/targets/agent/hot.c
+gcc -O2 -fomit-frame-pointer -g -o "$tmp/agent-c-hot" tests/targets/agent/hot.c
 for _ in $(seq "$ncpu"); do "$tmp/agent-c-hot" 100000 & pids+=($!); done
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -57,16 +60,26 @@ print(f"{'parca-agent at ' + hz + ' Hz':<28} {cpu:12.5f} {100 * cpu / int(ncpu):
 PY
 done
 
-perf record -F 19 -a -g -q -o "$tmp/perf.data" -- sleep "$seconds" 2>/dev/null & ppid=$!; pids+=($ppid)
-sleep 1; t0=$(cpu_ticks "$ppid"); w0=$(date +%s.%N)
-sleep $((seconds - 2))
-t1=$(cpu_ticks "$ppid"); w1=$(date +%s.%N); hwm=$(hwm_kb "$ppid")
-wait "$ppid" || true
-python3 - "$t0" "$t1" "$w0" "$w1" "$hwm" "$tick" "$ncpu" <<'PY'
+for mode in "-g" "--call-graph dwarf"; do
+  # shellcheck disable=SC2086 # $mode is two words for dwarf
+  perf record -F 19 -a $mode -q -o "$tmp/perf.data" -- sleep "$seconds" 2>/dev/null & ppid=$!; pids+=($ppid)
+  sleep 1; t0=$(cpu_ticks "$ppid"); w0=$(date +%s.%N)
+  sleep $((seconds - 2))
+  t1=$(cpu_ticks "$ppid"); w1=$(date +%s.%N); hwm=$(hwm_kb "$ppid")
+  wait "$ppid" || true
+  python3 - "$t0" "$t1" "$w0" "$w1" "$hwm" "$tick" "$ncpu" "perf record -F 19 -a $mode" <<'PY'
 import sys
-t0, t1, w0, w1, hwm, tick, ncpu = sys.argv[1:]
+t0, t1, w0, w1, hwm, tick, ncpu, what = sys.argv[1:]
 wall = float(w1) - float(w0)
 cpu = (int(t1) - int(t0)) / int(tick) / wall
-print(f"{'perf record -F 19 -a -g':<28} {cpu:12.5f} {100 * cpu / int(ncpu):15.3f}% {int(hwm) / 1024:8.1f}MB {'(in kernel)':>14}")
+print(f"{what:<28} {cpu:12.5f} {100 * cpu / int(ncpu):15.3f}% {int(hwm) / 1024:8.1f}MB {'(in kernel)':>14}")
 PY
+  if [ "$mode" != "-g" ]; then
+    # perf unwinds the copies when it reports: that CPU time per second of recording.
+    s0=$(date +%s.%N)
+    perf report -i "$tmp/perf.data" --stdio -q >/dev/null 2>&1 || true
+    s1=$(date +%s.%N)
+    python3 -c "import sys; r=(float(sys.argv[2])-float(sys.argv[1]))/float(sys.argv[3]); print(f\"{'perf report (dwarf unwind)':<28} {r:12.5f} {100*r/int(sys.argv[4]):15.3f}%\")" "$s0" "$s1" "$seconds" "$ncpu"
+  fi
+done
 sysctl -q kernel.bpf_stats_enabled=0

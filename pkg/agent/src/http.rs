@@ -124,6 +124,11 @@ fn metrics(state: &HttpState) -> Response<Body> {
         },
         processes,
         objects_open,
+        debuginfod: state
+            .build
+            .debuginfod
+            .as_ref()
+            .map(|d| *d.stats.lock().expect("debuginfod lock")),
         process_reads,
         n_cpus: state.n_cpus,
         frequency_hz: state.frequency_hz,

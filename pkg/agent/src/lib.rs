@@ -45,6 +45,7 @@
 
 mod bpf;
 mod collector;
+mod debuginfod;
 mod error;
 mod http;
 mod metrics;
@@ -66,6 +67,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::net::TcpListener;
 
 pub use bpf::BpfStats;
+pub use debuginfod::{Debuginfod, DebuginfodConfig};
 pub use error::Error;
 pub use privileges::{check_btf, check_capabilities, effective_capabilities, limitations};
 pub use process::{MappedObject, Mapping, ProcessInfo, ProcessTable};
@@ -87,6 +89,16 @@ pub struct Config {
     pub node: String,
     /// Where the kernel's BTF is (`/sys/kernel/btf/vmlinux`).
     pub btf_path: PathBuf,
+    /// Directories searched for separate debug files (`/usr/lib/debug`): by build id
+    /// (`.build-id/ab/cdef….debug`) and by `.gnu_debuglink`.
+    pub debug_dirs: Vec<PathBuf>,
+    /// debuginfod servers asked for the debug files of stripped objects not found locally
+    /// (`--debuginfod-urls`, else `DEBUGINFOD_URLS`); empty: none.
+    pub debuginfod_urls: Vec<String>,
+    /// Where fetched debug files are kept, by build id.
+    pub debuginfod_cache_dir: PathBuf,
+    /// Bytes the debuginfod cache may hold.
+    pub debuginfod_cache_max_bytes: u64,
 }
 
 impl Default for Config {
@@ -98,6 +110,10 @@ impl Default for Config {
             remote_store_address: None,
             node: hostname(),
             btf_path: PathBuf::from("/sys/kernel/btf/vmlinux"),
+            debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
+            debuginfod_urls: DebuginfodConfig::urls_from_env(),
+            debuginfod_cache_dir: PathBuf::from("/var/cache/parca-agent/debuginfod"),
+            debuginfod_cache_max_bytes: 2 << 30,
         }
     }
 }
@@ -178,7 +194,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
     let symbolizer = Arc::new(Mutex::new(symbolizer));
     let shared = Arc::new(collector::Shared {
-        processes: Mutex::new(ProcessTable::new("/proc")),
+        processes: Mutex::new(
+            ProcessTable::new("/proc").with_debug_dirs(config.debug_dirs.clone()),
+        ),
         events: events.clone(),
         metrics: metrics::Metrics::default(),
         window: Default::default(),
@@ -226,9 +244,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         }
     });
 
+    let debuginfod = if config.debuginfod_urls.is_empty() {
+        None
+    } else {
+        tracing::info!(urls = ?config.debuginfod_urls, "debuginfod");
+        Some(Arc::new(Debuginfod::new(DebuginfodConfig {
+            urls: config.debuginfod_urls.clone(),
+            cache_dir: config.debuginfod_cache_dir.clone(),
+            max_cache_bytes: config.debuginfod_cache_max_bytes,
+            timeout: Duration::from_secs(30),
+        })?))
+    };
     let build_options = profile::BuildOptions {
         period_ns: 1_000_000_000 / config.frequency_hz as i64,
         node: config.node.clone(),
+        debuginfod,
     };
     let state = Arc::new(http::HttpState {
         shared: shared.clone(),

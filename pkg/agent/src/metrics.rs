@@ -39,6 +39,7 @@ pub(crate) struct Snapshot {
     pub n_cpus: usize,
     pub frequency_hz: u64,
     pub window_length: Duration,
+    pub debuginfod: Option<crate::debuginfod::DebuginfodStats>,
 }
 
 impl Metrics {
@@ -280,6 +281,19 @@ impl Metrics {
              (dlopen).",
             &[("", self.maps_rereads.load(Relaxed) as f64)],
         );
+        if let Some(d) = &s.debuginfod {
+            metric(
+                "parca_agent_debuginfod_requests_total",
+                "counter",
+                "Debug files asked of debuginfod, by result: fetched (downloaded), cached (on \
+                 disk already), missing (no server had it, or the request failed).",
+                &[
+                    ("{result=\"fetched\"}", d.fetched as f64),
+                    ("{result=\"cached\"}", d.cache_hits as f64),
+                    ("{result=\"missing\"}", d.misses as f64),
+                ],
+            );
+        }
         let sy = &s.symbolizer;
         metric(
             "parca_agent_symbolize_cache_hits_total",

@@ -78,6 +78,8 @@ pub struct MappedObject {
     /// Its separate debug file, open, when it lacks `.symtab` or DWARF and one was found
     /// (build id under the debug directories, or `.gnu_debuglink`).
     pub debug_file: Option<(File, PathBuf)>,
+    /// Whether it lacks `.symtab` or DWARF (so a debug file, perhaps from debuginfod, helps).
+    pub wants_debug_file: bool,
 }
 
 /// Processes seen, by pid.
@@ -316,6 +318,7 @@ impl ProcessTable {
             file,
             opened_as,
             debug_file,
+            wants_debug_file: needs.wants_debug_file(),
         });
         self.objects.insert(id, Arc::downgrade(&object));
         Some(object)

@@ -130,6 +130,8 @@ impl Filter {
 pub(crate) struct BuildOptions {
     pub period_ns: i64,
     pub node: String,
+    /// Asked for the debug files of stripped objects that have none on the node.
+    pub debuginfod: Option<Arc<crate::Debuginfod>>,
 }
 
 /// Builds the pprof of `raw`: one sample per (process, stack), kernel frames above user ones,
@@ -177,7 +179,7 @@ pub(crate) fn build(
         }
         for (i, &addr) in key.user.iter().enumerate() {
             let addr = if i == 0 { addr } else { addr.wrapping_sub(1) };
-            locations.push(b.user_location(key.pid, info, addr, symbolizer));
+            locations.push(b.user_location(key.pid, info, addr, symbolizer, options));
         }
         // A stack that did not reach its start says why, as its outermost frame.
         if let Some(end) = key.end
@@ -420,6 +422,7 @@ impl Builder {
         info: Option<&ProcessInfo>,
         addr: u64,
         symbolizer: &mut Symbolizer,
+        options: &BuildOptions,
     ) -> u64 {
         let Some((index, mapping)) = info.and_then(|i| i.mapping_of(addr)) else {
             // Unknown process or address outside every file mapping: the address alone.
@@ -455,10 +458,17 @@ impl Builder {
             Some(object) => symbolizer.symbolize(
                 &object.key,
                 |max_dwarf_bytes| {
+                    // Not on the node: from debuginfod, when the object has a build id.
+                    let fetched = match (&object.debug_file, &options.debuginfod, &object.build_id)
+                    {
+                        (None, Some(d), Some(id)) if object.wants_debug_file => d.fetch(id),
+                        _ => None,
+                    };
+                    let debug = object.debug_file.as_ref().or(fetched.as_ref());
                     ElfObject::read_with_debug_file(
                         &object.file,
                         &object.opened_as,
-                        object.debug_file.as_ref().map(|(f, p)| (f, p.as_path())),
+                        debug.map(|(f, p)| (f, p.as_path())),
                         max_dwarf_bytes,
                     )
                 },
@@ -522,6 +532,7 @@ mod tests {
         let options = BuildOptions {
             period_ns: 1_000_000_000 / 19,
             node: "node-a".into(),
+            debuginfod: None,
         };
         let p = build(&raw, &Filter::default(), &mut symbolizer, &options);
         let s = |i: i64| p.string_table[i as usize].as_str();
@@ -588,6 +599,7 @@ mod tests {
         let options = BuildOptions {
             period_ns: 1,
             node: String::new(),
+            debuginfod: None,
         };
         let by_pid = Filter {
             pid: Some(999_999_999),

@@ -16,8 +16,10 @@ use crate::process::ProcessInfo;
 /// keeps its innermost frames and ends [`StackEnd::DepthLimit`].
 pub const MAX_USER_FRAMES: usize = 127;
 
-/// Unwind tables held, at most; the least recently used go first.
+/// Unwind tables held, at most, and the bytes they may hold together (their `.eh_frame` and
+/// `.debug_frame` are copied into memory); past either, the least recently used go first.
 const MAX_TABLES: usize = 256;
+const MAX_TABLE_BYTES: u64 = 256 << 20;
 
 /// Counters of the unwinder, for metrics.
 #[derive(Debug, Clone, Default)]
@@ -121,14 +123,24 @@ impl Unwinder {
         }
     }
 
-    /// Drops the least recently used tables beyond the bound. Call once per window.
+    /// Drops the least recently used tables beyond the bounds. Call once per window.
     pub fn trim(&mut self) {
-        let excess = self.tables.len().saturating_sub(MAX_TABLES);
-        if excess > 0 {
-            let mut ticks: Vec<u64> = self.tables.values().map(|c| c.last_used).collect();
-            ticks.sort_unstable();
-            let cutoff = ticks[excess - 1];
-            self.tables.retain(|_, c| c.last_used > cutoff);
+        let bytes = |c: &Cached| c.table.as_ref().map_or(0, |t| t.size_bytes());
+        let mut total: u64 = self.tables.values().map(bytes).sum();
+        let mut by_age: Vec<(u64, ObjectKey, u64)> = self
+            .tables
+            .iter()
+            .map(|(k, c)| (c.last_used, k.clone(), bytes(c)))
+            .collect();
+        by_age.sort_by_key(|e| e.0);
+        let mut n = self.tables.len();
+        for (_, key, size) in by_age {
+            if n <= MAX_TABLES && total <= MAX_TABLE_BYTES {
+                break;
+            }
+            self.tables.remove(&key);
+            n -= 1;
+            total -= size;
         }
     }
 
