@@ -833,6 +833,8 @@ struct UnwindTargets {
     c_dlopen_lib: PathBuf,
     /// exceptions.cpp (`g++ -O2`).
     cpp_exceptions: PathBuf,
+    /// signal.c: the time goes to a signal handler.
+    c_signal: PathBuf,
 }
 
 fn tool(command: &mut Command, what: &str) {
@@ -928,7 +930,13 @@ fn unwind_targets() -> &'static UnwindTargets {
                 .arg(src.join("exceptions.cpp")),
             "g++ builds the C++ target (apt-get install g++)",
         );
+        let c_signal = gcc(
+            &["-O2", "-fomit-frame-pointer", "-g"],
+            "signal.c",
+            "agent-c-signal",
+        );
         UnwindTargets {
+            c_signal,
             c_o2,
             c_o2_debug,
             c_o2_build_id,
@@ -1124,9 +1132,9 @@ fn agent_cuts_deep_stacks_at_the_depth_limit_and_says_so() {
 }
 
 #[test]
-fn agent_unwinds_threads_dlopened_libraries_and_cpp_exceptions() {
+fn agent_unwinds_threads_dlopened_libraries_signal_handlers_and_cpp_exceptions() {
     let _exclusive = crate::support::exclusive();
-    let test = "agent_unwinds_threads_dlopened_libraries_and_cpp_exceptions";
+    let test = "agent_unwinds_threads_dlopened_libraries_signal_handlers_and_cpp_exceptions";
     if !can_run(test) || !unwind_tools_present(test) {
         return;
     }
@@ -1135,6 +1143,7 @@ fn agent_unwinds_threads_dlopened_libraries_and_cpp_exceptions() {
     let agent = Agent::start(dir.path(), &[]);
     let threads = start_target(&t.c_threads, 60.0, dir.path());
     let cpp = start_target(&t.cpp_exceptions, 60.0, dir.path());
+    let signal = start_target(&t.c_signal, 60.0, dir.path());
     // Loads its library 1.5 s after the agent has seen it.
     let log = dir.path().join("agent-c-dlopen.log");
     let mut command = Command::new(&t.c_dlopen);
@@ -1168,6 +1177,22 @@ fn agent_unwinds_threads_dlopened_libraries_and_cpp_exceptions() {
         "dlopen",
         dl.pid(),
         &["lib_hot_leaf", "lib_work", "main"],
+    );
+    // Through the kernel's signal frame (glibc's __restore_rt) to the interrupted code.
+    let (hit, total) = attribution(&p, signal.pid(), &["sig_hot_leaf", "on_signal"]);
+    let (through, _) = share_with(&p, signal.pid(), |f| f == "work");
+    say(&format!(
+        "signal handler (pid {}): {hit} of {total} samples in sig_hot_leaf ← on_signal, \
+         {through} reach work through the signal frame",
+        signal.pid()
+    ));
+    assert!(
+        total >= 20 && hit * 10 >= total * 8 && through * 10 >= total * 8,
+        "signal: {hit}/{through} of {total}; some stacks: {:?}",
+        stacks_of(&p, signal.pid())
+            .into_iter()
+            .take(5)
+            .collect::<Vec<_>>()
     );
     let (in_main, total) = share_with(&p, cpp.pid(), |f| f == "main");
     let mut chain = 0;

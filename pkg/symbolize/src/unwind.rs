@@ -152,12 +152,14 @@ struct Row {
     signal: bool,
 }
 
-/// One FDE of the index: the code it covers and where it is.
+/// One FDE of the index: the code it covers, where it is and where its CIE is.
 #[derive(Debug, Clone, Copy)]
 struct FdeEntry {
     start: u64,
     len: u32,
+    /// Offsets in the section.
     offset: u32,
+    cie: u32,
     which: Which,
 }
 
@@ -168,12 +170,23 @@ struct Segment {
     vaddr: u64,
 }
 
-/// The call frame information of one object: `.eh_frame` and `.debug_frame` with a sorted
-/// index of their FDEs, and the object's segments to turn file offsets into addresses.
+/// Where a CFI section's bytes are: read from the file when needed (uncompressed sections, the
+/// usual case: only the index stays in memory), or held (compressed ones, as Go's).
+#[derive(Debug, Default)]
+struct Section {
+    file_offset: Option<u64>,
+    size: u64,
+    memory: Box<[u8]>,
+}
+
+/// The call frame information of one object: a sorted index of the FDEs of `.eh_frame` and
+/// `.debug_frame` (their bytes stay in the file and are read again for the few addresses whose
+/// rows are computed), and the object's segments to turn file offsets into addresses.
 pub struct UnwindTable {
-    eh_frame: Box<[u8]>,
+    file: File,
+    eh_frame: Section,
     eh_frame_address: u64,
-    debug_frame: Box<[u8]>,
+    debug_frame: Section,
     text_address: u64,
     got_address: u64,
     fdes: Vec<FdeEntry>,
@@ -185,39 +198,65 @@ impl std::fmt::Debug for UnwindTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UnwindTable")
             .field("n_fdes", &self.fdes.len())
-            .field("eh_frame_bytes", &self.eh_frame.len())
-            .field("debug_frame_bytes", &self.debug_frame.len())
+            .field("eh_frame_bytes", &self.eh_frame.size)
+            .field("debug_frame_bytes", &self.debug_frame.size)
             .finish()
     }
 }
 
-/// CFI sections larger than this are not loaded (the object is walked with frame pointers).
-const MAX_CFI_BYTES: u64 = 64 << 20;
+/// CFI sections larger than this are not indexed (the object is walked with frame pointers).
+const MAX_CFI_BYTES: u64 = 256 << 20;
+
+/// One CIE or FDE larger than this is not read.
+const MAX_ENTRY_BYTES: u64 = 1 << 20;
 
 impl UnwindTable {
     /// Reads the CFI of the object open as `file` (`path` names it in messages). An object
     /// without any gives an empty table (every frame in it is walked with frame pointers).
     pub fn read(file: &File, path: &Path) -> Result<UnwindTable, Error> {
+        use std::os::unix::fs::FileExt;
         let cache = ReadCache::new(file);
         let obj = object::File::parse(&cache).map_err(|source| Error::Elf {
             path: path.to_owned(),
             source,
         })?;
-        let section_bytes = |name: &str| -> (Box<[u8]>, u64) {
+        // (where the section is, its bytes for indexing, its address)
+        let section = |name: &str| -> (Section, Vec<u8>, u64) {
             let Some(section) = obj.section_by_name(name) else {
-                return (Box::default(), 0);
+                return (Section::default(), Vec::new(), 0);
             };
-            if section.size() > MAX_CFI_BYTES {
-                return (Box::default(), 0);
+            let address = section.address();
+            match section.compressed_file_range() {
+                Ok(r) if r.format == object::CompressionFormat::None => {
+                    if r.uncompressed_size > MAX_CFI_BYTES {
+                        return (Section::default(), Vec::new(), 0);
+                    }
+                    let mut bytes = vec![0u8; r.uncompressed_size as usize];
+                    if file.read_exact_at(&mut bytes, r.offset).is_err() {
+                        return (Section::default(), Vec::new(), 0);
+                    }
+                    let s = Section {
+                        file_offset: Some(r.offset),
+                        size: r.uncompressed_size,
+                        memory: Box::default(),
+                    };
+                    (s, bytes, address)
+                }
+                _ => match section.uncompressed_data() {
+                    Ok(data) if data.len() as u64 <= MAX_CFI_BYTES => {
+                        let s = Section {
+                            file_offset: None,
+                            size: data.len() as u64,
+                            memory: Box::from(&*data),
+                        };
+                        (s, Vec::new(), address)
+                    }
+                    _ => (Section::default(), Vec::new(), 0),
+                },
             }
-            let data = section
-                .uncompressed_data()
-                .map(|d| Box::<[u8]>::from(&*d))
-                .unwrap_or_default();
-            (data, section.address())
         };
-        let (eh_frame, eh_frame_address) = section_bytes(".eh_frame");
-        let (debug_frame, _) = section_bytes(".debug_frame");
+        let (eh_frame, eh_bytes, eh_frame_address) = section(".eh_frame");
+        let (debug_frame, debug_bytes, _) = section(".debug_frame");
         let text_address = obj.section_by_name(".text").map_or(0, |s| s.address());
         let got_address = obj.section_by_name(".got").map_or(0, |s| s.address());
         let segments = obj
@@ -232,6 +271,10 @@ impl UnwindTable {
             })
             .collect();
         let mut table = UnwindTable {
+            file: file.try_clone().map_err(|source| Error::Io {
+                path: path.to_owned(),
+                source,
+            })?,
             eh_frame,
             eh_frame_address,
             debug_frame,
@@ -241,70 +284,26 @@ impl UnwindTable {
             segments,
             memo: Mutex::new(FxHashMap::default()),
         };
-        table.index();
+        let eh: &[u8] = if table.eh_frame.file_offset.is_some() {
+            &eh_bytes
+        } else {
+            &table.eh_frame.memory
+        };
+        let debug: &[u8] = if table.debug_frame.file_offset.is_some() {
+            &debug_bytes
+        } else {
+            &table.debug_frame.memory
+        };
+        let fdes = index(eh, debug, &table.bases(eh_frame_address));
+        table.fdes = fdes;
         Ok(table)
     }
 
-    fn bases(&self) -> BaseAddresses {
+    fn bases(&self, eh_frame_address: u64) -> BaseAddresses {
         BaseAddresses::default()
-            .set_eh_frame(self.eh_frame_address)
+            .set_eh_frame(eh_frame_address)
             .set_text(self.text_address)
             .set_got(self.got_address)
-    }
-
-    fn eh(&self) -> EhFrame<EndianSlice<'_, LittleEndian>> {
-        let mut s = EhFrame::new(&self.eh_frame, LittleEndian);
-        s.set_address_size(8);
-        s
-    }
-
-    fn debug(&self) -> DebugFrame<EndianSlice<'_, LittleEndian>> {
-        let mut s = DebugFrame::new(&self.debug_frame, LittleEndian);
-        s.set_address_size(8);
-        s
-    }
-
-    fn index(&mut self) {
-        let bases = self.bases();
-        let mut fdes = Vec::new();
-        fn collect<'a, S: UnwindSection<EndianSlice<'a, LittleEndian>>>(
-            section: &S,
-            bases: &BaseAddresses,
-            which: Which,
-            out: &mut Vec<FdeEntry>,
-        ) where
-            S::Offset: gimli::UnwindOffset<usize>,
-        {
-            let mut entries = section.entries(bases);
-            // A malformed entry ends the scan: what was indexed before it stays usable.
-            while let Ok(Some(entry)) = entries.next() {
-                let gimli::CieOrFde::Fde(partial) = entry else {
-                    continue;
-                };
-                let Ok(fde) = partial.parse(S::cie_from_offset) else {
-                    continue;
-                };
-                let (Ok(len), Ok(offset)) = (u32::try_from(fde.len()), u32::try_from(fde.offset()))
-                else {
-                    continue;
-                };
-                if len > 0 {
-                    out.push(FdeEntry {
-                        start: fde.initial_address(),
-                        len,
-                        offset,
-                        which,
-                    });
-                }
-            }
-        }
-        collect(&self.eh(), &bases, Which::EhFrame, &mut fdes);
-        collect(&self.debug(), &bases, Which::DebugFrame, &mut fdes);
-        // `.eh_frame` wins where both cover an address: the stable sort keeps it first, and a
-        // lookup takes the last entry starting at or before the address.
-        fdes.sort_by_key(|f| f.start);
-        fdes.shrink_to_fit();
-        self.fdes = fdes;
     }
 
     /// Number of FDEs indexed.
@@ -312,10 +311,10 @@ impl UnwindTable {
         self.fdes.len()
     }
 
-    /// Bytes held (CFI sections and index), roughly.
+    /// Bytes held (the index, and CFI sections that had to be decompressed), roughly.
     pub fn size_bytes(&self) -> u64 {
-        (self.eh_frame.len()
-            + self.debug_frame.len()
+        (self.eh_frame.memory.len()
+            + self.debug_frame.memory.len()
             + self.fdes.len() * std::mem::size_of::<FdeEntry>()) as u64
     }
 
@@ -345,59 +344,123 @@ impl UnwindTable {
         row
     }
 
+    fn section(&self, which: Which) -> &Section {
+        match which {
+            Which::EhFrame => &self.eh_frame,
+            Which::DebugFrame => &self.debug_frame,
+        }
+    }
+
+    /// `len` bytes at `offset` of a section.
+    fn bytes(&self, which: Which, offset: u64, len: u64) -> Option<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let section = self.section(which);
+        let end = offset.checked_add(len)?;
+        if end > section.size || len > MAX_ENTRY_BYTES {
+            return None;
+        }
+        match section.file_offset {
+            Some(base) => {
+                let mut buf = vec![0u8; len as usize];
+                self.file.read_exact_at(&mut buf, base + offset).ok()?;
+                Some(buf)
+            }
+            None => section
+                .memory
+                .get(offset as usize..end as usize)
+                .map(<[u8]>::to_vec),
+        }
+    }
+
+    /// The bytes of the CIE or FDE at `offset` (32-bit DWARF only, as on x86-64 Linux).
+    fn entry(&self, which: Which, offset: u64) -> Option<Vec<u8>> {
+        let head = self.bytes(which, offset, 4)?;
+        let len = u32::from_le_bytes(head[..4].try_into().ok()?);
+        if len >= 0xffff_fff0 {
+            return None;
+        }
+        self.bytes(which, offset, 4 + u64::from(len))
+    }
+
     fn compute_row(&self, vaddr: u64) -> Option<Row> {
         let i = self
             .fdes
             .partition_point(|f| f.start <= vaddr)
             .checked_sub(1)?;
         // Overlapping FDEs are rare; look back a little for one that covers the address.
-        let fde = self.fdes[i.saturating_sub(3)..=i]
+        let fde = *self.fdes[i.saturating_sub(3)..=i]
             .iter()
             .rev()
             .find(|f| vaddr - f.start < u64::from(f.len))?;
-        let bases = self.bases();
+        let bad = Row {
+            cfa: Cfa::Unsupported,
+            ra: Rule::Unsupported,
+            bp: Rule::Unsupported,
+            sp: Rule::Unsupported,
+            signal: false,
+        };
+        // The CIE, then the FDE with its CIE pointer pointing at it: a two-entry section that
+        // gimli parses as it would the whole one. `.eh_frame`'s pointers and addresses are
+        // relative to their position, so the FDE is placed where its address says.
+        let (Some(cie), Some(mut fde_bytes)) = (
+            self.entry(fde.which, u64::from(fde.cie)),
+            self.entry(fde.which, u64::from(fde.offset)),
+        ) else {
+            return Some(bad);
+        };
+        let cie_len = cie.len();
+        let pointer = match fde.which {
+            // From the pointer field (at buffer offset cie_len + 4) back to the CIE (at 0).
+            Which::EhFrame => (cie_len + 4) as u32,
+            Which::DebugFrame => 0,
+        };
+        fde_bytes
+            .get_mut(4..8)?
+            .copy_from_slice(&pointer.to_le_bytes());
+        let mut buf = cie;
+        buf.extend_from_slice(&fde_bytes);
+        let eh_base = (self.eh_frame_address + u64::from(fde.offset)).wrapping_sub(cie_len as u64);
+        let bases = self.bases(eh_base);
         let mut ctx = UnwindContext::new();
-        let offset = fde.offset as usize;
+        // Expression offsets in `buf` back to offsets in the section.
+        let to_section = |off: usize| -> usize {
+            if off >= cie_len {
+                fde.offset as usize + (off - cie_len)
+            } else {
+                fde.cie as usize + off
+            }
+        };
         let converted = match fde.which {
             Which::EhFrame => {
-                let s = self.eh();
-                let parsed = s.fde_from_offset(&bases, offset.into(), EhFrame::cie_from_offset);
-                parsed.and_then(|f| {
-                    let signal = f.cie().is_signal_trampoline();
-                    f.unwind_info_for_address(&s, &bases, &mut ctx, vaddr)
-                        .map(|r| convert(r, Which::EhFrame, signal))
-                })
+                let mut s = EhFrame::new(&buf, LittleEndian);
+                s.set_address_size(8);
+                s.fde_from_offset(&bases, cie_len.into(), EhFrame::cie_from_offset)
+                    .and_then(|f| {
+                        let signal = f.cie().is_signal_trampoline();
+                        f.unwind_info_for_address(&s, &bases, &mut ctx, vaddr)
+                            .map(|r| convert(r, Which::EhFrame, signal, to_section))
+                    })
             }
             Which::DebugFrame => {
-                let s = self.debug();
-                let parsed = s.fde_from_offset(&bases, offset.into(), DebugFrame::cie_from_offset);
-                parsed.and_then(|f| {
-                    let signal = f.cie().is_signal_trampoline();
-                    f.unwind_info_for_address(&s, &bases, &mut ctx, vaddr)
-                        .map(|r| convert(r, Which::DebugFrame, signal))
-                })
+                let mut s = DebugFrame::new(&buf, LittleEndian);
+                s.set_address_size(8);
+                s.fde_from_offset(&bases, cie_len.into(), DebugFrame::cie_from_offset)
+                    .and_then(|f| {
+                        let signal = f.cie().is_signal_trampoline();
+                        f.unwind_info_for_address(&s, &bases, &mut ctx, vaddr)
+                            .map(|r| convert(r, Which::DebugFrame, signal, to_section))
+                    })
             }
         };
         match converted {
             Ok(row) => Some(row),
             Err(gimli::Error::NoUnwindInfoForAddress) => None,
-            Err(_) => Some(Row {
-                cfa: Cfa::Unsupported,
-                ra: Rule::Unsupported,
-                bp: Rule::Unsupported,
-                sp: Rule::Unsupported,
-                signal: false,
-            }),
+            Err(_) => Some(bad),
         }
     }
 
-    fn expression(&self, e: ExprRef) -> Option<gimli::Expression<EndianSlice<'_, LittleEndian>>> {
-        let bytes = match e.which {
-            Which::EhFrame => &self.eh_frame,
-            Which::DebugFrame => &self.debug_frame,
-        };
-        let slice = bytes.get(e.offset..e.offset.checked_add(e.length)?)?;
-        Some(gimli::Expression(EndianSlice::new(slice, LittleEndian)))
+    fn expression(&self, e: ExprRef) -> Option<Vec<u8>> {
+        self.bytes(e.which, e.offset as u64, e.length as u64)
     }
 
     /// Evaluates an expression with the frame's registers and stack; `initial` is pushed first
@@ -409,7 +472,8 @@ impl UnwindTable {
         stack: &StackCopy<'_>,
         initial: Option<u64>,
     ) -> Option<u64> {
-        let expr = self.expression(e)?;
+        let bytes = self.expression(e)?;
+        let expr = gimli::Expression(EndianSlice::new(&bytes, LittleEndian));
         let encoding = gimli::Encoding {
             address_size: 8,
             format: gimli::Format::Dwarf32,
@@ -457,14 +521,66 @@ impl UnwindTable {
     }
 }
 
+/// The FDEs of both sections, sorted by address.
+fn index(eh: &[u8], debug: &[u8], bases: &BaseAddresses) -> Vec<FdeEntry> {
+    fn collect<'a, S: UnwindSection<EndianSlice<'a, LittleEndian>>>(
+        section: &S,
+        bases: &BaseAddresses,
+        which: Which,
+        out: &mut Vec<FdeEntry>,
+    ) where
+        S::Offset: gimli::UnwindOffset<usize>,
+    {
+        let mut entries = section.entries(bases);
+        // A malformed entry ends the scan: what was indexed before it stays usable.
+        while let Ok(Some(entry)) = entries.next() {
+            let gimli::CieOrFde::Fde(partial) = entry else {
+                continue;
+            };
+            let Ok(fde) = partial.parse(S::cie_from_offset) else {
+                continue;
+            };
+            let (Ok(len), Ok(offset), Ok(cie)) = (
+                u32::try_from(fde.len()),
+                u32::try_from(fde.offset()),
+                u32::try_from(fde.cie().offset()),
+            ) else {
+                continue;
+            };
+            if len > 0 {
+                out.push(FdeEntry {
+                    start: fde.initial_address(),
+                    len,
+                    offset,
+                    cie,
+                    which,
+                });
+            }
+        }
+    }
+    let mut fdes = Vec::new();
+    let mut eh_frame = EhFrame::new(eh, LittleEndian);
+    eh_frame.set_address_size(8);
+    collect(&eh_frame, bases, Which::EhFrame, &mut fdes);
+    let mut debug_frame = DebugFrame::new(debug, LittleEndian);
+    debug_frame.set_address_size(8);
+    collect(&debug_frame, bases, Which::DebugFrame, &mut fdes);
+    // `.eh_frame` wins where both cover an address: a lookup takes the last entry starting at
+    // or before the address, so it sorts after `.debug_frame`'s.
+    fdes.sort_by_key(|f| (f.start, f.which == Which::EhFrame));
+    fdes.shrink_to_fit();
+    fdes
+}
+
 fn convert<S: gimli::UnwindContextStorage<usize>>(
     row: &gimli::UnwindTableRow<usize, S>,
     which: Which,
     signal: bool,
+    to_section: impl Fn(usize) -> usize,
 ) -> Row {
     let expr = |e: &gimli::UnwindExpression<usize>| ExprRef {
         which,
-        offset: e.offset,
+        offset: to_section(e.offset),
         length: e.length,
     };
     let cfa = match row.cfa() {
