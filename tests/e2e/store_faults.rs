@@ -121,7 +121,19 @@ fn a_full_disk_refuses_pushes_heals_and_loses_no_acknowledged_profile() {
     };
     let storage = tmpfs.path().join("data");
     let binary = parca_binary(false);
-    let profile = std::fs::read(corpus_dir().join("go/go-heap.pb.gz")).expect("profile");
+    // The corpus file's own time is days old: a store whose self-scrapes are at the present
+    // would cut that time into a block and refuse more of it. Pushed profiles are of now.
+    let profile = {
+        let bytes = std::fs::read(corpus_dir().join("go/go-heap.pb.gz")).expect("profile");
+        let mut profiles =
+            parca_profile::decode(&bytes, &Default::default()).expect("a valid profile");
+        let mut profile = profiles.swap_remove(0);
+        profile.meta.time_nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos() as i64;
+        parca_pprof::encode(&parca_profile::to_pprof(&profile), true)
+    };
     let server = Server::start_with_storage(&binary, Some(&storage), &[], config);
     let filler = fill(tmpfs.path(), 256 << 10);
 

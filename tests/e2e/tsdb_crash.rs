@@ -95,7 +95,7 @@ fn acknowledged_profiles_survive_sigkill() {
             db.quarantined()
         );
         let mut stored: BTreeSet<(String, i64)> = BTreeSet::new();
-        for series in db.querier(i64::MIN, i64::MAX).select(&[]) {
+        for series in db.querier(i64::MIN, i64::MAX).select(&[]).expect("query") {
             let instance = series.labels.get("instance").expect("instance").to_owned();
             for (ts, profile) in &series.profiles {
                 assert_eq!(

@@ -149,7 +149,8 @@ fn report_merge_cpu(what: &str, db: &Db, matcher: &Matcher) {
     q(); // warm: symbols decoded, pages cached
     let n_pairs = db
         .querier(0, DAY_MS)
-        .n_samples(std::slice::from_ref(matcher));
+        .n_samples(std::slice::from_ref(matcher))
+        .expect("query");
     let (Some(start), wall) = (thread_cpu_ns(), std::time::Instant::now()) else {
         return;
     };
@@ -195,7 +196,10 @@ fn storage(c: &mut Criterion) {
         stores.push((n_many, &many));
     }
     for (n, db) in stores {
-        let n_pairs = db.querier(0, DAY_MS).n_samples(std::slice::from_ref(&all));
+        let n_pairs = db
+            .querier(0, DAY_MS)
+            .n_samples(std::slice::from_ref(&all))
+            .expect("query");
         group.throughput(Throughput::Elements(n_pairs as u64));
         group.bench_function(BenchmarkId::new("merge", format!("{n} series")), |b| {
             b.iter(|| {
@@ -210,7 +214,10 @@ fn storage(c: &mut Criterion) {
                 BenchmarkId::new("select then parca_profile::merge", format!("{n} series")),
                 |b| {
                     b.iter(|| {
-                        let series = db.querier(0, DAY_MS).select(std::slice::from_ref(&all));
+                        let series = db
+                            .querier(0, DAY_MS)
+                            .select(std::slice::from_ref(&all))
+                            .expect("query");
                         parca_profile::merge(
                             series
                                 .iter()
@@ -222,7 +229,11 @@ fn storage(c: &mut Criterion) {
             );
         }
         group.bench_function(BenchmarkId::new("totals", format!("{n} series")), |b| {
-            b.iter(|| db.querier(0, DAY_MS).totals(std::slice::from_ref(&all)))
+            b.iter(|| {
+                db.querier(0, DAY_MS)
+                    .totals(std::slice::from_ref(&all))
+                    .expect("query")
+            })
         });
     }
     group.finish();
@@ -276,7 +287,7 @@ fn postings(c: &mut Criterion) {
     assert!(db.stats().n_blocks > 0);
     group.bench_function(
         "block, 100k series, job ∧ zone ∧ name≠ (series labels)",
-        |b| b.iter(|| db.querier(0, 3_600_000).series(&matchers)),
+        |b| b.iter(|| db.querier(0, 3_600_000).series(&matchers).expect("query")),
     );
     group.finish();
 }

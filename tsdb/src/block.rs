@@ -976,23 +976,34 @@ impl Block {
             })
     }
 
+    /// The error of a damaged index: names the block and the file.
+    pub(crate) fn index_corrupt(&self, e: encoding::DecodeError) -> Error {
+        Error::BlockCorrupt {
+            block: self.name().to_owned(),
+            file: "index",
+            what: e.to_string(),
+        }
+    }
+
     /// Label names of the series in `within`.
     pub fn label_names(
         &self,
         within: &RoaringBitmap,
         out: &mut std::collections::BTreeSet<String>,
-    ) {
+    ) -> Result<(), Error> {
         let mut k = 0;
         while k < self.n_postings {
             let name = self.postings_entry(k).0;
             let range = self.postings_of_name(name);
-            if range.clone().any(|j| !self.bitmap(j).is_disjoint(within))
-                && let Ok(s) = self.string(u64::from(name))
-            {
+            if range.clone().any(|j| !self.bitmap(j).is_disjoint(within)) {
+                let s = self
+                    .string(u64::from(name))
+                    .map_err(|e| self.index_corrupt(e))?;
                 out.insert(s.to_owned());
             }
             k = range.end.max(k + 1);
         }
+        Ok(())
     }
 
     /// Values of label `name` among the series in `within`.
@@ -1001,17 +1012,19 @@ impl Block {
         name: &str,
         within: &RoaringBitmap,
         out: &mut std::collections::BTreeSet<String>,
-    ) {
+    ) -> Result<(), Error> {
         let Some(name) = self.find_string(name) else {
-            return;
+            return Ok(());
         };
         for k in self.postings_of_name(name) {
-            if !self.bitmap(k).is_disjoint(within)
-                && let Ok(s) = self.string(u64::from(self.postings_entry(k).1))
-            {
+            if !self.bitmap(k).is_disjoint(within) {
+                let s = self
+                    .string(u64::from(self.postings_entry(k).1))
+                    .map_err(|e| self.index_corrupt(e))?;
                 out.insert(s.to_owned());
             }
         }
+        Ok(())
     }
 }
 
@@ -1171,6 +1184,7 @@ mod tests {
     fn counts(db: &Db) -> Vec<(String, usize)> {
         db.querier(i64::MIN, i64::MAX)
             .select(&[])
+            .expect("query")
             .into_iter()
             .map(|s| (s.labels.to_string(), s.profiles.len()))
             .collect()
@@ -1260,15 +1274,25 @@ mod tests {
                 let path: PathBuf = dir.path().join(bad).join(file);
                 damage_behind_the_checksum(&path, at, magic);
                 let db = Db::open(dir.path(), options()).expect("opens despite the damage");
-                // Whatever opened must answer every kind of query without panicking.
+                // Whatever opened must answer every kind of query without panicking: with
+                // the data, or with an error naming the damaged block.
                 let q = db.querier(i64::MIN, i64::MAX);
-                let _ = q.select(&[]);
-                let _ = q.merge(&[Matcher::new(MatchOp::Equal, "job", "api").expect("valid")]);
-                let _ = (
-                    q.totals(&[]),
-                    q.label_names(&[]),
-                    q.label_values("job", &[]),
-                );
+                let api = Matcher::new(MatchOp::Equal, "job", "api").expect("valid");
+                let results = [
+                    q.select(&[]).map(drop),
+                    q.merge(&[api]).map(drop),
+                    q.totals(&[]).map(drop),
+                    q.label_names(&[]).map(drop),
+                    q.label_values("job", &[]).map(drop),
+                ];
+                // (A changed type name in the index can make a series look of another type.)
+                for e in results.into_iter().filter_map(Result::err) {
+                    assert!(
+                        e.to_string().contains(bad.as_str())
+                            || matches!(e, Error::IncompatibleProfiles { .. }),
+                        "{file}@{at}: {e}"
+                    );
+                }
                 drop(q);
                 let _ = db.compact();
             }

@@ -195,7 +195,8 @@ pub(crate) fn cut_head(inner: &Inner) -> Result<bool, Error> {
     );
     let checkpoint = {
         let mut head = inner.head.write().expect("head lock poisoned");
-        let (new, renumbered) = remainder.finish(&head, boundary);
+        let (mut new, renumbered) = remainder.finish(&head, boundary);
+        new.generation = head.generation + 1;
         *head = new;
         inner.wal.renumber_unsynced(&renumbered);
         let mut blocks = inner.blocks.write().expect("blocks lock poisoned");
@@ -624,7 +625,7 @@ mod tests {
         );
         // Recent data still answers.
         let q = db.querier(8_000, i64::MAX);
-        assert_eq!(q.series(&[]).len(), 4);
+        assert_eq!(q.series(&[]).expect("query").len(), 4);
         drop(q);
         drop(db);
 
@@ -638,7 +639,13 @@ mod tests {
         .expect("reopen");
         db.compact().expect("compact");
         assert_eq!(db.stats().n_blocks, 0, "every block is beyond 1 byte");
-        assert_eq!(db.querier(i64::MIN, i64::MAX).series(&[]).len(), 4);
+        assert_eq!(
+            db.querier(i64::MIN, i64::MAX)
+                .series(&[])
+                .expect("query")
+                .len(),
+            4
+        );
     }
 
     #[test]
@@ -663,7 +670,7 @@ mod tests {
                 while !done.load(std::sync::atomic::Ordering::SeqCst) {
                     db.compact().expect("compact");
                     let q = db.querier(i64::MIN, i64::MAX);
-                    for series in q.totals(&[]) {
+                    for series in q.totals(&[]).expect("query") {
                         let times: Vec<i64> =
                             series.points.iter().map(|p| p.timestamp_ms).collect();
                         assert!(
@@ -677,7 +684,7 @@ mod tests {
         });
         db.compact().expect("compact");
         assert!(db.stats().n_blocks > 0);
-        let all = db.querier(i64::MIN, i64::MAX).select(&[]);
+        let all = db.querier(i64::MIN, i64::MAX).select(&[]).expect("query");
         assert_eq!(all.len(), 2);
         for s in &all {
             assert_eq!(s.profiles.len(), 300);

@@ -241,14 +241,10 @@ impl Db {
 
     /// Reads profiles whose timestamp lies in `[min_ms, max_ms]`, from blocks and head.
     ///
-    /// The querier holds the head's read lock while it lives (appends wait for it): use it and
-    /// drop it. Blocks it reads stay readable even if compaction replaces them meanwhile.
+    /// The querier holds no lock: appends go on while it reads (see [`Querier`]). Blocks it
+    /// reads stay readable even if compaction replaces them meanwhile.
     pub fn querier(&self, min_ms: i64, max_ms: i64) -> Querier<'_> {
-        let head = self.inner.head.read().expect("head lock poisoned");
-        // Taken after the head: a cut swaps head and blocks under the head's write lock, so
-        // the two are consistent.
-        let blocks = self.inner.block_set();
-        Querier::new(head, blocks, min_ms, max_ms)
+        Querier::new(&self.inner, min_ms, max_ms)
     }
 
     /// Does now what the background thread does from time to time: cuts the head's oldest
@@ -859,6 +855,7 @@ mod tests {
     fn totals(db: &Db, matchers: &[Matcher]) -> Vec<(String, Vec<(i64, i64)>)> {
         db.querier(i64::MIN, i64::MAX)
             .select(matchers)
+            .expect("query")
             .into_iter()
             .map(|s| {
                 (
@@ -888,7 +885,7 @@ mod tests {
         assert_eq!(totals(&db, &api), before);
         assert_eq!(db.stats().n_samples, stats.n_samples);
         // The profiles read back are the ones written, stack for stack.
-        let back = db.querier(0, 0).select(&api);
+        let back = db.querier(0, 0).select(&api).expect("query");
         let original = parca_profile::TopTable::build(&cpu);
         assert_eq!(
             parca_profile::TopTable::build(&back[0].profiles[0].1).rows,
@@ -897,15 +894,18 @@ mod tests {
     }
 
     #[test]
-    fn a_held_head_takes_appends_without_waiting_and_a_queried_one_refuses_to_hold() {
+    fn a_held_head_takes_appends_without_waiting_and_one_being_read_refuses_to_hold() {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = Db::open(dir.path(), Options::default()).expect("open");
         let cpu = corpus_cpu("go/go-cpu.pb.gz");
+        // A querier holds nothing between reads; a read in progress holds the head.
         let querier = db.querier(0, 0);
+        let reading = db.inner().head.read().expect("lock");
         let mut appender = db.appender();
-        assert!(!appender.try_hold(), "a query holds the head");
+        assert!(!appender.try_hold(), "a read holds the head");
+        drop(reading);
+        assert!(appender.try_hold(), "a live querier does not");
         drop(querier);
-        assert!(appender.try_hold());
         assert!(appender.try_hold(), "holding twice is holding");
         for t in 0..2 {
             appender
@@ -976,7 +976,7 @@ mod tests {
             wal.sync_through(seq).expect("sync");
         }
         let db = Db::open(dir.path(), Options::default()).expect("open");
-        let got = db.querier(i64::MIN, i64::MAX).select(&[]);
+        let got = db.querier(i64::MIN, i64::MAX).select(&[]).expect("query");
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].labels, l);
         let (t, p) = &got[0].profiles[0];
@@ -1087,7 +1087,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = Db::open(dir.path(), Options::default()).expect("open");
         let cpu = fill(&db);
-        let all = db.querier(0, 10_000).select(&[]);
+        let all = db.querier(0, 10_000).select(&[]).expect("query");
         let profiles: Vec<&Profile> = all
             .iter()
             .flat_map(|s| s.profiles.iter().map(|(_, p)| p))
@@ -1118,7 +1118,9 @@ mod tests {
         );
         // Per stack, the same values as merging the materialized profiles of the group.
         for g in &groups {
-            let selected = q.select(&[Matcher::new(MatchOp::Equal, "job", &g.key).expect("valid")]);
+            let selected = q
+                .select(&[Matcher::new(MatchOp::Equal, "job", &g.key).expect("valid")])
+                .expect("query");
             let want = parca_profile::merge(
                 selected
                     .iter()
@@ -1153,9 +1155,12 @@ mod tests {
         let db = Db::open(dir.path(), Options::default()).expect("open");
         fill(&db);
         let q = db.querier(500, 1500);
-        assert_eq!(q.label_values("job", &[]), vec!["api"]);
-        assert_eq!(q.label_names(&[]), vec!["__name__", "instance", "job"]);
-        let series = q.select(&[]);
+        assert_eq!(q.label_values("job", &[]).expect("query"), vec!["api"]);
+        assert_eq!(
+            q.label_names(&[]).expect("query"),
+            vec!["__name__", "instance", "job"]
+        );
+        let series = q.select(&[]).expect("query");
         assert_eq!(series.iter().map(|s| s.profiles.len()).sum::<usize>(), 2);
     }
 

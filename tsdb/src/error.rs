@@ -123,6 +123,19 @@ pub enum Error {
         /// The operating system's kind of error (`StorageFull` for a full disk).
         kind: std::io::ErrorKind,
     },
+    /// A profile held in memory does not decode: the store's own bug, reported rather than
+    /// skipped.
+    #[error(
+        "series {labels}: the profile at {timestamp_ms} ms in the head does not decode ({what}); this is a bug of the store"
+    )]
+    HeadCorrupt {
+        /// The series.
+        labels: String,
+        /// The profile's time.
+        timestamp_ms: i64,
+        /// What is wrong.
+        what: String,
+    },
     /// A profile in the WAL could not be decoded.
     #[error("WAL segment `{}` has an undecodable profile at byte {offset}", segment.display())]
     WalProfile {

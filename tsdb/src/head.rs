@@ -88,6 +88,9 @@ pub(crate) struct Head {
     pub min_valid_ms: i64,
     /// Oldest profile time held (`i64::MAX` when empty).
     pub oldest_ms: i64,
+    /// Bumped each time a cut replaces the head (renumbering its series and tables): a query
+    /// that reads the head between holds of its lock starts again when it changed.
+    pub generation: u64,
     importer: CachedImporter,
 }
 

@@ -42,7 +42,7 @@
 //! appender.commit().unwrap(); // durable from here on
 //!
 //! let api = Matcher::new(MatchOp::Equal, "job", "api").unwrap();
-//! let found = db.querier(0, i64::MAX).select(&[api]);
+//! let found = db.querier(0, i64::MAX).select(&[api]).unwrap();
 //! assert_eq!(found[0].profiles[0].1.total(), 5);
 //! ```
 

@@ -2,7 +2,7 @@
 //! found through each one's postings and joined by their labels.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, RwLockReadGuard};
+use std::sync::{Arc, Mutex, RwLockReadGuard};
 
 use parca_profile::tables::{LabelSetId, StackId};
 use parca_profile::{Extractor, Meta, Profile, Samples, Tables};
@@ -10,7 +10,7 @@ use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
 use crate::block::{self, Block, BlockProfile, SeriesEntry};
-use crate::db::BlockSet;
+use crate::db::{BlockSet, Inner};
 use crate::encoding::{self, IdLimits, Reader};
 use crate::head::Head;
 use crate::labels::{Labels, Matcher};
@@ -74,238 +74,122 @@ enum Source {
 
 /// A read view of the store over a time range: blocks and head.
 ///
-/// Holds the head's read lock while it lives (appends wait), and an `Arc` of the block set it
-/// started with (compaction and retention never pull blocks from under it).
+/// It holds no lock while it lives. Each read takes the head's read lock only while it reads
+/// the head, one series at a time for the reads that decode samples, so appends go on between
+/// (a query never stalls a push or a scrape for longer than one series takes). It reads the
+/// block set it started with (compaction and retention never pull blocks from under it); if a
+/// cut replaced the head meanwhile, the read starts again on the new head and blocks.
+///
+/// Every read returns a `Result`: a block whose data cannot be read fails the read with an
+/// error naming the block and the file, never a quietly smaller answer.
 pub struct Querier<'a> {
-    head: RwLockReadGuard<'a, Head>,
+    inner: &'a Inner,
+    view: Mutex<View>,
+    min_ms: i64,
+    max_ms: i64,
+}
+
+/// The blocks and the head generation that a read sees, taken together.
+#[derive(Clone)]
+struct View {
     blocks: BlockSet,
+    generation: u64,
+}
+
+impl View {
+    fn of(inner: &Inner) -> View {
+        let head = inner.head.read().expect("head lock poisoned");
+        // Taken under the head's lock: a cut swaps head and blocks under its write lock, so
+        // the two are consistent.
+        View {
+            blocks: inner.block_set(),
+            generation: head.generation,
+        }
+    }
+}
+
+/// Why one attempt at a read stopped.
+enum Fault {
+    /// A cut replaced the head since the read's view was taken: read again.
+    Stale,
+    /// The store failed.
+    Store(Error),
+}
+
+impl From<Error> for Fault {
+    fn from(e: Error) -> Self {
+        Fault::Store(e)
+    }
+}
+
+/// One attempt at a read, over one view.
+struct Read<'q> {
+    inner: &'q Inner,
+    blocks: BlockSet,
+    generation: u64,
     min_ms: i64,
     max_ms: i64,
 }
 
 /// Per-query reading state: one zstd context and one buffer for chunks.
 struct ReadCtx {
-    decompressor: Option<zstd::bulk::Decompressor<'static>>,
+    decompressor: zstd::bulk::Decompressor<'static>,
     chunk: Vec<u8>,
 }
 
 impl ReadCtx {
-    fn new() -> Self {
-        ReadCtx {
-            decompressor: zstd::bulk::Decompressor::new().ok(),
+    fn new(dir: &std::path::Path) -> Result<Self, Error> {
+        Ok(ReadCtx {
+            decompressor: zstd::bulk::Decompressor::new()
+                .map_err(Error::io("cannot start zstd to read blocks in", dir))?,
             chunk: Vec::new(),
-        }
+        })
     }
 }
 
+/// Empty tables for an extractor of the head between two holds of its lock.
+fn no_tables() -> &'static Tables {
+    static EMPTY: std::sync::OnceLock<Tables> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(Tables::new)
+}
+
 impl<'a> Querier<'a> {
-    pub(crate) fn new(
-        head: RwLockReadGuard<'a, Head>,
-        blocks: BlockSet,
-        min_ms: i64,
-        max_ms: i64,
-    ) -> Self {
+    pub(crate) fn new(inner: &'a Inner, min_ms: i64, max_ms: i64) -> Self {
         Querier {
-            head,
-            blocks,
+            inner,
+            view: Mutex::new(View::of(inner)),
             min_ms,
             max_ms,
         }
     }
 
-    fn in_range(&self, t: i64) -> bool {
-        (self.min_ms..=self.max_ms).contains(&t)
-    }
-
-    /// Blocks whose time range meets the query's, with their index in the set.
-    fn blocks_in_range(&self) -> impl Iterator<Item = (usize, &Arc<Block>)> {
-        self.blocks
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.meta.max_time_ms > self.min_ms && b.meta.min_time_ms <= self.max_ms)
-    }
-
-    /// Series of block `b` selected by `matchers` with profiles in range.
-    fn block_series(&self, b: &Block, matchers: &[Matcher]) -> Vec<(u32, SeriesEntry)> {
-        postings::select(b, matchers)
-            .iter()
-            .filter_map(|i| match b.series_entry(i) {
-                Ok(e) => e.has_profiles_in(self.min_ms, self.max_ms).then_some((i, e)),
-                Err(e) => {
-                    tracing::error!(block = b.name(), series = i, error = %e, "unreadable series entry; skipped");
-                    None
-                }
-            })
-            .collect()
-    }
-
-    /// Every matching series with profiles in range, by labels, its sources oldest first.
-    fn matched(&self, matchers: &[Matcher]) -> BTreeMap<Labels, Vec<Source>> {
-        let mut out: BTreeMap<Labels, Vec<Source>> = BTreeMap::new();
-        for (bi, b) in self.blocks_in_range() {
-            for (_, e) in self.block_series(b, matchers) {
-                out.entry(e.labels.clone())
-                    .or_default()
-                    .push(Source::Block(bi, Box::new(e)));
-            }
-        }
-        for s in self
-            .head
-            .series_in_range(matchers, self.min_ms, self.max_ms)
-        {
-            out.entry(self.head.series[s as usize].labels.clone())
-                .or_default()
-                .push(Source::Head(s));
-        }
-        out
-    }
-
-    fn source_meta(&self, source: &Source) -> Meta {
-        match source {
-            Source::Block(_, e) => e.meta.clone(),
-            Source::Head(s) => self.head.series[*s as usize].meta.clone(),
-        }
-    }
-
-    /// Headers of a source's profiles in range.
-    fn headers(&self, source: &Source) -> Vec<BlockProfile> {
-        match source {
-            Source::Block(_, e) => e
-                .profiles
-                .iter()
-                .filter(|p| self.in_range(p.timestamp_ms))
-                .copied()
-                .collect(),
-            Source::Head(s) => self.head.series[*s as usize]
-                .in_range(self.min_ms, self.max_ms)
-                .iter()
-                .map(BlockProfile::from)
-                .collect(),
-        }
-    }
-
-    /// Calls `each(header, encoded samples)` for every profile of `source` in range. Block
-    /// damage found while reading is logged and ends the source early.
-    fn for_each_profile(
-        &self,
-        source: &Source,
-        ctx: &mut ReadCtx,
-        mut each: impl FnMut(&BlockProfile, &[u8]),
-    ) {
-        match source {
-            Source::Head(s) => {
-                for p in self.head.series[*s as usize].in_range(self.min_ms, self.max_ms) {
-                    each(&BlockProfile::from(p), &p.data);
-                }
-            }
-            Source::Block(bi, e) => {
-                let b = &self.blocks[*bi];
-                let mut first = 0usize;
-                for c in &e.chunks {
-                    let profiles = &e.profiles[first..first + c.n_profiles as usize];
-                    first += c.n_profiles as usize;
-                    if !profiles.iter().any(|p| self.in_range(p.timestamp_ms)) {
-                        continue;
-                    }
-                    let Some(decompressor) = &mut ctx.decompressor else {
-                        tracing::error!("cannot start zstd; block data skipped");
-                        return;
-                    };
-                    if let Err(err) = b.read_chunk(c, decompressor, &mut ctx.chunk) {
-                        tracing::error!(block = b.name(), error = %err, "unreadable chunk; series skipped");
-                        return;
-                    }
-                    block::split_chunk(&ctx.chunk, profiles, |p, bytes| {
-                        if self.in_range(p.timestamp_ms) {
-                            each(p, bytes);
-                        }
-                    });
+    /// Runs `read` over the querier's view, again over a fresh view as long as a cut
+    /// replaced the head under it (a cut happens once per block duration).
+    fn attempt<T>(&self, read: impl Fn(&Read<'_>) -> Result<T, Fault>) -> Result<T, Error> {
+        loop {
+            let view = self.view.lock().expect("view lock poisoned").clone();
+            let attempt = Read {
+                inner: self.inner,
+                blocks: view.blocks,
+                generation: view.generation,
+                min_ms: self.min_ms,
+                max_ms: self.max_ms,
+            };
+            match read(&attempt) {
+                Ok(v) => return Ok(v),
+                Err(Fault::Store(e)) => return Err(e),
+                Err(Fault::Stale) => {
+                    *self.view.lock().expect("view lock poisoned") = View::of(self.inner);
                 }
             }
         }
-    }
-
-    /// The tables of every block in range whose symbols can be read (index = block index).
-    fn block_tables(&self) -> Vec<Option<Arc<Tables>>> {
-        self.blocks
-            .iter()
-            .enumerate()
-            .map(|(bi, b)| {
-                if !self.blocks_in_range().any(|(i, _)| i == bi) {
-                    return None;
-                }
-                b.tables()
-                    .inspect_err(|e| tracing::error!(block = b.name(), error = %e, "unreadable symbols; block skipped"))
-                    .ok()
-            })
-            .collect()
     }
 
     /// The series that match all `matchers` and have profiles in range, with those profiles,
     /// series sorted by labels. All returned profiles share one set of tables holding only
     /// what they use, so merging them is an array add.
-    pub fn select(&self, matchers: &[Matcher]) -> Vec<SeriesProfiles> {
-        let matched = self.matched(matchers);
-        let block_tables = self.block_tables();
-        let mut extractors: Vec<Option<(Extractor<'_>, IdLimits)>> = block_tables
-            .iter()
-            .map(|t| t.as_deref().map(|t| (Extractor::new(t), IdLimits::of(t))))
-            .collect();
-        let mut head_extractor = Extractor::new(&self.head.tables);
-        let head_limits = self.head.limits();
-        let mut tables = Tables::new();
-        let mut ctx = ReadCtx::new();
-        let mut out: Vec<(Labels, Vec<ExtractedProfile>)> = Vec::new();
-        for (labels, sources) in matched {
-            let mut profiles = Vec::new();
-            for source in &sources {
-                let series_meta = self.source_meta(source);
-                let (extractor, limits) = match source {
-                    Source::Head(_) => (&mut head_extractor, head_limits),
-                    Source::Block(bi, _) => match &mut extractors[*bi] {
-                        Some((e, l)) => (e, *l),
-                        None => continue,
-                    },
-                };
-                self.for_each_profile(source, &mut ctx, |p, bytes| {
-                    match encoding::decode_samples(&mut Reader::new(bytes), limits) {
-                        Ok(samples) => profiles.push((
-                            p.timestamp_ms,
-                            Meta {
-                                time_nanos: p.timestamp_ms.saturating_mul(1_000_000),
-                                duration_nanos: p.duration_nanos,
-                                period: p.period,
-                                ..series_meta.clone()
-                            },
-                            extractor.samples(&mut tables, &samples),
-                        )),
-                        Err(e) => {
-                            tracing::error!(series = %labels, timestamp_ms = p.timestamp_ms, error = %e, "undecodable profile; skipped")
-                        }
-                    }
-                });
-            }
-            out.push((labels, profiles));
-        }
-        let tables = Arc::new(tables);
-        out.into_iter()
-            .map(|(labels, profiles)| SeriesProfiles {
-                labels,
-                profiles: profiles
-                    .into_iter()
-                    .map(|(t, meta, samples)| {
-                        (
-                            t,
-                            Profile {
-                                tables: Arc::clone(&tables),
-                                meta,
-                                samples,
-                            },
-                        )
-                    })
-                    .collect(),
-            })
-            .collect()
+    pub fn select(&self, matchers: &[Matcher]) -> Result<Vec<SeriesProfiles>, Error> {
+        self.attempt(|r| r.select(matchers))
     }
 
     /// Merges every matching profile in range into one profile, without materializing them one
@@ -335,7 +219,288 @@ impl<'a> Querier<'a> {
         matchers: &[Matcher],
         key: impl Fn(&Labels) -> K,
     ) -> Result<Vec<MergedGroup<K>>, Error> {
-        let matched = self.matched(matchers);
+        self.attempt(|r| r.merge_grouped(matchers, &key))
+    }
+
+    /// The labels of the series that match all `matchers` and have profiles in range, sorted,
+    /// without reading any profile. Cheap: use it to check limits before [`Querier::select`].
+    pub fn series(&self, matchers: &[Matcher]) -> Result<Vec<Labels>, Error> {
+        self.attempt(|r| Ok(r.matched(matchers)?.into_keys().collect()))
+    }
+
+    /// Number of (stack, value) pairs the matching profiles in range hold: what a
+    /// [`Querier::select`] would read.
+    pub fn n_samples(&self, matchers: &[Matcher]) -> Result<usize, Error> {
+        self.attempt(|r| {
+            let matched = r.matched(matchers)?;
+            let head = r.head()?;
+            Ok(matched
+                .values()
+                .flatten()
+                .flat_map(|s| r.headers(&head, s))
+                .map(|p| p.n_samples as usize)
+                .sum())
+        })
+    }
+
+    /// The total (sum of values) of every matching profile in range, per series, without
+    /// reading samples: what a metrics graph needs.
+    pub fn totals(&self, matchers: &[Matcher]) -> Result<Vec<SeriesTotals>, Error> {
+        self.attempt(|r| r.totals(matchers))
+    }
+
+    /// Label names of the matching series with profiles in range, sorted.
+    pub fn label_names(&self, matchers: &[Matcher]) -> Result<Vec<String>, Error> {
+        self.attempt(|r| {
+            let mut out: BTreeSet<String> = {
+                let head = r.head()?;
+                let within = head.series_in_range(matchers, r.min_ms, r.max_ms);
+                head.postings.label_names(&within).into_iter().collect()
+            };
+            for (b, within) in r.within_blocks(matchers)? {
+                b.label_names(&within, &mut out)?;
+            }
+            Ok(out.into_iter().collect())
+        })
+    }
+
+    /// Values of label `name` among the matching series with profiles in range, sorted.
+    pub fn label_values(&self, name: &str, matchers: &[Matcher]) -> Result<Vec<String>, Error> {
+        self.attempt(|r| {
+            let mut out: BTreeSet<String> = {
+                let head = r.head()?;
+                let within = head.series_in_range(matchers, r.min_ms, r.max_ms);
+                head.postings
+                    .label_values(name, &within)
+                    .into_iter()
+                    .collect()
+            };
+            for (b, within) in r.within_blocks(matchers)? {
+                b.label_values(name, &within, &mut out)?;
+            }
+            Ok(out.into_iter().collect())
+        })
+    }
+}
+
+impl Read<'_> {
+    /// The head, read-locked, as long as no cut replaced it since the view was taken.
+    fn head(&self) -> Result<RwLockReadGuard<'_, Head>, Fault> {
+        let head = self.inner.head.read().expect("head lock poisoned");
+        if head.generation == self.generation {
+            Ok(head)
+        } else {
+            Err(Fault::Stale)
+        }
+    }
+
+    fn in_range(&self, t: i64) -> bool {
+        (self.min_ms..=self.max_ms).contains(&t)
+    }
+
+    /// Blocks whose time range meets the query's, with their index in the set.
+    fn blocks_in_range(&self) -> impl Iterator<Item = (usize, &Arc<Block>)> {
+        self.blocks
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.meta.max_time_ms > self.min_ms && b.meta.min_time_ms <= self.max_ms)
+    }
+
+    /// Series of block `b` selected by `matchers` with profiles in range.
+    fn block_series(
+        &self,
+        b: &Block,
+        matchers: &[Matcher],
+    ) -> Result<Vec<(u32, SeriesEntry)>, Error> {
+        let mut out = Vec::new();
+        for i in postings::select(b, matchers).iter() {
+            let e = b.series_entry(i).map_err(|e| b.index_corrupt(e))?;
+            if e.has_profiles_in(self.min_ms, self.max_ms) {
+                out.push((i, e));
+            }
+        }
+        Ok(out)
+    }
+
+    /// For every block in range, the series that match and have profiles in range.
+    fn within_blocks(
+        &self,
+        matchers: &[Matcher],
+    ) -> Result<Vec<(&Arc<Block>, RoaringBitmap)>, Error> {
+        self.blocks_in_range()
+            .map(|(_, b)| {
+                let within = self
+                    .block_series(b, matchers)?
+                    .into_iter()
+                    .map(|(i, _)| i)
+                    .collect();
+                Ok((b, within))
+            })
+            .collect()
+    }
+
+    /// Every matching series with profiles in range, by labels, its sources oldest first.
+    fn matched(&self, matchers: &[Matcher]) -> Result<BTreeMap<Labels, Vec<Source>>, Fault> {
+        let mut out: BTreeMap<Labels, Vec<Source>> = BTreeMap::new();
+        for (bi, b) in self.blocks_in_range() {
+            for (_, e) in self.block_series(b, matchers)? {
+                out.entry(e.labels.clone())
+                    .or_default()
+                    .push(Source::Block(bi, Box::new(e)));
+            }
+        }
+        let head = self.head()?;
+        for s in head.series_in_range(matchers, self.min_ms, self.max_ms) {
+            out.entry(head.series[s as usize].labels.clone())
+                .or_default()
+                .push(Source::Head(s));
+        }
+        Ok(out)
+    }
+
+    fn source_meta(&self, head: &Head, source: &Source) -> Meta {
+        match source {
+            Source::Block(_, e) => e.meta.clone(),
+            Source::Head(s) => head.series[*s as usize].meta.clone(),
+        }
+    }
+
+    /// Headers of a source's profiles in range.
+    fn headers(&self, head: &Head, source: &Source) -> Vec<BlockProfile> {
+        match source {
+            Source::Block(_, e) => e
+                .profiles
+                .iter()
+                .filter(|p| self.in_range(p.timestamp_ms))
+                .copied()
+                .collect(),
+            Source::Head(s) => head.series[*s as usize]
+                .in_range(self.min_ms, self.max_ms)
+                .iter()
+                .map(BlockProfile::from)
+                .collect(),
+        }
+    }
+
+    /// Calls `each(header, encoded samples)` for every profile in range of a block's series.
+    fn for_each_block_profile(
+        &self,
+        bi: usize,
+        e: &SeriesEntry,
+        ctx: &mut ReadCtx,
+        mut each: impl FnMut(&BlockProfile, &[u8]) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let b = &self.blocks[bi];
+        let mut first = 0usize;
+        for c in &e.chunks {
+            let profiles = &e.profiles[first..first + c.n_profiles as usize];
+            first += c.n_profiles as usize;
+            if !profiles.iter().any(|p| self.in_range(p.timestamp_ms)) {
+                continue;
+            }
+            b.read_chunk(c, &mut ctx.decompressor, &mut ctx.chunk)?;
+            let mut result = Ok(());
+            block::split_chunk(&ctx.chunk, profiles, |p, bytes| {
+                if result.is_ok() && self.in_range(p.timestamp_ms) {
+                    result = each(p, bytes);
+                }
+            });
+            result?;
+        }
+        Ok(())
+    }
+
+    /// The tables of every block in range (index = block index; `None` out of range).
+    fn block_tables(&self) -> Result<Vec<Option<Arc<Tables>>>, Error> {
+        let mut out = vec![None; self.blocks.len()];
+        for (bi, b) in self.blocks_in_range() {
+            out[bi] = Some(b.tables()?);
+        }
+        Ok(out)
+    }
+
+    fn select(&self, matchers: &[Matcher]) -> Result<Vec<SeriesProfiles>, Fault> {
+        let matched = self.matched(matchers)?;
+        let block_tables = self.block_tables()?;
+        let mut extractors: Vec<Option<(Extractor<'_>, IdLimits)>> = block_tables
+            .iter()
+            .map(|t| t.as_deref().map(|t| (Extractor::new(t), IdLimits::of(t))))
+            .collect();
+        // The head's extractor keeps its memo between holds of the head's lock.
+        let mut head_extractor = Extractor::new(no_tables());
+        let mut tables = Tables::new();
+        let mut ctx = ReadCtx::new(&self.inner.dir)?;
+        let mut out: Vec<(Labels, Vec<ExtractedProfile>)> = Vec::new();
+        for (labels, sources) in matched {
+            let mut profiles = Vec::new();
+            for source in &sources {
+                match source {
+                    Source::Block(bi, e) => {
+                        let (extractor, limits) = extractors[*bi]
+                            .as_mut()
+                            .expect("tables of every block in range");
+                        let b = &self.blocks[*bi];
+                        self.for_each_block_profile(*bi, e, &mut ctx, |p, bytes| {
+                            let samples =
+                                encoding::decode_samples(&mut Reader::new(bytes), *limits)
+                                    .map_err(|err| corrupt_profile(b, &labels, p, err))?;
+                            profiles.push((
+                                p.timestamp_ms,
+                                profile_meta(&e.meta, p),
+                                extractor.samples(&mut tables, &samples),
+                            ));
+                            Ok(())
+                        })?;
+                    }
+                    Source::Head(s) => {
+                        let head = self.head()?;
+                        let mut extractor = head_extractor.rebind(&head.tables);
+                        let limits = head.limits();
+                        let series = &head.series[*s as usize];
+                        for p in series.in_range(self.min_ms, self.max_ms) {
+                            let samples =
+                                encoding::decode_samples(&mut Reader::new(&p.data), limits)
+                                    .map_err(|err| head_corrupt(&labels, p.timestamp_ms, err))?;
+                            profiles.push((
+                                p.timestamp_ms,
+                                profile_meta(&series.meta, &BlockProfile::from(p)),
+                                extractor.samples(&mut tables, &samples),
+                            ));
+                        }
+                        head_extractor = extractor.rebind(no_tables());
+                    }
+                }
+            }
+            out.push((labels, profiles));
+        }
+        let tables = Arc::new(tables);
+        Ok(out
+            .into_iter()
+            .map(|(labels, profiles)| SeriesProfiles {
+                labels,
+                profiles: profiles
+                    .into_iter()
+                    .map(|(t, meta, samples)| {
+                        (
+                            t,
+                            Profile {
+                                tables: Arc::clone(&tables),
+                                meta,
+                                samples,
+                            },
+                        )
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+
+    fn merge_grouped<K: Eq + std::hash::Hash + Clone>(
+        &self,
+        matchers: &[Matcher],
+        key: &impl Fn(&Labels) -> K,
+    ) -> Result<Vec<MergedGroup<K>>, Fault> {
+        let matched = self.matched(matchers)?;
         let mut index_of: FxHashMap<K, usize> = FxHashMap::default();
         let mut grouped: Vec<(K, Vec<MatchedSeries<'_>>)> = Vec::new();
         for (labels, sources) in &matched {
@@ -346,101 +511,67 @@ impl<'a> Querier<'a> {
             });
             grouped[i].1.push((labels, sources));
         }
-        let block_tables = self.block_tables();
+        let block_tables = self.block_tables()?;
         // Origins are the blocks, then the head. Per origin: values by stack id (reused across
         // groups; `touched` lists the ids to read back and reset).
         let n_origins = self.blocks.len() + 1;
-        let mut dense: Vec<Vec<i64>> = vec![Vec::new(); n_origins];
-        let mut touched: Vec<Vec<u32>> = vec![Vec::new(); n_origins];
-        let mut ctx = ReadCtx::new();
+        let head_origin = n_origins - 1;
+        let mut sums: Vec<OriginSums> = (0..n_origins).map(|_| OriginSums::default()).collect();
+        let mut ctx = ReadCtx::new(&self.inner.dir)?;
         // Per group: key, meta, profiles merged, and its samples per origin in that origin's ids.
         let mut summed: Vec<(K, Meta, usize, Vec<Samples>)> = Vec::with_capacity(grouped.len());
         for (k, series) in grouped {
-            let mut labelled: Vec<FxHashMap<(StackId, LabelSetId), i64>> =
-                vec![FxHashMap::default(); n_origins];
-            let mut meta: Option<Meta> = None;
-            let mut n_profiles = 0;
+            let mut group = GroupSum::default();
             for (labels, sources) in series {
                 for source in sources {
-                    let series_meta = self.source_meta(source);
-                    let (origin, limits) = match source {
-                        Source::Head(_) => (n_origins - 1, self.head.limits()),
-                        Source::Block(bi, _) => match &block_tables[*bi] {
-                            Some(t) => (*bi, IdLimits::of(t)),
-                            None => continue,
-                        },
-                    };
-                    let acc = &mut dense[origin];
-                    if acc.is_empty() {
-                        acc.resize(limits.n_stacks as usize, 0);
+                    match source {
+                        Source::Block(bi, e) => {
+                            let tables = block_tables[*bi].as_deref().expect("block in range");
+                            let limits = IdLimits::of(tables);
+                            let b = &self.blocks[*bi];
+                            let sums = &mut sums[*bi];
+                            self.for_each_block_profile(*bi, e, &mut ctx, |p, bytes| {
+                                group
+                                    .add(sums, &e.meta, p, bytes, limits)?
+                                    .map_err(|err| corrupt_profile(b, labels, p, err))
+                            })?;
+                        }
+                        Source::Head(s) => {
+                            // One series per hold of the lock: appends go on in between.
+                            let head = self.head()?;
+                            let limits = head.limits();
+                            let series = &head.series[*s as usize];
+                            for p in series.in_range(self.min_ms, self.max_ms) {
+                                let header = BlockProfile::from(p);
+                                group
+                                    .add(
+                                        &mut sums[head_origin],
+                                        &series.meta,
+                                        &header,
+                                        &p.data,
+                                        limits,
+                                    )?
+                                    .map_err(|err| head_corrupt(labels, p.timestamp_ms, err))?;
+                            }
+                        }
                     }
-                    let touched = &mut touched[origin];
-                    let lab = &mut labelled[origin];
-                    let mut result = Ok(());
-                    self.for_each_profile(source, &mut ctx, |p, bytes| {
-                        if result.is_err() {
-                            return;
-                        }
-                        result = merge_meta(&mut meta, &series_meta, p);
-                        if result.is_err() {
-                            return;
-                        }
-                        n_profiles += 1;
-                        let decoded = encoding::for_each_sample(
-                            &mut Reader::new(bytes),
-                            limits,
-                            |s, l, v| {
-                                if l == LabelSetId::EMPTY {
-                                    let slot = &mut acc[s.idx()];
-                                    if *slot == 0 {
-                                        touched.push(s.0);
-                                    }
-                                    *slot = slot.wrapping_add(v);
-                                } else {
-                                    let slot = lab.entry((s, l)).or_insert(0);
-                                    *slot = slot.wrapping_add(v);
-                                }
-                            },
-                        );
-                        if let Err(e) = decoded {
-                            tracing::error!(series = %labels, timestamp_ms = p.timestamp_ms, error = %e, "undecodable profile; skipped");
-                        }
-                    });
-                    result?;
                 }
             }
-            let Some(meta) = meta else {
+            let Some(meta) = group.meta else {
                 continue;
             };
-            let per_origin = (0..n_origins)
-                .map(|origin| {
-                    let mut samples = Samples::default();
-                    let ids = &mut touched[origin];
-                    // In stack-id order, as a dense scan would give; an id touched again after
-                    // summing to zero appears twice and is read once.
-                    ids.sort_unstable();
-                    for &s in ids.iter() {
-                        let v = std::mem::take(&mut dense[origin][s as usize]);
-                        if v != 0 {
-                            samples.stacks.push(StackId(s));
-                            samples.labels.push(LabelSetId::EMPTY);
-                            samples.values.push(v);
-                        }
-                    }
-                    ids.clear();
-                    for (&(s, l), &v) in &labelled[origin] {
-                        samples.stacks.push(s);
-                        samples.labels.push(l);
-                        samples.values.push(v);
-                    }
-                    samples
-                })
-                .collect();
-            summed.push((k, meta, n_profiles, per_origin));
+            let per_origin = sums.iter_mut().map(OriginSums::take).collect();
+            summed.push((k, meta, group.n_profiles, per_origin));
         }
+        // The head's tables are read once more, under one hold of its lock; they only grew.
+        let head = if summed.iter().any(|g| !g.3[head_origin].is_empty()) {
+            Some(self.head()?)
+        } else {
+            None
+        };
         let source_tables = |origin: usize| -> Option<&Tables> {
-            if origin == n_origins - 1 {
-                Some(&self.head.tables)
+            if origin == head_origin {
+                head.as_deref().map(|h| &h.tables)
             } else {
                 block_tables[origin].as_deref()
             }
@@ -471,6 +602,8 @@ impl<'a> Querier<'a> {
             }
             merged.push((k, meta, n_profiles, out.finish()));
         }
+        drop(extractors);
+        drop(head);
         let tables = Arc::new(tables);
         Ok(merged
             .into_iter()
@@ -486,34 +619,17 @@ impl<'a> Querier<'a> {
             .collect())
     }
 
-    /// The labels of the series that match all `matchers` and have profiles in range, sorted,
-    /// without reading any profile. Cheap: use it to check limits before [`Querier::select`].
-    pub fn series(&self, matchers: &[Matcher]) -> Vec<Labels> {
-        self.matched(matchers).into_keys().collect()
-    }
-
-    /// Number of (stack, value) pairs the matching profiles in range hold: what a
-    /// [`Querier::select`] would read.
-    pub fn n_samples(&self, matchers: &[Matcher]) -> usize {
-        self.matched(matchers)
-            .values()
-            .flatten()
-            .flat_map(|s| self.headers(s))
-            .map(|p| p.n_samples as usize)
-            .sum()
-    }
-
-    /// The total (sum of values) of every matching profile in range, per series, without
-    /// reading samples: what a metrics graph needs.
-    pub fn totals(&self, matchers: &[Matcher]) -> Vec<SeriesTotals> {
-        self.matched(matchers)
+    fn totals(&self, matchers: &[Matcher]) -> Result<Vec<SeriesTotals>, Fault> {
+        let matched = self.matched(matchers)?;
+        let head = self.head()?;
+        Ok(matched
             .into_iter()
             .map(|(labels, sources)| SeriesTotals {
                 labels,
-                meta: self.source_meta(&sources[0]),
+                meta: self.source_meta(&head, &sources[0]),
                 points: sources
                     .iter()
-                    .flat_map(|s| self.headers(s))
+                    .flat_map(|s| self.headers(&head, s))
                     .map(|p| TotalPoint {
                         timestamp_ms: p.timestamp_ms,
                         total: p.total,
@@ -522,55 +638,122 @@ impl<'a> Querier<'a> {
                     })
                     .collect(),
             })
-            .collect()
+            .collect())
     }
+}
 
-    /// For every block in range, the series that match and have profiles in range.
-    fn within_blocks(&self, matchers: &[Matcher]) -> Vec<(&Arc<Block>, RoaringBitmap)> {
-        self.blocks_in_range()
-            .map(|(_, b)| {
-                let within = self
-                    .block_series(b, matchers)
-                    .into_iter()
-                    .map(|(i, _)| i)
-                    .collect();
-                (b, within)
-            })
-            .collect()
+/// A stored profile's meta: its series' types with the profile's own time, duration, period.
+fn profile_meta(series: &Meta, p: &BlockProfile) -> Meta {
+    Meta {
+        time_nanos: p.timestamp_ms.saturating_mul(1_000_000),
+        duration_nanos: p.duration_nanos,
+        period: p.period,
+        ..series.clone()
     }
+}
 
-    /// Label names of the matching series with profiles in range, sorted.
-    pub fn label_names(&self, matchers: &[Matcher]) -> Vec<String> {
-        let within = self
-            .head
-            .series_in_range(matchers, self.min_ms, self.max_ms);
-        let mut out: BTreeSet<String> = self
-            .head
-            .postings
-            .label_names(&within)
-            .into_iter()
-            .collect();
-        for (b, within) in self.within_blocks(matchers) {
-            b.label_names(&within, &mut out);
+/// A block's profile whose samples do not decode.
+fn corrupt_profile(
+    b: &Block,
+    labels: &Labels,
+    p: &BlockProfile,
+    e: encoding::DecodeError,
+) -> Error {
+    Error::BlockCorrupt {
+        block: b.name().to_owned(),
+        file: "profiles",
+        what: format!("series {labels}: the profile at {} ms {e}", p.timestamp_ms),
+    }
+}
+
+/// A head profile whose samples do not decode: the store's own bug.
+fn head_corrupt(labels: &Labels, timestamp_ms: i64, e: encoding::DecodeError) -> Error {
+    Error::HeadCorrupt {
+        labels: labels.to_string(),
+        timestamp_ms,
+        what: e.to_string(),
+    }
+}
+
+/// Values summed per stack id of one origin (a block or the head), for the group being merged.
+#[derive(Default)]
+struct OriginSums {
+    dense: Vec<i64>,
+    /// The ids of `dense` to read back and reset.
+    touched: Vec<u32>,
+    labelled: FxHashMap<(StackId, LabelSetId), i64>,
+}
+
+impl OriginSums {
+    /// The group's samples in the origin's ids, leaving the sums empty for the next group.
+    fn take(&mut self) -> Samples {
+        let mut samples = Samples::default();
+        // In stack-id order, as a dense scan would give; an id touched again after summing to
+        // zero appears twice and is read once.
+        self.touched.sort_unstable();
+        for &s in &self.touched {
+            let v = std::mem::take(&mut self.dense[s as usize]);
+            if v != 0 {
+                samples.stacks.push(StackId(s));
+                samples.labels.push(LabelSetId::EMPTY);
+                samples.values.push(v);
+            }
         }
-        out.into_iter().collect()
-    }
-
-    /// Values of label `name` among the matching series with profiles in range, sorted.
-    pub fn label_values(&self, name: &str, matchers: &[Matcher]) -> Vec<String> {
-        let within = self
-            .head
-            .series_in_range(matchers, self.min_ms, self.max_ms);
-        let mut out: BTreeSet<String> = self
-            .head
-            .postings
-            .label_values(name, &within)
-            .into_iter()
-            .collect();
-        for (b, within) in self.within_blocks(matchers) {
-            b.label_values(name, &within, &mut out);
+        self.touched.clear();
+        for ((s, l), v) in self.labelled.drain() {
+            samples.stacks.push(s);
+            samples.labels.push(l);
+            samples.values.push(v);
         }
-        out.into_iter().collect()
+        samples
+    }
+}
+
+/// What a group's merge has gathered: meta and the number of profiles.
+#[derive(Default)]
+struct GroupSum {
+    meta: Option<Meta>,
+    n_profiles: usize,
+}
+
+impl GroupSum {
+    /// Adds one stored profile's values into `sums`. The outer error is a type mismatch in the
+    /// group; the inner one, bytes that do not decode (the caller names where they lie).
+    fn add(
+        &mut self,
+        sums: &mut OriginSums,
+        series_meta: &Meta,
+        p: &BlockProfile,
+        bytes: &[u8],
+        limits: IdLimits,
+    ) -> Result<Result<(), encoding::DecodeError>, Error> {
+        merge_meta(&mut self.meta, series_meta, p)?;
+        self.n_profiles += 1;
+        // The head's tables grow between holds of its lock: so may its stack ids.
+        if sums.dense.len() < limits.n_stacks as usize {
+            sums.dense.resize(limits.n_stacks as usize, 0);
+        }
+        let OriginSums {
+            dense,
+            touched,
+            labelled,
+        } = sums;
+        Ok(encoding::for_each_sample(
+            &mut Reader::new(bytes),
+            limits,
+            |s, l, v| {
+                if l == LabelSetId::EMPTY {
+                    let slot = &mut dense[s.idx()];
+                    if *slot == 0 {
+                        touched.push(s.0);
+                    }
+                    *slot = slot.wrapping_add(v);
+                } else {
+                    let slot = labelled.entry((s, l)).or_insert(0);
+                    *slot = slot.wrapping_add(v);
+                }
+            },
+        ))
     }
 }
 

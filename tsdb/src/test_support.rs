@@ -101,7 +101,7 @@ pub(crate) fn answers(db: &Db, ranges: &[(i64, i64)]) -> Vec<String> {
         let q = db.querier(min, max);
         for ms in &matcher_sets {
             out.push(format!("range {min}..={max} matchers {ms:?}"));
-            for s in q.select(ms) {
+            for s in q.select(ms).expect("query") {
                 out.push(format!("series {}", s.labels));
                 for (t, p) in &s.profiles {
                     out.push(format!(
@@ -115,13 +115,16 @@ pub(crate) fn answers(db: &Db, ranges: &[(i64, i64)]) -> Vec<String> {
                     ));
                 }
             }
-            out.push(format!("series() {:?}", q.series(ms)));
-            out.push(format!("n_samples {}", q.n_samples(ms)));
-            for t in q.totals(ms) {
+            out.push(format!("series() {:?}", q.series(ms).expect("query")));
+            out.push(format!("n_samples {}", q.n_samples(ms).expect("query")));
+            for t in q.totals(ms).expect("query") {
                 out.push(format!("totals {} {:?} {:?}", t.labels, t.meta, t.points));
             }
-            out.push(format!("names {:?}", q.label_names(ms)));
-            out.push(format!("instances {:?}", q.label_values("instance", ms)));
+            out.push(format!("names {:?}", q.label_names(ms).expect("query")));
+            out.push(format!(
+                "instances {:?}",
+                q.label_values("instance", ms).expect("query")
+            ));
             if ms.len() == 1 {
                 out.push(format!(
                     "merge {:?}",

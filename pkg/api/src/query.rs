@@ -25,6 +25,7 @@ fn parse(query: &str) -> Result<Expr, ApiError> {
 fn query_error(e: parca_query::Error) -> ApiError {
     match e {
         parca_query::Error::Matcher(_) => ApiError::bad_data(e.to_string()),
+        parca_query::Error::Store(e) => ApiError::from_store("cannot read the store", &e),
         _ => ApiError::execution(e.to_string()),
     }
 }
@@ -334,7 +335,8 @@ pub(crate) async fn profile_types(api: &Arc<Api>, call: Call) -> Result<Response
     let db = api.store()?;
     let types = tokio::task::spawn_blocking(move || parca_query::profile_types(&db, start, end))
         .await
-        .map_err(|e| ApiError::internal(format!("metadata task failed: {e}")))?;
+        .map_err(|e| ApiError::internal(format!("metadata task failed: {e}")))?
+        .map_err(query_error)?;
     let types: Vec<_> = types
         .iter()
         .map(|t| {
@@ -381,29 +383,35 @@ pub(crate) async fn metadata(
     let db = api.store()?;
     let answer = tokio::task::spawn_blocking(move || {
         let querier = db.querier(start, end);
+        let read = |e| ApiError::from_store("cannot read the store", &e);
+        let json = |v: Result<serde_json::Value, serde_json::Error>| {
+            v.map_err(|e| ApiError::internal(e.to_string()))
+        };
         match what {
             Metadata::Names | Metadata::Values(_) => {
                 let mut out = std::collections::BTreeSet::new();
                 for matchers in &selectors {
-                    out.extend(match &what {
-                        Metadata::Values(name) => querier.label_values(name, matchers),
-                        _ => querier.label_names(matchers),
-                    });
+                    out.extend(
+                        match &what {
+                            Metadata::Values(name) => querier.label_values(name, matchers),
+                            _ => querier.label_names(matchers),
+                        }
+                        .map_err(read)?,
+                    );
                 }
-                serde_json::to_value(out)
+                json(serde_json::to_value(out))
             }
             Metadata::Series => {
                 let mut out = std::collections::BTreeSet::new();
                 for matchers in &selectors {
-                    out.extend(querier.series(matchers));
+                    out.extend(querier.series(matchers).map_err(read)?);
                 }
                 let out: Vec<_> = out.iter().map(labels_map).collect();
-                serde_json::to_value(out)
+                json(serde_json::to_value(out))
             }
         }
     })
     .await
-    .map_err(|e| ApiError::internal(format!("metadata task failed: {e}")))?
-    .map_err(|e| ApiError::internal(e.to_string()))?;
+    .map_err(|e| ApiError::internal(format!("metadata task failed: {e}")))??;
     Ok(success(&answer))
 }

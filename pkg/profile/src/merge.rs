@@ -45,6 +45,26 @@ impl<S: Deref<Target = Tables> + Clone> Remap<S> {
         }
     }
 
+    /// The same memo over `source`, which must be the tables this memo was made for, grown
+    /// since only by appends (ids already seen mean the same).
+    fn rebind<T: Deref<Target = Tables> + Clone>(self, source: T) -> Remap<T> {
+        let grow = |mut v: Vec<u32>, n: usize| {
+            if v.len() < n {
+                v.resize(n, UNSET);
+            }
+            v
+        };
+        Remap {
+            strings: grow(self.strings, source.n_strings()),
+            mappings: grow(self.mappings, source.n_mappings()),
+            functions: grow(self.functions, source.n_functions()),
+            locations: grow(self.locations, source.n_locations()),
+            stacks: grow(self.stacks, source.n_stacks()),
+            label_sets: grow(self.label_sets, source.n_label_sets()),
+            source,
+        }
+    }
+
     fn string(&mut self, dst: &mut Tables, id: StringId) -> StringId {
         let slot = &mut self.strings[id.idx()];
         if *slot == UNSET {
@@ -204,6 +224,15 @@ impl<'a> Extractor<'a> {
     pub fn new(source: &'a Tables) -> Self {
         Extractor {
             remap: Remap::new(source),
+        }
+    }
+
+    /// The same extractor, its memo kept, reading from `source`: the tables it read before, or
+    /// those tables grown by appends since (a store's head between two holds of its lock). Ids
+    /// seen before must mean the same in `source`; new ids are translated on first use.
+    pub fn rebind<'b>(self, source: &'b Tables) -> Extractor<'b> {
+        Extractor {
+            remap: self.remap.rebind(source),
         }
     }
 

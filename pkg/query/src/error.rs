@@ -57,6 +57,15 @@ pub enum Error {
     /// A label matcher or filter was refused by the store or the profile model.
     #[error("invalid matcher: {0}")]
     Matcher(#[source] parca_tsdb::Error),
+    /// The store could not read what the query needs (a damaged block, named in the message).
+    #[error("cannot read the store: {}", parca_tsdb::with_causes(.0))]
+    Store(parca_tsdb::Error),
+}
+
+impl From<parca_tsdb::Error> for Error {
+    fn from(e: parca_tsdb::Error) -> Self {
+        Error::Store(e)
+    }
 }
 
 fn suggest(nearest: &[String]) -> String {

@@ -98,7 +98,7 @@ impl Engine {
                 };
                 select::series(&self.db, selector, &matchers, window, &self.limits)?;
                 let querier = self.db.querier(window.0, window.1);
-                let n_samples = querier.n_samples(&matchers);
+                let n_samples = querier.n_samples(&matchers)?;
                 if n_samples > self.limits.max_samples {
                     return Err(Error::TooManySamples {
                         n_samples,
@@ -214,7 +214,7 @@ impl Engine {
             }
             Value::Set(set) => {
                 let querier = self.db.querier(set.window.0, set.window.1);
-                for series in querier.select(&set.matchers) {
+                for series in querier.select(&set.matchers)? {
                     if let Some((_, latest)) = series.profiles.last() {
                         add(&series.labels, latest, 1)?;
                     }
@@ -258,8 +258,11 @@ impl Engine {
             .merge_grouped(&set.matchers, |labels| group_labels(labels, grouping))
             .map_err(|e| match e {
                 parca_tsdb::Error::IncompatibleProfiles { left, right } => {
-                    let mut names: Vec<String> = querier
-                        .series(&set.matchers)
+                    let series = match querier.series(&set.matchers) {
+                        Ok(series) => series,
+                        Err(e) => return Error::Store(e),
+                    };
+                    let mut names: Vec<String> = series
                         .iter()
                         .map(|l| l.get(NAME_LABEL).unwrap_or("").to_owned())
                         .collect();
@@ -273,7 +276,7 @@ impl Engine {
                         )
                     }
                 }
-                other => Error::Matcher(other),
+                other => Error::Store(other),
             })?;
         let mut out: Vec<ProfileGroup> = merged
             .into_iter()

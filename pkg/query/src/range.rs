@@ -98,12 +98,12 @@ impl Engine {
                 let querier = self.db.querier(window.0, window.1);
                 let totals: Vec<(Labels, Meta, Vec<TotalPoint>)> = if filters.is_empty() {
                     querier
-                        .totals(&matchers)
+                        .totals(&matchers)?
                         .into_iter()
                         .map(|s| (s.labels, s.meta, s.points))
                         .collect()
                 } else {
-                    let n_samples = querier.n_samples(&matchers);
+                    let n_samples = querier.n_samples(&matchers)?;
                     if n_samples > self.limits.max_samples {
                         return Err(Error::TooManySamples {
                             n_samples,
@@ -111,7 +111,7 @@ impl Engine {
                         });
                     }
                     querier
-                        .select(&matchers)
+                        .select(&matchers)?
                         .into_iter()
                         .map(|s| {
                             let meta = s

@@ -44,15 +44,15 @@ impl ProfileType {
 }
 
 /// The profile types of series with profiles in `[start_ms, end_ms]`, sorted.
-pub fn profile_types(db: &Db, start_ms: i64, end_ms: i64) -> Vec<ProfileType> {
+pub fn profile_types(db: &Db, start_ms: i64, end_ms: i64) -> Result<Vec<ProfileType>, Error> {
     let mut types: Vec<ProfileType> = db
         .querier(start_ms, end_ms)
-        .label_values(NAME_LABEL, &[])
+        .label_values(NAME_LABEL, &[])?
         .iter()
         .filter_map(|name| ProfileType::parse(name))
         .collect();
     types.sort();
-    types
+    Ok(types)
 }
 
 /// The store's matchers for a selector: its profile type as `__name__`, then its matchers.
@@ -102,7 +102,7 @@ pub(crate) fn series(
     window: (i64, i64),
     limits: &Limits,
 ) -> Result<Vec<Labels>, Error> {
-    let found = db.querier(window.0, window.1).series(matchers);
+    let found = db.querier(window.0, window.1).series(matchers)?;
     if found.len() > limits.max_series {
         return Err(Error::TooManySeries {
             n_series: found.len(),
@@ -112,7 +112,9 @@ pub(crate) fn series(
     if found.is_empty()
         && let Some(name) = &selector.profile_type
     {
-        let known = db.querier(i64::MIN, i64::MAX).label_values(NAME_LABEL, &[]);
+        let known = db
+            .querier(i64::MIN, i64::MAX)
+            .label_values(NAME_LABEL, &[])?;
         if !known.iter().any(|k| k == name.as_str()) {
             return Err(Error::UnknownProfileType {
                 name: name.as_str().to_owned(),

@@ -161,7 +161,10 @@ async fn scrapes_stores_deltas_and_reports_health() {
     // Deltas of cumulative profiles need two scrapes.
     eventually("every type, deltas included, from the good target", || {
         let profiles = health_of(&good);
-        let names = db.querier(i64::MIN, i64::MAX).label_values("__name__", &[]);
+        let names = db
+            .querier(i64::MIN, i64::MAX)
+            .label_values("__name__", &[])
+            .expect("query");
         profiles.len() == 5
             && profiles.iter().all(|p| p.health == Health::Up)
             && wanted.iter().all(|w| names.iter().any(|n| n == w))
@@ -189,7 +192,10 @@ async fn scrapes_stores_deltas_and_reports_health() {
 
     // What was stored carries the target's labels and Parca's type names.
     let querier = db.querier(i64::MIN, i64::MAX);
-    assert_eq!(querier.label_values("instance", &[]), vec![good.clone()]);
+    assert_eq!(
+        querier.label_values("instance", &[]).expect("query"),
+        vec![good.clone()]
+    );
     drop(querier);
 
     // A reload with the same configuration keeps the loops (and their last scrape).
@@ -261,8 +267,14 @@ scrape_configs:
     let error = unnamed.last_error.unwrap_or_default();
     assert!(error.contains("certificate"), "{error}");
     let querier = db.querier(i64::MIN, i64::MAX);
-    assert_eq!(querier.label_values("job", &[]), vec!["named".to_owned()]);
-    assert_eq!(querier.label_values("instance", &[]), vec![address]);
+    assert_eq!(
+        querier.label_values("job", &[]).expect("query"),
+        vec!["named".to_owned()]
+    );
+    assert_eq!(
+        querier.label_values("instance", &[]).expect("query"),
+        vec![address]
+    );
     drop(querier);
     manager.stop().await;
 }
@@ -280,6 +292,7 @@ async fn a_busy_store_does_not_stall_scraping() {
     let stored_between = |from_ms: i64, to_ms: i64| {
         db.querier(from_ms, to_ms)
             .totals(&[])
+            .expect("query")
             .iter()
             .map(|s| s.points.len())
             .sum::<usize>()

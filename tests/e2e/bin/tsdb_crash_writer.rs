@@ -34,6 +34,7 @@ fn main() -> anyhow::Result<()> {
     let start = db
         .querier(i64::MIN, i64::MAX)
         .select(&[])
+        .expect("query")
         .iter()
         .filter_map(|s| s.profiles.last().map(|(t, _)| *t))
         .max()
