@@ -279,13 +279,8 @@ impl Db {
     pub fn stats(&self) -> Stats {
         let blocks = self.inner.block_set();
         let head = self.inner.head.read().expect("head lock poisoned");
-        let n_head_profiles = head.series.iter().map(|s| s.profiles.len()).sum();
-        let n_head_samples: usize = head
-            .series
-            .iter()
-            .flat_map(|s| &s.profiles)
-            .map(|p| p.n_samples as usize)
-            .sum();
+        let n_head_profiles = head.totals.n_profiles;
+        let n_head_samples = head.totals.n_samples;
         let stats = Stats {
             n_series: head.series.len(),
             n_profiles: n_head_profiles
@@ -301,7 +296,7 @@ impl Db {
             n_head_stacks: head.tables.n_stacks(),
             n_head_profiles,
             n_head_samples,
-            head_sample_bytes: head.sample_bytes() as u64,
+            head_sample_bytes: head.totals.sample_bytes as u64,
             n_blocks: blocks.len(),
             block_bytes: blocks.iter().map(|b| b.size_bytes).sum(),
             wal_bytes: 0,
@@ -1014,7 +1009,9 @@ mod tests {
         // The failed profile is not served, and the store healed at once (one fault only).
         assert_eq!(totals(&db, &[])[0].1, vec![(1, cpu.total())]);
         assert!(db.write_failure().is_none());
-        assert_eq!(db.stats().n_wal_write_errors, 1);
+        let stats = db.stats();
+        assert_eq!((stats.n_wal_write_errors, stats.n_head_profiles), (1, 1));
+        assert_eq!(stats.n_head_samples, cpu.samples.len());
         commit(3).expect("takes writes again");
         drop(db);
         let db = Db::open(dir.path(), Options::default()).expect("reopen");

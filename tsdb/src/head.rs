@@ -88,10 +88,35 @@ pub(crate) struct Head {
     pub min_valid_ms: i64,
     /// Oldest profile time held (`i64::MAX` when empty).
     pub oldest_ms: i64,
+    /// Figures of the profiles held, kept as they change so that statistics never walk them.
+    pub totals: HeadTotals,
     /// Bumped each time a cut replaces the head (renumbering its series and tables): a query
     /// that reads the head between holds of its lock starts again when it changed.
     pub generation: u64,
     importer: CachedImporter,
+}
+
+/// Running figures of a head's profiles.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeadTotals {
+    pub n_profiles: usize,
+    pub n_samples: usize,
+    /// Bytes of encoded samples.
+    pub sample_bytes: usize,
+}
+
+impl HeadTotals {
+    fn add(&mut self, p: &StoredProfile) {
+        self.n_profiles += 1;
+        self.n_samples += p.n_samples as usize;
+        self.sample_bytes += p.data.len();
+    }
+
+    fn remove(&mut self, p: &StoredProfile) {
+        self.n_profiles -= 1;
+        self.n_samples -= p.n_samples as usize;
+        self.sample_bytes -= p.data.len();
+    }
 }
 
 /// The importer of the last appended profile's tables, kept for the next append: the profiles
@@ -132,6 +157,7 @@ impl Head {
     /// Adds a profile, newer than the series' last, to a series.
     pub fn push(&mut self, series: u32, profile: StoredProfile) {
         self.oldest_ms = self.oldest_ms.min(profile.timestamp_ms);
+        self.totals.add(&profile);
         self.series[series as usize].profiles.push(profile);
     }
 
@@ -142,7 +168,8 @@ impl Head {
                 .profiles
                 .binary_search_by_key(&timestamp_ms, |p| p.timestamp_ms)
         {
-            s.profiles.remove(i);
+            let removed = s.profiles.remove(i);
+            self.totals.remove(&removed);
         }
     }
 
@@ -186,15 +213,6 @@ impl Head {
 
     pub fn limits(&self) -> IdLimits {
         IdLimits::of(&self.tables)
-    }
-
-    /// Bytes of encoded samples held.
-    pub fn sample_bytes(&self) -> usize {
-        self.series
-            .iter()
-            .flat_map(|s| &s.profiles)
-            .map(|p| p.data.len())
-            .sum()
     }
 }
 
@@ -288,6 +306,9 @@ impl Remainder {
                 continue;
             }
             new.oldest_ms = new.oldest_ms.min(kept[0].timestamp_ms);
+            for p in &kept {
+                new.totals.add(p);
+            }
             let series = new.add_series(old.labels.clone(), old.meta.clone());
             new.series[series as usize].profiles = kept;
             renumbered.push(Some(series));

@@ -158,7 +158,13 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
         "/-/healthy" => Ok(crate::response::text("Parca is Healthy.\n")),
         "/-/ready" => ops::ready(api),
         "/-/reload" => ops::reload(api).await,
-        "/metrics" => Ok(ops::metrics(api)),
+        // The store's figures take its locks and list its files: off the async workers.
+        "/metrics" => {
+            let api = Arc::clone(api);
+            tokio::task::spawn_blocking(move || ops::metrics(&api))
+                .await
+                .map_err(|e| ApiError::internal(format!("metrics task failed: {e}")))
+        }
         p if p.starts_with("/debug/pprof") => selfprof::handle(api, call).await,
         _ if is_ui(&call) => ui_asset(&call),
         _ => Err(ApiError {
