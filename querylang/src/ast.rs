@@ -84,8 +84,10 @@ pub struct Selector {
 /// as in `process_cpu:samples:count:cpu:nanoseconds:delta`. It is the value of the `__name__`
 /// label of the series that hold such profiles.
 ///
-/// A name in an AST from [`crate::parse`] has five or six non-empty parts, the sixth being
-/// `delta`; one from [`crate::parse_lenient`] may be half-typed.
+/// A name in an AST from [`crate::parse`] has five or six parts, the sixth being `delta`. The
+/// name and the sample type are never empty; the sample unit, period type and period unit may
+/// be, as pprof allows (py-spy's profiles have no period type: `bar:samples:count::milliseconds`).
+/// One from [`crate::parse_lenient`] may be half-typed.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ProfileTypeName(String);
 
@@ -140,12 +142,7 @@ impl ProfileTypeName {
         const FORM: &str = "name:sample_type:sample_unit:period_type:period_unit[:delta], \
                             such as process_cpu:samples:count:cpu:nanoseconds:delta";
         let n_parts = text.split(':').count();
-        let valid_part = |p: &str| {
-            p.bytes()
-                .next()
-                .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-                && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        };
+        let word = |p: &str| p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
         if n_parts == 1 {
             return Some(format!("`{text}` is not a profile type: write {FORM}"));
         }
@@ -154,12 +151,30 @@ impl ProfileTypeName {
                 "`{text}` has {n_parts} parts, a profile type has 5 or 6: {FORM}"
             ));
         }
-        if let Some(part) = text.split(':').find(|p| !valid_part(p)) {
-            return Some(if part.is_empty() {
-                format!("`{text}` has an empty part: write {FORM}")
+        let parts: Vec<&str> = text.split(':').collect();
+        if n_parts == 6 && parts[5].is_empty() {
+            return Some(format!(
+                "`{text}` ends with `:`; the sixth part, when there is one, is `delta`: {FORM}"
+            ));
+        }
+        if parts[0].is_empty() || parts[1].is_empty() {
+            let which = if parts[0].is_empty() {
+                "name"
             } else {
-                format!("`{part}` in `{text}` must start with a letter or `_`")
-            });
+                "sample type"
+            };
+            return Some(format!("`{text}` has an empty {which}: write {FORM}"));
+        }
+        if parts[0].starts_with(|c: char| c.is_ascii_digit()) {
+            return Some(format!(
+                "`{}` in `{text}` must start with a letter or `_`",
+                parts[0]
+            ));
+        }
+        if let Some(part) = parts.iter().find(|p| !word(p)) {
+            return Some(format!(
+                "`{part}` in `{text}` may only hold letters, digits and `_`"
+            ));
         }
         if n_parts == 6 && !text.ends_with(":delta") {
             return Some(format!(

@@ -12,3 +12,4 @@ mod server_push;
 mod store_faults;
 mod support;
 mod tsdb_crash;
+mod user_files;

@@ -474,3 +474,74 @@ async fn pyroscope_go_sdk_multipart_ingest() {
     assert_eq!(status, 400);
     assert!(answer.contains("invalid multipart body"), "{answer}");
 }
+
+/// Regression (a py-spy profile is listed but its type cannot be selected): pprof allows an
+/// empty period type, py-spy writes one, and the type is stored as
+/// `bar:samples:count::milliseconds:delta`. The name `/api/v1/profile_types` lists must select
+/// the series, bare, as it is written.
+#[tokio::test]
+async fn a_type_with_an_empty_period_type_is_queryable_as_listed() {
+    use parca_pprof::proto;
+    let server = Server::ready().await;
+    let strings = ["", "samples", "count", "milliseconds", "main", "hot"];
+    let pprof = proto::Profile {
+        sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
+        period_type: Some(proto::ValueType { r#type: 0, unit: 3 }),
+        period: 10,
+        duration_nanos: 10_000_000_000,
+        sample: vec![proto::Sample {
+            location_id: vec![2, 1],
+            value: vec![7],
+            label: vec![],
+        }],
+        location: (1..=2)
+            .map(|id| proto::Location {
+                id,
+                line: vec![proto::Line {
+                    function_id: id,
+                    line: 1,
+                    column: 0,
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        function: (1..=2)
+            .map(|id| proto::Function {
+                id,
+                name: 3 + id as i64,
+                ..Default::default()
+            })
+            .collect(),
+        string_table: strings.map(String::from).to_vec(),
+        ..Default::default()
+    };
+    let body = parca_pprof::encode(&pprof, true);
+    let (status, text) = server
+        .post("/api/v1/write?__name__=bar&job=pyspy", body)
+        .await;
+    assert_eq!(status, 200, "{text}");
+    let (_, types) = server.get("/api/v1/profile_types").await;
+    let listed = &json(&types)["data"][0];
+    let name = format!(
+        "{}:{}:{}:{}:{}{}",
+        listed["name"].as_str().expect("name"),
+        listed["sample_type"].as_str().expect("type"),
+        listed["sample_unit"].as_str().expect("unit"),
+        listed["period_type"].as_str().expect("period type"),
+        listed["period_unit"].as_str().expect("period unit"),
+        if listed["delta"] == true {
+            ":delta"
+        } else {
+            ""
+        },
+    );
+    assert_eq!(name, "bar:samples:count::milliseconds:delta");
+    let (status, text) = server
+        .get(&format!(
+            "/api/v1/query?format=top&query={}",
+            enc(&format!("merge({name})"))
+        ))
+        .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("hot"), "{text}");
+}

@@ -409,9 +409,9 @@ fn profile_type_errors() {
     check(
         "process_cpu:samples:count:cpu:nanoseconds:",
         expect![[r#"
-        line 1, column 1: `process_cpu:samples:count:cpu:nanoseconds:` has an empty part: write name:sample_type:sample_unit:period_type:period_unit[:delta], such as process_cpu:samples:count:cpu:nanoseconds:delta
-        1 | process_cpu:samples:count:cpu:nanoseconds:
-          | ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"#]],
+            line 1, column 1: `process_cpu:samples:count:cpu:nanoseconds:` ends with `:`; the sixth part, when there is one, is `delta`: name:sample_type:sample_unit:period_type:period_unit[:delta], such as process_cpu:samples:count:cpu:nanoseconds:delta
+            1 | process_cpu:samples:count:cpu:nanoseconds:
+              | ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"#]],
     );
     check(
         "process_cpu:samples:count:cpu:nanoseconds:cumulative",
@@ -428,11 +428,18 @@ fn profile_type_errors() {
           | ^^^^^^^^^^^^^^^^^"#]],
     );
     check(
-        "a:b:1c:d:e",
+        "1a:b:c:d:e",
         expect![[r#"
-        line 1, column 1: `1c` in `a:b:1c:d:e` must start with a letter or `_`
-        1 | a:b:1c:d:e
-          | ^^^^^^^^^^"#]],
+            line 1, column 1: expected an expression such as memory:inuse_space:bytes:space:bytes{job="api"} or merge(…), found `1a:b:c:d:e`
+            1 | 1a:b:c:d:e
+              | ^^^^^^^^^^"#]],
+    );
+    check(
+        "bar::count::milliseconds:delta",
+        expect![[r#"
+            line 1, column 1: `bar::count::milliseconds:delta` has an empty sample type: write name:sample_type:sample_unit:period_type:period_unit[:delta], such as process_cpu:samples:count:cpu:nanoseconds:delta
+            1 | bar::count::milliseconds:delta
+              | ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"#]],
     );
 }
 

@@ -84,6 +84,28 @@ fn design_document_examples() {
     );
 }
 
+/// Regression (issue: every stored profile type is queryable as it is listed): py-spy's
+/// profiles have no period type, and the units of some writers start with a digit; such types
+/// are stored and listed as they are, and their bare names select them.
+#[test]
+fn types_with_empty_or_numeric_parts_are_selectable() {
+    check(
+        "bar:samples:count::milliseconds:delta",
+        expect![[r#"
+            ProfileSet: bar:samples:count::milliseconds:delta
+            selector bar:samples:count::milliseconds:delta @0..37
+        "#]],
+    );
+    check(
+        r#"merge(a:b:1c:d:e{job="x"})"#,
+        expect![[r#"
+            Profile: merge(a:b:1c:d:e{job="x"})
+            merge @0..26
+              selector a:b:1c:d:e job="x" @6..25
+        "#]],
+    );
+}
+
 #[test]
 fn selectors() {
     check(
