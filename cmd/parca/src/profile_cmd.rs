@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use clap::ValueEnum;
 use parca_pprof::DecodeOptions;
+use parca_profile::units::ValueStyle;
 use parca_profile::{DiffMode, FlameGraph, Profile, StackFilter, Tables, TopTable};
 
 /// What `parca profile` prints.
@@ -52,6 +53,10 @@ pub struct Args {
     /// Drop samples with a function whose whole name matches this regex (repeatable).
     #[arg(long, value_name = "REGEX")]
     drop: Vec<String>,
+    /// Print values as stored (integers in the sample type's unit) instead of in human units
+    /// (`240.29s`, `12.50MB`), for scripts.
+    #[arg(long)]
+    raw: bool,
     /// Write here instead of standard output.
     #[arg(long, short = 'o', value_name = "PATH")]
     output: Option<PathBuf>,
@@ -93,14 +98,24 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         )),
         None => Box::new(BufWriter::new(io::stdout().lock())),
     };
-    write(&profile, args.format, &mut out)?;
+    let style = if args.raw {
+        ValueStyle::Raw
+    } else {
+        ValueStyle::Human
+    };
+    write(&profile, args.format, style, &mut out)?;
     out.flush().context("cannot write the output")?;
     Ok(())
 }
 
-fn write(profile: &Profile, format: Format, out: &mut dyn Write) -> anyhow::Result<()> {
+fn write(
+    profile: &Profile,
+    format: Format,
+    style: ValueStyle,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     match format {
-        Format::Top => out.write_all(TopTable::build(profile).to_text().as_bytes())?,
+        Format::Top => out.write_all(TopTable::build(profile).to_text(style).as_bytes())?,
         Format::TopJson => serde_json::to_writer(&mut *out, &TopTable::build(profile))?,
         Format::Folded => FlameGraph::build(profile).write_folded(out)?,
         Format::Json => FlameGraph::build(profile).write_json(out)?,

@@ -32,7 +32,43 @@ fn top_lists_the_hottest_function_first() {
     let out = stdout(&parca(&["profile", cpu.to_str().unwrap()]));
     let first_row = out.lines().nth(3).expect("a row");
     assert!(first_row.ends_with("main.(*counter).inc"), "{out}");
-    assert!(out.contains("Total: 5310000000"), "{out}");
+    assert!(out.contains("Total: 5.31s"), "{out}");
+}
+
+/// Regression: `parca profile -f top` printed `240290000000` where google/pprof prints
+/// `240.29s`. Values are in human units as pprof scales them, raw with `--raw`.
+#[test]
+fn top_prints_human_units_as_pprof_does_and_raw_on_request() {
+    let cpu = corpus("go/go-cpu.pb.gz");
+    let out = stdout(&parca(&["profile", cpu.to_str().unwrap()]));
+    // pprof -top: `1.32s 24.86% 24.86% 1.42s 26.74% main.(*counter).inc`, `940ms …`.
+    let row = |name: &str| {
+        out.lines()
+            .find(|l| l.ends_with(name))
+            .unwrap_or_else(|| panic!("no row {name}: {out}"))
+            .split_whitespace()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        row("main.(*counter).inc")[..4],
+        ["1.32s", "24.86%", "1.42s", "26.74%"]
+    );
+    assert_eq!(row("crypto/sha256.block")[0], "940ms");
+    let heap = corpus("go/go-heap.pb.gz");
+    let out = stdout(&parca(&["profile", heap.to_str().unwrap()]));
+    // Bytes in powers of 1024, as pprof: `41.63MB`, `512.20kB`.
+    assert!(out.contains("Total: 42.63MB"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("  512.20kB") && l.ends_with("runtime.malg")),
+        "{out}"
+    );
+    let raw = stdout(&parca(&["profile", "--raw", cpu.to_str().unwrap()]));
+    assert!(raw.contains("Total: 5310000000"), "{raw}");
+    assert!(
+        raw.lines().nth(3).expect("a row").contains("1320000000"),
+        "{raw}"
+    );
 }
 
 #[test]

@@ -51,6 +51,7 @@ mod profile;
 mod split;
 pub mod tables;
 mod top;
+pub mod units;
 
 #[cfg(test)]
 mod test_support;

@@ -180,7 +180,7 @@ impl TopTable {
     }
 
     /// The table as text, one row per line: `flat flat% cum cum% name`, like `pprof -top`.
-    pub fn to_text(&self) -> String {
+    pub fn to_text(&self, style: crate::units::ValueStyle) -> String {
         use std::fmt::Write;
         let pct = |v: i64| {
             if self.total == 0 {
@@ -189,22 +189,29 @@ impl TopTable {
                 100.0 * v as f64 / self.total as f64
             }
         };
+        let value = |v: i64| style.format(v, &self.unit);
+        let width = match style {
+            crate::units::ValueStyle::Human => 10,
+            crate::units::ValueStyle::Raw => 16,
+        };
         let mut out = format!(
             "Type: {} ({})\nTotal: {}\n",
-            self.sample_type, self.unit, self.total
+            self.sample_type,
+            self.unit,
+            value(self.total)
         );
         let _ = writeln!(
             out,
-            "{:>16} {:>7} {:>16} {:>7}  name",
+            "{:>width$} {:>7} {:>width$} {:>7}  name",
             "flat", "flat%", "cum", "cum%"
         );
         for row in &self.rows {
             let _ = writeln!(
                 out,
-                "{:>16} {:>6.2}% {:>16} {:>6.2}%  {}",
-                row.flat,
+                "{:>width$} {:>6.2}% {:>width$} {:>6.2}%  {}",
+                value(row.flat),
                 pct(row.flat),
-                row.cum,
+                value(row.cum),
                 pct(row.cum),
                 row.name
             );
