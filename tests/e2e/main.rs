@@ -5,6 +5,7 @@
 mod agent;
 mod corpus;
 mod pprof_oracle;
+mod prometheus_clients;
 mod query_golden;
 mod server;
 mod server_harness;

@@ -67,6 +67,14 @@ pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>
         _ => return Err(ApiError::bad_data("give both `start` and `end`, or `time`")),
     };
     let format = p.get("format").unwrap_or("json").to_owned();
+    if expr.value_type() == parca_querylang::ValueType::SeriesSet {
+        if format != "json" {
+            return Err(ApiError::bad_data(format!(
+                "the query gives series (an aggregation), which are answered as a JSON vector, not as `{format}`: drop `format`, or query profiles with merge(…)"
+            )));
+        }
+        return instant_vector(api, expr, query).await;
+    }
     if !["json", "columns", "pprof", "top", "folded", "svg"].contains(&format.as_str()) {
         return Err(ApiError::bad_data(format!(
             "unknown format `{format}`: use json, columns, pprof, top, folded or svg"
@@ -134,6 +142,41 @@ pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>
     .await;
     api.metrics.observe_query("query", started.elapsed());
     result
+}
+
+/// A series-valued instant query, answered as Prometheus answers one:
+/// `{"resultType":"vector","result":[{"metric":{…},"value":[t,"v"]}]}`.
+async fn instant_vector(
+    api: &Arc<Api>,
+    expr: Expr,
+    query: InstantQuery,
+) -> Result<Response<Body>, ApiError> {
+    let started = std::time::Instant::now();
+    let series = with_engine(api, move |engine| {
+        engine.instant_series(&expr, &query).map_err(query_error)
+    })
+    .await;
+    api.metrics.observe_query("query", started.elapsed());
+    let series = series?;
+    let result: Vec<serde_json::Value> = series
+        .iter()
+        .filter_map(|s| {
+            let point = s.points.last()?;
+            Some(serde_json::json!({
+                "metric": labels_map(&s.labels),
+                "value": [seconds(point.timestamp_ms), point.value.to_string()],
+            }))
+        })
+        .collect();
+    Ok(success(&serde_json::json!({
+        "resultType": "vector",
+        "result": result,
+    })))
+}
+
+/// Milliseconds since the epoch as Prometheus' seconds.
+fn seconds(t: i64) -> f64 {
+    t as f64 / 1000.0
 }
 
 fn render(
@@ -276,7 +319,6 @@ pub(crate) async fn range(api: &Arc<Api>, call: Call) -> Result<Response<Body>, 
         #[serde(skip_serializing_if = "Option::is_none")]
         period_values: Option<Vec<(f64, String)>>,
     }
-    let seconds = |t: i64| t as f64 / 1000.0;
     let result: Vec<Series> = series
         .iter()
         .map(|s| Series {

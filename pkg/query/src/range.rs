@@ -47,6 +47,30 @@ pub struct RangeSeries {
 }
 
 impl Engine {
+    /// Evaluates a series-valued `expr` (an aggregation or `topk`) at one instant, as
+    /// Prometheus' instant query does: each series' value is what [`Engine::range`] gives for a
+    /// step ending at the query's time, the step being the query's window when it has one, else
+    /// the lookback (5 minutes by default); a range `x[1h]` in the expression widens it as in a
+    /// range query. Series without a value there are left out.
+    pub fn instant_series(
+        &self,
+        expr: &Expr,
+        query: &crate::InstantQuery,
+    ) -> Result<Vec<RangeSeries>, Error> {
+        let step_ms = match query.window {
+            Some((start, end)) => (end - start).max(1),
+            None => self.limits.lookback_ms.max(1),
+        };
+        let at = RangeQuery {
+            start_ms: query.time_ms,
+            end_ms: query.time_ms,
+            step_ms,
+        };
+        let mut series = self.range(expr, &at)?;
+        series.retain(|s| !s.points.is_empty());
+        Ok(series)
+    }
+
     /// Evaluates `expr` at every step of `query`. A profile set gives one series per matched
     /// series: at each step, the sum of the totals of profiles in the step (for `…:delta` types,
     /// whose profiles each cover a window) or the latest total (for snapshots such as memory in
