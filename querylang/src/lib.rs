@@ -98,12 +98,7 @@ pub fn parse(query: &str) -> Result<Expr, ParseError> {
         let message = format!("the query nests deeper than {} levels", parser::MAX_DEPTH);
         return Err(ParseError::new(query, Span::new(at, at + 1), message));
     }
-    let built = parser::build(query).map_err(|e| match scan.open_string {
-        Some((quote, start)) if start <= e.span.start => {
-            lenient::open_string_error(query, quote, start)
-        }
-        _ => e,
-    })?;
+    let built = build(query, &scan)?;
     let mut errors = built.errors;
     check::check(query, &built.expr, &mut errors);
     match errors.into_iter().min_by_key(|e| e.span.start) {
@@ -121,7 +116,7 @@ pub fn parse_series_selector(text: &str) -> Result<Selector, ParseError> {
         let message = format!("the query nests deeper than {} levels", parser::MAX_DEPTH);
         return Err(ParseError::new(text, Span::new(at, at + 1), message));
     }
-    let built = parser::build(text)?;
+    let built = build(text, &scan)?;
     let mut errors = built.errors;
     check::check_series_selector(text, &built.expr, &mut errors);
     if let Some(e) = errors.into_iter().min_by_key(|e| e.span.start) {
@@ -136,6 +131,17 @@ pub fn parse_series_selector(text: &str) -> Result<Selector, ParseError> {
              or {job=\"api\"}, without a range or functions",
         )),
     }
+}
+
+/// The syntax tree of `text`; a syntax error at or after a string left open (a line break
+/// inside it, or no closing quote) is reported as that string's error, which says what to do.
+fn build(text: &str, scan: &lenient::Scan) -> Result<parser::Built, ParseError> {
+    parser::build(text).map_err(|e| match scan.open_string {
+        Some((quote, start)) if start <= e.span.start => {
+            lenient::open_string_error(text, quote, start)
+        }
+        _ => e,
+    })
 }
 
 /// What [`parse_lenient`] made of a query.

@@ -21,9 +21,10 @@ impl LiteralError {
     }
 }
 
-/// The value of a string token: `"…"` or `'…'` with Go's escapes (both quote characters may be
-/// escaped in either), or a raw `` `…` `` taken as it is. The token is complete (the grammar
-/// checked the quotes).
+/// The value of a string token: `"…"` or `'…'` with Go's escapes, exactly as PromQL takes them
+/// (`\a \b \f \n \r \t \v \\`, the string's own quote, `\xHH`, `\OOO`, `\uHHHH`,
+/// `\UHHHHHHHH`; the other quote needs no escape and refuses one), or a raw `` `…` `` taken as it
+/// is. The token is complete (the grammar checked the quotes).
 pub(crate) fn unquote(token: &str) -> Result<String, LiteralError> {
     let inner = &token[1..token.len() - 1];
     if token.starts_with('`') || !inner.contains('\\') {
@@ -56,8 +57,9 @@ pub(crate) fn unquote(token: &str) -> Result<String, LiteralError> {
             't' => Some(b'\t'),
             'v' => Some(0x0b),
             '\\' => Some(b'\\'),
-            '\'' => Some(b'\''),
-            '"' => Some(b'"'),
+            // Go allows only the string's own quote to be escaped: `\'` in "…" is an error.
+            '\'' if token.starts_with('\'') => Some(b'\''),
+            '"' if token.starts_with('"') => Some(b'"'),
             _ => None,
         };
         if let Some(b) = simple {
@@ -69,6 +71,23 @@ pub(crate) fn unquote(token: &str) -> Result<String, LiteralError> {
             'u' => (4, 16),
             'U' => (8, 16),
             '0'..='7' => (3, 8),
+            '\n' | '\r' => {
+                return Err(LiteralError::new(
+                    start,
+                    start + 1,
+                    "a line break cannot be inside a string, even after `\\`: write `\\n` for one",
+                ));
+            }
+            '\'' | '"' => {
+                return Err(LiteralError::new(
+                    start,
+                    start + 2,
+                    format!(
+                        "`\\{e}` is not an escape in a string quoted with {}: write {e} alone, as Go and PromQL do",
+                        &token[..1]
+                    ),
+                ));
+            }
             _ => {
                 let end = start + 1 + e.len_utf8();
                 let escape = &token[start..end];

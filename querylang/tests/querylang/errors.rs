@@ -608,3 +608,38 @@ fn the_first_error_is_reported() {
           |      ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^"#]],
     );
 }
+
+/// Regression: escapes follow Go's and PromQL's exactly (only the string's own quote may be
+/// escaped), and a line break in a string says so, in `match[]` selectors too (they said
+/// "expected a string … found a string").
+#[test]
+fn string_escapes_and_line_breaks() {
+    check(
+        r#"memory:inuse_space:bytes:space:bytes{job="a\'b"}"#,
+        expect![[r#"
+            line 1, column 44: `\'` is not an escape in a string quoted with ": write ' alone, as Go and PromQL do
+            1 | memory:inuse_space:bytes:space:bytes{job="a\'b"}
+              |                                            ^^"#]],
+    );
+    check(
+        "memory:inuse_space:bytes:space:bytes{job='a\\\"b'}",
+        expect![[r#"
+            line 1, column 44: `\"` is not an escape in a string quoted with ': write " alone, as Go and PromQL do
+            1 | memory:inuse_space:bytes:space:bytes{job='a\"b'}
+              |                                            ^^"#]],
+    );
+    check(
+        "memory:inuse_space:bytes:space:bytes{job=\"a\\\nb\"}",
+        expect![[r#"
+            line 1, column 44: a line break cannot be inside a string, even after `\`: write `\n` for one
+            1 | memory:inuse_space:bytes:space:bytes{job="a\
+              |                                            ^"#]],
+    );
+    let text = "{job=\"a\nb\"}";
+    let error = parca_querylang::parse_series_selector(text).expect_err("a line break");
+    expect![[r#"
+        line 1, column 6: this string is not closed: add a " (a line break cannot be inside one)
+        1 | {job="a
+          |      ^"#]]
+    .assert_eq(&error.render(text));
+}
