@@ -456,7 +456,7 @@ fn replay(
                         h.series.len()
                     )));
                 }
-                h.add_series(labels, meta.unwrap_or_default());
+                h.add_series(labels, meta);
             }
             record::Record::Symbols(bytes) => {
                 let mut r = Reader::new(bytes);
@@ -500,41 +500,6 @@ fn replay(
                         data: samples.into(),
                     },
                 );
-            }
-            record::Record::LegacyProfile {
-                series,
-                timestamp_ms,
-                duration_nanos,
-                pprof,
-            } => {
-                if series as usize >= h.series.len() {
-                    return Err(corrupt(format!("profile of unknown series {series}")));
-                }
-                let decoded =
-                    parca_pprof::Pprof::parse(pprof).map_err(|source| Error::WalProfile {
-                        segment: segment.to_owned(),
-                        offset,
-                        source,
-                    })?;
-                let Some(mut profile) = parca_profile::from_pprof(&decoded).pop() else {
-                    return Err(corrupt("profile record without a sample type".into()));
-                };
-                profile.meta.duration_nanos = duration_nanos;
-                if h.series[series as usize].profiles.is_empty() {
-                    h.series[series as usize].meta = series_meta(&profile.meta);
-                }
-                if timestamp_ms < h.min_valid_ms {
-                    n_skipped += 1;
-                    return Ok(());
-                }
-                let samples = h.import(&profile);
-                let stored = StoredProfile::encode(
-                    timestamp_ms,
-                    duration_nanos,
-                    profile.meta.period,
-                    &samples,
-                );
-                h.push(series, stored);
             }
         }
         Ok(())
@@ -942,52 +907,6 @@ mod tests {
         drop(db);
         let db = Db::open(dir.path(), Options::default()).expect("reopen");
         assert_eq!(db.stats().n_profiles, 1);
-    }
-
-    #[test]
-    fn a_wal_of_the_first_format_replays() {
-        // The first WAL format: series records without meta, profiles as raw pprof.
-        let dir = tempfile::tempdir().expect("tempdir");
-        let cpu = corpus_cpu("go/go-cpu.pb.gz");
-        let l = labels("api", "a");
-        {
-            let wal = Wal::open(&dir.path().join("wal")).expect("wal");
-            let mut series = vec![1u8];
-            series.extend_from_slice(&0u32.to_le_bytes());
-            series.extend_from_slice(&(l.len() as u16).to_le_bytes());
-            for label in l.iter() {
-                series.extend_from_slice(&(label.name.len() as u16).to_le_bytes());
-                series.extend_from_slice(label.name.as_bytes());
-                series.extend_from_slice(&(label.value.len() as u32).to_le_bytes());
-                series.extend_from_slice(label.value.as_bytes());
-            }
-            wal.write(&series).expect("write");
-            let mut profile = vec![2u8];
-            profile.extend_from_slice(&0u32.to_le_bytes());
-            profile.extend_from_slice(&1_000i64.to_le_bytes());
-            profile.extend_from_slice(&cpu.meta.duration_nanos.to_le_bytes());
-            profile.extend_from_slice(&parca_pprof::encode(&parca_profile::to_pprof(&cpu), false));
-            let seq = wal.write(&profile).expect("write");
-            wal.sync_through(seq).expect("sync");
-        }
-        let db = Db::open(dir.path(), Options::default()).expect("open");
-        let got = db.querier(i64::MIN, i64::MAX).select(&[]).expect("query");
-        assert_eq!(got.len(), 1);
-        assert_eq!(got[0].labels, l);
-        let (t, p) = &got[0].profiles[0];
-        assert_eq!((*t, p.total()), (1_000, cpu.total()));
-        assert_eq!(p.meta.sample_type, cpu.meta.sample_type);
-        assert_eq!(
-            parca_profile::TopTable::build(p).rows,
-            parca_profile::TopTable::build(&cpu).rows
-        );
-        // New appends continue the replayed head.
-        let mut app = db.appender();
-        app.append(&l, 2_000, &cpu).expect("append");
-        app.commit().expect("commit");
-        drop(db);
-        let db = Db::open(dir.path(), Options::default()).expect("reopen");
-        assert_eq!(db.stats().n_profiles, 2);
     }
 
     #[test]

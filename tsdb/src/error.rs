@@ -136,17 +136,6 @@ pub enum Error {
         /// What is wrong.
         what: String,
     },
-    /// A profile in the WAL could not be decoded.
-    #[error("WAL segment `{}` has an undecodable profile at byte {offset}", segment.display())]
-    WalProfile {
-        /// The segment file.
-        segment: PathBuf,
-        /// Offset of the record.
-        offset: u64,
-        /// Why.
-        #[source]
-        source: parca_pprof::Error,
-    },
 }
 
 /// What a caller should make of a store error; the HTTP status and the retry advice follow from

@@ -5,10 +5,8 @@
 //!
 //! - `1` series: `ref: u32, n: u16, n × (name_len: u16, name, value_len: u32, value)`, then its
 //!   meta as strings (`len: u32, bytes`): sample type, sample unit, period type, period unit,
-//!   and `n_comments: u32` comments. (Records written before the meta existed end after the
-//!   labels; they replay with the meta of the series' first legacy profile.)
-//! - `2` legacy profile (written by the store before blocks existed; still replayed): `ref: u32,
-//!   timestamp_ms: i64, duration_nanos: i64`, then the profile as raw pprof.
+//!   and `n_comments: u32` comments.
+//! - `2` was a profile as raw pprof, written before the first release; it is no longer read.
 //! - `3` symbols: the head's tables past the counts they were at ([`encoding::encode_tables`]).
 //! - `4` profile: `ref: u32, timestamp_ms: i64, duration_nanos: i64, period: i64`, then its
 //!   samples in the head's ids ([`encoding::encode_samples`]), the same bytes the head keeps and
@@ -23,7 +21,8 @@ use crate::encoding;
 use crate::labels::Labels;
 
 const SERIES: u8 = 1;
-const LEGACY_PROFILE: u8 = 2;
+/// Profiles as raw pprof, written before the first release and no longer read.
+const PRE_RELEASE_PROFILE: u8 = 2;
 const SYMBOLS: u8 = 3;
 const PROFILE: u8 = 4;
 const CHECKPOINT_BEGIN: u8 = 5;
@@ -31,7 +30,7 @@ const CHECKPOINT_END: u8 = 6;
 
 /// Whether `kind` (a payload's first byte) is a record kind this store writes or reads.
 pub(crate) fn is_known_kind(kind: u8) -> bool {
-    (SERIES..=CHECKPOINT_END).contains(&kind)
+    kind != PRE_RELEASE_PROFILE && (SERIES..=CHECKPOINT_END).contains(&kind)
 }
 
 /// A decoded WAL record.
@@ -39,13 +38,7 @@ pub(crate) enum Record<'a> {
     Series {
         series: u32,
         labels: Labels,
-        meta: Option<Meta>,
-    },
-    LegacyProfile {
-        series: u32,
-        timestamp_ms: i64,
-        duration_nanos: i64,
-        pprof: &'a [u8],
+        meta: Meta,
     },
     Symbols(&'a [u8]),
     Profile {
@@ -142,33 +135,35 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Record<'_>, String> {
                 pairs.push((name, value));
             }
             let labels = Labels::new(pairs).map_err(|e| e.to_string())?;
-            let meta = if r.pos == bytes.len() {
-                None
-            } else {
-                let mut s = || -> Result<String, String> {
-                    let n = r.u32()? as usize;
-                    r.str(n)
-                };
-                let sample_type = ValueType {
-                    kind: s()?,
-                    unit: s()?,
-                };
-                let period_type = ValueType {
-                    kind: s()?,
-                    unit: s()?,
-                };
-                let n = r.u32()?;
-                let mut comments = Vec::new();
-                for _ in 0..n {
-                    let len = r.u32()? as usize;
-                    comments.push(r.str(len)?);
-                }
-                Some(Meta {
-                    sample_type,
-                    period_type,
-                    comments,
-                    ..Meta::default()
-                })
+            if r.pos == bytes.len() {
+                return Err(
+                    "series record without its profile type (the pre-release format, no longer read)"
+                        .into(),
+                );
+            }
+            let mut s = || -> Result<String, String> {
+                let n = r.u32()? as usize;
+                r.str(n)
+            };
+            let sample_type = ValueType {
+                kind: s()?,
+                unit: s()?,
+            };
+            let period_type = ValueType {
+                kind: s()?,
+                unit: s()?,
+            };
+            let n = r.u32()?;
+            let mut comments = Vec::new();
+            for _ in 0..n {
+                let len = r.u32()? as usize;
+                comments.push(r.str(len)?);
+            }
+            let meta = Meta {
+                sample_type,
+                period_type,
+                comments,
+                ..Meta::default()
             };
             Ok(Record::Series {
                 series,
@@ -176,16 +171,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Record<'_>, String> {
                 meta,
             })
         }
-        LEGACY_PROFILE => {
-            let series = r.u32()?;
-            let timestamp_ms = r.i64()?;
-            let duration_nanos = r.i64()?;
-            Ok(Record::LegacyProfile {
-                series,
-                timestamp_ms,
-                duration_nanos,
-                pprof: &bytes[r.pos..],
-            })
+        PRE_RELEASE_PROFILE => {
+            Err("profile record of the pre-release format (raw pprof), no longer read".into())
         }
         SYMBOLS => Ok(Record::Symbols(&bytes[1..])),
         PROFILE => {

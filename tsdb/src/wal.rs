@@ -152,7 +152,7 @@ pub fn replay(
 
 /// Whether `each` refused a record for what it holds (as opposed to failing to read a file).
 fn is_record_damage(e: &Error) -> bool {
-    matches!(e, Error::WalCorrupt { .. } | Error::WalProfile { .. })
+    matches!(e, Error::WalCorrupt { .. })
 }
 
 /// Removes a torn last record, at `pos` in the last segment.
