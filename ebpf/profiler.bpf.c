@@ -41,7 +41,8 @@ struct task_struct;
 #define STACK_COPY_BYTES 16384
 #define PAGE_BYTES 4096
 // The ring buffer of stack copies: about 480 samples of 17 KiB; userspace empties it every
-// 20 ms.
+// 100 ms (enough for 2 CPUs at 99 Hz with room to spare, or 48 CPUs at 19 Hz; beyond, samples
+// fall back to frame-pointer stacks, counted in STAT_COPY_LOST).
 #define STACK_SAMPLES_BYTES (8 * 1024 * 1024)
 
 // `bpf_get_stackid` returns -EFAULT when there is no stack of that kind (the kernel stack of a

@@ -275,6 +275,12 @@ impl Metrics {
             &[("", secs(unwind.unwind_ns))],
         );
         metric(
+            "parca_agent_unwind_table_build_seconds_total",
+            "counter",
+            "Of the time spent unwinding, the time spent building unwind tables.",
+            &[("", secs(unwind.table_build_ns))],
+        );
+        metric(
             "parca_agent_maps_rereads_total",
             "counter",
             "Reads of a process's mappings again because a frame's address was outside them \

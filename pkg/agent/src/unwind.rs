@@ -34,8 +34,10 @@ pub struct UnwindStats {
     pub tables_cached: u64,
     /// Bytes the cached tables hold.
     pub table_bytes: u64,
-    /// Time spent unwinding.
+    /// Time spent unwinding, table builds included.
     pub unwind_ns: u64,
+    /// Of which building unwind tables.
+    pub table_build_ns: u64,
 }
 
 struct Cached {
@@ -88,6 +90,7 @@ impl Unwinder {
             };
             let object = mapping.object.as_ref()?;
             let cached = tables.entry(object.key.clone()).or_insert_with(|| {
+                let started = Instant::now();
                 let table = match UnwindTable::read(&object.file, &object.opened_as) {
                     Ok(t) => {
                         stats.tables_loaded += 1;
@@ -98,6 +101,7 @@ impl Unwinder {
                         None
                     }
                 };
+                stats.table_build_ns += started.elapsed().as_nanos() as u64;
                 Cached {
                     table,
                     last_used: tick,

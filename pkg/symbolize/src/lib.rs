@@ -13,6 +13,9 @@
 //!   Without one, `.gnu_debugdata` (MiniDebugInfo, xz) adds the functions `.dynsym` lacks. A
 //!   symbol names only the addresses within its size (unsized ones end at the next symbol or
 //!   their section's end): past it an address is unknown, never wrongly named.
+//! - [`unwind`] walks a copy of a user stack with the objects' call frame information
+//!   (`.eh_frame`, `.debug_frame`; frame pointers where there is none) and says how the walk
+//!   ended ([`unwind::StackEnd`]).
 //! - [`Kallsyms`] reads `/proc/kallsyms` for kernel frames.
 //! - [`demangle`] turns Rust (legacy and v0) and C++ names into readable ones.
 //! - [`Symbolizer`] caches parsed objects per [`ObjectKey`] (build id, else device and inode)
@@ -23,12 +26,16 @@
 //! - Hostile or corrupt object files give an [`Error`] or no frames, never a panic: an address
 //!   that cannot be symbolized yields an empty frame list and the caller keeps its mapping and
 //!   address.
-//! - No I/O beyond reading the files it is asked to read; which file holds a process's code
-//!   (through `/proc/PID/root`, for containers) is the caller's business.
+//! - No I/O beyond reading the files it is asked to read (and, for [`find_debug_file`], the
+//!   candidate paths of the debug directories it is given); which file holds a process's code
+//!   (through `/proc/PID/root`, for containers) and network fetches (debuginfod) are the
+//!   caller's business.
+//! - Unwinding keeps only an index of FDEs per object in memory and reads the rest from the
+//!   file when a row is first needed; a walk reads only the stack copy it is given.
 //! - Objects are read piecewise (headers, symbol tables, DWARF sections), never whole. DWARF is
 //!   copied into memory to be read, so it is bounded per object ([`DEFAULT_MAX_DWARF_BYTES`])
 //!   and in total ([`Options::max_dwarf_bytes`]); past that, symbol tables are used alone.
-//! - Only this crate sees gimli, addr2line and object.
+//! - Only this crate sees gimli, addr2line, object and lzma-rs.
 //!
 //! # Example
 //!

@@ -255,7 +255,15 @@ impl UnwindTable {
                 },
             }
         };
-        let (eh_frame, eh_bytes, eh_frame_address) = section(".eh_frame");
+        // The linker's sorted table of `.eh_frame`'s FDEs (8 bytes each) is the index when it
+        // is there: `.eh_frame` itself is then never read whole.
+        let hdr_index = eh_frame_hdr_index(&obj, file);
+        let (eh_frame, eh_bytes, eh_frame_address) = if hdr_index.is_some() {
+            let (s, address) = section_without_bytes(&obj, ".eh_frame");
+            (s, Vec::new(), address)
+        } else {
+            section(".eh_frame")
+        };
         let (debug_frame, debug_bytes, _) = section(".debug_frame");
         let text_address = obj.section_by_name(".text").map_or(0, |s| s.address());
         let got_address = obj.section_by_name(".got").map_or(0, |s| s.address());
@@ -294,7 +302,21 @@ impl UnwindTable {
         } else {
             &table.debug_frame.memory
         };
-        let fdes = index(eh, debug, &table.bases(eh_frame_address));
+        let mut fdes = index(eh, debug, &table.bases(eh_frame_address));
+        if let Some(hdr) = hdr_index {
+            let eh_frame_address = table.eh_frame_address;
+            fdes.extend(hdr.into_iter().filter_map(|(start, fde_address)| {
+                Some(FdeEntry {
+                    start,
+                    len: 0,
+                    offset: u32::try_from(fde_address.checked_sub(eh_frame_address)?).ok()?,
+                    cie: u32::MAX,
+                    which: Which::EhFrame,
+                })
+            }));
+            fdes.sort_by_key(|f| (f.start, f.which == Which::EhFrame));
+            fdes.shrink_to_fit();
+        }
         table.fdes = fdes;
         Ok(table)
     }
@@ -387,11 +409,12 @@ impl UnwindTable {
             .fdes
             .partition_point(|f| f.start <= vaddr)
             .checked_sub(1)?;
-        // Overlapping FDEs are rare; look back a little for one that covers the address.
+        // Overlapping FDEs are rare; look back a little for one that covers the address. An
+        // entry of `.eh_frame_hdr` does not know its length (0): gimli checks the range.
         let fde = *self.fdes[i.saturating_sub(3)..=i]
             .iter()
             .rev()
-            .find(|f| vaddr - f.start < u64::from(f.len))?;
+            .find(|f| f.len == 0 || vaddr - f.start < u64::from(f.len))?;
         let bad = Row {
             cfa: Cfa::Unsupported,
             ra: Rule::Unsupported,
@@ -402,11 +425,25 @@ impl UnwindTable {
         // The CIE, then the FDE with its CIE pointer pointing at it: a two-entry section that
         // gimli parses as it would the whole one. `.eh_frame`'s pointers and addresses are
         // relative to their position, so the FDE is placed where its address says.
-        let (Some(cie), Some(mut fde_bytes)) = (
-            self.entry(fde.which, u64::from(fde.cie)),
-            self.entry(fde.which, u64::from(fde.offset)),
-        ) else {
+        let Some(mut fde_bytes) = self.entry(fde.which, u64::from(fde.offset)) else {
             return Some(bad);
+        };
+        let cie_offset = if fde.cie != u32::MAX {
+            u64::from(fde.cie)
+        } else {
+            // `.eh_frame`: the CIE pointer counts back from its own position.
+            let pointer = u32::from_le_bytes(fde_bytes.get(4..8)?.try_into().ok()?);
+            match (u64::from(fde.offset) + 4).checked_sub(u64::from(pointer)) {
+                Some(offset) => offset,
+                None => return Some(bad),
+            }
+        };
+        let Some(cie) = self.entry(fde.which, cie_offset) else {
+            return Some(bad);
+        };
+        let fde = FdeEntry {
+            cie: cie_offset as u32,
+            ..fde
         };
         let cie_len = cie.len();
         let pointer = match fde.which {
@@ -519,6 +556,49 @@ impl UnwindTable {
         }
         None
     }
+}
+
+/// Where a section is, without reading it (uncompressed sections only; else empty).
+fn section_without_bytes<'data, O: Object<'data>>(obj: &O, name: &str) -> (Section, u64) {
+    match obj.section_by_name(name) {
+        Some(section) => match section.compressed_file_range() {
+            Ok(r) if r.format == object::CompressionFormat::None => (
+                Section {
+                    file_offset: Some(r.offset),
+                    size: r.uncompressed_size,
+                    memory: Box::default(),
+                },
+                section.address(),
+            ),
+            _ => (Section::default(), 0),
+        },
+        None => (Section::default(), 0),
+    }
+}
+
+/// The (initial address, FDE address) table of `.eh_frame_hdr`, when it has one.
+fn eh_frame_hdr_index<'data, O: Object<'data>>(obj: &O, file: &File) -> Option<Vec<(u64, u64)>> {
+    use std::os::unix::fs::FileExt;
+    let section = obj.section_by_name(".eh_frame_hdr")?;
+    let (offset, size) = section.file_range()?;
+    if size > MAX_CFI_BYTES {
+        return None;
+    }
+    let mut bytes = vec![0u8; size as usize];
+    file.read_exact_at(&mut bytes, offset).ok()?;
+    let bases = BaseAddresses::default().set_eh_frame_hdr(section.address());
+    let hdr = gimli::EhFrameHdr::new(&bytes, LittleEndian)
+        .parse(&bases, 8)
+        .ok()?;
+    let table = hdr.table()?;
+    let mut iter = table.iter(&bases);
+    let mut out = Vec::new();
+    while let Ok(Some((start, fde))) = iter.next() {
+        if let (gimli::Pointer::Direct(start), gimli::Pointer::Direct(fde)) = (start, fde) {
+            out.push((start, fde));
+        }
+    }
+    (!out.is_empty()).then_some(out)
 }
 
 /// The FDEs of both sections, sorted by address.
