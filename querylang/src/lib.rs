@@ -66,6 +66,7 @@ extern crate alloc;
 
 mod ast;
 mod check;
+pub mod duration;
 mod error;
 mod fast;
 mod lenient;

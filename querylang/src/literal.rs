@@ -193,112 +193,22 @@ pub(crate) fn write_quoted(f: &mut impl Write, s: &str) -> fmt::Result {
     f.write_char('"')
 }
 
-/// The units of a duration, largest first, with their length in milliseconds.
-const UNITS: [(&str, u64); 7] = [
-    ("y", 365 * 24 * 3600 * 1000),
-    ("w", 7 * 24 * 3600 * 1000),
-    ("d", 24 * 3600 * 1000),
-    ("h", 3600 * 1000),
-    ("m", 60 * 1000),
-    ("s", 1000),
-    ("ms", 1),
-];
-
-const UNIT_LIST: &str = "ms, s, m, h, d, w or y";
-
-/// A PromQL duration such as `1h30m`: numbers with units, largest unit first, each at most once.
-/// A leading `-` is returned as `true` in the pair, for the caller to judge.
+/// A PromQL duration such as `1h30m` ([`crate::duration::parse`]), with a leading `-` returned
+/// as `true` in the pair, for the caller to judge.
 pub(crate) fn parse_duration(token: &str) -> Result<(Duration, bool), LiteralError> {
     let (negative, text) = match token.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, token),
     };
     let offset = token.len() - text.len();
-    if text.contains('.') {
-        return Err(LiteralError::new(
-            offset,
-            token.len(),
-            format!("`{text}`: a duration counts whole units, as in 1h30m or 1500ms"),
-        ));
-    }
-    let bytes = text.as_bytes();
-    let mut total_ms: u64 = 0;
-    let mut i = 0;
-    // Index into UNITS of the last unit seen; the next must be strictly smaller.
-    let mut last_unit: Option<usize> = None;
-    while i < bytes.len() {
-        let number_start = i;
-        while i < bytes.len() && bytes[i].is_ascii_digit() {
-            i += 1;
-        }
-        if i == number_start {
-            return Err(LiteralError::new(
-                offset + i,
-                token.len(),
-                format!(
-                    "`{token}` is not a duration: write numbers with units ({UNIT_LIST}), such as 5m or 1h30m"
-                ),
-            ));
-        }
-        let unit_start = i;
-        while i < bytes.len() && !bytes[i].is_ascii_digit() {
-            i += 1;
-        }
-        let unit = &text[unit_start..i];
-        if unit.is_empty() {
-            return Err(LiteralError::new(
-                offset + number_start,
-                token.len(),
-                format!(
-                    "`{}` needs a unit ({UNIT_LIST}), such as {}m",
-                    &text[number_start..],
-                    &text[number_start..]
-                ),
-            ));
-        }
-        let Some(unit_idx) = UNITS.iter().position(|(name, _)| *name == unit) else {
-            return Err(LiteralError::new(
-                offset + unit_start,
-                offset + i,
-                format!("unknown duration unit `{unit}`: use {UNIT_LIST}"),
-            ));
-        };
-        if last_unit.is_some_and(|last| unit_idx <= last) {
-            return Err(LiteralError::new(
-                offset,
-                token.len(),
-                format!("`{text}`: units must go from largest to smallest, each once, as in 1h30m"),
-            ));
-        }
-        last_unit = Some(unit_idx);
-        let count: u64 = text[number_start..unit_start].parse().unwrap_or(u64::MAX);
-        total_ms = count
-            .checked_mul(UNITS[unit_idx].1)
-            .and_then(|ms| total_ms.checked_add(ms))
-            .ok_or_else(|| {
-                LiteralError::new(
-                    offset,
-                    token.len(),
-                    format!("`{text}` is too long a duration"),
-                )
-            })?;
-    }
-    Ok((Duration::from_millis(total_ms), negative))
+    crate::duration::parse(text)
+        .map(|d| (d, negative))
+        .map_err(|e| LiteralError::new(offset + e.start, offset + e.end, e.message))
 }
 
-/// Writes a duration in the canonical form, as `1h30m`; `0s` for zero.
+/// Writes a duration as Prometheus does ([`crate::duration::write`]).
 pub(crate) fn write_duration(f: &mut impl Write, duration: Duration) -> fmt::Result {
-    let mut ms = u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
-    if ms == 0 {
-        return f.write_str("0s");
-    }
-    for (name, unit_ms) in UNITS {
-        if ms >= unit_ms {
-            write!(f, "{}{name}", ms / unit_ms)?;
-            ms %= unit_ms;
-        }
-    }
-    Ok(())
+    crate::duration::write(f, duration)
 }
 
 #[cfg(test)]
@@ -377,7 +287,8 @@ mod tests {
         assert_eq!(dur("1h30m").unwrap(), "1h30m");
         assert_eq!(dur("2d").unwrap(), "2d");
         assert_eq!(dur("14d").unwrap(), "2w");
-        assert_eq!(dur("1y2w3d4h5m6s7ms").unwrap(), "1y2w3d4h5m6s7ms");
+        // Years and weeks only when they divide the duration, as Prometheus writes it.
+        assert_eq!(dur("1y2w3d4h5m6s7ms").unwrap(), "382d4h5m6s7ms");
         assert_eq!(dur("500ms").unwrap(), "500ms");
         assert_eq!(dur("-5m").unwrap(), "-5m");
         assert_eq!(dur("0s").unwrap(), "0s");
@@ -403,7 +314,7 @@ mod tests {
         );
         assert_eq!(
             dur("99999999999999999999y").unwrap_err(),
-            "0..21: `99999999999999999999y` is too long a duration"
+            "0..21: `99999999999999999999y` is too long a duration (at most about 292 years)"
         );
     }
 }

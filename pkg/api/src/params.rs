@@ -102,56 +102,10 @@ pub fn parse_duration_ms(value: &str) -> Result<i64, String> {
         }
         return Ok((seconds * 1000.0).round() as i64);
     }
-    let bad = || {
-        format!(
-            "cannot parse `{value}` as a duration: use seconds (30) or units such as 30s, 5m, 1h30m, 2d"
-        )
-    };
-    // Largest first; `ms` is tried before `m` when matching.
-    const UNITS: [(&str, i64); 7] = [
-        ("y", 31_536_000_000),
-        ("w", 604_800_000),
-        ("d", 86_400_000),
-        ("h", 3_600_000),
-        ("ms", 1),
-        ("m", 60_000),
-        ("s", 1000),
-    ];
-    let rank = |unit: &str| {
-        ["y", "w", "d", "h", "m", "s", "ms"]
-            .iter()
-            .position(|u| *u == unit)
-    };
-    if value.is_empty() {
-        return Err(bad());
-    }
-    let mut rest = value;
-    let mut total: i64 = 0;
-    let mut previous: Option<usize> = None;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        if digits == 0 {
-            return Err(bad());
-        }
-        let number: i64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let &(unit, scale) = UNITS
-            .iter()
-            .find(|(u, _)| rest.starts_with(u))
-            .ok_or_else(bad)?;
-        // Units must come largest first, each once (PromQL's rule).
-        let this = rank(unit);
-        if previous.is_some() && previous >= this {
-            return Err(bad());
-        }
-        previous = this;
-        rest = &rest[unit.len()..];
-        total = number
-            .checked_mul(scale)
-            .and_then(|v| total.checked_add(v))
-            .ok_or_else(bad)?;
-    }
-    Ok(total)
+    let d = parca_querylang::duration::parse(value).map_err(|e| {
+        format!("cannot parse `{value}` as a duration: {e}; or give seconds, such as 30 or 0.5")
+    })?;
+    i64::try_from(d.as_millis()).map_err(|_| format!("`{value}` is too long a duration"))
 }
 
 #[cfg(test)]

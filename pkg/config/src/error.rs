@@ -49,7 +49,7 @@ pub enum Error {
         /// The text given.
         input: String,
         /// What is wrong with it.
-        reason: &'static str,
+        reason: String,
     },
     /// A relabeling regular expression does not compile.
     #[error("invalid regex {regex:?}: {reason}")]

@@ -69,7 +69,7 @@
 //! let err = parca_config::parse("global:\n  scrape_interval: 10x\n", "parca.yaml").unwrap_err();
 //! assert_eq!(
 //!     err.to_string(),
-//!     r#"parca.yaml:2:20: global.scrape_interval: invalid duration "10x": expected a number and a unit such as 10s or 1m"#
+//!     r#"parca.yaml:2:20: global.scrape_interval: invalid duration "10x": unknown duration unit `x`: use ms, s, m, h, d, w or y"#
 //! );
 //! # Ok::<(), parca_config::Error>(())
 //! ```

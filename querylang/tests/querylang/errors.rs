@@ -349,9 +349,9 @@ fn literal_errors() {
     check(
         "memory:inuse_space:bytes:space:bytes offset 99999999999999999999y",
         expect![[r#"
-        line 1, column 45: `99999999999999999999y` is too long a duration
-        1 | memory:inuse_space:bytes:space:bytes offset 99999999999999999999y
-          |                                             ^^^^^^^^^^^^^^^^^^^^^"#]],
+            line 1, column 45: `99999999999999999999y` is too long a duration (at most about 292 years)
+            1 | memory:inuse_space:bytes:space:bytes offset 99999999999999999999y
+              |                                             ^^^^^^^^^^^^^^^^^^^^^"#]],
     );
     check(
         "topk(0, memory:inuse_space:bytes:space:bytes)",

@@ -215,10 +215,10 @@ fn durations() {
     check(
         "memory:inuse_space:bytes:space:bytes[90m] offset 1y2w",
         expect![[r#"
-        ProfileSet: memory:inuse_space:bytes:space:bytes[1h30m] offset 1y2w
-        offset 32745600s @0..53
-          selector memory:inuse_space:bytes:space:bytes range=5400s @0..41
-    "#]],
+            ProfileSet: memory:inuse_space:bytes:space:bytes[1h30m] offset 379d
+            offset 32745600s @0..53
+              selector memory:inuse_space:bytes:space:bytes range=5400s @0..41
+        "#]],
     );
     check(
         "memory:inuse_space:bytes:space:bytes offset 0s",

@@ -539,7 +539,7 @@ fn load_reads_the_file_and_resolves_relative_paths() {
     assert_eq!(
         message,
         format!(
-            "{}:2:20: global.scrape_interval: invalid duration \"10x\": expected a number and a unit such as 10s or 1m",
+            "{}:2:20: global.scrape_interval: invalid duration \"10x\": unknown duration unit `x`: use ms, s, m, h, d, w or y",
             path.display()
         )
     );
@@ -583,7 +583,7 @@ fn errors_carry_their_parts() {
     assert_eq!(path, "scrape_configs[0].scrape_interval");
     assert_eq!(
         message,
-        r#"invalid duration "10x": expected a number and a unit such as 10s or 1m"#
+        r#"invalid duration "10x": unknown duration unit `x`: use ms, s, m, h, d, w or y"#
     );
 }
 
@@ -653,7 +653,7 @@ fn error_messages() {
         // Durations.
         (
             "scrape_configs:\n  - job_name: a\n    scrape_interval: 10x\n",
-            "parca.yaml:3:22: scrape_configs[0].scrape_interval: invalid duration \"10x\": expected a number and a unit such as 10s or 1m",
+            "parca.yaml:3:22: scrape_configs[0].scrape_interval: invalid duration \"10x\": unknown duration unit `x`: use ms, s, m, h, d, w or y",
         ),
         (
             "global:\n  scrape_timeout: 0s\n",
@@ -661,7 +661,7 @@ fn error_messages() {
         ),
         (
             "scrape_configs:\n  - job_name: a\n    file_sd_configs: [{files: [a.json], refresh_interval: 5}]\n",
-            "parca.yaml:3:59: scrape_configs[0].file_sd_configs[0].refresh_interval: invalid duration \"5\": expected a number and a unit such as 10s or 1m",
+            "parca.yaml:3:59: scrape_configs[0].file_sd_configs[0].refresh_interval: invalid duration \"5\": `5` needs a unit (ms, s, m, h, d, w or y), such as 5m",
         ),
         // Rules about a job.
         (
