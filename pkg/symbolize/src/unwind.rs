@@ -927,6 +927,72 @@ mod tests {
     }
 
     #[test]
+    fn plt_stubs_through_their_cfa_expression() {
+        use std::process::Command;
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("plt.c");
+        std::fs::write(
+            &src,
+            "#include <stdio.h>\nint main(int c, char **v) { puts(v[0]); return c; }\n",
+        )
+        .unwrap();
+        let bin = dir.path().join("plt");
+        let built = Command::new("gcc")
+            .args(["-O2", "-fplt", "-Wl,-z,lazy", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !built {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("SKIP: plt_stubs_through_their_cfa_expression: gcc missing");
+            }
+            return;
+        }
+        let obj = std::fs::read(&bin).unwrap();
+        let elf = object::File::parse(&*obj).unwrap();
+        let plt = elf.section_by_name(".plt").expect("a lazy-binding .plt");
+        // The second entry (the first is the resolver's): `jmp *got; push n; jmp .plt`.
+        let entry = plt.address() + 16;
+        let table = Arc::new(UnwindTable::read(&File::open(&bin).unwrap(), &bin).unwrap());
+        // Addresses are the binary's own (no mapping): a return address outside the .plt has
+        // no table, so the walk goes on with frame pointers and ends at the null rbp.
+        let in_plt = |addr: u64| {
+            (addr >= plt.address() && addr < plt.address() + plt.size())
+                .then(|| (table.clone(), addr))
+        };
+        let sp = 0x7000u64;
+        // At the entry's first instruction, the return address is at rsp (CFA = rsp + 8).
+        let mut bytes = vec![0u8; 32];
+        bytes[0..8].copy_from_slice(&0x5555u64.to_le_bytes());
+        let stack = StackCopy { sp, bytes: &bytes };
+        let mut frames = Vec::new();
+        let regs = Registers {
+            ip: entry,
+            sp,
+            bp: 0,
+        };
+        assert_eq!(
+            unwind(regs, &stack, 127, &mut frames, in_plt),
+            StackEnd::Complete
+        );
+        assert_eq!(frames, [entry, 0x5555]);
+        // After its `push` (offset 11), the return address is at rsp + 8 (CFA = rsp + 16).
+        let mut bytes = vec![0u8; 32];
+        bytes[8..16].copy_from_slice(&0x6666u64.to_le_bytes());
+        let stack = StackCopy { sp, bytes: &bytes };
+        frames.clear();
+        let regs = Registers {
+            ip: entry + 11,
+            sp,
+            bp: 0,
+        };
+        unwind(regs, &stack, 127, &mut frames, in_plt);
+        assert_eq!(frames, [entry + 11, 0x6666]);
+    }
+
+    #[test]
     fn frame_pointers_where_no_table_covers() {
         // Two frames by hand: rbp -> [saved rbp = 0, return address].
         let sp = 0x1000u64;
