@@ -246,6 +246,8 @@ impl ProcessTable {
         for line in parse_maps(maps) {
             let object = if line.path.starts_with('/') && line.inode != 0 {
                 self.object(dir, &line)
+            } else if line.path == "[vdso]" {
+                vdso_object()
             } else {
                 None
             };
@@ -323,6 +325,48 @@ impl ProcessTable {
         self.objects.insert(id, Arc::downgrade(&object));
         Some(object)
     }
+}
+
+/// The kernel's vDSO as an object file, for unwinding (its `.eh_frame`) and symbolizing the
+/// frames of every 64-bit process in it: the image is the same in all of them, so the agent's
+/// own copy is read once (`/proc/self/mem`) into an unnamed temporary file. `None` when that
+/// fails.
+fn vdso_object() -> Option<Arc<MappedObject>> {
+    static VDSO: std::sync::OnceLock<Option<Arc<MappedObject>>> = std::sync::OnceLock::new();
+    VDSO.get_or_init(|| {
+        use std::io::Write;
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let line = parse_maps(&maps).find(|l| l.path == "[vdso]")?;
+        let len = usize::try_from(line.end.checked_sub(line.start)?).ok()?;
+        if len > 1 << 20 {
+            return None;
+        }
+        let mut image = vec![0u8; len];
+        std::fs::File::open("/proc/self/mem")
+            .ok()?
+            .read_exact_at(&mut image, line.start)
+            .ok()?;
+        // O_TMPFILE: a file with no name, gone with its last descriptor.
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_TMPFILE)
+            .open(std::env::temp_dir())
+            .ok()?;
+        file.write_all(&image).ok()?;
+        let opened_as = PathBuf::from("[vdso]");
+        let build_id = parca_symbolize::read_build_id(&file, &opened_as).ok()??;
+        Some(Arc::new(MappedObject {
+            key: ObjectKey::BuildId(build_id.clone()),
+            build_id: Some(build_id),
+            file,
+            opened_as,
+            debug_file: None,
+            wants_debug_file: false,
+        }))
+    })
+    .clone()
 }
 
 /// One executable line of `/proc/PID/maps`.
@@ -449,6 +493,9 @@ bogus line
             }
         );
         assert_eq!(lines[1].path, "");
+        // The vDSO is an object of its own, with a build id.
+        let vdso = vdso_object().expect("this process has a vDSO");
+        assert!(vdso.build_id.is_some());
         assert_eq!(lines[2].path, "[vdso]");
         assert_eq!(lines[3].path, "/opt/my app/lib.so (deleted)");
     }
