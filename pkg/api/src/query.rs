@@ -19,13 +19,17 @@ use crate::router::Call;
 
 /// Parses a query; a syntax error answers 400 with the caret picture.
 fn parse(query: &str) -> Result<Expr, ApiError> {
-    parca_querylang::parse(query).map_err(|e| ApiError::bad_data(e.render(query)))
+    parca_querylang::parse(query)
+        .map_err(|e| ApiError::bad_data(e.render(query)).at(e.line, e.column))
 }
 
 fn query_error(e: parca_query::Error) -> ApiError {
     match e {
         parca_query::Error::Matcher(_) => ApiError::bad_data(e.to_string()),
         parca_query::Error::Store(e) => ApiError::from_store("cannot read the store", &e),
+        parca_query::Error::NoProfiles(_) => {
+            ApiError::execution(e.to_string()).because("no_profiles")
+        }
         _ => ApiError::execution(e.to_string()),
     }
 }
@@ -129,7 +133,8 @@ pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>
         if groups.is_empty() {
             return Err(ApiError::execution(
                 "no profiles match the query in this time range: widen the range, or check the selector against /api/v1/series",
-            ));
+            )
+            .because("no_profiles"));
         }
         if groups.len() > 1 && format != "json" && format != "columns" {
             return Err(ApiError::bad_data(format!(

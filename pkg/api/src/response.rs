@@ -58,38 +58,59 @@ impl ErrorType {
     }
 }
 
-/// A failed request: its kind and a message that says what was wrong, in words.
+/// A failed request: its kind and a message that says what was wrong, in words, and for
+/// clients that act on it (the web UI), the place in the query and the reason as fields of the
+/// envelope, so that nobody reads them out of the message.
 #[derive(Debug, Clone)]
 pub struct ApiError {
     /// The kind, which decides the status.
     pub kind: ErrorType,
     /// What went wrong.
     pub message: String,
+    /// For a query that does not parse: the 1-based line and column of the fault
+    /// (`"position": {"line": 1, "column": 12}` in the envelope).
+    pub position: Option<(usize, usize)>,
+    /// A stable name of a condition clients handle (`"reason"` in the envelope), such as
+    /// `no_profiles` when a query matched nothing in its time range.
+    pub reason: Option<&'static str>,
 }
 
 impl ApiError {
+    /// An error of `kind`.
+    pub fn new(kind: ErrorType, message: impl Into<String>) -> Self {
+        ApiError {
+            kind,
+            message: message.into(),
+            position: None,
+            reason: None,
+        }
+    }
+
+    /// The same error, placed at `line` and `column` of the query.
+    pub fn at(mut self, line: usize, column: usize) -> Self {
+        self.position = Some((line, column));
+        self
+    }
+
+    /// The same error, with a stable reason clients act on.
+    pub fn because(mut self, reason: &'static str) -> Self {
+        self.reason = Some(reason);
+        self
+    }
+
     /// A malformed request.
     pub fn bad_data(message: impl Into<String>) -> Self {
-        ApiError {
-            kind: ErrorType::BadData,
-            message: message.into(),
-        }
+        ApiError::new(ErrorType::BadData, message)
     }
 
     /// A request that cannot be executed.
     pub fn execution(message: impl Into<String>) -> Self {
-        ApiError {
-            kind: ErrorType::Execution,
-            message: message.into(),
-        }
+        ApiError::new(ErrorType::Execution, message)
     }
 
     /// Our own fault.
     pub fn internal(message: impl Into<String>) -> Self {
-        ApiError {
-            kind: ErrorType::Internal,
-            message: message.into(),
-        }
+        ApiError::new(ErrorType::Internal, message)
     }
 
     /// A store error as an answer: its class decides the kind (a refusal is the request's
@@ -101,27 +122,30 @@ impl ApiError {
             parca_tsdb::ErrorClass::Unavailable => ErrorType::Unavailable,
             _ => ErrorType::Internal,
         };
-        ApiError {
+        ApiError::new(
             kind,
-            message: format!("{context}: {}", parca_tsdb::with_causes(error)),
-        }
+            format!("{context}: {}", parca_tsdb::with_causes(error)),
+        )
     }
 
     /// Not ready yet.
     pub fn unavailable(message: impl Into<String>) -> Self {
-        ApiError {
-            kind: ErrorType::Unavailable,
-            message: message.into(),
-        }
+        ApiError::new(ErrorType::Unavailable, message)
     }
 
     /// The error as Prometheus' envelope with its status.
     pub fn into_response(self) -> Response<Body> {
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "status": "error",
             "errorType": self.kind.name(),
             "error": self.message,
         });
+        if let Some((line, column)) = self.position {
+            body["position"] = serde_json::json!({"line": line, "column": column});
+        }
+        if let Some(reason) = self.reason {
+            body["reason"] = reason.into();
+        }
         let mut response = json_response(&body);
         *response.status_mut() = self.kind.status();
         if self.kind == ErrorType::Unavailable {

@@ -120,9 +120,9 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
     if let Some((_, methods)) = ROUTES.iter().find(|(p, _)| *p == call.path)
         && !methods.contains(&call.method)
     {
-        return Err(ApiError {
-            kind: ErrorType::MethodNotAllowed,
-            message: format!(
+        return Err(ApiError::new(
+            ErrorType::MethodNotAllowed,
+            format!(
                 "{} is not allowed on {}; use {}",
                 call.method,
                 call.path,
@@ -132,7 +132,7 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
                     .collect::<Vec<_>>()
                     .join(" or ")
             ),
-        });
+        ));
     }
     if let Some(name) = call
         .path
@@ -167,10 +167,10 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
         }
         p if p.starts_with("/debug/pprof") => selfprof::handle(api, call).await,
         _ if is_ui(&call) => ui_asset(&call),
-        _ => Err(ApiError {
-            kind: ErrorType::NotFound,
-            message: format!("no endpoint at {}", call.path),
-        }),
+        _ => Err(ApiError::new(
+            ErrorType::NotFound,
+            format!("no endpoint at {}", call.path),
+        )),
     }
 }
 
@@ -192,10 +192,8 @@ fn is_ui(call: &Call) -> bool {
 /// A file of the embedded UI (`index.html` for client-side routes), 304 when the ETag matches.
 fn ui_asset(call: &Call) -> Result<Response<Body>, ApiError> {
     use hyper::header::{CACHE_CONTROL, ETAG, HeaderValue, IF_NONE_MATCH};
-    let asset = parca_web::asset(&call.path).ok_or_else(|| ApiError {
-        kind: ErrorType::NotFound,
-        message: format!("no file at {}", call.path),
-    })?;
+    let asset = parca_web::asset(&call.path)
+        .ok_or_else(|| ApiError::new(ErrorType::NotFound, format!("no file at {}", call.path)))?;
     let fresh = call
         .headers
         .get(IF_NONE_MATCH)

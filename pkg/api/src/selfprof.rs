@@ -24,9 +24,8 @@ pub(crate) async fn handle(api: &Arc<Api>, call: Call) -> Result<Response<Body>,
             "Profiles of this server:\n\n/debug/pprof/profile?seconds=N  CPU profile over N seconds (default 30)\n/debug/pprof/heap               heap in use (sampled by jemalloc)\n",
         )),
         "/debug/pprof/heap" => {
-            let dump = api.options.heap_profile.ok_or_else(|| ApiError {
-                kind: ErrorType::NotFound,
-                message: "this build has no heap profiler".into(),
+            let dump = api.options.heap_profile.ok_or_else(|| {
+                ApiError::new(ErrorType::NotFound, "this build has no heap profiler")
             })?;
             let bytes = tokio::task::spawn_blocking(dump)
                 .await
@@ -53,12 +52,12 @@ pub(crate) async fn handle(api: &Arc<Api>, call: Call) -> Result<Response<Body>,
                     .map_err(|e| ApiError::internal(format!("profiling task failed: {e}")))??;
             Ok(with_type(bytes, "application/octet-stream"))
         }
-        other => Err(ApiError {
-            kind: ErrorType::NotFound,
-            message: format!(
+        other => Err(ApiError::new(
+            ErrorType::NotFound,
+            format!(
                 "no profile at {other}; this server offers /debug/pprof/profile (CPU) and /debug/pprof/heap"
             ),
-        }),
+        )),
     }
 }
 
@@ -74,9 +73,11 @@ fn cpu_profile(window: Duration) -> Result<Vec<u8>, ApiError> {
     let guard = pprof::ProfilerGuardBuilder::default()
         .frequency(FREQUENCY_HZ)
         .build()
-        .map_err(|e| ApiError {
-            kind: ErrorType::Conflict,
-            message: format!("cannot start the CPU profiler (is another profile running?): {e}"),
+        .map_err(|e| {
+            ApiError::new(
+                ErrorType::Conflict,
+                format!("cannot start the CPU profiler (is another profile running?): {e}"),
+            )
         })?;
     std::thread::sleep(window);
     let report = guard

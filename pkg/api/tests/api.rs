@@ -545,3 +545,38 @@ async fn a_type_with_an_empty_period_type_is_queryable_as_listed() {
     assert_eq!(status, 200, "{text}");
     assert!(text.contains("hot"), "{text}");
 }
+
+/// Regression: the web UI read the place of a parse error and "no profiles" out of the message
+/// text. The envelope carries them as documented fields.
+#[tokio::test]
+async fn errors_carry_position_and_reason_fields() {
+    let server = Server::ready().await;
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/query?query={}",
+            enc("merge(\n  memory:inuse_space:bytes:space:bytes{job=}")
+        ))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    let error = json(&body);
+    assert_eq!(
+        error["position"],
+        serde_json::json!({"line": 2, "column": 44}),
+        "{body}"
+    );
+    let (status, body) = server
+        .post(
+            "/api/v1/write?__name__=memory&job=api",
+            corpus("go/go-heap.pb.gz"),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/query?query={}&time=1",
+            enc("merge(memory:inuse_space:bytes:space:bytes{job=\"api\"}[1m])")
+        ))
+        .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(json(&body)["reason"], "no_profiles", "{body}");
+}

@@ -42,6 +42,9 @@ pub enum Error {
         /// Known types that look like it, nearest first.
         nearest: Vec<String>,
     },
+    /// A part of the query has no profiles in its time range (one side of a `diff`).
+    #[error("{0}")]
+    NoProfiles(String),
     /// The query's result has the wrong kind for the endpoint.
     #[error("{0}")]
     WrongKind(String),

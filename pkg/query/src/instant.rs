@@ -167,7 +167,7 @@ impl Engine {
             set => self.merge_groups(set, None)?,
         };
         if groups.is_empty() {
-            return Err(Error::WrongKind(format!(
+            return Err(Error::NoProfiles(format!(
                 "{what} has no profiles in its time range: widen its range or check its selector"
             )));
         }

@@ -4,17 +4,24 @@ import { readColumns } from './tree.js';
 
 /** An answer with `status: "error"`, or a failed request. */
 export class ApiError extends Error {
-  constructor(message, { type = 'error', status = 0 } = {}) {
+  /**
+   * `type`: the envelope's `errorType`; `position`: its `{line, column}` of a query that does not
+   * parse; `reason`: its stable condition name, such as `no_profiles`.
+   */
+  constructor(message, { type = 'error', status = 0, position = null, reason = null } = {}) {
     super(message);
     this.type = type;
     this.status = status;
+    this.position = position;
+    this.reason = reason;
   }
+}
 
-  /** `{line, column}` of a query parse error (`line L, column C:`), or null. */
-  get position() {
-    const m = /line (\d+), column (\d+)/.exec(this.message);
-    return m ? { line: Number(m[1]), column: Number(m[2]) } : null;
-  }
+/** The ApiError of an error envelope. */
+function envelopeError(body, status) {
+  return new ApiError(body.error || `request failed with ${status}`, {
+    type: body.errorType, status, position: body.position || null, reason: body.reason || null,
+  });
 }
 
 /** GETs `path` with `params` (arrays repeat the key) and returns the envelope's `data`. */
@@ -26,22 +33,17 @@ export async function get(path, params = {}, { signal } = {}) {
   } catch {
     throw new ApiError(`the server answered ${res.status} ${res.statusText} without JSON`, { status: res.status });
   }
-  if (body.status !== 'success') {
-    throw new ApiError(body.error || `request failed with ${res.status}`, { type: body.errorType, status: res.status });
-  }
+  if (body.status !== 'success') throw envelopeError(body, res.status);
   return body.data;
 }
 
 /** The API's error of a failed answer (its JSON envelope when there is one). */
 async function failure(res) {
-  let message = `${res.status} ${res.statusText}`;
-  let type = 'error';
   try {
-    const body = await res.json();
-    message = body.error || message;
-    type = body.errorType || type;
-  } catch { /* not JSON */ }
-  return new ApiError(message, { type, status: res.status });
+    return envelopeError(await res.json(), res.status);
+  } catch {
+    return new ApiError(`${res.status} ${res.statusText}`, { status: res.status });
+  }
 }
 
 /** GETs `path` and returns the raw body as a Blob (downloads), throwing the API's error. */

@@ -140,7 +140,7 @@ export function mountCompare(app) {
       profile = profileView(diffPanel, data.graphs[0].tree, { ...state }, (patch) => writeState(patch), { query, params: { time: (at / 1000).toFixed(3) } });
     } catch (e) {
       if (e.name === 'AbortError') return;
-      if (e.status === 422 && /gives 0 profiles|no profiles match/.test(e.message)) {
+      if (e.reason === 'no_profiles') {
         replace(diffPanel, emptyProfile('One side has no profiles in its range. Widen that side’s range (its graph shows where data is), or check its selector.'));
         return;
       }

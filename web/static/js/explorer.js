@@ -210,7 +210,7 @@ export function mountExplorer(app) {
       showProfile(data, pq, win);
     } catch (e) {
       if (e.name === 'AbortError') return;
-      if (e.status === 422 && /no profiles match/.test(e.message)) {
+      if (e.reason === 'no_profiles') {
         replace(profilePanel, emptyProfile(`Nothing was stored for this selector in ${win.time ? 'the time clicked' : 'this range'}. Widen the time range (try 24h or 7d), drop a label matcher, or check /targets.`));
         return;
       }
