@@ -36,12 +36,13 @@ struct task_struct;
 // Processes whose first sample has been announced to userspace.
 #define MAX_KNOWN_PIDS 32768
 // Bytes of user stack copied per sample, from the stack pointer up (a power of two: offsets are
-// masked with it). 16 KiB hold about 127 frames of typical C, C++ and Rust code; deeper frames
+// masked with it). 32 KiB hold 127 frames of typical C, C++ and Rust code and most stacks of
+// code with large frames (rustc's threads needed more than 16 KiB in a fifth of samples); deeper frames
 // are cut (userspace marks the stack `unreadable_memory`).
-#define STACK_COPY_BYTES 16384
+#define STACK_COPY_BYTES 32768
 #define PAGE_BYTES 4096
-// The ring buffer of stack copies: about 480 samples of 17 KiB; userspace empties it every
-// 100 ms (enough for 2 CPUs at 99 Hz with room to spare, or 48 CPUs at 19 Hz; beyond, samples
+// The ring buffer of stack copies: about 240 samples of 33 KiB; userspace empties it every
+// 100 ms (enough for 2 CPUs at 99 Hz with room to spare, or 100 CPUs at 19 Hz; beyond, samples
 // fall back to frame-pointer stacks, counted in STAT_COPY_LOST).
 #define STACK_SAMPLES_BYTES (8 * 1024 * 1024)
 
@@ -103,9 +104,11 @@ struct {
 	__type(value, __u32);
 } half SEC(".maps");
 
-// Per-CPU scratch space for one `stack_sample` (too large for the 512-byte BPF stack).
+// Scratch space for one `stack_sample` per CPU (too large for the 512-byte BPF stack, and for a
+// per-CPU array, whose values are at most 32 KiB): an array indexed by CPU number, sized to the
+// possible CPUs by userspace at load time. A perf event program is not preempted on its CPU.
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct stack_sample);
@@ -200,8 +203,8 @@ static __always_inline void announce_if_new(__u32 pid)
 // caller then counts it with frame-pointer stacks.
 static __always_inline int copy_stack(struct bpf_perf_event_data *ctx, __u32 pid, int user_mode)
 {
-	__u32 zero = 0;
-	struct stack_sample *s = bpf_map_lookup_elem(&scratch, &zero);
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct stack_sample *s = bpf_map_lookup_elem(&scratch, &cpu);
 	if (!s)
 		return 0;
 	if (user_mode) {

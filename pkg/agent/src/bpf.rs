@@ -176,7 +176,13 @@ impl Sampler {
     /// CPU and to the exec and exit raw tracepoints (which, unlike tracepoints, need no tracefs), and returns it with the ring buffer of
     /// process announcements.
     pub fn start(frequency_hz: u64) -> Result<(Sampler, ProcEvents), Error> {
+        // `scratch` holds one stack copy per possible CPU (indexed by CPU number).
+        let n_possible = aya::util::nr_cpus().map_err(|(path, source)| Error::OnlineCpus {
+            path: path.into(),
+            source,
+        })?;
         let mut ebpf = EbpfLoader::new()
+            .map_max_entries("scratch", n_possible as u32)
             .load(OBJECT)
             .map_err(|source| Error::Load {
                 source: Box::new(source),

@@ -45,7 +45,7 @@ pub(crate) struct Shared {
 }
 
 /// How often the ring buffer of stack copies is emptied and its samples unwound (it holds
-/// about 480 copies: `STACK_SAMPLES_BYTES` in the BPF source).
+/// about 240 copies: `STACK_SAMPLES_BYTES` in the BPF source).
 const COPY_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Runs until every command sender is gone. Finished windows go to `windows` (dropped when

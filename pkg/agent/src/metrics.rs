@@ -210,7 +210,7 @@ impl Metrics {
             "counter",
             "User stacks unwound from stack copies, by how the walk ended: complete (reached \
              the start), no_unwind_info, unreadable_memory (the next frame is above the copied \
-             16 KiB), depth_limit (cut at 127 frames), bad_unwind_info.",
+             32 KiB), depth_limit (cut at 127 frames), bad_unwind_info.",
             &ends,
         );
         let total: u64 = unwind.ends.iter().sum();
