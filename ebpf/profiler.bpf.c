@@ -41,9 +41,9 @@ struct task_struct;
 // are cut (userspace marks the stack `unreadable_memory`).
 #define STACK_COPY_BYTES 32768
 #define PAGE_BYTES 4096
-// The ring buffer of stack copies: about 240 samples of 33 KiB; userspace empties it every
-// 100 ms (enough for 2 CPUs at 99 Hz with room to spare, or 100 CPUs at 19 Hz; beyond, samples
-// fall back to frame-pointer stacks, counted in STAT_COPY_LOST).
+// The ring buffer of stack copies, emptied by userspace every 100 ms. Userspace sizes it at load
+// to twice what the CPUs send in that time (1 to 64 MiB); a copy that does not fit falls back
+// to frame-pointer stacks, counted in STAT_COPY_LOST.
 #define STACK_SAMPLES_BYTES (8 * 1024 * 1024)
 
 // `bpf_get_stackid` returns -EFAULT when there is no stack of that kind (the kernel stack of a

@@ -183,6 +183,10 @@ impl Sampler {
         })?;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("scratch", n_possible as u32)
+            .map_max_entries(
+                "stack_samples",
+                stack_samples_bytes(n_possible, frequency_hz),
+            )
             .load(OBJECT)
             .map_err(|source| Error::Load {
                 source: Box::new(source),
@@ -358,6 +362,16 @@ impl Sampler {
     }
 }
 
+/// Size of the ring buffer of stack copies: twice what `n_cpus` at `frequency_hz` send between
+/// two reads of it (`collector::COPY_POLL_INTERVAL`, 100 ms) when every copy is full (about
+/// 33 KiB), as a power of two from 1 to 64 MiB. Mapped into the agent, it counts in its RSS
+/// twice (the kernel maps the data pages twice), so it is not made larger than needed. A copy
+/// that does not fit is counted with frame-pointer stacks instead.
+fn stack_samples_bytes(n_cpus: usize, frequency_hz: u64) -> u32 {
+    let per_poll = n_cpus as u64 * frequency_hz * (SAMPLE_STACK_AT as u64 + 32 * 1024) / 10;
+    (2 * per_poll).clamp(1 << 20, 64 << 20).next_power_of_two() as u32
+}
+
 fn attach_error(program: &'static str, source: aya::programs::ProgramError) -> Error {
     Error::Attach {
         program,
@@ -447,6 +461,14 @@ mod tests {
         assert_eq!(s.kernel[0], 0xffff_ffff_8100_0000);
         assert_eq!(s.stack.len(), 24);
         assert!(parse_sample(&bytes[..SAMPLE_STACK_AT + 8]).is_none());
+    }
+
+    #[test]
+    fn the_ring_buffer_grows_with_cpus_and_frequency() {
+        assert_eq!(stack_samples_bytes(2, 19), 1 << 20);
+        assert_eq!(stack_samples_bytes(2, 99), 2 << 20);
+        assert_eq!(stack_samples_bytes(64, 19), 8 << 20);
+        assert_eq!(stack_samples_bytes(1024, 10_000), 64 << 20);
     }
 
     #[test]

@@ -44,9 +44,9 @@ pub(crate) struct Shared {
     pub window: std::sync::atomic::AtomicU64,
 }
 
-/// How often the ring buffer of stack copies is emptied and its samples unwound (it holds
-/// about 240 copies: `STACK_SAMPLES_BYTES` in the BPF source).
-const COPY_POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How often the ring buffer of stack copies is emptied and its samples unwound (it is sized
+/// for twice what arrives meanwhile: `bpf::stack_samples_bytes`).
+pub(crate) const COPY_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Runs until every command sender is gone. Finished windows go to `windows` (dropped when
 /// the receiver lags: the next one has the news).
