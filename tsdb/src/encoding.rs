@@ -98,7 +98,7 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(a))
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn uvarint(&mut self) -> Result<u64> {
         // Most stack deltas and scaled values fit one byte.
         if let Some(&b) = self.bytes.get(self.pos)
@@ -133,7 +133,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn ivarint(&mut self) -> Result<i64> {
         let u = self.uvarint()?;
         Ok(((u >> 1) as i64) ^ -((u & 1) as i64))
@@ -257,8 +257,10 @@ impl IdLimits {
 }
 
 /// Calls `each(stack, labels, value)` for every sample of one profile encoded by
-/// [`encode_samples`] at the reader's position, in stored order, without allocating.
-#[inline]
+/// [`encode_samples`] at the reader's position, in stored order, without allocating. Always
+/// inlined: the per-sample loop of every merge, whose `each` must be inlined into it (measured:
+/// left to the compiler, a merge ran 1.6 times slower).
+#[inline(always)]
 pub(crate) fn for_each_sample(
     r: &mut Reader<'_>,
     limits: IdLimits,
