@@ -34,6 +34,18 @@ fn query_error(e: parca_query::Error) -> ApiError {
     }
 }
 
+/// Runs `f` with the engine on the blocking pool, its time observed as a query of `endpoint`.
+async fn evaluate<T: Send + 'static>(
+    api: &Arc<Api>,
+    endpoint: &'static str,
+    f: impl FnOnce(&Engine) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let started = std::time::Instant::now();
+    let result = with_engine(api, f).await;
+    api.metrics.observe_query(endpoint, started.elapsed());
+    result
+}
+
 /// Runs `f` with the engine on the blocking pool.
 async fn with_engine<T: Send + 'static>(
     api: &Arc<Api>,
@@ -122,8 +134,7 @@ pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>
             ..
         }
     );
-    let started = std::time::Instant::now();
-    let result = with_engine(api, move |engine| {
+    evaluate(api, "query", move |engine| {
         let mut groups = engine.instant(&expr, &query).map_err(query_error)?;
         if !hider.is_empty() {
             for g in &mut groups {
@@ -144,9 +155,7 @@ pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>
         }
         render(&groups, grouped, &format, limit, min_share)
     })
-    .await;
-    api.metrics.observe_query("query", started.elapsed());
-    result
+    .await
 }
 
 /// A series-valued instant query, answered as Prometheus answers one:
@@ -156,12 +165,10 @@ async fn instant_vector(
     expr: Expr,
     query: InstantQuery,
 ) -> Result<Response<Body>, ApiError> {
-    let started = std::time::Instant::now();
-    let series = with_engine(api, move |engine| {
+    let series = evaluate(api, "query", move |engine| {
         engine.instant_series(&expr, &query).map_err(query_error)
     })
     .await;
-    api.metrics.observe_query("query", started.elapsed());
     let series = series?;
     let result: Vec<serde_json::Value> = series
         .iter()
@@ -305,12 +312,10 @@ pub(crate) async fn range(api: &Arc<Api>, call: Call) -> Result<Response<Body>, 
         end_ms: end,
         step_ms: step,
     };
-    let started = std::time::Instant::now();
-    let series = with_engine(api, move |engine| {
+    let series = evaluate(api, "query_range", move |engine| {
         engine.range(&expr, &query).map_err(query_error)
     })
     .await;
-    api.metrics.observe_query("query_range", started.elapsed());
     let series = series?;
 
     #[derive(Serialize)]
