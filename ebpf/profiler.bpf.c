@@ -42,7 +42,7 @@ struct task_struct;
 #define STACK_COPY_BYTES 32768
 #define PAGE_BYTES 4096
 // The ring buffer of stack copies, emptied by userspace every 100 ms. Userspace sizes it at load
-// to twice what the CPUs send in that time (1 to 64 MiB); a copy that does not fit falls back
+// to four times what the CPUs send in that time (8 to 64 MiB); a copy that does not fit falls back
 // to frame-pointer stacks, counted in STAT_COPY_LOST.
 #define STACK_SAMPLES_BYTES (8 * 1024 * 1024)
 

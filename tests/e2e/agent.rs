@@ -835,6 +835,12 @@ struct UnwindTargets {
     cpp_exceptions: PathBuf,
     /// signal.c: the time goes to a signal handler.
     c_signal: PathBuf,
+    /// hot.c without a build id, stripped, its debug file in `.debug/` beside it, found by
+    /// `.gnu_debuglink` (and checked by its CRC).
+    c_debuglink: PathBuf,
+    /// hot.c (`-fno-inline`), stripped, with MiniDebugInfo: its functions in an xz-compressed
+    /// symbol table in `.gnu_debugdata`, as Fedora ships binaries.
+    c_minidebuginfo: PathBuf,
 }
 
 fn tool(command: &mut Command, what: &str) {
@@ -935,7 +941,82 @@ fn unwind_targets() -> &'static UnwindTargets {
             "signal.c",
             "agent-c-signal",
         );
+        // Found by .gnu_debuglink only: no build id.
+        let debuglink_dir = out.join("debuglink");
+        std::fs::create_dir_all(debuglink_dir.join(".debug")).unwrap();
+        let c_debuglink = debuglink_dir.join("agent-c-debuglink");
+        tool(
+            Command::new("gcc")
+                .args([
+                    "-O2",
+                    "-fomit-frame-pointer",
+                    "-g",
+                    "-Wl,--build-id=none",
+                    "-o",
+                ])
+                .arg(&c_debuglink)
+                .arg(src.join("hot.c")),
+            "gcc",
+        );
+        let linked = debuglink_dir.join(".debug/agent-c-debuglink.debug");
+        tool(
+            Command::new("objcopy")
+                .arg("--only-keep-debug")
+                .arg(&c_debuglink)
+                .arg(&linked),
+            "objcopy",
+        );
+        tool(
+            Command::new("strip").arg("--strip-all").arg(&c_debuglink),
+            "strip",
+        );
+        tool(
+            Command::new("objcopy")
+                .arg(format!("--add-gnu-debuglink={}", linked.display()))
+                .arg(&c_debuglink),
+            "objcopy --add-gnu-debuglink",
+        );
+        // MiniDebugInfo as Fedora makes it: the functions in a symbol table of their own,
+        // xz-compressed into .gnu_debugdata of the stripped binary.
+        let c_minidebuginfo = gcc(
+            &["-O2", "-fomit-frame-pointer", "-fno-inline"],
+            "hot.c",
+            "agent-c-minidebuginfo",
+        );
+        let keep = out.join("minidebuginfo.keep");
+        std::fs::write(&keep, "hot_leaf\nwork\nmain\nnow\n").unwrap();
+        let mini = out.join("minidebuginfo");
+        tool(
+            Command::new("objcopy")
+                .arg("-S")
+                .arg("--remove-section=.comment")
+                .arg(format!("--keep-symbols={}", keep.display()))
+                .arg(&c_minidebuginfo)
+                .arg(&mini),
+            "objcopy --keep-symbols",
+        );
+        tool(
+            Command::new("xz").arg("-f").arg(&mini),
+            "xz (apt-get install xz-utils)",
+        );
+        tool(
+            Command::new("strip")
+                .arg("--strip-all")
+                .arg(&c_minidebuginfo),
+            "strip",
+        );
+        tool(
+            Command::new("objcopy")
+                .arg(format!(
+                    "--add-section=.gnu_debugdata={}",
+                    out.join("minidebuginfo.xz").display()
+                ))
+                .arg(&c_minidebuginfo),
+            "objcopy --add-section",
+        );
         UnwindTargets {
+            c_debuglink,
+            c_minidebuginfo,
             c_signal,
             c_o2,
             c_o2_debug,
@@ -1045,6 +1126,8 @@ fn agent_unwinds_programs_without_frame_pointers_and_names_stripped_ones() {
         ));
         Process::start(tool, command, &dir.path().join(format!("{tool}.log")))
     };
+    let c_debuglink = start_target(&t.c_debuglink, 60.0, dir.path());
+    let c_mini = start_target(&t.c_minidebuginfo, 60.0, dir.path());
     let gzip = compress("gzip", "-9");
     let xz = compress("xz", "-9 -T1");
     let agent = Agent::start(dir.path(), &[]);
@@ -1058,6 +1141,18 @@ fn agent_unwinds_programs_without_frame_pointers_and_names_stripped_ones() {
     );
     assert_attributed(&p, "C -O2 with frame pointers", c_fp.pid(), &C_CHAIN);
     assert_attributed(&p, "Rust release", rust.pid(), &RUST_CHAIN);
+    assert_attributed(
+        &p,
+        "C stripped, debug file by .gnu_debuglink",
+        c_debuglink.pid(),
+        &C_CHAIN,
+    );
+    assert_attributed(
+        &p,
+        "C stripped, symbols from .gnu_debugdata",
+        c_mini.pid(),
+        &C_CHAIN,
+    );
     for (what, process) in [("gzip", &gzip), ("xz", &xz)] {
         let (hit, total) = share_with(&p, process.pid(), |f| {
             f == "main" || f.starts_with("__libc_start_main") || f == "__libc_start_call_main"

@@ -362,14 +362,16 @@ impl Sampler {
     }
 }
 
-/// Size of the ring buffer of stack copies: twice what `n_cpus` at `frequency_hz` send between
-/// two reads of it (`collector::COPY_POLL_INTERVAL`, 100 ms) when every copy is full (about
-/// 33 KiB), as a power of two from 1 to 64 MiB. Mapped into the agent, it counts in its RSS
-/// twice (the kernel maps the data pages twice), so it is not made larger than needed. A copy
-/// that does not fit is counted with frame-pointer stacks instead.
+/// Size of the ring buffer of stack copies: four times what `n_cpus` at `frequency_hz` send
+/// between two reads of it (`collector::COPY_POLL_INTERVAL`, 100 ms) when every copy is full
+/// (about 33 KiB), as a power of two from 8 to 64 MiB: the sampling thread competes for the CPUs
+/// it samples, and on busy ones copies were lost from 2 and 4 MiB buffers.
+/// Mapped into the agent, it counts in its RSS twice (the kernel maps the data pages twice), so
+/// it is not made larger than needed. A copy that does not fit is counted with frame-pointer
+/// stacks instead (`parca_agent_stack_copies_lost_total`).
 fn stack_samples_bytes(n_cpus: usize, frequency_hz: u64) -> u32 {
     let per_poll = n_cpus as u64 * frequency_hz * (SAMPLE_STACK_AT as u64 + 32 * 1024) / 10;
-    (2 * per_poll).clamp(1 << 20, 64 << 20).next_power_of_two() as u32
+    (4 * per_poll).clamp(8 << 20, 64 << 20).next_power_of_two() as u32
 }
 
 fn attach_error(program: &'static str, source: aya::programs::ProgramError) -> Error {
@@ -465,9 +467,9 @@ mod tests {
 
     #[test]
     fn the_ring_buffer_grows_with_cpus_and_frequency() {
-        assert_eq!(stack_samples_bytes(2, 19), 1 << 20);
-        assert_eq!(stack_samples_bytes(2, 99), 2 << 20);
-        assert_eq!(stack_samples_bytes(64, 19), 8 << 20);
+        assert_eq!(stack_samples_bytes(2, 19), 8 << 20);
+        assert_eq!(stack_samples_bytes(2, 99), 8 << 20);
+        assert_eq!(stack_samples_bytes(64, 19), 16 << 20);
         assert_eq!(stack_samples_bytes(1024, 10_000), 64 << 20);
     }
 

@@ -81,11 +81,15 @@ impl Unwinder {
         };
         let mut frames = Vec::with_capacity(32);
         let mut unknown_address = false;
+        let mut first = true;
         let tables = &mut self.tables;
         let stats = &mut self.stats;
         let end = unwind(regs, &stack, MAX_USER_FRAMES, &mut frames, |addr| {
+            let leaf = std::mem::replace(&mut first, false);
             let Some((_, mapping)) = process.mapping_of(addr) else {
-                unknown_address = true;
+                // Only the sampled address says the mappings changed: a return address in no
+                // mapping may be garbage from a frame-pointer step.
+                unknown_address |= leaf;
                 return None;
             };
             let object = mapping.object.as_ref()?;
@@ -162,7 +166,7 @@ impl Unwinder {
     }
 }
 
-/// How long after reading a process its mappings may be read again because an address fell
-/// outside them (a `dlopen`ed library, a new thread's stack): bounds the cost of code that is
-/// in no file mapping at all (JIT output).
-pub const REREAD_MAPS_AFTER: Duration = Duration::from_secs(1);
+/// How long after reading a process its mappings may be read again because the sampled address
+/// fell outside them (a `dlopen`ed library, or maps read just before an `exec`): bounds the cost
+/// of a process whose samples keep landing outside every mapping.
+pub const REREAD_MAPS_AFTER: Duration = Duration::from_millis(200);

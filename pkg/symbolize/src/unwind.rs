@@ -19,7 +19,6 @@ use gimli::{
     UnwindContext, UnwindSection,
 };
 use object::read::ReadCache;
-use object::{Object, ObjectSection, ObjectSegment};
 use rustc_hash::FxHashMap;
 
 use crate::Error;
@@ -214,68 +213,72 @@ impl UnwindTable {
     /// Reads the CFI of the object open as `file` (`path` names it in messages). An object
     /// without any gives an empty table (every frame in it is walked with frame pointers).
     pub fn read(file: &File, path: &Path) -> Result<UnwindTable, Error> {
+        use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
         use std::os::unix::fs::FileExt;
+        // Headers only, through the low-level reader: `object::File::parse` would read the
+        // symbol tables too (40 ms for curl, 150 ms for libLLVM), on the sampling thread.
         let cache = ReadCache::new(file);
-        let obj = object::File::parse(&cache).map_err(|source| Error::Elf {
+        let elf_error = |source| Error::Elf {
             path: path.to_owned(),
             source,
-        })?;
-        // (where the section is, its bytes for indexing, its address)
-        let section = |name: &str| -> (Section, Vec<u8>, u64) {
-            let Some(section) = obj.section_by_name(name) else {
-                return (Section::default(), Vec::new(), 0);
-            };
-            let address = section.address();
-            match section.compressed_file_range() {
-                Ok(r) if r.format == object::CompressionFormat::None => {
-                    if r.uncompressed_size > MAX_CFI_BYTES {
-                        return (Section::default(), Vec::new(), 0);
-                    }
-                    let mut bytes = vec![0u8; r.uncompressed_size as usize];
-                    if file.read_exact_at(&mut bytes, r.offset).is_err() {
-                        return (Section::default(), Vec::new(), 0);
-                    }
-                    let s = Section {
-                        file_offset: Some(r.offset),
-                        size: r.uncompressed_size,
-                        memory: Box::default(),
-                    };
-                    (s, bytes, address)
-                }
-                _ => match section.uncompressed_data() {
-                    Ok(data) if data.len() as u64 <= MAX_CFI_BYTES => {
-                        let s = Section {
-                            file_offset: None,
-                            size: data.len() as u64,
-                            memory: Box::from(&*data),
-                        };
-                        (s, Vec::new(), address)
-                    }
-                    _ => (Section::default(), Vec::new(), 0),
-                },
+        };
+        let header =
+            object::elf::FileHeader64::<object::Endianness>::parse(&cache).map_err(elf_error)?;
+        let endian = header.endian().map_err(elf_error)?;
+        let sections = header.sections(endian, &cache).map_err(elf_error)?;
+        // (file offset, size, address) of an uncompressed section with bytes in the file.
+        let find = |name: &[u8]| -> Option<(u64, u64, u64)> {
+            let (_, s) = sections.section_by_name(endian, name)?;
+            let compressed = s.sh_flags(endian) & u64::from(object::elf::SHF_COMPRESSED) != 0;
+            (s.sh_type(endian) != object::elf::SHT_NOBITS && !compressed)
+                .then(|| (s.sh_offset(endian), s.sh_size(endian), s.sh_addr(endian)))
+        };
+        let read_bytes = |offset: u64, size: u64| -> Option<Vec<u8>> {
+            if size > MAX_CFI_BYTES {
+                return None;
             }
+            let mut bytes = vec![0u8; size as usize];
+            file.read_exact_at(&mut bytes, offset).ok()?;
+            Some(bytes)
+        };
+        let located = |(offset, size, _): (u64, u64, u64)| Section {
+            file_offset: Some(offset),
+            size,
+            memory: Box::default(),
         };
         // The linker's sorted table of `.eh_frame`'s FDEs (8 bytes each) is the index when it
         // is there: `.eh_frame` itself is then never read whole.
-        let hdr_index = eh_frame_hdr_index(&obj, file);
-        let (eh_frame, eh_bytes, eh_frame_address) = if hdr_index.is_some() {
-            let (s, address) = section_without_bytes(&obj, ".eh_frame");
-            (s, Vec::new(), address)
-        } else {
-            section(".eh_frame")
+        let eh = find(b".eh_frame").filter(|e| e.1 <= MAX_CFI_BYTES);
+        let hdr_index = find(b".eh_frame_hdr").and_then(|(offset, size, address)| {
+            eh_frame_hdr_index(&read_bytes(offset, size)?, address)
+        });
+        let (eh_frame, eh_bytes, eh_frame_address) = match eh {
+            Some(e) if hdr_index.is_some() => (located(e), Vec::new(), e.2),
+            Some(e) => match read_bytes(e.0, e.1) {
+                Some(bytes) => (located(e), bytes, e.2),
+                None => (Section::default(), Vec::new(), 0),
+            },
+            None => (Section::default(), Vec::new(), 0),
         };
-        let (debug_frame, debug_bytes, _) = section(".debug_frame");
-        let text_address = obj.section_by_name(".text").map_or(0, |s| s.address());
-        let got_address = obj.section_by_name(".got").map_or(0, |s| s.address());
-        let segments = obj
-            .segments()
-            .map(|s| {
-                let (file_offset, file_size) = s.file_range();
-                Segment {
-                    file_offset,
-                    file_size,
-                    vaddr: s.address(),
-                }
+        // Compressed `.debug_frame` (Go's) is not read: such code is walked with frame pointers.
+        let (debug_frame, debug_bytes) = match find(b".debug_frame") {
+            Some(d) => match read_bytes(d.0, d.1) {
+                Some(bytes) => (located(d), bytes),
+                None => (Section::default(), Vec::new()),
+            },
+            None => (Section::default(), Vec::new()),
+        };
+        let text_address = find(b".text").map_or(0, |t| t.2);
+        let got_address = find(b".got").map_or(0, |g| g.2);
+        let segments = header
+            .program_headers(endian, &cache)
+            .map_err(elf_error)?
+            .iter()
+            .filter(|p| p.p_type(endian) == object::elf::PT_LOAD)
+            .map(|p| Segment {
+                file_offset: p.p_offset(endian),
+                file_size: p.p_filesz(endian),
+                vaddr: p.p_vaddr(endian),
             })
             .collect();
         let mut table = UnwindTable {
@@ -558,36 +561,11 @@ impl UnwindTable {
     }
 }
 
-/// Where a section is, without reading it (uncompressed sections only; else empty).
-fn section_without_bytes<'data, O: Object<'data>>(obj: &O, name: &str) -> (Section, u64) {
-    match obj.section_by_name(name) {
-        Some(section) => match section.compressed_file_range() {
-            Ok(r) if r.format == object::CompressionFormat::None => (
-                Section {
-                    file_offset: Some(r.offset),
-                    size: r.uncompressed_size,
-                    memory: Box::default(),
-                },
-                section.address(),
-            ),
-            _ => (Section::default(), 0),
-        },
-        None => (Section::default(), 0),
-    }
-}
-
-/// The (initial address, FDE address) table of `.eh_frame_hdr`, when it has one.
-fn eh_frame_hdr_index<'data, O: Object<'data>>(obj: &O, file: &File) -> Option<Vec<(u64, u64)>> {
-    use std::os::unix::fs::FileExt;
-    let section = obj.section_by_name(".eh_frame_hdr")?;
-    let (offset, size) = section.file_range()?;
-    if size > MAX_CFI_BYTES {
-        return None;
-    }
-    let mut bytes = vec![0u8; size as usize];
-    file.read_exact_at(&mut bytes, offset).ok()?;
-    let bases = BaseAddresses::default().set_eh_frame_hdr(section.address());
-    let hdr = gimli::EhFrameHdr::new(&bytes, LittleEndian)
+/// The (initial address, FDE address) table of `.eh_frame_hdr` (`bytes`, at `address`), when
+/// it has one.
+fn eh_frame_hdr_index(bytes: &[u8], address: u64) -> Option<Vec<(u64, u64)>> {
+    let bases = BaseAddresses::default().set_eh_frame_hdr(address);
+    let hdr = gimli::EhFrameHdr::new(bytes, LittleEndian)
         .parse(&bases, 8)
         .ok()?;
     let table = hdr.table()?;
@@ -721,6 +699,8 @@ pub fn unwind(
     let start = frames.len();
     frames.push(r.ip);
     let mut exact_ip = true;
+    // Whether the current frame was reached through a frame pointer.
+    let mut after_fp = false;
     loop {
         // For a return address, the call instruction's row applies (the return address may
         // be the first byte of the next function after a call that does not return).
@@ -730,12 +710,19 @@ pub fn unwind(
             Some((row, table)) => match step_cfi(&row, &table, &r, stack) {
                 Ok(next) => {
                     exact_ip = row.signal;
+                    after_fp = false;
                     next
                 }
                 Err(end) => return end,
             },
             None => {
                 exact_ip = false;
+                // A null frame pointer ends a chain of frame pointers; in a frame without CFI
+                // whose caller was found otherwise, rbp may be anything, zero included.
+                if r.bp == Some(0) && !after_fp {
+                    return StackEnd::NoUnwindInfo;
+                }
+                after_fp = true;
                 match step_fp(&r, stack) {
                     Ok(next) => next,
                     Err(end) => return end,
@@ -928,6 +915,7 @@ mod tests {
 
     #[test]
     fn plt_stubs_through_their_cfa_expression() {
+        use object::{Object, ObjectSection};
         use std::process::Command;
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("plt.c");
@@ -957,7 +945,7 @@ mod tests {
         let entry = plt.address() + 16;
         let table = Arc::new(UnwindTable::read(&File::open(&bin).unwrap(), &bin).unwrap());
         // Addresses are the binary's own (no mapping): a return address outside the .plt has
-        // no table, so the walk goes on with frame pointers and ends at the null rbp.
+        // no table, and with a null rbp the walk cannot go on (it does not claim to be complete).
         let in_plt = |addr: u64| {
             (addr >= plt.address() && addr < plt.address() + plt.size())
                 .then(|| (table.clone(), addr))
@@ -975,7 +963,7 @@ mod tests {
         };
         assert_eq!(
             unwind(regs, &stack, 127, &mut frames, in_plt),
-            StackEnd::Complete
+            StackEnd::NoUnwindInfo
         );
         assert_eq!(frames, [entry, 0x5555]);
         // After its `push` (offset 11), the return address is at rsp + 8 (CFA = rsp + 16).
@@ -1009,6 +997,13 @@ mod tests {
         let end = unwind(regs, &stack, 127, &mut frames, |_| None);
         assert_eq!(frames, [0x1111, 0x4242]);
         assert_eq!(end, StackEnd::Complete);
+        // A leaf without CFI and a null rbp is not the start of the stack: unknown.
+        frames.clear();
+        let leaf = Registers { bp: 0, ..regs };
+        assert_eq!(
+            unwind(leaf, &stack, 127, &mut frames, |_| None),
+            StackEnd::NoUnwindInfo
+        );
         // Outside the copy.
         let regs = Registers { bp: 0x2000, ..regs };
         frames.clear();
