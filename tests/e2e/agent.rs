@@ -285,6 +285,13 @@ fn label<'a>(p: &'a proto::Profile, s: &proto::Sample, key: &str) -> Option<&'a 
 
 /// Each sample of process `pid`: its frames leaf first (inlined functions expanded, innermost
 /// first), whether the frame is the kernel's, and the sample's value.
+/// The first few stacks of `pid`, for a failing assertion's message.
+fn some_stacks(p: &proto::Profile, pid: u32) -> Vec<(Vec<(String, bool)>, i64)> {
+    let mut stacks = stacks_of(p, pid);
+    stacks.truncate(5);
+    stacks
+}
+
 fn stacks_of(p: &proto::Profile, pid: u32) -> Vec<(Vec<(String, bool)>, i64)> {
     let pid = pid.to_string();
     p.sample
@@ -335,7 +342,7 @@ fn assert_attributed(p: &proto::Profile, what: &str, pid: u32, chain: &[&str]) {
     assert!(
         hit * 10 >= total * 9,
         "{what}: {hit} of {total} samples have {chain:?}; some stacks: {:?}",
-        stacks_of(p, pid).into_iter().take(5).collect::<Vec<_>>()
+        some_stacks(p, pid)
     );
 }
 
@@ -1167,10 +1174,7 @@ fn agent_unwinds_programs_without_frame_pointers_and_names_stripped_ones() {
         assert!(
             hit * 10 >= total * 8,
             "{what}: {hit} of {total}; some stacks: {:?}",
-            stacks_of(&p, process.pid())
-                .into_iter()
-                .take(5)
-                .collect::<Vec<_>>()
+            some_stacks(&p, process.pid())
         );
     }
     let metrics = http_get(agent.addr, "/metrics", Duration::from_secs(5))
@@ -1284,10 +1288,7 @@ fn agent_unwinds_threads_dlopened_libraries_signal_handlers_and_cpp_exceptions()
     assert!(
         total >= 20 && hit * 10 >= total * 8 && through * 10 >= total * 8,
         "signal: {hit}/{through} of {total}; some stacks: {:?}",
-        stacks_of(&p, signal.pid())
-            .into_iter()
-            .take(5)
-            .collect::<Vec<_>>()
+        some_stacks(&p, signal.pid())
     );
     let (in_main, total) = share_with(&p, cpp.pid(), |f| f == "main");
     let mut chain = 0;
@@ -1309,10 +1310,7 @@ fn agent_unwinds_threads_dlopened_libraries_signal_handlers_and_cpp_exceptions()
     assert!(
         in_main * 10 >= total * 9 && chain * 10 >= total * 7,
         "C++: {in_main}/{chain} of {total}; some stacks: {:?}",
-        stacks_of(&p, cpp.pid())
-            .into_iter()
-            .take(5)
-            .collect::<Vec<_>>()
+        some_stacks(&p, cpp.pid())
     );
     let metrics = http_get(agent.addr, "/metrics", Duration::from_secs(5))
         .unwrap()

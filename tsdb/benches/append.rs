@@ -6,22 +6,14 @@
 //! profile has (the store remembers the last tables it imported from).
 //! `cargo bench -p parca-tsdb --bench append`.
 
-use std::path::Path;
-
 use std::sync::Arc;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use parca_tsdb::{Db, Labels, Options};
 
-fn profile(rel: &str, sample_type: &str) -> parca_profile::Profile {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/testdata/pprof")
-        .join(rel);
-    let profiles =
-        parca_profile::decode(&std::fs::read(&path).expect("corpus"), &Default::default())
-            .expect("decodes");
-    parca_profile::select_sample_type(profiles, Some(sample_type), None).expect("sample type")
-}
+#[path = "support/corpus.rs"]
+mod corpus;
+use corpus::profile;
 
 /// `p` with a copy of its tables, so that the store cannot reuse what it remembers of them.
 fn fresh(p: &parca_profile::Profile) -> parca_profile::Profile {

@@ -8,7 +8,6 @@
 
 #![allow(clippy::print_stdout)] // a bench reports its figures on stdout
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -17,15 +16,9 @@ use parca_tsdb::{Db, Labels, Options};
 const SERIES: usize = 4_800;
 const PUSHES: usize = 400;
 
-fn profile(rel: &str, sample_type: &str) -> parca_profile::Profile {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/testdata/pprof")
-        .join(rel);
-    let profiles =
-        parca_profile::decode(&std::fs::read(&path).expect("corpus"), &Default::default())
-            .expect("decodes");
-    parca_profile::select_sample_type(profiles, Some(sample_type), None).expect("sample type")
-}
+#[path = "support/corpus.rs"]
+mod corpus;
+use corpus::profile;
 
 fn labels(job: &str, i: usize) -> Labels {
     Labels::new([
