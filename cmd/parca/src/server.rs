@@ -36,6 +36,50 @@ pub struct ServerArgs {
     /// refuses to start (false).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     storage_wal_repair: bool,
+    /// Prometheus' web configuration file (exporter-toolkit format): TLS, client certificates,
+    /// basic auth users with bcrypt hashes, rate limit, response headers. It and the files it
+    /// names are reread when they change. See documentation/security.md.
+    #[arg(long)]
+    web_config_file: Option<PathBuf>,
+    /// A file of bearer tokens (one per line) that machine clients may send as
+    /// `Authorization: Bearer …` instead of a user and password; reread when it changes.
+    #[arg(long)]
+    web_bearer_token_file: Option<PathBuf>,
+    /// Serve `POST /-/reload` and `POST /-/quit` (403 without it), as Prometheus'
+    /// --web.enable-lifecycle. SIGHUP reloads either way.
+    #[arg(long)]
+    web_enable_lifecycle: bool,
+    /// Serve the push endpoints (`/api/v1/write`, `/ingest`, Pyroscope's Push); false makes a
+    /// query-only server with no write path.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    web_enable_push: bool,
+    /// Serve the server's own profiles at /debug/pprof.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    web_enable_pprof: bool,
+    /// Requests answered at once; more get 429 (health and readiness probes are not counted).
+    #[arg(long, default_value_t = 512)]
+    web_max_concurrent_requests: usize,
+    /// Largest request body, e.g. 64MiB; larger get 413.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    web_max_request_body_size: u64,
+    /// Most series one push may write (its samples' labels split a profile into series).
+    #[arg(long, default_value_t = 10_000)]
+    ingest_max_series_per_push: usize,
+    /// Most labels a pushed series may have, `__name__` included.
+    #[arg(long, default_value_t = 30)]
+    ingest_max_labels_per_series: usize,
+    /// Longest label name of a pushed series, in bytes.
+    #[arg(long, default_value_t = 1024)]
+    ingest_max_label_name_length: usize,
+    /// Longest label value of a pushed series, in bytes.
+    #[arg(long, default_value_t = 2048)]
+    ingest_max_label_value_length: usize,
+    /// Queries evaluated at once; more get 429.
+    #[arg(long, default_value_t = 20)]
+    query_max_concurrency: usize,
+    /// How long a query may run before it is answered 422, e.g. 2m.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    query_timeout: Duration,
     /// Least severe log level shown: error, warn, info or debug.
     #[arg(long, default_value = "info")]
     log_level: tracing::Level,
@@ -112,6 +156,8 @@ struct ServerControl {
     >,
     last_reload_ok: prometheus_client::metrics::gauge::Gauge,
     last_reload_error: Mutex<Option<String>>,
+    /// Set by `/-/quit`.
+    quit: tokio::sync::Notify,
 }
 
 impl Control for ServerControl {
@@ -135,6 +181,10 @@ impl Control for ServerControl {
         *self.config.lock().expect("config lock") = config;
         tracing::info!(path = %self.config_path.display(), "configuration reloaded");
         Ok(())
+    }
+
+    fn quit(&self) {
+        self.quit.notify_one();
     }
 
     fn last_reload_error(&self) -> Option<String> {
@@ -241,6 +291,11 @@ async fn serve(
     address: SocketAddr,
     config: parca_config::Config,
 ) -> anyhow::Result<()> {
+    let security = parca_webconfig::Security::load(
+        args.web_config_file.as_deref(),
+        args.web_bearer_token_file.as_deref(),
+    )
+    .context("cannot use the web configuration")?;
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .with_context(|| format!("cannot listen on {address}"))?;
@@ -252,6 +307,7 @@ async fn serve(
         reloads: Default::default(),
         last_reload_ok: Default::default(),
         last_reload_error: Mutex::new(None),
+        quit: tokio::sync::Notify::new(),
     });
     control.last_reload_ok.set(1);
     registry.register(
@@ -272,16 +328,39 @@ async fn serve(
                 .to_owned(),
         },
         heap_profile: Some(heap_profile),
+        security: Arc::new(security),
+        lifecycle: args.web_enable_lifecycle,
+        push: args.web_enable_push,
+        self_pprof: args.web_enable_pprof,
+        max_concurrent_requests: args.web_max_concurrent_requests.max(1),
+        max_body_bytes: usize::try_from(args.web_max_request_body_size).unwrap_or(usize::MAX),
+        push_limits: parca_api::PushLimits {
+            max_series: args.ingest_max_series_per_push,
+            max_labels: args.ingest_max_labels_per_series,
+            max_name_bytes: args.ingest_max_label_name_length,
+            max_value_bytes: args.ingest_max_label_value_length,
+        },
+        max_concurrent_queries: args.query_max_concurrency.max(1),
+        query_timeout: args.query_timeout,
         ..Default::default()
     };
     let scrape_metrics = parca_scrape::ScrapeMetrics::register(&mut registry);
+    let (api_tls, api_auth) = (
+        options.security.tls_enabled(),
+        options.security.auth_required(),
+    );
     let api = Arc::new(Api::new(options, control.clone(), registry));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut http_stop = stop_rx.clone();
     let http = tokio::spawn(parca_api::serve(listener, Arc::clone(&api), async move {
         let _ = http_stop.wait_for(|stop| *stop).await;
     }));
-    tracing::info!(%address, "listening");
+    tracing::info!(
+        %address,
+        tls = api_tls,
+        auth = api_auth,
+        "listening"
+    );
     tokio::task::spawn_blocking(parca_api::warm_up_self_profiling);
 
     let storage_path = args.storage_path.clone();
@@ -332,6 +411,7 @@ async fn wait_for_signals(control: &Arc<ServerControl>) -> anyhow::Result<()> {
                     Err(e) => tracing::error!(error = %e, "reload task failed"),
                 }
             }
+            _ = control.quit.notified() => return Ok(()),
             _ = terminate.recv() => return Ok(()),
             _ = interrupt.recv() => return Ok(()),
         }

@@ -44,6 +44,7 @@ async fn store(
     protocol: &'static str,
     batch: Vec<Series>,
 ) -> Result<Response<Body>, ApiError> {
+    check_push_limits(&api.options.push_limits, &batch)?;
     let db = api.store()?;
     let n_samples: usize = batch.iter().map(|s| s.profile.samples.len()).sum();
     let n_profiles = batch.len();
@@ -78,6 +79,69 @@ async fn store(
     }
     tracing::debug!(protocol, n_profiles, n_samples, "stored pushed profiles");
     Ok(response)
+}
+
+/// Refuses a push over [`crate::PushLimits`], naming the first series at fault and the flag.
+fn check_push_limits(limits: &crate::PushLimits, batch: &[Series]) -> Result<(), ApiError> {
+    use crate::ErrorType::BadData;
+    let distinct: std::collections::HashSet<&Labels> = batch.iter().map(|s| &s.labels).collect();
+    if distinct.len() > limits.max_series {
+        return Err(ApiError::limit(
+            BadData,
+            format_args!(
+                "the push holds {} series, more than {} (its samples' labels split it into series)",
+                distinct.len(),
+                limits.max_series
+            ),
+            "--ingest-max-series-per-push",
+        ));
+    }
+    for labels in distinct {
+        let n = labels.iter().count();
+        if n > limits.max_labels {
+            return Err(ApiError::limit(
+                BadData,
+                format_args!("series {labels} has {n} labels, more than {}", limits.max_labels),
+                "--ingest-max-labels-per-series",
+            ));
+        }
+        for label in labels.iter() {
+            if label.name.len() > limits.max_name_bytes {
+                return Err(ApiError::limit(
+                    BadData,
+                    format_args!(
+                        "label name `{}…` is {} bytes long, more than {}",
+                        prefix(&label.name),
+                        label.name.len(),
+                        limits.max_name_bytes
+                    ),
+                    "--ingest-max-label-name-length",
+                ));
+            }
+            if label.value.len() > limits.max_value_bytes {
+                return Err(ApiError::limit(
+                    BadData,
+                    format_args!(
+                        "the value of label `{}` is {} bytes long, more than {}",
+                        prefix(&label.name),
+                        label.value.len(),
+                        limits.max_value_bytes
+                    ),
+                    "--ingest-max-label-value-length",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The start of a long name, cut at a character boundary, for messages.
+fn prefix(text: &str) -> &str {
+    let mut end = text.len().min(64);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// `POST /api/v1/write?__name__=memory&job=batch`: one pprof, gzipped or raw.

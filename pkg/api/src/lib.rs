@@ -55,8 +55,26 @@ pub use selfprof::warm_up as warm_up_self_profiling;
 /// What the API is configured with.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Largest accepted request body, in bytes (before decompression).
+    /// TLS, credentials, rate limit and response headers (`--web-config-file`).
+    pub security: Arc<parca_webconfig::Security>,
+    /// Whether `/-/reload` and `/-/quit` are served (`--web-enable-lifecycle`); 403 otherwise.
+    pub lifecycle: bool,
+    /// Whether the push endpoints are served (`--web-enable-push`); 403 otherwise, so that a
+    /// query-only server has no write path.
+    pub push: bool,
+    /// Whether the server's own `/debug/pprof` is served (`--web-enable-pprof`).
+    pub self_pprof: bool,
+    /// Requests answered at once; more get 429 (`--web-max-concurrent-requests`).
+    pub max_concurrent_requests: usize,
+    /// Largest accepted request body, in bytes (before decompression); larger get 413
+    /// (`--web-max-request-body-size`).
     pub max_body_bytes: usize,
+    /// What one push may hold.
+    pub push_limits: PushLimits,
+    /// Queries evaluated at once; more get 429 (`--query-max-concurrency`).
+    pub max_concurrent_queries: usize,
+    /// How long a query may take before it is answered 422 (`--query-timeout`).
+    pub query_timeout: Duration,
     /// How pushed pprof bodies are decoded (the decompressed-size limit).
     pub decode: parca_pprof::DecodeOptions,
     /// Version and revision for `/api/v1/status/buildinfo`.
@@ -68,13 +86,47 @@ pub struct Options {
     pub heap_profile: Option<HeapProfile>,
 }
 
+/// What one push may hold; each refusal names its flag.
+#[derive(Debug, Clone, Copy)]
+pub struct PushLimits {
+    /// Series (label sets) one push may write (`--ingest-max-series-per-push`).
+    pub max_series: usize,
+    /// Labels one series may have, `__name__` included (`--ingest-max-labels-per-series`).
+    pub max_labels: usize,
+    /// Bytes of a label name (`--ingest-max-label-name-length`).
+    pub max_name_bytes: usize,
+    /// Bytes of a label value (`--ingest-max-label-value-length`).
+    pub max_value_bytes: usize,
+}
+
+impl Default for PushLimits {
+    /// Pyroscope's and Mimir's defaults for labels; series enough for an agent's window of a
+    /// busy node (one series per process).
+    fn default() -> Self {
+        PushLimits {
+            max_series: 10_000,
+            max_labels: 30,
+            max_name_bytes: 1024,
+            max_value_bytes: 2048,
+        }
+    }
+}
+
 /// Dumps the process's heap profile as gzipped pprof, or says why it cannot.
 pub type HeapProfile = fn() -> Result<Vec<u8>, String>;
 
 impl Default for Options {
     fn default() -> Self {
         Options {
+            security: Arc::new(parca_webconfig::Security::open()),
+            lifecycle: false,
+            push: true,
+            self_pprof: true,
+            max_concurrent_requests: 512,
             max_body_bytes: 64 << 20,
+            push_limits: PushLimits::default(),
+            max_concurrent_queries: 20,
+            query_timeout: Duration::from_secs(120),
             decode: parca_pprof::DecodeOptions::default(),
             build: BuildInfo::default(),
             limits: parca_query::Limits::default(),
@@ -91,6 +143,10 @@ pub struct Api {
     control: Arc<dyn Control>,
     registry: Registry,
     metrics: ApiMetrics,
+    /// Requests being answered ([`Options::max_concurrent_requests`]).
+    requests: Arc<tokio::sync::Semaphore>,
+    /// Queries being evaluated ([`Options::max_concurrent_queries`]).
+    queries: Arc<tokio::sync::Semaphore>,
 }
 
 impl Api {
@@ -98,6 +154,8 @@ impl Api {
     pub fn new(options: Options, control: Arc<dyn Control>, mut registry: Registry) -> Api {
         let metrics = ApiMetrics::register(&mut registry);
         Api {
+            requests: Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_requests)),
+            queries: Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_queries)),
             options,
             store: OnceLock::new(),
             engine: OnceLock::new(),
@@ -139,15 +197,15 @@ impl Api {
 }
 
 /// Serves `api` on `listener` until `shutdown` completes, then lets open requests finish for
-/// up to 30 seconds.
+/// up to 30 seconds. Each connection goes through [`Options::security`] first (TLS when
+/// configured); a failed handshake is logged at debug level and the connection dropped.
 pub async fn serve(listener: TcpListener, api: Arc<Api>, shutdown: impl Future<Output = ()>) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let (stream, _) = match accepted {
+                let (stream, peer) = match accepted {
                     Ok(conn) => conn,
                     Err(error) => {
                         tracing::warn!(%error, "cannot accept a connection");
@@ -156,13 +214,28 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>, shutdown: impl Future<O
                     }
                 };
                 let api = Arc::clone(&api);
-                let service = service_fn(move |request| {
-                    let api = Arc::clone(&api);
-                    async move { Ok::<_, Infallible>(api.handle(request).await) }
-                });
-                let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                let connection = graceful.watch(connection.into_owned());
+                let watcher = graceful.watcher();
                 tokio::spawn(async move {
+                    let security = Arc::clone(&api.options.security);
+                    let stream = match security.accept(stream).await {
+                        Ok(stream) => stream,
+                        Err(error) => {
+                            tracing::debug!(%peer, %error, "connection refused");
+                            return;
+                        }
+                    };
+                    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    if !security.http2_enabled() {
+                        builder = builder.http1_only();
+                    } else if stream.negotiated_h2() {
+                        builder = builder.http2_only();
+                    }
+                    let service = service_fn(move |request| {
+                        let api = Arc::clone(&api);
+                        async move { Ok::<_, Infallible>(api.handle(request).await) }
+                    });
+                    let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    let connection = watcher.watch(connection.into_owned());
                     if let Err(error) = connection.await {
                         tracing::debug!(%error, "connection ended with an error");
                     }

@@ -21,6 +21,8 @@ pub trait Control: Send + Sync {
     fn reload(&self) -> Result<(), String>;
     /// The scrape targets and their health.
     fn targets(&self) -> TargetsReport;
+    /// Asks the server to shut down gracefully, as SIGTERM does (`/-/quit`).
+    fn quit(&self);
     /// Why the last reload failed, while the configuration in force is older than the file.
     fn last_reload_error(&self) -> Option<String> {
         None
@@ -139,6 +141,12 @@ pub(crate) async fn reload(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {
         .map_err(|e| ApiError::internal(format!("reload task failed: {e}")))?
         .map_err(|why| ApiError::bad_data(format!("configuration not reloaded: {why}")))?;
     Ok(text("configuration reloaded\n"))
+}
+
+pub(crate) fn quit(api: &Api) -> Response<Body> {
+    tracing::info!("shutdown requested through /-/quit");
+    api.control.quit();
+    text("Requesting termination... Goodbye!\n")
 }
 
 pub(crate) async fn tsdb_status(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::Api;
 use crate::ingest::now_ms;
-use crate::response::{ApiError, Body, success, with_type};
+use crate::response::{ApiError, Body, ErrorType, success, with_type};
 use crate::router::Call;
 
 /// Parses a query; a syntax error answers 400 with the caret picture.
@@ -46,15 +46,44 @@ async fn evaluate<T: Send + 'static>(
     result
 }
 
-/// Runs `f` with the engine on the blocking pool.
+/// Runs `f` with the engine on the blocking pool, within the query concurrency limit and
+/// the query timeout. A query past its timeout is answered then; its evaluation runs to its
+/// end on the blocking pool and keeps its place among the concurrent queries until it does,
+/// so the limit bounds the work, not only the answers.
 async fn with_engine<T: Send + 'static>(
     api: &Arc<Api>,
     f: impl FnOnce(&Engine) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let engine = api.engine()?;
-    tokio::task::spawn_blocking(move || f(&engine))
-        .await
-        .map_err(|e| ApiError::internal(format!("query task failed: {e}")))?
+    let permit = Arc::clone(&api.queries).try_acquire_owned().map_err(|_| {
+        ApiError::limit(
+            ErrorType::TooManyRequests,
+            format_args!(
+                "{} queries are being evaluated already; retry shortly",
+                api.options.max_concurrent_queries
+            ),
+            "--query-max-concurrency",
+        )
+    })?;
+    let task = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        f(&engine)
+    });
+    let timeout = api.options.query_timeout;
+    match tokio::time::timeout(timeout, task).await {
+        Ok(joined) => {
+            joined.map_err(|e| ApiError::internal(format!("query task failed: {e}")))?
+        }
+        Err(_) => Err(ApiError::limit(
+            ErrorType::Execution,
+            format_args!(
+                "the query did not finish within {}; shorten the time range or narrow the selector",
+                parca_querylang::duration::format(timeout)
+            ),
+            "--query-timeout",
+        )
+        .because("timeout")),
+    }
 }
 
 fn labels_map(labels: &Labels) -> BTreeMap<&str, &str> {

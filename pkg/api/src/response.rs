@@ -28,6 +28,14 @@ pub enum ErrorType {
     MethodNotAllowed,
     /// The request is refused because the resource is busy, e.g. a profile already runs (409).
     Conflict,
+    /// No or wrong credentials (401, with a `WWW-Authenticate` challenge).
+    Unauthorized,
+    /// The endpoint is turned off by a flag (403).
+    Forbidden,
+    /// The request body is over the size limit (413).
+    PayloadTooLarge,
+    /// Too many requests at once, or over the rate limit (429).
+    TooManyRequests,
     /// Our own fault (500).
     Internal,
 }
@@ -41,6 +49,10 @@ impl ErrorType {
             ErrorType::NotFound => StatusCode::NOT_FOUND,
             ErrorType::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorType::Conflict => StatusCode::CONFLICT,
+            ErrorType::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorType::Forbidden => StatusCode::FORBIDDEN,
+            ErrorType::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorType::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             ErrorType::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -53,6 +65,10 @@ impl ErrorType {
             ErrorType::NotFound => "not_found",
             ErrorType::MethodNotAllowed => "method_not_allowed",
             ErrorType::Conflict => "conflict",
+            ErrorType::Unauthorized => "unauthorized",
+            ErrorType::Forbidden => "forbidden",
+            ErrorType::PayloadTooLarge => "payload_too_large",
+            ErrorType::TooManyRequests => "too_many_requests",
             ErrorType::Internal => "internal",
         }
     }
@@ -111,6 +127,12 @@ impl ApiError {
     /// Our own fault.
     pub fn internal(message: impl Into<String>) -> Self {
         ApiError::new(ErrorType::Internal, message)
+    }
+
+    /// A request refused by a limit: `kind` decides the status, and `flag` is named so the
+    /// operator knows which setting to change.
+    pub fn limit(kind: ErrorType, what: impl std::fmt::Display, flag: &str) -> Self {
+        ApiError::new(kind, format!("{what} (limit set by {flag})"))
     }
 
     /// A store error as an answer: its class decides the kind (a refusal is the request's

@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use hyper::header::CONTENT_TYPE;
+use hyper::header::{
+    AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue, WWW_AUTHENTICATE,
+};
 use hyper::{Method, Request, Response};
 
 use crate::query::Metadata;
@@ -26,19 +28,120 @@ pub(crate) async fn route(api: &Arc<Api>, request: Request<Incoming>) -> Respons
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_owned();
     let handler = handler_name(&path);
-    let response = match read(api, parts, body).await {
-        Ok(call) => dispatch(api, call).await,
+    let mut challenge = None;
+    let response = match admit(api, &parts, &mut challenge).await {
+        // The permit is held until the answer is made.
+        Ok(_permit) => match read(api, parts, body).await {
+            Ok(call) => dispatch(api, call).await,
+            Err(e) => Err(e),
+        },
         Err(e) => Err(e),
     };
-    let response = response.unwrap_or_else(|e| {
+    let mut response = response.unwrap_or_else(|e| {
         if e.kind == ErrorType::Internal {
             tracing::error!(path, error = %e.message, "request failed");
         }
         e.into_response()
     });
+    let headers = response.headers_mut();
+    if let Some(challenge) = challenge {
+        headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    }
+    for (name, value) in api.options.security.response_headers().iter() {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            headers.insert(name, value);
+        }
+    }
     api.metrics
         .observe_request(handler, response.status().as_u16(), started.elapsed());
     response
+}
+
+/// Paths that answer however busy the server is: orchestrators' probes must not fail for load.
+const PROBES: &[&str] = &["/-/healthy", "/-/ready"];
+
+/// The checks before a request is read: the web configuration's rate limit and credentials,
+/// the concurrency limit, and the endpoints turned off by flags. On success, the request's
+/// place among those answered at once.
+async fn admit(
+    api: &Api,
+    parts: &hyper::http::request::Parts,
+    challenge: &mut Option<&'static str>,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
+    let security = &api.options.security;
+    if security.rate_limited() {
+        return Err(ApiError::new(
+            ErrorType::TooManyRequests,
+            "over the request rate allowed by rate_limit in the web configuration file",
+        ));
+    }
+    let authorization = parts.headers.get(AUTHORIZATION).map(HeaderValue::as_bytes);
+    if let Err(denied) = security.authorize(authorization).await {
+        *challenge = Some(denied.challenge);
+        return Err(ApiError::new(ErrorType::Unauthorized, "Unauthorized"));
+    }
+    let path = parts.uri.path();
+    let permit = if PROBES.contains(&path) {
+        None
+    } else {
+        let permit = Arc::clone(&api.requests).try_acquire_owned().map_err(|_| {
+            ApiError::limit(
+                ErrorType::TooManyRequests,
+                format_args!(
+                    "{} requests are being answered already; retry shortly",
+                    api.options.max_concurrent_requests
+                ),
+                "--web-max-concurrent-requests",
+            )
+        })?;
+        Some(permit)
+    };
+    let options = &api.options;
+    if matches!(path, "/-/reload" | "/-/quit") && !options.lifecycle {
+        return Err(ApiError::new(
+            ErrorType::Forbidden,
+            format!("{path} is off: start the server with --web-enable-lifecycle to allow it"),
+        ));
+    }
+    if is_push(path) && !options.push {
+        return Err(ApiError::new(
+            ErrorType::Forbidden,
+            format!("{path} is off: this server takes no pushes (--web-enable-push=false)"),
+        ));
+    }
+    if path.starts_with("/debug/pprof") && !options.self_pprof {
+        return Err(ApiError::new(
+            ErrorType::Forbidden,
+            format!("{path} is off: the server's own profiles are not served (--web-enable-pprof=false)"),
+        ));
+    }
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > options.max_body_bytes as u64) {
+        return Err(body_too_large(options.max_body_bytes));
+    }
+    Ok(permit)
+}
+
+fn body_too_large(limit: usize) -> ApiError {
+    ApiError::limit(
+        ErrorType::PayloadTooLarge,
+        format_args!("the request body is over {limit} bytes"),
+        "--web-max-request-body-size",
+    )
+}
+
+/// Paths that write profiles.
+fn is_push(path: &str) -> bool {
+    matches!(
+        path,
+        "/api/v1/write" | "/ingest" | "/push.v1.PusherService/Push"
+    )
 }
 
 async fn read(
@@ -52,7 +155,7 @@ async fn read(
         .await
         .map_err(|e| {
             if e.is::<http_body_util::LengthLimitError>() {
-                ApiError::bad_data(format!("request body is over the limit of {limit} bytes"))
+                body_too_large(limit)
             } else {
                 ApiError::bad_data(format!("cannot read the request body: {e}"))
             }
@@ -68,11 +171,7 @@ async fn read(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
     // Push bodies are profiles whatever their client calls them (curl says form by default).
-    let is_push = matches!(
-        parts.uri.path(),
-        "/api/v1/write" | "/ingest" | "/push.v1.PusherService/Push"
-    );
-    if parts.method == Method::POST && is_form && !is_push {
+    if parts.method == Method::POST && is_form && !is_push(parts.uri.path()) {
         params.add_encoded(&body);
     }
     Ok(Call {
@@ -113,6 +212,7 @@ const ROUTES: &[(&str, &[Method])] = &[
     ("/-/healthy", &[Method::GET, Method::HEAD]),
     ("/-/ready", &[Method::GET, Method::HEAD]),
     ("/-/reload", &[Method::POST, Method::PUT]),
+    ("/-/quit", &[Method::POST, Method::PUT]),
     ("/metrics", &[Method::GET]),
 ];
 
@@ -158,6 +258,7 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
         "/-/healthy" => Ok(crate::response::text("Parca is Healthy.\n")),
         "/-/ready" => ops::ready(api),
         "/-/reload" => ops::reload(api).await,
+        "/-/quit" => Ok(ops::quit(api)),
         // The store's figures take its locks and list its files: off the async workers.
         "/metrics" => {
             let api = Arc::clone(api);

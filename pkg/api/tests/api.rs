@@ -17,6 +17,7 @@ impl Control for NoScrapes {
     fn targets(&self) -> TargetsReport {
         TargetsReport::default()
     }
+    fn quit(&self) {}
 }
 
 struct Server {
