@@ -7,6 +7,7 @@ mod corpus;
 mod pprof_oracle;
 mod prometheus_clients;
 mod query_golden;
+mod security;
 mod server;
 mod server_harness;
 mod server_push;

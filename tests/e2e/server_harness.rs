@@ -138,6 +138,11 @@ impl Process {
         }
     }
 
+    /// Its exit status, once it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// The last lines of its log.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
@@ -333,19 +338,7 @@ impl Server {
         extra_args: &[&str],
         config: impl FnOnce(SocketAddr) -> String,
     ) -> Server {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-        let config_path = dir.path().join("parca.yaml");
-        std::fs::write(&config_path, config(addr)).expect("write parca.yaml");
-        let storage = storage.map_or_else(|| dir.path().join("data"), Path::to_owned);
-        let mut command = Command::new(binary);
-        command
-            .arg(format!("--config-path={}", config_path.display()))
-            .arg(format!("--storage-path={}", storage.display()))
-            .arg(format!("--http-address={addr}"))
-            .args(extra_args);
-        let process = Process::start("parca", command, &dir.path().join("parca.log"));
-        let mut server = Server { process, addr, dir };
+        let mut server = Server::spawn(binary, storage, extra_args, config);
         poll(
             "the server to be ready",
             Duration::from_secs(30),
@@ -360,6 +353,29 @@ impl Server {
             },
         );
         server
+    }
+
+    /// Starts the server as [`Server::start_with_storage`] does, without waiting for it (for
+    /// servers that plain HTTP cannot ask, behind TLS or credentials).
+    pub fn spawn(
+        binary: &Path,
+        storage: Option<&Path>,
+        extra_args: &[&str],
+        config: impl FnOnce(SocketAddr) -> String,
+    ) -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        let config_path = dir.path().join("parca.yaml");
+        std::fs::write(&config_path, config(addr)).expect("write parca.yaml");
+        let storage = storage.map_or_else(|| dir.path().join("data"), Path::to_owned);
+        let mut command = Command::new(binary);
+        command
+            .arg(format!("--config-path={}", config_path.display()))
+            .arg(format!("--storage-path={}", storage.display()))
+            .arg(format!("--http-address={addr}"))
+            .args(extra_args);
+        let process = Process::start("parca", command, &dir.path().join("parca.log"));
+        Server { process, addr, dir }
     }
 
     /// `GET path_and_query` with a generous timeout.

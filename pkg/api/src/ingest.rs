@@ -101,7 +101,10 @@ fn check_push_limits(limits: &crate::PushLimits, batch: &[Series]) -> Result<(),
         if n > limits.max_labels {
             return Err(ApiError::limit(
                 BadData,
-                format_args!("series {labels} has {n} labels, more than {}", limits.max_labels),
+                format_args!(
+                    "series {labels} has {n} labels, more than {}",
+                    limits.max_labels
+                ),
                 "--ingest-max-labels-per-series",
             ));
         }

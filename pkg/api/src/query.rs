@@ -30,6 +30,9 @@ fn query_error(e: parca_query::Error) -> ApiError {
         parca_query::Error::NoProfiles(_) => {
             ApiError::execution(e.to_string()).because("no_profiles")
         }
+        parca_query::Error::Timeout => {
+            ApiError::limit(ErrorType::Execution, e, "--query-timeout").because("timeout")
+        }
         _ => ApiError::execution(e.to_string()),
     }
 }
@@ -54,7 +57,10 @@ async fn with_engine<T: Send + 'static>(
     api: &Arc<Api>,
     f: impl FnOnce(&Engine) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let engine = api.engine()?;
+    let timeout = api.options.query_timeout;
+    let engine = api
+        .engine()?
+        .with_deadline(std::time::Instant::now() + timeout);
     let permit = Arc::clone(&api.queries).try_acquire_owned().map_err(|_| {
         ApiError::limit(
             ErrorType::TooManyRequests,
@@ -69,11 +75,9 @@ async fn with_engine<T: Send + 'static>(
         let _permit = permit;
         f(&engine)
     });
-    let timeout = api.options.query_timeout;
-    match tokio::time::timeout(timeout, task).await {
-        Ok(joined) => {
-            joined.map_err(|e| ApiError::internal(format!("query task failed: {e}")))?
-        }
+    // The engine stops itself at the deadline; this answers in time should it be slow to.
+    match tokio::time::timeout(timeout + std::time::Duration::from_secs(1), task).await {
+        Ok(joined) => joined.map_err(|e| ApiError::internal(format!("query task failed: {e}")))?,
         Err(_) => Err(ApiError::limit(
             ErrorType::Execution,
             format_args!(

@@ -115,7 +115,9 @@ async fn admit(
     if path.starts_with("/debug/pprof") && !options.self_pprof {
         return Err(ApiError::new(
             ErrorType::Forbidden,
-            format!("{path} is off: the server's own profiles are not served (--web-enable-pprof=false)"),
+            format!(
+                "{path} is off: the server's own profiles are not served (--web-enable-pprof=false)"
+            ),
         ));
     }
     let declared = parts

@@ -4,6 +4,9 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// The query ran past its deadline ([`crate::Engine::with_deadline`]).
+    #[error("the query ran past its time limit: shorten the time range or narrow the selector")]
+    Timeout,
     /// The query touches more series than allowed.
     #[error(
         "the query selects {n_series} series, more than the limit of {limit}: narrow the selector with more matchers, such as job=\"…\" or instance=\"…\""

@@ -82,6 +82,7 @@ impl Engine {
     }
 
     fn eval(&self, expr: &Expr, query: &InstantQuery) -> Result<Value, Error> {
+        self.check_deadline()?;
         match &expr.kind {
             ExprKind::Selector(selector) => {
                 let matchers = select::matchers(selector)?;
@@ -215,6 +216,7 @@ impl Engine {
             Value::Set(set) => {
                 let querier = self.db.querier(set.window.0, set.window.1);
                 for series in querier.select(&set.matchers)? {
+                    self.check_deadline()?;
                     if let Some((_, latest)) = series.profiles.last() {
                         add(&series.labels, latest, 1)?;
                     }

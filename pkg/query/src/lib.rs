@@ -76,6 +76,8 @@ impl Default for Limits {
 pub struct Engine {
     db: Arc<Db>,
     limits: Limits,
+    /// When evaluation gives up ([`Error::Timeout`]); checked between the steps of a query.
+    deadline: Option<std::time::Instant>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -89,7 +91,27 @@ impl std::fmt::Debug for Engine {
 impl Engine {
     /// An engine over `db` with `limits`.
     pub fn new(db: Arc<Db>, limits: Limits) -> Engine {
-        Engine { db, limits }
+        Engine {
+            db,
+            limits,
+            deadline: None,
+        }
+    }
+
+    /// The same engine, giving up with [`Error::Timeout`] once `deadline` has passed. The
+    /// deadline is checked before each selector and between series, so a query stops soon
+    /// after it, not at once.
+    pub fn with_deadline(mut self, deadline: std::time::Instant) -> Engine {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// An error once the deadline has passed.
+    fn check_deadline(&self) -> Result<(), Error> {
+        match self.deadline {
+            Some(deadline) if std::time::Instant::now() >= deadline => Err(Error::Timeout),
+            _ => Ok(()),
+        }
     }
 
     /// The store queried.

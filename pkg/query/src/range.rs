@@ -104,6 +104,7 @@ impl Engine {
         offset_ms: i64,
         filters: &mut Vec<StackFilter>,
     ) -> Result<Vec<RangeSeries>, Error> {
+        self.check_deadline()?;
         match &expr.kind {
             ExprKind::Selector(selector) => {
                 let matchers = select::matchers(selector)?;

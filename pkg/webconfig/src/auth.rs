@@ -75,7 +75,10 @@ impl Credentials {
     }
 
     /// Checks an `Authorization` header value. bcrypt runs on the blocking pool.
-    pub(crate) async fn check(self: &Arc<Self>, authorization: Option<&[u8]>) -> Result<(), Denied> {
+    pub(crate) async fn check(
+        self: &Arc<Self>,
+        authorization: Option<&[u8]>,
+    ) -> Result<(), Denied> {
         if !self.required() {
             return Ok(());
         }
@@ -120,11 +123,10 @@ impl Credentials {
         let known = hash.is_some();
         let hash = hash.cloned().unwrap_or_else(|| self.dummy_hash.clone());
         let password = password.to_owned();
-        let ok = tokio::task::spawn_blocking(move || {
-            bcrypt::verify(password, &hash).unwrap_or(false)
-        })
-        .await
-        .unwrap_or(false);
+        let ok =
+            tokio::task::spawn_blocking(move || bcrypt::verify(password, &hash).unwrap_or(false))
+                .await
+                .unwrap_or(false);
         if !(ok && known) {
             return Err(self.denied());
         }
@@ -194,7 +196,9 @@ mod tests {
         let tokens_only = Arc::new(Credentials::new(BTreeMap::new(), vec!["t".into()]));
         assert_eq!(
             tokens_only.check(Some(&basic("a", "b"))).await,
-            Err(Denied { challenge: "Bearer" })
+            Err(Denied {
+                challenge: "Bearer"
+            })
         );
     }
 }

@@ -60,7 +60,10 @@ pub(crate) async fn handshake(
 ) -> Result<Connection, AcceptError> {
     let work = async {
         let mut first = [0u8; 1];
-        let n = stream.peek(&mut first).await.map_err(AcceptError::Handshake)?;
+        let n = stream
+            .peek(&mut first)
+            .await
+            .map_err(AcceptError::Handshake)?;
         if n == 1 && first[0] != TLS_HANDSHAKE_RECORD && first[0].is_ascii_uppercase() {
             let _ = stream
                 .write_all(

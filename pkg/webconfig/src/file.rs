@@ -122,7 +122,9 @@ pub struct RateLimit {
 
 fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let text = String::deserialize(d)?;
-    parse_duration(&text).map(Some).map_err(serde::de::Error::custom)
+    parse_duration(&text)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 /// Go/Prometheus durations as the file writes them: `100ms`, `1s`, `1m30s`.
@@ -265,7 +267,10 @@ mod tests {
     #[test]
     fn refuses_what_exporter_toolkit_refuses() {
         for (text, expected) in [
-            ("tls_server_config:\n  certfile: x\n", "unknown field `certfile`"),
+            (
+                "tls_server_config:\n  certfile: x\n",
+                "unknown field `certfile`",
+            ),
             ("basic_auth_users:\n  bob: secret\n", "not a bcrypt hash"),
             (
                 "http_server_config:\n  headers:\n    Server: mine\n",
@@ -275,7 +280,10 @@ mod tests {
                 "http_server_config:\n  headers:\n    X-Frame-Options: allow\n",
                 "must be one of deny, sameorigin",
             ),
-            ("rate_limit:\n  burst: 3\n", "rate_limit.interval must be set"),
+            (
+                "rate_limit:\n  burst: 3\n",
+                "rate_limit.interval must be set",
+            ),
             ("rate_limit:\n  interval: 3x\n", "unknown unit `x`"),
         ] {
             let error = parse(text).unwrap_err();

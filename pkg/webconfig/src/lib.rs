@@ -221,10 +221,7 @@ impl Security {
     }
 }
 
-fn load(
-    web_config_file: Option<&Path>,
-    bearer_token_file: Option<&Path>,
-) -> Result<Loaded, Error> {
+fn load(web_config_file: Option<&Path>, bearer_token_file: Option<&Path>) -> Result<Loaded, Error> {
     let mut watched = Vec::new();
     let (file, dir) = match web_config_file {
         None => (WebConfigFile::default(), PathBuf::new()),
@@ -302,9 +299,13 @@ fn stamps(files: &[PathBuf]) -> Vec<Stamp> {
     files
         .iter()
         .map(|f| {
-            std::fs::metadata(f)
-                .ok()
-                .map(|m| (m.modified().unwrap_or(SystemTime::UNIX_EPOCH), m.len(), m.ino()))
+            std::fs::metadata(f).ok().map(|m| {
+                (
+                    m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                    m.len(),
+                    m.ino(),
+                )
+            })
         })
         .collect()
 }
@@ -362,7 +363,10 @@ mod tests {
         assert!(security.auth_required());
         std::fs::write(&web, "basic_auth_users: [oops\n").unwrap();
         let _ = security.current();
-        assert!(security.auth_required(), "the broken file must not open the server");
+        assert!(
+            security.auth_required(),
+            "the broken file must not open the server"
+        );
         std::fs::write(&web, "").unwrap();
         let _ = security.current();
         assert!(!security.auth_required());

@@ -38,7 +38,9 @@ pub(crate) fn server_config(
         .collect::<Result<_, _>>()
         .map_err(|e| invalid(format!("the server certificate is not PEM: {e}")))?;
     if certs.is_empty() {
-        return Err(invalid("the server certificate file holds no certificate".into()));
+        return Err(invalid(
+            "the server certificate file holds no certificate".into(),
+        ));
     }
     let key = PrivateKeyDer::from_pem_slice(&key_pem)
         .map_err(|e| invalid(format!("the server key is not a PEM private key: {e}")))?;
@@ -203,7 +205,13 @@ fn client_verifier(
         path: config.to_owned(),
         message,
     };
-    let ca_pem = pem_source(&tls.client_ca, &tls.client_ca_file, "client_ca", dir, config)?;
+    let ca_pem = pem_source(
+        &tls.client_ca,
+        &tls.client_ca_file,
+        "client_ca",
+        dir,
+        config,
+    )?;
     let roots = match &ca_pem {
         None => None,
         Some(pem) => {
@@ -421,7 +429,11 @@ mod tests {
         assert_eq!(versions(&tls("{}")).unwrap().len(), 2);
         assert_eq!(versions(&tls("min_version: TLS13")).unwrap().len(), 1);
         assert_eq!(versions(&tls("min_version: TLS10")).unwrap().len(), 2);
-        assert!(versions(&tls("max_version: TLS11")).unwrap_err().contains("older"));
+        assert!(
+            versions(&tls("max_version: TLS11"))
+                .unwrap_err()
+                .contains("older")
+        );
         assert!(
             versions(&tls("min_version: TLS13\nmax_version: TLS12"))
                 .unwrap_err()
@@ -435,7 +447,10 @@ mod tests {
         assert_eq!(tls12_suite_names(&p).len(), 2);
         assert_eq!(p.kx_groups[0].name(), rustls::NamedGroup::secp256r1);
         let e = provider(&tls("cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]")).unwrap_err();
-        assert!(e.contains("`TLS_RSA_WITH_RC4_128_SHA` is not offered"), "{e}");
+        assert!(
+            e.contains("`TLS_RSA_WITH_RC4_128_SHA` is not offered"),
+            "{e}"
+        );
         assert!(
             provider(&tls("curve_preferences: [CurveP521]"))
                 .unwrap_err()

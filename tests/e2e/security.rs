@@ -1,0 +1,477 @@
+//! The server on a real network: TLS and credentials from a web configuration file, the
+//! lifecycle and push gates, and the request limits, asked with curl (a client nobody here
+//! wrote) over certificates this test makes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+
+use crate::server_harness::{Server, parca_binary, poll};
+
+/// A CA that signs server and client certificates.
+struct Ca {
+    pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let key = KeyPair::generate().expect("generate a key");
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        let cert = params.self_signed(&key).expect("self-sign the CA");
+        Ca {
+            pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A certificate for `names` and its key, as PEM; `expired` makes one whose validity ended
+    /// in 2020.
+    fn issue(&self, names: &[&str], expired: bool) -> (String, String) {
+        let key = KeyPair::generate().expect("generate a key");
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let mut params = CertificateParams::new(names).expect("leaf params");
+        if expired {
+            params.not_before = rcgen::date_time_ymd(2019, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2020, 1, 1);
+        }
+        let cert = params.signed_by(&key, &self.issuer).expect("sign");
+        (cert.pem(), key.serialize_pem())
+    }
+}
+
+/// What curl got: the status (0 when it got none, e.g. a refused handshake), headers in lower
+/// case, the body, the HTTP version, and curl's exit code.
+#[derive(Debug)]
+struct Curl {
+    status: u16,
+    headers: String,
+    body: String,
+    http_version: String,
+    exit: i32,
+}
+
+fn curl(dir: &Path, args: &[&str]) -> Curl {
+    let headers = dir.join("curl.headers");
+    let body = dir.join("curl.body");
+    let _ = std::fs::remove_file(&headers);
+    let _ = std::fs::remove_file(&body);
+    let output = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "-D"])
+        .arg(&headers)
+        .arg("-o")
+        .arg(&body)
+        .args(["-w", "%{http_code} %{http_version}"])
+        .args(args)
+        .output()
+        .expect("run curl (apt-get install curl)");
+    let written = String::from_utf8_lossy(&output.stdout).into_owned();
+    let mut parts = written.split_whitespace();
+    Curl {
+        status: parts.next().and_then(|s| s.parse().ok()).unwrap_or(0),
+        http_version: parts.next().unwrap_or("").to_owned(),
+        headers: std::fs::read_to_string(&headers)
+            .unwrap_or_default()
+            .to_ascii_lowercase(),
+        body: std::fs::read_to_string(&body).unwrap_or_default(),
+        exit: output.status.code().unwrap_or(-1),
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write a test file");
+    path
+}
+
+fn no_scrapes(_: std::net::SocketAddr) -> String {
+    "scrape_configs: []\n".into()
+}
+
+fn https(server: &Server, path: &str) -> String {
+    format!("https://127.0.0.1:{}{path}", server.addr.port())
+}
+
+/// Waits until the server answers `args` (curl's) with anything but a connection failure.
+fn wait_ready(server: &mut Server, dir: &Path, args: &[&str]) {
+    poll(
+        "the server to answer",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            server.process.assert_running();
+            let got = curl(dir, args);
+            if got.status == 200 {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    );
+}
+
+#[test]
+fn tls_basic_auth_and_tokens_with_curl() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca = Ca::new("parca test CA");
+    let (cert, key) = ca.issue(&["localhost", "127.0.0.1"], false);
+    let ca_file = write(d, "ca.pem", &ca.pem);
+    write(d, "server.crt", &cert);
+    write(d, "server.key", &key);
+    let hash = bcrypt::hash("s3cret", 6).unwrap();
+    let web = write(
+        d,
+        "web.yml",
+        &format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n\
+             http_server_config:\n  headers:\n    X-Frame-Options: deny\n\
+             basic_auth_users:\n  alice: {hash}\n"
+        ),
+    );
+    let tokens = write(d, "tokens", "# one per line\nmachine-token-1\n");
+    let binary = parca_binary(false);
+    let mut server = Server::spawn(
+        &binary,
+        None,
+        &[
+            &format!("--web-config-file={}", web.display()),
+            &format!("--web-bearer-token-file={}", tokens.display()),
+        ],
+        no_scrapes,
+    );
+    let ca_arg = ca_file.to_str().unwrap();
+    let labels = https(&server, "/api/v1/labels");
+    wait_ready(
+        &mut server,
+        d,
+        &["--cacert", ca_arg, "-u", "alice:s3cret", &labels],
+    );
+
+    // Right credentials, either kind, over HTTP/2; the configured header on the answer.
+    let ok = curl(
+        d,
+        &["--http2", "--cacert", ca_arg, "-u", "alice:s3cret", &labels],
+    );
+    assert_eq!((ok.status, ok.http_version.as_str()), (200, "2"), "{ok:?}");
+    assert!(ok.headers.contains("x-frame-options: deny"), "{ok:?}");
+    let token = curl(
+        d,
+        &[
+            "--cacert",
+            ca_arg,
+            "-H",
+            "Authorization: Bearer machine-token-1",
+            &labels,
+        ],
+    );
+    assert_eq!(token.status, 200, "{token:?}");
+
+    // Wrong password, unknown user, wrong token, none: the same 401, the same words.
+    let answers: Vec<Curl> = [
+        vec!["-u", "alice:wrong"],
+        vec!["-u", "mallory:s3cret"],
+        vec!["-H", "Authorization: Bearer guessed"],
+        vec![],
+    ]
+    .into_iter()
+    .map(|extra| {
+        let mut args = vec!["--cacert", ca_arg];
+        args.extend(extra);
+        args.push(&labels);
+        curl(d, &args)
+    })
+    .collect();
+    for answer in &answers {
+        assert_eq!(answer.status, 401, "{answer:?}");
+        assert!(
+            answer.headers.contains("www-authenticate: basic"),
+            "{answer:?}"
+        );
+        assert_eq!(
+            answer.body, answers[0].body,
+            "401s must not say what was wrong"
+        );
+    }
+    // The UI is behind the same gate.
+    assert_eq!(
+        curl(d, &["--cacert", ca_arg, &https(&server, "/")]).status,
+        401
+    );
+
+    // Plain HTTP to the TLS port: Go's 400, not a handshake error.
+    let plain = curl(
+        d,
+        &[&format!(
+            "http://127.0.0.1:{}/api/v1/labels",
+            server.addr.port()
+        )],
+    );
+    assert_eq!(plain.status, 400, "{plain:?}");
+    assert!(
+        plain.body.contains("HTTP request to an HTTPS server"),
+        "{plain:?}"
+    );
+
+    // Lifecycle endpoints are off without --web-enable-lifecycle, even for a good user.
+    let reload = curl(
+        d,
+        &[
+            "--cacert",
+            ca_arg,
+            "-u",
+            "alice:s3cret",
+            "-X",
+            "POST",
+            &https(&server, "/-/reload"),
+        ],
+    );
+    assert_eq!(reload.status, 403, "{reload:?}");
+    assert!(reload.body.contains("--web-enable-lifecycle"), "{reload:?}");
+
+    // A renewed certificate (from another CA) is served to the next connection, no restart.
+    let next_ca = Ca::new("renewed CA");
+    let (cert, key) = next_ca.issue(&["localhost", "127.0.0.1"], false);
+    let next_ca_file = write(d, "next-ca.pem", &next_ca.pem);
+    write(d, "server.key", &key);
+    write(d, "server.crt", &cert);
+    let next = next_ca_file.to_str().unwrap();
+    let renewed = curl(d, &["--cacert", next, "-u", "alice:s3cret", &labels]);
+    assert_eq!(renewed.status, 200, "{renewed:?}");
+    let old = curl(d, &["--cacert", ca_arg, "-u", "alice:s3cret", &labels]);
+    assert_eq!(
+        old.status, 0,
+        "the old CA must no longer verify the server: {old:?}"
+    );
+    server.process.assert_running();
+}
+
+#[test]
+fn client_certificates_and_lifecycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca = Ca::new("parca test CA");
+    let (cert, key) = ca.issue(&["localhost", "127.0.0.1"], false);
+    let ca_file = write(d, "ca.pem", &ca.pem);
+    write(d, "server.crt", &cert);
+    write(d, "server.key", &key);
+    let (client, client_key) = ca.issue(&["client.example"], false);
+    write(d, "client.crt", &client);
+    write(d, "client.key", &client_key);
+    let (expired, expired_key) = ca.issue(&["client.example"], true);
+    write(d, "expired.crt", &expired);
+    write(d, "expired.key", &expired_key);
+    let stranger = Ca::new("someone else's CA");
+    let (foreign, foreign_key) = stranger.issue(&["client.example"], false);
+    write(d, "foreign.crt", &foreign);
+    write(d, "foreign.key", &foreign_key);
+    let web = write(
+        d,
+        "web.yml",
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+         client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\n  \
+         min_version: TLS12\n",
+    );
+    let binary = parca_binary(false);
+    let mut server = Server::spawn(
+        &binary,
+        None,
+        &[
+            &format!("--web-config-file={}", web.display()),
+            "--web-enable-lifecycle",
+        ],
+        no_scrapes,
+    );
+    let ca_arg = ca_file.to_str().unwrap();
+    let with = |name: &str| -> Vec<String> {
+        vec![
+            "--cacert".into(),
+            ca_arg.into(),
+            "--cert".into(),
+            d.join(format!("{name}.crt")).display().to_string(),
+            "--key".into(),
+            d.join(format!("{name}.key")).display().to_string(),
+        ]
+    };
+    let ready = https(&server, "/-/ready");
+    let mut args = with("client");
+    args.push(ready.clone());
+    let args_ref: Vec<&str> = args.iter().map(String::as_str).collect();
+    wait_ready(&mut server, d, &args_ref);
+
+    for (who, expect_ok) in [("client", true), ("expired", false), ("foreign", false)] {
+        let mut args = with(who);
+        args.push(ready.clone());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let got = curl(d, &args);
+        assert_eq!(got.status == 200, expect_ok, "{who}: {got:?}");
+    }
+    let none = curl(d, &["--cacert", ca_arg, &ready]);
+    assert_eq!(
+        none.status, 0,
+        "no client certificate must be refused: {none:?}"
+    );
+
+    // With the flag, /-/reload and /-/quit answer, and /-/quit stops the server.
+    let mut reload = with("client");
+    reload.extend(["-X".into(), "POST".into(), https(&server, "/-/reload")]);
+    let reload: Vec<&str> = reload.iter().map(String::as_str).collect();
+    assert_eq!(curl(d, &reload).status, 200);
+    let mut quit = with("client");
+    quit.extend(["-X".into(), "POST".into(), https(&server, "/-/quit")]);
+    let quit: Vec<&str> = quit.iter().map(String::as_str).collect();
+    let answer = curl(d, &quit);
+    assert_eq!(answer.status, 200, "{answer:?}");
+    let status = poll(
+        "the server to exit after /-/quit",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            server
+                .process
+                .exited()
+                .ok_or_else(|| "still running".to_owned())
+        },
+    );
+    assert!(status.success(), "{status}: {}", server.process.log_tail());
+}
+
+#[test]
+fn limits_and_gates_name_their_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let binary = parca_binary(false);
+    let server = Server::start(
+        &binary,
+        &[
+            "--web-max-request-body-size=1KiB",
+            "--ingest-max-labels-per-series=3",
+            "--web-max-concurrent-requests=1",
+            "--query-timeout=0s",
+        ],
+        no_scrapes,
+    );
+    let base = format!("http://{}", server.addr);
+    let big = write(d, "big.bin", &"x".repeat(4096));
+    let big_arg = format!("@{}", big.display());
+
+    // Over the body limit, declared or chunked: 413 naming the flag.
+    for extra in [vec![], vec!["-H", "Transfer-Encoding: chunked"]] {
+        let mut args = vec!["--data-binary", &big_arg];
+        args.extend(extra);
+        let url = format!("{base}/api/v1/write?__name__=x");
+        args.push(&url);
+        let got = curl(d, &args);
+        assert_eq!(got.status, 413, "{got:?}");
+        assert!(got.body.contains("--web-max-request-body-size"), "{got:?}");
+    }
+
+    // Too many labels for one series: 400 naming the flag (a Pyroscope folded push).
+    let labeled = curl(
+        d,
+        &[
+            "--data-binary",
+            "main;work 10",
+            &format!("{base}/ingest?name=app.cpu%7Ba%3D1,b%3D2,c%3D3%7D&format=folded"),
+        ],
+    );
+    assert_eq!(labeled.status, 400, "{labeled:?}");
+    assert!(
+        labeled.body.contains("--ingest-max-labels-per-series"),
+        "{labeled:?}"
+    );
+
+    // A query past its time: 422 naming the flag.
+    let stored = curl(
+        d,
+        &[
+            "--data-binary",
+            "main;work 10",
+            &format!("{base}/ingest?name=app.cpu&format=folded"),
+        ],
+    );
+    assert_eq!(stored.status, 200, "{stored:?}");
+    let types = server.api("/api/v1/profile_types").unwrap();
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let t = &types[0];
+    let mut name = [
+        "name",
+        "sample_type",
+        "sample_unit",
+        "period_type",
+        "period_unit",
+    ]
+    .map(|k| t[k].as_str().unwrap_or_default())
+    .join(":");
+    if t["delta"] == true {
+        name.push_str(":delta");
+    }
+    let slow = curl(
+        d,
+        &[&format!(
+            "{base}/api/v1/query_range?query={}&start={}&end={}&step=10s",
+            crate::server_harness::encode(&format!("sum({name})")),
+            now_s - 86_400,
+            now_s
+        )],
+    );
+    assert_eq!(slow.status, 422, "{slow:?}");
+    assert!(slow.body.contains("--query-timeout"), "{slow:?}");
+
+    // A second request while one is answered: 429 naming the flag; probes still answer.
+    let held = std::thread::spawn({
+        let url = format!("{base}/debug/pprof/profile?seconds=3");
+        let d = d.to_owned();
+        move || curl(&d, &[&url])
+    });
+    let busy = poll(
+        "a request to be refused while another is answered",
+        Duration::from_secs(3),
+        Duration::from_millis(50),
+        || {
+            let got = curl(d, &[&format!("{base}/api/v1/labels")]);
+            if got.status == 429 {
+                Ok(got)
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    );
+    assert!(
+        busy.body.contains("--web-max-concurrent-requests"),
+        "{busy:?}"
+    );
+    assert_eq!(curl(d, &[&format!("{base}/-/healthy")]).status, 200);
+    assert_eq!(held.join().unwrap().status, 200);
+
+    // A query-only server: pushes, lifecycle and its own profiles off.
+    let readonly = Server::start(
+        &binary,
+        &["--web-enable-push=false", "--web-enable-pprof=false"],
+        no_scrapes,
+    );
+    let base = format!("http://{}", readonly.addr);
+    let push = curl(
+        d,
+        &[
+            "--data-binary",
+            "x",
+            &format!("{base}/api/v1/write?__name__=x"),
+        ],
+    );
+    assert_eq!(push.status, 403, "{push:?}");
+    assert!(push.body.contains("--web-enable-push"), "{push:?}");
+    assert_eq!(curl(d, &[&format!("{base}/debug/pprof/heap")]).status, 403);
+    assert_eq!(
+        curl(d, &["-X", "POST", &format!("{base}/-/quit")]).status,
+        403
+    );
+    assert_eq!(curl(d, &[&format!("{base}/api/v1/labels")]).status, 200);
+}
