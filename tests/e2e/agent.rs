@@ -603,6 +603,7 @@ fn server_scrapes_and_receives_pushes_from_the_agent() {
     });
     let agent_addr = format!("--http-address=127.0.0.1:{agent_port}");
     let remote = format!("--remote-store-address={}", server.addr);
+    // Parca Agent's default is TLS; this server speaks plain HTTP.
     let mut command = Command::new(agent_binary());
     command.args([
         agent_addr.as_str(),
@@ -610,6 +611,7 @@ fn server_scrapes_and_receives_pushes_from_the_agent() {
         "--profiling-duration=2s",
         "--node=e2e-node",
         remote.as_str(),
+        "--remote-store-insecure",
     ]);
     let mut agent = Process::start("parca-agent", command, &dir.path().join("agent.log"));
 
@@ -1397,4 +1399,143 @@ fn agent_fetches_debug_files_from_debuginfod() {
         cache.join(id).join("debuginfo").exists(),
         "the debug file is cached by build id"
     );
+}
+
+#[test]
+fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
+    use crate::security::{Ca, curl, write};
+    let _exclusive = crate::support::exclusive();
+    if !can_run("agent_pushes_over_tls_with_a_token_and_guards_its_own_port") {
+        return;
+    }
+    let t = targets();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let hot = start_target(&t.c_hot, 120.0, d);
+    let ca = Ca::new("parca test CA");
+    let (cert, key) = ca.issue(&["localhost", "127.0.0.1"], false);
+    let ca_file = write(d, "ca.pem", &ca.pem);
+    write(d, "server.crt", &cert);
+    write(d, "server.key", &key);
+    let web = write(
+        d,
+        "web.yml",
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n",
+    );
+    let tokens = write(d, "tokens", "push-token\n");
+    let web_arg = format!("--web-config-file={}", web.display());
+    let mut server = Server::spawn(
+        &parca_binary(false),
+        None,
+        &[
+            &web_arg,
+            &format!("--web-bearer-token-file={}", tokens.display()),
+        ],
+        |_| "scrape_configs: []\n".into(),
+    );
+    let ca_arg = ca_file.to_str().unwrap().to_owned();
+    let auth = "Authorization: Bearer push-token";
+    let server_url = |path: &str| format!("https://127.0.0.1:{}{path}", server.addr.port());
+    let ready = server_url("/-/ready");
+    poll(
+        "the TLS server",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            server.process.assert_running();
+            let got = curl(d, &["--cacert", &ca_arg, "-H", auth, &ready]);
+            (got.status == 200).then_some(()).ok_or(format!("{got:?}"))
+        },
+    );
+
+    // The agent's own port: the same kind of file, with a basic-auth user.
+    let agent_port = free_port();
+    let hash = bcrypt::hash("agent-pw", 6).unwrap();
+    let agent_web = write(
+        d,
+        "agent-web.yml",
+        &format!("basic_auth_users:\n  ops: {hash}\n"),
+    );
+    let token_file = write(d, "agent-token", "push-token\n");
+    let mut command = Command::new(agent_binary());
+    command.args([
+        format!("--http-address=127.0.0.1:{agent_port}"),
+        format!("--profiling-cpu-sampling-frequency={HZ}"),
+        "--profiling-duration=2s".into(),
+        "--node=tls-node".into(),
+        format!("--remote-store-address=127.0.0.1:{}", server.addr.port()),
+        format!("--remote-store-ca-file={}", ca_file.display()),
+        format!("--remote-store-bearer-token-file={}", token_file.display()),
+        "--metadata-external-labels=region=eu-1;cluster=e2e".into(),
+        format!("--web-config-file={}", agent_web.display()),
+    ]);
+    let mut agent = Process::start("parca-agent", command, &d.join("agent.log"));
+    let agent_metrics = format!("http://127.0.0.1:{agent_port}/metrics");
+    let metrics = poll(
+        "the agent's port",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            agent.assert_running();
+            let got = curl(d, &["-u", "ops:agent-pw", &agent_metrics]);
+            (got.status == 200)
+                .then_some(got.body.clone())
+                .ok_or(format!("{got:?}"))
+        },
+    );
+    assert!(
+        metrics.contains("parca_agent_push_pending_windows"),
+        "{metrics}"
+    );
+    let refused = curl(d, &["-u", "ops:wrong", &agent_metrics]);
+    assert_eq!(refused.status, 401, "{refused:?}");
+    let anonymous = curl(
+        d,
+        &[&format!(
+            "http://127.0.0.1:{agent_port}/debug/pprof/profile?seconds=1"
+        )],
+    );
+    assert_eq!(anonymous.status, 401, "{anonymous:?}");
+
+    // Its pushes arrive over TLS with the token, with the external labels on every series.
+    let query = format!(
+        "merge(parca_agent:samples:count:cpu:nanoseconds:delta{{region=\"eu-1\",cluster=\"e2e\",node=\"tls-node\",comm=\"agent-c-hot\"}}[5m])"
+    );
+    let url = server_url(&format!(
+        "/api/v1/query?format=top&limit=50&query={}",
+        encode(&query)
+    ));
+    let top = poll(
+        "pushed windows over TLS",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            agent.assert_running();
+            let got = curl(d, &["--cacert", &ca_arg, "-H", auth, &url]);
+            if got.status == 200 && got.body.contains("hot_leaf") {
+                Ok(got.body)
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    );
+    assert!(top.contains("hot_leaf"), "{top}");
+    let metrics = curl(d, &["-u", "ops:agent-pw", &agent_metrics]).body;
+    assert!(
+        metric_value(&metrics, "parca_agent_pushes_total") >= 1.0,
+        "{metrics}"
+    );
+    drop(agent);
+
+    // Only the units asked for: nothing here runs in `no-such.service`.
+    let filtered = Agent::start(d, &["--systemd-units=no-such.service"]);
+    let p = filtered.profile("seconds=2");
+    assert!(
+        p.sample.is_empty(),
+        "{} samples outside the unit",
+        p.sample.len()
+    );
+    let r = http_get(filtered.addr, "/metrics", Duration::from_secs(5)).unwrap();
+    assert!(metric_value(&r.text(), "parca_agent_filtered_samples_total") > 0.0);
+    drop(hot);
 }

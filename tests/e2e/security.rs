@@ -11,13 +11,13 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use crate::server_harness::{Server, parca_binary, poll};
 
 /// A CA that signs server and client certificates.
-struct Ca {
-    pem: String,
+pub(crate) struct Ca {
+    pub(crate) pem: String,
     issuer: Issuer<'static, KeyPair>,
 }
 
 impl Ca {
-    fn new(name: &str) -> Ca {
+    pub(crate) fn new(name: &str) -> Ca {
         let key = KeyPair::generate().expect("generate a key");
         let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -31,7 +31,7 @@ impl Ca {
 
     /// A certificate for `names` and its key, as PEM; `expired` makes one whose validity ended
     /// in 2020.
-    fn issue(&self, names: &[&str], expired: bool) -> (String, String) {
+    pub(crate) fn issue(&self, names: &[&str], expired: bool) -> (String, String) {
         let key = KeyPair::generate().expect("generate a key");
         let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names).expect("leaf params");
@@ -47,15 +47,15 @@ impl Ca {
 /// What curl got: the status (0 when it got none, e.g. a refused handshake), headers in lower
 /// case, the body, the HTTP version, and curl's exit code.
 #[derive(Debug)]
-struct Curl {
-    status: u16,
-    headers: String,
-    body: String,
-    http_version: String,
-    exit: i32,
+pub(crate) struct Curl {
+    pub(crate) status: u16,
+    pub(crate) headers: String,
+    pub(crate) body: String,
+    pub(crate) http_version: String,
+    pub(crate) exit: i32,
 }
 
-fn curl(dir: &Path, args: &[&str]) -> Curl {
+pub(crate) fn curl(dir: &Path, args: &[&str]) -> Curl {
     let headers = dir.join("curl.headers");
     let body = dir.join("curl.body");
     let _ = std::fs::remove_file(&headers);
@@ -82,7 +82,7 @@ fn curl(dir: &Path, args: &[&str]) -> Curl {
     }
 }
 
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+pub(crate) fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).expect("write a test file");
     path

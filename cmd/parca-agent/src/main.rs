@@ -24,9 +24,50 @@ struct Args {
     /// How often the BPF maps are drained (and a window pushed), e.g. 10s.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     profiling_duration: Duration,
-    /// A parca server to push every window to (`host:port` or `http://host:port`).
+    /// A parca server to push every window to: `host:port` (over TLS unless
+    /// --remote-store-insecure), or a URL with its scheme.
     #[arg(long)]
     remote_store_address: Option<String>,
+    /// Bearer token sent with every push.
+    #[arg(long, conflicts_with = "remote_store_bearer_token_file")]
+    remote_store_bearer_token: Option<String>,
+    /// File holding the bearer token sent with every push (read before each push, so a
+    /// rotated token is picked up).
+    #[arg(long)]
+    remote_store_bearer_token_file: Option<std::path::PathBuf>,
+    /// Push over plain HTTP (for an address without a scheme).
+    #[arg(long)]
+    remote_store_insecure: bool,
+    /// Do not verify the server's certificate. For labs with self-signed certificates only:
+    /// prefer --remote-store-ca-file.
+    #[arg(long)]
+    remote_store_insecure_skip_verify: bool,
+    /// PEM file of CAs to trust for the server's certificate, besides the built-in roots.
+    #[arg(long)]
+    remote_store_ca_file: Option<std::path::PathBuf>,
+    /// Windows kept while the server cannot take them (memory is bounded by this); the oldest
+    /// is dropped beyond it, and counted in /metrics.
+    #[arg(long, default_value_t = 12)]
+    remote_store_max_pending_windows: usize,
+    /// Labels added to every sample, `name=value` separated by `;` (repeatable), e.g.
+    /// `region=eu-1;cluster=prod`.
+    #[arg(long, value_parser = parse_labels)]
+    metadata_external_labels: Vec<Vec<(String, String)>>,
+    /// Profile only the processes of these systemd units (comma-separated), e.g.
+    /// `nginx.service,postgresql@15-main.service`, matched on the process's cgroup.
+    #[arg(long, value_delimiter = ',')]
+    systemd_units: Vec<String>,
+    /// Share of processes profiled, from 0 (exclusive) to 1. Chosen by a hash of pid and
+    /// start time, so a process is in or out for its whole life.
+    #[arg(long, default_value_t = 1.0)]
+    sampling_ratio: f64,
+    /// Prometheus' web configuration file (TLS, basic auth, headers) for the agent's own HTTP
+    /// port, as the server's --web-config-file.
+    #[arg(long)]
+    web_config_file: Option<std::path::PathBuf>,
+    /// A file of bearer tokens (one per line) accepted on the agent's own HTTP port.
+    #[arg(long)]
+    web_bearer_token_file: Option<std::path::PathBuf>,
     /// The `node` label of every sample (default: the host name).
     #[arg(long)]
     node: Option<String>,
@@ -70,6 +111,30 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_millis(number.saturating_mul(ms)))
 }
 
+/// `region=eu-1;cluster=prod`: label names as Prometheus allows them, values anything.
+fn parse_labels(text: &str) -> Result<Vec<(String, String)>, String> {
+    text.split(';')
+        .filter(|pair| !pair.trim().is_empty())
+        .map(|pair| {
+            let (name, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("`{pair}` is not of the form name=value"))?;
+            let name = name.trim();
+            let valid = name
+                .chars()
+                .enumerate()
+                .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+            if name.is_empty() || !valid || name.starts_with("__") {
+                return Err(format!(
+                    "`{name}` is not a label name: letters, digits and `_`, not starting with a \
+                     digit or `__`"
+                ));
+            }
+            Ok((name.to_owned(), value.to_owned()))
+        })
+        .collect()
+}
+
 /// `:7071` (every interface), `127.0.0.1:7071` or `[::1]:7071`.
 fn listen_address(text: &str) -> anyhow::Result<SocketAddr> {
     let full = if text.starts_with(':') {
@@ -104,8 +169,34 @@ async fn run(args: Args) -> anyhow::Result<()> {
         frequency_hz: args.profiling_cpu_sampling_frequency,
         profiling_duration: args.profiling_duration,
         http_address: listen_address(&args.http_address)?,
-        remote_store_address: args.remote_store_address,
+        remote_store: args
+            .remote_store_address
+            .map(|address| parca_agent_runtime::RemoteStore {
+                address,
+                bearer_token: args.remote_store_bearer_token,
+                bearer_token_file: args.remote_store_bearer_token_file,
+                insecure: args.remote_store_insecure,
+                insecure_skip_verify: args.remote_store_insecure_skip_verify,
+                ca_file: args.remote_store_ca_file,
+                max_pending_windows: args.remote_store_max_pending_windows,
+            }),
         node: args.node.unwrap_or(defaults.node),
+        external_labels: args
+            .metadata_external_labels
+            .into_iter()
+            .flatten()
+            .collect(),
+        process_filter: parca_agent_runtime::ProcessFilter {
+            systemd_units: args.systemd_units,
+            sampling_ratio: args.sampling_ratio,
+        },
+        security: std::sync::Arc::new(
+            parca_webconfig::Security::load(
+                args.web_config_file.as_deref(),
+                args.web_bearer_token_file.as_deref(),
+            )
+            .context("cannot use the web configuration")?,
+        ),
         btf_path: args.btf_path,
         debug_dirs: args.debug_dirs,
         debuginfod_urls: match args.debuginfod_urls {
@@ -170,5 +261,14 @@ mod tests {
             "0.0.0.0:7071".parse::<SocketAddr>().unwrap()
         );
         assert!(listen_address("nonsense").is_err());
+        assert_eq!(
+            parse_labels("region=eu-1; cluster=a=b;").unwrap(),
+            [
+                ("region".to_owned(), "eu-1".to_owned()),
+                ("cluster".to_owned(), "a=b".to_owned())
+            ]
+        );
+        assert!(parse_labels("1x=y").is_err());
+        assert!(parse_labels("novalue").is_err());
     }
 }

@@ -42,6 +42,8 @@ pub(crate) struct Shared {
     pub metrics: Metrics,
     /// The window counter, which `ProcessTable` uses to expire processes.
     pub window: std::sync::atomic::AtomicU64,
+    /// Which processes are profiled.
+    pub filter: crate::ProcessFilter,
 }
 
 /// How often the ring buffer of stack copies is emptied and its samples unwound (it is sized
@@ -83,6 +85,10 @@ pub(crate) fn run(
             }
             sampler.read_copies(|sample| {
                 let info = table.get(sample.pid, window_no);
+                if !shared.filter.admits(&info) {
+                    shared.metrics.filtered_samples.fetch_add(1, Relaxed);
+                    return;
+                }
                 let mut unwound = unwinder.unwind(&sample, &info);
                 if unwound.unknown_address
                     && let Some(info) = table.reread(sample.pid, window_no, REREAD_MAPS_AFTER)
@@ -122,6 +128,17 @@ pub(crate) fn run(
                     .entry(d.pid)
                     .or_insert_with(|| table.get(d.pid, window_no));
             }
+        }
+        if !shared.filter.admits_all() {
+            let mut left_out = 0;
+            drained.retain(|d| {
+                let keep = shared.filter.admits(&processes[&d.pid]);
+                if !keep {
+                    left_out += d.count;
+                }
+                keep
+            });
+            shared.metrics.filtered_samples.fetch_add(left_out, Relaxed);
         }
         window.add(&drained, &processes);
         for request in requests.values_mut() {

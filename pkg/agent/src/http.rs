@@ -10,11 +10,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
+use hyper::header::{
+    AUTHORIZATION, CONTENT_DISPOSITION, CONTENT_TYPE, HeaderName, HeaderValue, WWW_AUTHENTICATE,
+};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use parca_symbolize::Symbolizer;
+use parca_webconfig::Security;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -55,29 +58,44 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
         .expect("static response parts are valid")
 }
 
-/// Serves until `shutdown` completes.
+/// Serves until `shutdown` completes; every connection and request goes through `security`
+/// (TLS, credentials, rate limit and headers of `--web-config-file`).
 pub(crate) async fn serve(
     listener: TcpListener,
     state: Arc<HttpState>,
+    security: Arc<Security>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let Ok((stream, _)) = accepted else {
+                let Ok((stream, peer)) = accepted else {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 };
                 let state = state.clone();
-                let service = service_fn(move |request| {
-                    let state = state.clone();
-                    async move { Ok::<_, Infallible>(handle(&state, request).await) }
-                });
+                let security = security.clone();
                 tokio::spawn(async move {
-                    let connection = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service);
-                    if let Err(error) = connection.await {
+                    let stream = match security.accept(stream).await {
+                        Ok(stream) => stream,
+                        Err(error) => {
+                            tracing::debug!(%peer, %error, "connection refused");
+                            return;
+                        }
+                    };
+                    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    if !security.http2_enabled() {
+                        builder = builder.http1_only();
+                    } else if stream.negotiated_h2() {
+                        builder = builder.http2_only();
+                    }
+                    let service = service_fn(move |request| {
+                        let state = state.clone();
+                        let security = security.clone();
+                        async move { Ok::<_, Infallible>(answer(&state, &security, request).await) }
+                    });
+                    if let Err(error) = builder.serve_connection(TokioIo::new(stream), service).await {
                         tracing::debug!(%error, "connection ended with an error");
                     }
                 });
@@ -85,6 +103,41 @@ pub(crate) async fn serve(
             () = &mut shutdown => return,
         }
     }
+}
+
+/// A request after the web configuration's checks, with its headers on the answer.
+async fn answer(
+    state: &Arc<HttpState>,
+    security: &Security,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let mut response = if security.rate_limited() {
+        text(
+            StatusCode::TOO_MANY_REQUESTS,
+            "over the request rate allowed by rate_limit in the web configuration file",
+        )
+    } else {
+        let authorization = request.headers().get(AUTHORIZATION).map(|v| v.as_bytes());
+        match security.authorize(authorization).await {
+            Ok(()) => handle(state, request).await,
+            Err(denied) => {
+                let mut response = text(StatusCode::UNAUTHORIZED, "Unauthorized");
+                response
+                    .headers_mut()
+                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static(denied.challenge));
+                response
+            }
+        }
+    };
+    for (name, value) in security.response_headers().iter() {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
 }
 
 async fn handle(state: &Arc<HttpState>, request: Request<Incoming>) -> Response<Body> {

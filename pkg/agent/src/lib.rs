@@ -70,8 +70,9 @@ pub use bpf::BpfStats;
 pub use debuginfod::{Debuginfod, DebuginfodConfig};
 pub use error::Error;
 pub use privileges::{check_btf, check_capabilities, effective_capabilities, limitations};
-pub use process::{MappedObject, Mapping, ProcessInfo, ProcessTable};
+pub use process::{MappedObject, Mapping, ProcessFilter, ProcessInfo, ProcessTable};
 pub use profile::{Filter, PROFILE_NAME};
+pub use push::RemoteStore;
 
 /// How the agent runs (the binary's flags).
 #[derive(Debug, Clone)]
@@ -83,10 +84,16 @@ pub struct Config {
     pub profiling_duration: Duration,
     /// Where the HTTP server listens (`--http-address`, default `:7071`).
     pub http_address: SocketAddr,
-    /// A server to push every window to (`--remote-store-address`, `host:port` or `http://…`).
-    pub remote_store_address: Option<String>,
+    /// A server to push every window to, and how (`--remote-store-*`).
+    pub remote_store: Option<RemoteStore>,
     /// The `node` label (`--node`, default the host name).
     pub node: String,
+    /// Labels added to every sample (`--metadata-external-labels`), e.g. `region`, `cluster`.
+    pub external_labels: Vec<(String, String)>,
+    /// Which processes are profiled (`--systemd-units`, `--sampling-ratio`).
+    pub process_filter: ProcessFilter,
+    /// TLS and credentials of the agent's own HTTP port (`--web-config-file`).
+    pub security: Arc<parca_webconfig::Security>,
     /// Where the kernel's BTF is (`/sys/kernel/btf/vmlinux`).
     pub btf_path: PathBuf,
     /// Directories searched for separate debug files (`/usr/lib/debug`): by build id
@@ -107,8 +114,11 @@ impl Default for Config {
             frequency_hz: 19,
             profiling_duration: Duration::from_secs(10),
             http_address: SocketAddr::from(([0, 0, 0, 0], 7071)),
-            remote_store_address: None,
+            remote_store: None,
             node: hostname(),
+            external_labels: Vec::new(),
+            process_filter: ProcessFilter::default(),
+            security: Arc::new(parca_webconfig::Security::open()),
             btf_path: PathBuf::from("/sys/kernel/btf/vmlinux"),
             debug_dirs: vec![PathBuf::from("/usr/lib/debug")],
             debuginfod_urls: DebuginfodConfig::urls_from_env(),
@@ -117,6 +127,17 @@ impl Default for Config {
         }
     }
 }
+
+/// Labels every sample may carry already; external labels may not take these names.
+const RESERVED_LABELS: &[&str] = &[
+    "pid",
+    "comm",
+    "executable",
+    "systemd_unit",
+    "container_id",
+    "node",
+    "__name__",
+];
 
 /// This machine's host name (`/proc/sys/kernel/hostname`), empty when unreadable.
 pub fn hostname() -> String {
@@ -133,6 +154,22 @@ impl Config {
                 "--profiling-cpu-sampling-frequency must be from 1 to 10000 Hz, got {}",
                 self.frequency_hz
             )));
+        }
+        if !(self.process_filter.sampling_ratio > 0.0 && self.process_filter.sampling_ratio <= 1.0)
+        {
+            return Err(Error::Config(format!(
+                "--sampling-ratio must be more than 0 and at most 1, got {}",
+                self.process_filter.sampling_ratio
+            )));
+        }
+        for (name, _) in &self.external_labels {
+            if RESERVED_LABELS.contains(&name.as_str()) {
+                return Err(Error::Config(format!(
+                    "--metadata-external-labels: `{name}` is a label the agent sets itself \
+                     ({}); pick another name",
+                    RESERVED_LABELS.join(", ")
+                )));
+            }
         }
         if self.profiling_duration < Duration::from_secs(1) {
             return Err(Error::Config(format!(
@@ -156,8 +193,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         tracing::warn!("{limitation}");
     }
     let pusher = config
-        .remote_store_address
-        .as_deref()
+        .remote_store
+        .as_ref()
         .map(push::Pusher::new)
         .transpose()?;
     if let Some(pusher) = &pusher {
@@ -200,6 +237,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         events: events.clone(),
         metrics: metrics::Metrics::default(),
         window: Default::default(),
+        filter: config.process_filter.clone(),
     });
     let (commands, command_rx) = std::sync::mpsc::channel();
     let (window_tx, mut window_rx) = tokio::sync::mpsc::channel::<profile::RawProfile>(2);
@@ -258,6 +296,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     let build_options = profile::BuildOptions {
         period_ns: 1_000_000_000 / config.frequency_hz as i64,
         node: config.node.clone(),
+        external_labels: config.external_labels.clone(),
         debuginfod,
     };
     let state = Arc::new(http::HttpState {
@@ -273,21 +312,28 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         requests: Default::default(),
     });
 
-    // Finished windows: shown at `/`, pushed when asked.
+    // Finished windows: shown at `/`, pushed when asked (through a queue that outlasts the
+    // server's outages: `push.rs`).
+    let (push_tx, push_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let push_task = pusher.map(|pusher| {
+        let shared = shared.clone();
+        tokio::spawn(async move { pusher.run(push_rx, &shared.metrics).await })
+    });
+    let pushing = push_task.is_some();
     let window_state = state.clone();
     let windows = tokio::spawn(async move {
         while let Some(window) = window_rx.recv().await {
             let window = Arc::new(window);
             *window_state.last_window.lock().expect("last window lock") = Some(window.clone());
             let symbolizer = window_state.symbolizer.clone();
-            let Some(pusher) = &pusher else {
+            if !pushing {
                 tokio::task::spawn_blocking(move || {
                     symbolizer.lock().expect("symbolizer lock").trim();
                 })
                 .await
                 .ok();
                 continue;
-            };
+            }
             let options = build_options.clone();
             let body = tokio::task::spawn_blocking(move || {
                 let mut symbolizer = symbolizer.lock().expect("symbolizer lock");
@@ -296,24 +342,21 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 parca_pprof::encode(&p, true)
             })
             .await;
-            let Ok(body) = body else { continue };
-            let metrics = &window_state.shared.metrics;
-            match pusher.push(body).await {
-                Ok(()) => {
-                    metrics.pushes.fetch_add(1, Relaxed);
-                }
-                Err(error) => {
-                    metrics.push_failures.fetch_add(1, Relaxed);
-                    tracing::warn!(%error, "push failed");
-                }
+            if let Ok(body) = body {
+                push_tx.send(body).ok();
             }
         }
     });
 
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(listener, state, async {
-        http_stopped.await.ok();
-    }));
+    let server = tokio::spawn(http::serve(
+        listener,
+        state,
+        config.security.clone(),
+        async {
+            http_stopped.await.ok();
+        },
+    ));
 
     let result = tokio::select! {
         () = shutdown => Ok(()),
@@ -332,6 +375,9 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         .await
         .ok();
     windows.abort();
+    if let Some(task) = push_task {
+        task.abort();
+    }
     tracing::info!("stopped; BPF programs detached");
     result
 }

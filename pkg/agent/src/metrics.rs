@@ -23,6 +23,12 @@ pub(crate) struct Metrics {
     pub profiles_served: AtomicU64,
     pub pushes: AtomicU64,
     pub push_failures: AtomicU64,
+    /// Windows given up: refused by the server, or the oldest beyond the pending limit.
+    pub push_dropped: AtomicU64,
+    /// Windows waiting to be pushed.
+    pub push_pending: AtomicU64,
+    /// Samples of processes outside `--systemd-units` or `--sampling-ratio`, not unwound.
+    pub filtered_samples: AtomicU64,
     pub process_events: AtomicU64,
     /// Reads of a process's mappings again because an address fell outside them.
     pub maps_rereads: AtomicU64,
@@ -358,8 +364,26 @@ impl Metrics {
         metric(
             "parca_agent_push_failures_total",
             "counter",
-            "Pushes that failed.",
+            "Pushes that failed (each retry counts).",
             &[("", self.push_failures.load(Relaxed) as f64)],
+        );
+        metric(
+            "parca_agent_push_dropped_windows_total",
+            "counter",
+            "Windows given up: refused by the server, or the oldest while more than --remote-store-max-pending-windows waited.",
+            &[("", self.push_dropped.load(Relaxed) as f64)],
+        );
+        metric(
+            "parca_agent_push_pending_windows",
+            "gauge",
+            "Windows waiting to be pushed (the server is down or slow).",
+            &[("", self.push_pending.load(Relaxed) as f64)],
+        );
+        metric(
+            "parca_agent_filtered_samples_total",
+            "counter",
+            "Samples of processes that --systemd-units or --sampling-ratio leave out.",
+            &[("", self.filtered_samples.load(Relaxed) as f64)],
         );
         out
     }

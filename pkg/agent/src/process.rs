@@ -32,8 +32,71 @@ pub struct ProcessInfo {
     pub container_id: Option<String>,
     /// Its executable file mappings, sorted by start address.
     pub mappings: Vec<Mapping>,
+    /// When it started, in clock ticks since boot (`/proc/PID/stat` field 22); with the pid,
+    /// it names the process for its whole life (pids are reused).
+    pub start_time_ticks: u64,
     /// Whether `/proc/PID` could be read (`false`: it was gone; only `comm` is known).
     pub readable: bool,
+}
+
+/// `/proc/PID/stat`'s start time: the 22nd field, counted after the parenthesized name (which
+/// may itself hold spaces and parentheses).
+fn start_time(stat: &str) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    // Fields from the 3rd (state) on; the start time is the 22nd.
+    after_name.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// Which processes are profiled: those of some systemd units (`--systemd-units`), and a
+/// stable share of processes (`--sampling-ratio`). Samples of others are counted and dropped
+/// before they are unwound.
+#[derive(Debug, Clone)]
+pub struct ProcessFilter {
+    /// Units such as `nginx.service`; empty: every process.
+    pub systemd_units: Vec<String>,
+    /// From 0 to 1: the share of processes profiled, chosen by a hash of pid and start time,
+    /// so that a process is in or out for its whole life and restarts are chosen afresh.
+    pub sampling_ratio: f64,
+}
+
+impl Default for ProcessFilter {
+    fn default() -> Self {
+        ProcessFilter {
+            systemd_units: Vec::new(),
+            sampling_ratio: 1.0,
+        }
+    }
+}
+
+impl ProcessFilter {
+    /// Whether everything is profiled.
+    pub fn admits_all(&self) -> bool {
+        self.systemd_units.is_empty() && self.sampling_ratio >= 1.0
+    }
+
+    /// Whether the process is profiled.
+    pub fn admits(&self, info: &ProcessInfo) -> bool {
+        if !self.systemd_units.is_empty()
+            && !info
+                .systemd_unit
+                .as_ref()
+                .is_some_and(|unit| self.systemd_units.contains(unit))
+        {
+            return false;
+        }
+        self.sampling_ratio >= 1.0 || share(info.pid, info.start_time_ticks) < self.sampling_ratio
+    }
+}
+
+/// A number in [0, 1) that depends only on the process's identity (splitmix64's finalizer:
+/// neighbouring pids land far apart).
+fn share(pid: u32, start_time_ticks: u64) -> f64 {
+    let mut x = (u64::from(pid) << 32) ^ start_time_ticks.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    // The top 53 bits as a fraction.
+    (x >> 11) as f64 / (1u64 << 53) as f64
 }
 
 impl ProcessInfo {
@@ -226,6 +289,10 @@ impl ProcessTable {
             Some(path) => (systemd_unit(path), container_id(path)),
             None => (None, None),
         };
+        let start_time_ticks = std::fs::read_to_string(dir.join("stat"))
+            .ok()
+            .and_then(|stat| start_time(&stat))
+            .unwrap_or(0);
         let mappings = std::fs::read_to_string(dir.join("maps"))
             .map(|text| self.mappings(&dir, &text))
             .unwrap_or_default();
@@ -237,6 +304,7 @@ impl ProcessTable {
             systemd_unit,
             container_id,
             mappings,
+            start_time_ticks,
             readable,
         }
     }
@@ -468,6 +536,48 @@ fn container_in_component(component: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn start_time_after_a_name_with_spaces_and_parentheses() {
+        let stat = "4242 (a (weird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 5 3 0 0 20 0 1 0 \
+                    987654 1000 200 18446744073709551615";
+        assert_eq!(start_time(stat), Some(987_654));
+        assert_eq!(start_time("garbage"), None);
+        let own = std::fs::read_to_string("/proc/self/stat").unwrap();
+        assert!(start_time(&own).is_some_and(|t| t > 0));
+    }
+
+    #[test]
+    fn filter_by_unit_and_a_stable_share() {
+        let process = |pid: u32, unit: Option<&str>| ProcessInfo {
+            pid,
+            systemd_unit: unit.map(str::to_owned),
+            start_time_ticks: 1000 + u64::from(pid),
+            ..ProcessInfo::default()
+        };
+        let units = ProcessFilter {
+            systemd_units: vec!["nginx.service".into()],
+            ..ProcessFilter::default()
+        };
+        assert!(units.admits(&process(1, Some("nginx.service"))));
+        assert!(!units.admits(&process(1, Some("sshd.service"))));
+        assert!(!units.admits(&process(1, None)));
+        let half = ProcessFilter {
+            sampling_ratio: 0.5,
+            ..ProcessFilter::default()
+        };
+        let admitted: Vec<bool> = (1..=10_000)
+            .map(|pid| half.admits(&process(pid, None)))
+            .collect();
+        let n = admitted.iter().filter(|a| **a).count();
+        assert!((4_500..=5_500).contains(&n), "{n} of 10000");
+        // The same process is chosen the same way every time.
+        let again: Vec<bool> = (1..=10_000)
+            .map(|pid| half.admits(&process(pid, None)))
+            .collect();
+        assert_eq!(admitted, again);
+        assert!(ProcessFilter::default().admits_all());
+    }
 
     #[test]
     fn maps_lines_keep_executable_ones_with_spaces_in_paths() {

@@ -130,6 +130,8 @@ impl Filter {
 pub(crate) struct BuildOptions {
     pub period_ns: i64,
     pub node: String,
+    /// Added to every sample (`--metadata-external-labels`).
+    pub external_labels: Vec<(String, String)>,
     /// Asked for the debug files of stripped objects that have none on the node.
     pub debuginfod: Option<Arc<crate::Debuginfod>>,
 }
@@ -221,6 +223,9 @@ pub(crate) fn build(
             }
             if let Some(node) = &node {
                 add(&mut b, "node", node);
+            }
+            for (name, value) in &options.external_labels {
+                add(&mut b, name, value);
             }
             label_sets.push(labels);
             (label_sets.len() - 1) as u32
@@ -532,6 +537,7 @@ mod tests {
         let options = BuildOptions {
             period_ns: 1_000_000_000 / 19,
             node: "node-a".into(),
+            external_labels: vec![("region".into(), "eu-1".into())],
             debuginfod: None,
         };
         let p = build(&raw, &Filter::default(), &mut symbolizer, &options);
@@ -557,7 +563,7 @@ mod tests {
             .unwrap();
         assert_eq!(ours.value, vec![6]);
         let names: Vec<&str> = ours.label.iter().map(|l| s(l.key)).collect();
-        assert_eq!(names, ["pid", "comm", "executable", "node"]);
+        assert_eq!(names, ["pid", "comm", "executable", "node", "region"]);
 
         // The leaf is symbolized, demangled, and keeps its mapping and address.
         let leaf = &p.location[ours.location_id[0] as usize - 1];
@@ -599,6 +605,7 @@ mod tests {
         let options = BuildOptions {
             period_ns: 1,
             node: String::new(),
+            external_labels: Vec::new(),
             debuginfod: None,
         };
         let by_pid = Filter {
