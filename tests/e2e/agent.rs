@@ -1498,12 +1498,11 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
     assert_eq!(anonymous.status, 401, "{anonymous:?}");
 
     // Its pushes arrive over TLS with the token, with the external labels on every series.
-    let query = format!(
-        "merge(parca_agent:samples:count:cpu:nanoseconds:delta{{region=\"eu-1\",cluster=\"e2e\",node=\"tls-node\",comm=\"agent-c-hot\"}}[5m])"
-    );
+    let query = "merge(parca_agent:samples:count:cpu:nanoseconds:delta{region=\"eu-1\",\
+                 cluster=\"e2e\",node=\"tls-node\",comm=\"agent-c-hot\"}[5m])";
     let url = server_url(&format!(
         "/api/v1/query?format=top&limit=50&query={}",
-        encode(&query)
+        encode(query)
     ));
     let top = poll(
         "pushed windows over TLS",

@@ -309,6 +309,7 @@ fn client_certificates_and_lifecycle() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let got = curl(d, &args);
         assert_eq!(got.status == 200, expect_ok, "{who}: {got:?}");
+        assert_eq!(got.exit == 0, expect_ok, "curl's exit code, {who}: {got:?}");
     }
     let none = curl(d, &["--cacert", ca_arg, &ready]);
     assert_eq!(

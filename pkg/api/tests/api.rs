@@ -32,7 +32,11 @@ impl Server {
     async fn unready() -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let api = Arc::new(Api::new(
-            Options::default(),
+            // The lifecycle endpoints on, so that reload's answers can be checked.
+            Options {
+                lifecycle: true,
+                ..Options::default()
+            },
             Arc::new(NoScrapes),
             Default::default(),
         ));

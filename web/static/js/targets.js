@@ -28,7 +28,7 @@ export function mountTargets(app) {
     const active = data.activeTargets || [];
     if (!active.length) {
       replace(body, stateBox('empty', 'No scrape targets are configured.',
-        'Add a job under scrape_configs in parca.yaml and reload (POST /-/reload or SIGHUP); profiles can also be pushed to /api/v1/write.'));
+        'Add a job under scrape_configs in parca.yaml and reload (SIGHUP, or POST /-/reload with --web-enable-lifecycle); profiles can also be pushed to /api/v1/write.'));
       return;
     }
     const jobs = new Map();
