@@ -71,6 +71,7 @@ mod error;
 mod fast;
 mod lenient;
 mod literal;
+mod names;
 mod parser;
 mod print;
 
@@ -79,6 +80,7 @@ pub use ast::{
     StackFilter, StackFilterOp, ValueType,
 };
 pub use error::{Expected, ParseError, Span};
+pub use names::{is_valid_label_name, sanitize_label_name};
 
 /// Parses and checks a query: the AST, or the first error (by position in the query).
 ///

@@ -13,6 +13,7 @@ use crate::ast::{
 };
 use crate::error::{Expected, ParseError, Span};
 use crate::literal;
+use crate::names::sanitize_label_name;
 
 #[derive(pest_derive::Parser)]
 #[grammar = "grammar.pest"]
@@ -363,11 +364,33 @@ impl Builder<'_> {
                     selector.profile_type = Some(ProfileTypeName::unchecked(text));
                 }
                 Rule::matchers => {
-                    selector.matchers = p
-                        .into_inner()
-                        .filter(|m| m.as_rule() == Rule::matcher)
-                        .map(|m| self.matcher(m))
-                        .collect();
+                    for m in p.into_inner().filter(|m| m.as_rule() == Rule::matcher) {
+                        let mut parts = m.clone().into_inner();
+                        let first = parts.next().expect("grammar: matcher part");
+                        if parts.next().is_some() {
+                            let matcher = self.matcher(m);
+                            selector.matchers.push(matcher);
+                            continue;
+                        }
+                        // A lone quoted string: the profile type.
+                        let span = span_of(&first);
+                        if selector.profile_type.is_some() {
+                            self.error(
+                                span,
+                                "the profile type is given twice: before `{` and quoted inside it",
+                            );
+                            continue;
+                        }
+                        let text = self.string(&first);
+                        let text = match text.split_once(':') {
+                            Some((name, rest)) => format!("{}:{rest}", sanitize_label_name(name)),
+                            None => text,
+                        };
+                        if let Some(problem) = ProfileTypeName::problem(&text) {
+                            self.error(span, problem);
+                        }
+                        selector.profile_type = Some(ProfileTypeName::unchecked(&text));
+                    }
                 }
                 Rule::range => {
                     let duration = p.into_inner().nth(1).expect("grammar: [duration]");
@@ -391,11 +414,8 @@ impl Builder<'_> {
     fn matcher(&mut self, pair: Pair<'_, Rule>) -> LabelMatcher {
         let span = span_of(&pair);
         let mut inner = pair.into_inner();
-        let name = inner
-            .next()
-            .expect("grammar: matcher name")
-            .as_str()
-            .to_owned();
+        let name = inner.next().expect("grammar: matcher name");
+        let name = self.label_name(&name);
         let op = match inner.next().expect("grammar: match op").as_str() {
             "=" => MatchOp::Equal,
             "!=" => MatchOp::NotEqual,
@@ -431,18 +451,40 @@ impl Builder<'_> {
         for p in pair.into_inner() {
             match p.as_rule() {
                 Rule::kw_without => grouping.without = true,
-                Rule::label_name => {
-                    let label = p.as_str();
-                    if grouping.labels.iter().any(|l| l == label) {
+                Rule::label_name | Rule::string => {
+                    let label = self.label_name(&p);
+                    if grouping.labels.contains(&label) {
                         self.error(span_of(&p), format!("label `{label}` is listed twice"));
                     } else {
-                        grouping.labels.push(label.to_owned());
+                        grouping.labels.push(label);
                     }
                 }
                 _ => {}
             }
         }
         grouping
+    }
+
+    /// The stored name a label name token or quoted name stands for: a quoted name is
+    /// sanitized as ingest sanitizes names from elsewhere (`"service.version"` selects
+    /// `service_version`); an unquoted name with a dot is an error naming both spellings that
+    /// work.
+    fn label_name(&mut self, pair: &Pair<'_, Rule>) -> String {
+        if pair.as_rule() == Rule::string {
+            return sanitize_label_name(&self.string(pair));
+        }
+        let name = pair.as_str();
+        if name.contains('.') {
+            self.error(
+                span_of(pair),
+                format!(
+                    "label name `{name}` has a `.`: quote it, `\"{name}\"`, or write the stored \
+                     name `{}`",
+                    sanitize_label_name(name)
+                ),
+            );
+        }
+        name.to_owned()
     }
 
     /// The string's value; an empty string (after an error) when its escapes are bad.

@@ -41,7 +41,8 @@ fn tree(out: &mut String, query: &str, expr: &Expr, depth: usize) {
                 write!(head, " {}{}{:?}", m.name, m.op.as_str(), m.value).unwrap();
                 let text = &query[m.span.start..m.span.end];
                 assert!(
-                    text.starts_with(&m.name) && text.ends_with(['"', '\'', '`']),
+                    (text.starts_with(&m.name) || text.starts_with(['"', '\'', '`']))
+                        && text.ends_with(['"', '\'', '`']),
                     "{text}"
                 );
             }

@@ -38,7 +38,7 @@ impl Labels {
             .filter(|l| !l.value.is_empty())
             .collect();
         for l in &labels {
-            if !valid_label_name(&l.name) {
+            if !parca_querylang::is_valid_label_name(&l.name) {
                 return Err(Error::InvalidLabelName {
                     name: l.name.clone(),
                 });
@@ -89,13 +89,6 @@ impl fmt::Display for Labels {
         }
         f.write_str("}")
     }
-}
-
-/// Prometheus' label name rule: `[a-zA-Z_][a-zA-Z0-9_]*`.
-pub fn valid_label_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// How a matcher compares a label value.

@@ -64,6 +64,6 @@ mod test_support;
 
 pub use db::{Appender, Db, Options, Quarantined, Stats};
 pub use error::{Error, ErrorClass, with_causes};
-pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL, valid_label_name};
+pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL};
 pub use postings::MemPostings;
 pub use query::{MergedGroup, Querier, SeriesProfiles, SeriesTotals, TotalPoint};

@@ -585,3 +585,70 @@ async fn errors_carry_position_and_reason_fields() {
     assert_eq!(status, 422, "{body}");
     assert_eq!(json(&body)["reason"], "no_profiles", "{body}");
 }
+
+#[tokio::test]
+async fn dotted_names_are_selectable_quoted_or_as_stored() {
+    let server = Server::ready().await;
+    let from = 1_700_000_000_i64;
+    let path = format!(
+        "/ingest?name={}&from={from}&until={}&format=folded",
+        enc("shop.api.cpu{service.version=1.2}"),
+        from + 10
+    );
+    let (status, answer) = server.post(&path, b"main;work 10\n".to_vec()).await;
+    assert_eq!(status, 200, "{answer}");
+    let window = format!("start={}&end={}", from - 10, from + 20);
+    let (_, labels) = server.get(&format!("/api/v1/labels?{window}")).await;
+    let labels = json(&labels);
+    assert!(
+        labels["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == "service_version"),
+        "{labels}"
+    );
+    let (_, types) = server
+        .get(&format!("/api/v1/label/__name__/values?{window}"))
+        .await;
+    // Pyroscope's `app.cpu` naming: the application is the `service_name` value, dots kept.
+    let stored_type = json(&types)["data"][0].as_str().unwrap().to_owned();
+    assert!(stored_type.starts_with("process_cpu:"), "{stored_type}");
+    // Each spelling selects the one series, in `match[]` and in queries.
+    for selector in [
+        r#"{service_version="1.2"}"#.to_owned(),
+        r#"{"service.version"="1.2"}"#.to_owned(),
+        format!(r#"{{"{stored_type}", "service.version"="1.2", service_name="shop.api"}}"#),
+    ] {
+        let (status, series) = server
+            .get(&format!(
+                "/api/v1/series?match[]={}&{window}",
+                enc(&selector)
+            ))
+            .await;
+        assert_eq!(status, 200, "{selector}: {series}");
+        assert_eq!(
+            json(&series)["data"].as_array().unwrap().len(),
+            1,
+            "{selector}"
+        );
+    }
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/query?format=top&time={}&query={}",
+            from + 20,
+            enc(&format!(
+                r#"merge by ("service.version") ({{"{stored_type}"}}[1h])"#
+            ))
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = server
+        .get(&format!(
+            "/api/v1/series?match[]={}&{window}",
+            enc(r#"{service.version="1.2"}"#)
+        ))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("service_version"), "{body}");
+}

@@ -7,22 +7,11 @@ use std::marker::PhantomData;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 
+use parca_querylang::is_valid_label_name;
+
 use crate::checked::str_then;
 
-/// Prometheus' rule for label names: `[a-zA-Z_][a-zA-Z0-9_]*`.
-///
-/// ```
-/// assert!(parca_config::is_valid_label_name("__address__"));
-/// assert!(!parca_config::is_valid_label_name("0abc"));
-/// assert!(!parca_config::is_valid_label_name("a-b"));
-/// ```
-pub fn is_valid_label_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
-}
-
-/// The message for a name that breaks [`is_valid_label_name`].
+/// The message for a name that breaks [`is_valid_label_name`] (the query language's rule).
 pub(crate) fn invalid_label_name(name: &str) -> String {
     format!("invalid label name {name:?}: use letters, digits and `_`, not starting with a digit")
 }

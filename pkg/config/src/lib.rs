@@ -89,7 +89,6 @@ pub use config::{Config, GlobalConfig, load, parse};
 pub use duration::{format_duration, parse_duration};
 pub use error::{Error, Location};
 pub use http_client::{HttpUrl, OAuth2, ProxyConfig};
-pub use labels::is_valid_label_name;
 pub use relabel::{Action, Regexp, RelabelConfig, relabel, relabel_in_place};
 pub use scrape::{
     Authorization, BasicAuth, DEFAULT_ENDPOINTS, DEFAULT_FILE_SD_REFRESH_INTERVAL,

@@ -11,7 +11,9 @@ use serde::de::{Deserialize, Deserializer};
 use serde::{Serialize, Serializer};
 
 use crate::checked::{FromRaw, str_then};
-use crate::labels::{LabelName, invalid_label_name, is_valid_label_name};
+use parca_querylang::is_valid_label_name;
+
+use crate::labels::{LabelName, invalid_label_name};
 use crate::{Error, error};
 
 /// What a relabeling rule does. Written in lower case in the file (any case is accepted, as in

@@ -569,7 +569,7 @@ struct ProfileName(String);
 impl<'de> Deserialize<'de> for ProfileName {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         str_then(d, "a profile name", |name| {
-            if crate::is_valid_label_name(name) {
+            if parca_querylang::is_valid_label_name(name) {
                 Ok(ProfileName(name.to_owned()))
             } else {
                 Err(format!(

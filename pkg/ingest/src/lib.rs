@@ -38,5 +38,5 @@ mod sink;
 
 pub use error::Error;
 pub use pyroscope::{IngestBody, LegacyIngest, decode_push_request, legacy_ingest};
-pub use series::{Series, profile_type_name, sanitize_label_name, to_series};
+pub use series::{Series, profile_type_name, to_series};
 pub use sink::{Durability, Sink, WriteOutcome};

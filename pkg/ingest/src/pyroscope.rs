@@ -7,7 +7,9 @@ use parca_pprof::proto;
 use parca_profile::Profile;
 use parca_tsdb::Labels;
 
-use crate::{Error, Series, sanitize_label_name, to_series};
+use parca_querylang::sanitize_label_name;
+
+use crate::{Error, Series, to_series};
 
 /// `push.v1.PushRequest`, derived by hand from Pyroscope's `push.proto`.
 #[derive(Clone, PartialEq, prost::Message)]

@@ -56,11 +56,18 @@ fn syntax_errors() {
           |                                               ^"#]],
     );
     check(
-        r#"memory:inuse_space:bytes:space:bytes{"job"="api"}"#,
+        r#"memory:inuse_space:bytes:space:bytes{service.version="1.2"}"#,
         expect![[r#"
-        line 1, column 38: expected a label matcher such as job="api" or `}`, found a string
-        1 | memory:inuse_space:bytes:space:bytes{"job"="api"}
-          |                                      ^"#]],
+            line 1, column 38: label name `service.version` has a `.`: quote it, `"service.version"`, or write the stored name `service_version`
+            1 | memory:inuse_space:bytes:space:bytes{service.version="1.2"}
+              |                                      ^^^^^^^^^^^^^^^"#]],
+    );
+    check(
+        r#"sum by (service.version) (memory:inuse_space:bytes:space:bytes)"#,
+        expect![[r#"
+            line 1, column 9: label name `service.version` has a `.`: quote it, `"service.version"`, or write the stored name `service_version`
+            1 | sum by (service.version) (memory:inuse_space:bytes:space:bytes)
+              |         ^^^^^^^^^^^^^^^"#]],
     );
     check(
         r#"memory:inuse_space:bytes:space:bytes{job=api}"#,

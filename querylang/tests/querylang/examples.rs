@@ -371,3 +371,29 @@ fn comments() {
     "##]],
     );
 }
+
+#[test]
+fn quoted_names_select_the_stored_sanitized_names() {
+    check(
+        r#"memory:inuse_space:bytes:space:bytes{"service.version"="1.2", job="api"}"#,
+        expect![[r#"
+            ProfileSet: memory:inuse_space:bytes:space:bytes{service_version="1.2", job="api"}
+            selector memory:inuse_space:bytes:space:bytes service_version="1.2" job="api" @0..72
+        "#]],
+    );
+    check(
+        r#"{"shop.api:samples:count:cpu:nanoseconds:delta", "service.name"="shop"}[5m]"#,
+        expect![[r#"
+            ProfileSet: shop_api:samples:count:cpu:nanoseconds:delta{service_name="shop"}[5m]
+            selector shop_api:samples:count:cpu:nanoseconds:delta service_name="shop" range=300s @0..75
+        "#]],
+    );
+    check(
+        r#"merge by ("service.version", instance) (memory:inuse_space:bytes:space:bytes[1h])"#,
+        expect![[r#"
+            Profile: merge by (service_version, instance) (memory:inuse_space:bytes:space:bytes[1h])
+            merge by (service_version, instance) @0..81
+              selector memory:inuse_space:bytes:space:bytes range=3600s @40..80
+        "#]],
+    );
+}

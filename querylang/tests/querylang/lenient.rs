@@ -54,9 +54,9 @@ fn half_typed_queries() {
     check(
         "sum by (",
         expect![[r#"
-        no tree
-        line 1, column 9: expected a label name such as instance or `)`, found the end of the query [LabelName, Symbol(')')]
-    "#]],
+            no tree
+            line 1, column 9: expected a label name such as instance, a string such as "api" or `)`, found the end of the query [LabelName, String, Symbol(')')]
+        "#]],
     );
     check(
         "merge(memory:inuse_space:bytes:space:bytes[",
