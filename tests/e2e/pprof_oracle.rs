@@ -189,6 +189,7 @@ fn merge_equals_pprof_proto_merge() {
                 let pprof = parca_pprof::decode(&read(p), &DecodeOptions::default())
                     .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
                 parca_profile::normalize_into(&pprof, &mut tables)
+                    .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
             })
             .collect();
         let tables = std::sync::Arc::new(tables);

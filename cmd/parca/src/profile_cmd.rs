@@ -140,7 +140,8 @@ fn load_merged(paths: &[PathBuf], sample_type: Option<&str>) -> anyhow::Result<P
             .with_context(|| format!("`{}` is not a usable pprof profile", path.display()))?;
         let default = pprof.header().default_sample_type;
         let default = (default != 0).then(|| pprof.string(default).to_owned());
-        let mut parts = parca_profile::normalize_into(&pprof, &mut tables);
+        let mut parts = parca_profile::normalize_into(&pprof, &mut tables)
+            .with_context(|| format!("in `{}`", path.display()))?;
         let idx = parca_profile::pick_sample_type(
             parts.iter().map(|(meta, _)| meta),
             sample_type,

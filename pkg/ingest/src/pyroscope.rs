@@ -424,7 +424,7 @@ fn folded_profile(body: &[u8], sample_rate: i64) -> Result<Profile, Error> {
     }
     profile.string_table = strings;
     let pprof = parca_pprof::Pprof::from_proto(&profile).map_err(parca_profile::Error::from)?;
-    Ok(parca_profile::from_pprof(&pprof)
+    Ok(parca_profile::from_pprof(&pprof)?
         .pop()
         .expect("one sample type"))
 }

@@ -74,7 +74,8 @@ fn merge(c: &mut Criterion) {
         .map(|i| {
             let pprof = parca_pprof::decode(&files[i % files.len()], &DecodeOptions::default())
                 .expect("corpus decodes");
-            let mut parts = parca_profile::normalize_into(&pprof, &mut tables);
+            let mut parts =
+                parca_profile::normalize_into(&pprof, &mut tables).expect("corpus normalizes");
             let cpu = parca_profile::pick_sample_type(
                 parts.iter().map(|(meta, _)| meta),
                 Some("cpu"),

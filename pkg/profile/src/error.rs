@@ -26,6 +26,10 @@ pub enum Error {
         /// The sample types it has, comma-separated.
         available: String,
     },
+    /// The profile's `drop_frames` or `keep_frames` is not a regular expression (google/pprof
+    /// refuses such a profile too).
+    #[error("cannot apply the profile's frame filters: {0}")]
+    FrameFilter(String),
     /// A stack filter's regular expression does not compile.
     #[error("invalid stack filter regex `{pattern}`")]
     Regex {

@@ -48,6 +48,7 @@ mod hide;
 mod merge;
 mod normalize;
 mod profile;
+mod prune;
 mod split;
 pub mod tables;
 mod top;

@@ -6,6 +6,7 @@ use parca_pprof::{Pprof, proto};
 use rustc_hash::FxHashMap;
 
 use crate::profile::{Meta, Profile, Samples, ValueType};
+use crate::prune::{LocationPrune, Pruner, kept_frames};
 use crate::tables::{
     Function, FunctionId, Label, LabelSetId, LabelValue, Line, LocationId, Mapping, MappingId,
     StackId, StringId, Tables, relative_address,
@@ -17,25 +18,27 @@ pub fn decode(
     options: &parca_pprof::DecodeOptions,
 ) -> Result<Vec<Profile>, crate::Error> {
     let pprof = parca_pprof::decode(bytes, options)?;
-    Ok(from_pprof(&pprof))
+    from_pprof(&pprof)
 }
 
 /// Normalizes a validated pprof into one profile per sample type.
 ///
 /// Strings, mappings, functions, locations and stacks are interned once and shared by all the
 /// returned profiles. Samples that agree on stack and labels are summed, and zero values dropped.
-pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
+/// The profile's `drop_frames`/`keep_frames` are applied as google/pprof applies them when it
+/// reads a profile (`prune.rs`); a pattern that is not a regular expression is an error.
+pub fn from_pprof(pprof: &Pprof) -> Result<Vec<Profile>, crate::Error> {
     let mut tables = Tables::new();
-    let parts = normalize_into(pprof, &mut tables);
+    let parts = normalize_into(pprof, &mut tables)?;
     let tables = Arc::new(tables);
-    parts
+    Ok(parts
         .into_iter()
         .map(|(meta, samples)| Profile {
             tables: Arc::clone(&tables),
             meta,
             samples,
         })
-        .collect()
+        .collect())
 }
 
 /// Normalizes a validated pprof into `tables`, which it shares with whatever they already hold:
@@ -44,8 +47,39 @@ pub fn from_pprof(pprof: &Pprof) -> Vec<Profile> {
 /// Normalizing many pprofs into one set of tables interns each symbol and stack once, and the
 /// resulting profiles merge by array add, with no remapping: what a store does at ingest, and
 /// what `parca profile` does with several files.
-pub fn normalize_into(pprof: &Pprof, tables: &mut Tables) -> Vec<(Meta, Samples)> {
+pub fn normalize_into(
+    pprof: &Pprof,
+    tables: &mut Tables,
+) -> Result<Vec<(Meta, Samples)>, crate::Error> {
     let h = pprof.header();
+    let pruner = Pruner::new(pprof.string(h.drop_frames), pprof.string(h.keep_frames))
+        .map_err(crate::Error::FrameFilter)?;
+    // Per location: whether the pruner cuts stacks at it, and how many inner (inlined) lines it
+    // loses.
+    let mut location_prune = vec![LocationPrune::Keep; pprof.locations().len()];
+    let mut lines_dropped = vec![0usize; pprof.locations().len()];
+    if let Some(pruner) = &pruner {
+        let mut names = Vec::new();
+        for (i, loc) in pprof.locations().iter().enumerate() {
+            let lines = pprof.lines(loc);
+            names.clear();
+            names.extend(
+                lines
+                    .iter()
+                    .map(|l| pprof.string(pprof.functions()[l.function as usize].name)),
+            );
+            // A location pruned whole keeps its lines (it stays whole where a stack does not
+            // reach past it); one pruned beneath loses its inner lines, as in google/pprof.
+            match pruner.location(&names) {
+                Some(n) if n == lines.len() => location_prune[i] = LocationPrune::Whole,
+                Some(n) => {
+                    lines_dropped[i] = n;
+                    location_prune[i] = LocationPrune::Beneath;
+                }
+                None => {}
+            }
+        }
+    }
     tables.reserve_symbols(
         pprof.n_strings(),
         pprof.functions().len(),
@@ -89,9 +123,9 @@ pub fn normalize_into(pprof: &Pprof, tables: &mut Tables) -> Vec<(Meta, Samples)
     let locations: Vec<LocationId> = pprof
         .locations()
         .iter()
-        .map(|loc| {
-            let lines: Box<[Line]> = pprof
-                .lines(loc)
+        .enumerate()
+        .map(|(i, loc)| {
+            let lines: Box<[Line]> = pprof.lines(loc)[lines_dropped[i]..]
                 .iter()
                 .map(|line| Line {
                     function: functions[line.function as usize],
@@ -129,12 +163,13 @@ pub fn normalize_into(pprof: &Pprof, tables: &mut Tables) -> Vec<(Meta, Samples)
     let mut frames = Vec::new();
     for i in 0..n_samples {
         frames.clear();
-        frames.extend(
-            pprof
-                .sample_locations(i)
-                .iter()
-                .map(|&l| locations[l as usize]),
-        );
+        let sample_locations = pprof.sample_locations(i);
+        let kept = if pruner.is_some() {
+            kept_frames(sample_locations, |&l| location_prune[l as usize])
+        } else {
+            sample_locations
+        };
+        frames.extend(kept.iter().map(|&l| locations[l as usize]));
         let stack = tables.intern_stack(&frames);
         let sample_labels = pprof.sample_labels(i);
         let label_set = if sample_labels.is_empty() {
@@ -183,7 +218,7 @@ pub fn normalize_into(pprof: &Pprof, tables: &mut Tables) -> Vec<(Meta, Samples)
             .map(|&c| pprof.string(c).to_owned())
             .collect(),
     };
-    h.sample_type
+    Ok(h.sample_type
         .iter()
         .zip(values)
         .map(|(sample_type, column)| {
@@ -203,7 +238,7 @@ pub fn normalize_into(pprof: &Pprof, tables: &mut Tables) -> Vec<(Meta, Samples)
                 samples,
             )
         })
-        .collect()
+        .collect())
 }
 
 /// Picks the profile of the given sample type (e.g. `alloc_space`), or, with `None`, the one a
@@ -258,7 +293,44 @@ pub fn pick_sample_type<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::profile;
+    use crate::test_support::{folded, profile};
+
+    /// `stacks` as a pprof with `drop_frames` and `keep_frames` set, normalized again.
+    fn pruned(stacks: &[(&str, i64)], drop: &str, keep: &str) -> Result<String, crate::Error> {
+        let mut pprof = crate::to_pprof(&profile(stacks));
+        pprof.string_table.push(drop.to_owned());
+        pprof.drop_frames = pprof.string_table.len() as i64 - 1;
+        pprof.string_table.push(keep.to_owned());
+        pprof.keep_frames = pprof.string_table.len() as i64 - 1;
+        let pprof = Pprof::from_proto(&pprof).expect("valid pprof");
+        let profiles = from_pprof(&pprof)?;
+        Ok(folded(&profiles[0]))
+    }
+
+    #[test]
+    fn drop_frames_in_the_middle_of_stacks_give_way_to_their_callers() {
+        let stacks = [
+            ("main;work;malloc;mmap_inner", 5),
+            ("main;other", 3),
+            // Nothing above the allocator: google/pprof never cuts before a user frame.
+            ("malloc;root_alloc", 2),
+            ("main;lock;RecordLockProfileData;spin", 7),
+        ];
+        let text = pruned(&stacks, "malloc|RecordLockProfileData", "").unwrap();
+        assert_eq!(
+            text, "main;lock 7\nmain;other 3\nmain;work 5\nmalloc;root_alloc 2\n",
+            "{text}"
+        );
+        // keep_frames wins over drop_frames.
+        let text = pruned(&stacks, "malloc|RecordLockProfileData", "malloc").unwrap();
+        assert!(text.contains("main;work;malloc;mmap_inner 5"), "{text}");
+        assert!(text.contains("main;lock 7"), "{text}");
+        let error = pruned(&stacks, "malloc(", "").unwrap_err().to_string();
+        assert!(
+            error.contains("`drop_frames` is not a regular expression"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn normalizing_into_shared_tables_interns_each_symbol_once() {
@@ -266,7 +338,7 @@ mod tests {
         let bytes = parca_pprof::encode(&crate::to_pprof(&source), true);
         let pprof = parca_pprof::decode(&bytes, &Default::default()).expect("valid");
         let mut tables = Tables::new();
-        let first = normalize_into(&pprof, &mut tables);
+        let first = normalize_into(&pprof, &mut tables).unwrap();
         let sizes = |t: &Tables| {
             (
                 t.n_strings(),
@@ -276,7 +348,7 @@ mod tests {
             )
         };
         let before = sizes(&tables);
-        let second = normalize_into(&pprof, &mut tables);
+        let second = normalize_into(&pprof, &mut tables).unwrap();
         assert_eq!(sizes(&tables), before);
         assert_eq!(first[0].1.stacks, second[0].1.stacks);
         let tables = Arc::new(tables);
