@@ -80,6 +80,10 @@ pub struct ServerArgs {
     /// How long a query may run before it is answered 422, e.g. 2m.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     query_timeout: Duration,
+    /// Origins whose pages may call the API from a browser, comma-separated (`*`: any), as
+    /// Parca's --cors-allowed-origins.
+    #[arg(long, value_delimiter = ',')]
+    cors_allowed_origins: Vec<String>,
     /// Least severe log level shown: error, warn, info or debug.
     #[arg(long, default_value = "info")]
     log_level: tracing::Level,
@@ -342,6 +346,7 @@ async fn serve(
         },
         max_concurrent_queries: args.query_max_concurrency.max(1),
         query_timeout: args.query_timeout,
+        cors_allowed_origins: args.cors_allowed_origins.clone(),
         ..Default::default()
     };
     let scrape_metrics = parca_scrape::ScrapeMetrics::register(&mut registry);

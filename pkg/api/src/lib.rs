@@ -28,6 +28,7 @@ mod ingest;
 mod metrics;
 mod ops;
 mod params;
+mod parca_rest;
 mod query;
 mod response;
 mod router;
@@ -75,6 +76,9 @@ pub struct Options {
     pub max_concurrent_queries: usize,
     /// How long a query may take before it is answered 422 (`--query-timeout`).
     pub query_timeout: Duration,
+    /// Origins whose pages may call the API from a browser (`--cors-allowed-origins`; `*`:
+    /// any). Empty: no CORS headers, so browsers allow only the UI's own origin.
+    pub cors_allowed_origins: Vec<String>,
     /// How pushed pprof bodies are decoded (the decompressed-size limit).
     pub decode: parca_pprof::DecodeOptions,
     /// Version and revision for `/api/v1/status/buildinfo`.
@@ -127,6 +131,7 @@ impl Default for Options {
             push_limits: PushLimits::default(),
             max_concurrent_queries: 20,
             query_timeout: Duration::from_secs(120),
+            cors_allowed_origins: Vec::new(),
             decode: parca_pprof::DecodeOptions::default(),
             build: BuildInfo::default(),
             limits: parca_query::Limits::default(),

@@ -318,39 +318,11 @@ fn render(
 
 /// `GET/POST /api/v1/query_range`: Prometheus' matrix of totals per step.
 pub(crate) async fn range(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
-    let p = &call.params;
-    let text = p.required("query")?.to_owned();
-    let expr = parse(&text)?;
-    let start = p
-        .time_ms("start")?
-        .ok_or_else(|| ApiError::bad_data("parameter `start` is required"))?;
-    let end = p
-        .time_ms("end")?
-        .ok_or_else(|| ApiError::bad_data("parameter `end` is required"))?;
-    let step = p
+    let step = call
+        .params
         .duration_ms("step")?
         .ok_or_else(|| ApiError::bad_data("parameter `step` is required"))?;
-    if step <= 0 {
-        return Err(ApiError::bad_data(
-            "zero or negative query resolution step widths are not accepted. Try a positive integer",
-        ));
-    }
-    if end < start {
-        return Err(ApiError::bad_data(
-            "end timestamp must not be before start time",
-        ));
-    }
-    let query = RangeQuery {
-        start_ms: start,
-        end_ms: end,
-        step_ms: step,
-    };
-    let series = evaluate(api, "query_range", move |engine| {
-        engine.range(&expr, &query).map_err(query_error)
-    })
-    .await;
-    let series = series?;
-
+    let series = range_series(api, &call, step).await?;
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct Series<'a> {
@@ -392,6 +364,43 @@ pub(crate) async fn range(api: &Arc<Api>, call: Call) -> Result<Response<Body>, 
     })))
 }
 
+/// Evaluates the request's `query` over `start`..`end` at `step_ms` (the caller reads the step,
+/// whose default differs between the APIs).
+pub(crate) async fn range_series(
+    api: &Arc<Api>,
+    call: &Call,
+    step_ms: i64,
+) -> Result<Vec<parca_query::RangeSeries>, ApiError> {
+    let p = &call.params;
+    let text = p.required("query")?.to_owned();
+    let expr = parse(&text)?;
+    let start = p
+        .time_ms("start")?
+        .ok_or_else(|| ApiError::bad_data("parameter `start` is required"))?;
+    let end = p
+        .time_ms("end")?
+        .ok_or_else(|| ApiError::bad_data("parameter `end` is required"))?;
+    if step_ms <= 0 {
+        return Err(ApiError::bad_data(
+            "zero or negative query resolution step widths are not accepted. Try a positive integer",
+        ));
+    }
+    if end < start {
+        return Err(ApiError::bad_data(
+            "end timestamp must not be before start time",
+        ));
+    }
+    let query = RangeQuery {
+        start_ms: start,
+        end_ms: end,
+        step_ms,
+    };
+    evaluate(api, "query_range", move |engine| {
+        engine.range(&expr, &query).map_err(query_error)
+    })
+    .await
+}
+
 /// The optional `[start, end]` of metadata endpoints (everything when absent).
 fn metadata_window(call: &Call) -> Result<(i64, i64), ApiError> {
     Ok((
@@ -400,28 +409,36 @@ fn metadata_window(call: &Call) -> Result<(i64, i64), ApiError> {
     ))
 }
 
-/// The matchers of each `match[]` selector.
-fn match_selectors(call: &Call) -> Result<Vec<Vec<Matcher>>, ApiError> {
+/// The matchers of each selector in the parameter `param` (`match[]`, or Parca's `match`).
+fn match_selectors(call: &Call, param: &str) -> Result<Vec<Vec<Matcher>>, ApiError> {
     call.params
-        .all("match[]")
+        .all(param)
         .iter()
         .map(|text| {
             let selector = parca_querylang::parse_series_selector(text).map_err(|e| {
-                ApiError::bad_data(format!("invalid `match[]`: {}", e.render(text)))
+                ApiError::bad_data(format!("invalid `{param}`: {}", e.render(text)))
             })?;
             parca_query::selector_matchers(&selector).map_err(query_error)
         })
         .collect()
 }
 
-/// `GET /api/v1/profile_types`.
-pub(crate) async fn profile_types(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
-    let (start, end) = metadata_window(&call)?;
+/// The profile types stored in the request's `[start, end]`.
+pub(crate) async fn stored_profile_types(
+    api: &Arc<Api>,
+    call: &Call,
+) -> Result<Vec<parca_query::ProfileType>, ApiError> {
+    let (start, end) = metadata_window(call)?;
     let db = api.store()?;
-    let types = tokio::task::spawn_blocking(move || parca_query::profile_types(&db, start, end))
+    tokio::task::spawn_blocking(move || parca_query::profile_types(&db, start, end))
         .await
         .map_err(|e| ApiError::internal(format!("metadata task failed: {e}")))?
-        .map_err(query_error)?;
+        .map_err(query_error)
+}
+
+/// `GET /api/v1/profile_types`.
+pub(crate) async fn profile_types(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
+    let types = stored_profile_types(api, &call).await?;
     let types: Vec<_> = types
         .iter()
         .map(|t| {
@@ -453,8 +470,18 @@ pub(crate) async fn metadata(
     call: Call,
     what: Metadata,
 ) -> Result<Response<Body>, ApiError> {
-    let (start, end) = metadata_window(&call)?;
-    let mut selectors = match_selectors(&call)?;
+    Ok(success(&metadata_data(api, &call, what, "match[]").await?))
+}
+
+/// What [`metadata`] answers, outside the envelope; the selectors are in `match_param`.
+pub(crate) async fn metadata_data(
+    api: &Arc<Api>,
+    call: &Call,
+    what: Metadata,
+    match_param: &str,
+) -> Result<serde_json::Value, ApiError> {
+    let (start, end) = metadata_window(call)?;
+    let mut selectors = match_selectors(call, match_param)?;
     if let Metadata::Series = what
         && selectors.is_empty()
     {
@@ -498,5 +525,5 @@ pub(crate) async fn metadata(
     })
     .await
     .map_err(|e| ApiError::internal(format!("metadata task failed: {e}")))??;
-    Ok(success(&answer))
+    Ok(answer)
 }

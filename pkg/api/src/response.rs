@@ -57,6 +57,22 @@ impl ErrorType {
         }
     }
 
+    /// The gRPC status code of the kind, for Parca's APIs (gRPC, and its HTTP gateway's JSON
+    /// errors): the one mapping from our errors to gRPC's.
+    pub fn grpc_code(self) -> u32 {
+        match self {
+            ErrorType::BadData | ErrorType::Execution => 3, // INVALID_ARGUMENT
+            ErrorType::NotFound => 5,                       // NOT_FOUND
+            ErrorType::Forbidden => 7,                      // PERMISSION_DENIED
+            ErrorType::TooManyRequests | ErrorType::PayloadTooLarge => 8, // RESOURCE_EXHAUSTED
+            ErrorType::Conflict => 10,                      // ABORTED
+            ErrorType::MethodNotAllowed => 12,              // UNIMPLEMENTED
+            ErrorType::Internal => 13,                      // INTERNAL
+            ErrorType::Unavailable => 14,                   // UNAVAILABLE
+            ErrorType::Unauthorized => 16,                  // UNAUTHENTICATED
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             ErrorType::BadData => "bad_data",
@@ -175,6 +191,21 @@ impl ApiError {
                 .headers_mut()
                 .insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
         }
+        response
+    }
+}
+
+impl ApiError {
+    /// The error as Parca's HTTP gateway (grpc-gateway) writes it:
+    /// `{"code": <gRPC code>, "message": …, "details": []}` with our status.
+    pub fn into_gateway_response(self) -> Response<Body> {
+        let body = serde_json::json!({
+            "code": self.kind.grpc_code(),
+            "message": self.message,
+            "details": [],
+        });
+        let mut response = json_response(&body);
+        *response.status_mut() = self.kind.status();
         response
     }
 }

@@ -6,13 +6,16 @@ use std::time::Instant;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{
-    AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue, WWW_AUTHENTICATE,
+    ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE,
+    ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, AUTHORIZATION, CONTENT_LENGTH,
+    CONTENT_TYPE, HeaderName, HeaderValue, ORIGIN, WWW_AUTHENTICATE,
 };
 use hyper::{Method, Request, Response};
 
 use crate::query::Metadata;
 use crate::response::{ApiError, Body, ErrorType};
-use crate::{Api, Params, ingest, ops, query, selfprof};
+use crate::{Api, Params, ingest, ops, parca_rest, query, selfprof};
 
 /// A request taken apart: what handlers need, with the body read (within the size limit).
 pub(crate) struct Call {
@@ -28,6 +31,16 @@ pub(crate) async fn route(api: &Arc<Api>, request: Request<Incoming>) -> Respons
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_owned();
     let handler = handler_name(&path);
+    let origin = parts.headers.get(ORIGIN).cloned();
+    if parts.method == Method::OPTIONS
+        && origin.is_some()
+        && parts.headers.contains_key(ACCESS_CONTROL_REQUEST_METHOD)
+    {
+        let response = preflight(api, &parts.headers, origin.as_ref());
+        api.metrics
+            .observe_request(handler, response.status().as_u16(), started.elapsed());
+        return response;
+    }
     let mut challenge = None;
     let response = match admit(api, &parts, &mut challenge).await {
         // The permit is held until the answer is made.
@@ -44,6 +57,7 @@ pub(crate) async fn route(api: &Arc<Api>, request: Request<Incoming>) -> Respons
         e.into_response()
     });
     let headers = response.headers_mut();
+    allow_origin(api, headers, origin.as_ref());
     if let Some(challenge) = challenge {
         headers.insert(WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
     }
@@ -57,6 +71,59 @@ pub(crate) async fn route(api: &Arc<Api>, request: Request<Incoming>) -> Respons
     }
     api.metrics
         .observe_request(handler, response.status().as_u16(), started.elapsed());
+    response
+}
+
+/// Whether `--cors-allowed-origins` lets pages of `origin` call the API.
+fn origin_allowed(api: &Api, origin: &HeaderValue) -> bool {
+    let allowed = &api.options.cors_allowed_origins;
+    allowed
+        .iter()
+        .any(|a| a == "*" || a.as_bytes() == origin.as_bytes())
+}
+
+/// The CORS headers of an answer to a page of an allowed origin: the origin echoed (so that
+/// credentials work, which `*` forbids), and the headers of gRPC-web answers exposed.
+fn allow_origin(api: &Api, headers: &mut hyper::HeaderMap, origin: Option<&HeaderValue>) {
+    let Some(origin) = origin.filter(|o| origin_allowed(api, o)) else {
+        return;
+    };
+    headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+    headers.insert(
+        ACCESS_CONTROL_ALLOW_CREDENTIALS,
+        HeaderValue::from_static("true"),
+    );
+    headers.insert(
+        ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(
+            "grpc-status, grpc-message, grpc-status-details-bin, content-type",
+        ),
+    );
+    headers.append(hyper::header::VARY, HeaderValue::from_static("Origin"));
+}
+
+/// A CORS preflight (`OPTIONS` with `Access-Control-Request-Method`), answered before any
+/// credential check (browsers send none with it): 204, with the permissions when the origin is
+/// allowed and without them (so the browser refuses) when it is not.
+fn preflight(
+    api: &Api,
+    request: &hyper::HeaderMap,
+    origin: Option<&HeaderValue>,
+) -> Response<Body> {
+    let mut response = crate::response::with_type(Vec::new(), "text/plain; charset=utf-8");
+    *response.status_mut() = hyper::StatusCode::NO_CONTENT;
+    let headers = response.headers_mut();
+    allow_origin(api, headers, origin);
+    if headers.contains_key(ACCESS_CONTROL_ALLOW_ORIGIN) {
+        headers.insert(
+            ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, PUT, HEAD, OPTIONS"),
+        );
+        if let Some(asked) = request.get(ACCESS_CONTROL_REQUEST_HEADERS) {
+            headers.insert(ACCESS_CONTROL_ALLOW_HEADERS, asked.clone());
+        }
+        headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
+    }
     response
 }
 
@@ -190,6 +257,7 @@ fn handler_name(path: &str) -> &'static str {
     match path {
         p if p.starts_with("/api/v1/label/") => "/api/v1/label/:name/values",
         p if p.starts_with("/debug/pprof/") => "/debug/pprof",
+        p if p.starts_with("/profiles/") => "/profiles",
         p => ROUTES
             .iter()
             .find(|(route, _)| *route == p)
@@ -269,6 +337,7 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
                 .map_err(|e| ApiError::internal(format!("metrics task failed: {e}")))
         }
         p if p.starts_with("/debug/pprof") => selfprof::handle(api, call).await,
+        p if p.starts_with("/profiles/") => Ok(parca_rest::handle(api, call).await),
         _ if is_ui(&call) => ui_asset(&call),
         _ => Err(ApiError::new(
             ErrorType::NotFound,
@@ -285,6 +354,12 @@ const API_PREFIXES: &[&str] = &[
     "/debug/pprof",
     "/ingest",
     "/push.v1.",
+    // Parca's HTTP gateway and gRPC services, OTLP's: a script that asks one of these for
+    // something we do not serve gets a JSON 404, never the UI's page with 200.
+    "/profiles/",
+    "/parca.",
+    "/opentelemetry.",
+    "/v1development/",
 ];
 
 fn is_ui(call: &Call) -> bool {

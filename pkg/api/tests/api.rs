@@ -30,16 +30,17 @@ struct Server {
 impl Server {
     /// A server whose store is not set yet (as during WAL replay).
     async fn unready() -> Server {
+        // The lifecycle endpoints on, so that reload's answers can be checked.
+        Server::unready_with(Options {
+            lifecycle: true,
+            ..Options::default()
+        })
+        .await
+    }
+
+    async fn unready_with(options: Options) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
-        let api = Arc::new(Api::new(
-            // The lifecycle endpoints on, so that reload's answers can be checked.
-            Options {
-                lifecycle: true,
-                ..Options::default()
-            },
-            Arc::new(NoScrapes),
-            Default::default(),
-        ));
+        let api = Arc::new(Api::new(options, Arc::new(NoScrapes), Default::default()));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind");
@@ -58,7 +59,10 @@ impl Server {
     }
 
     async fn ready() -> Server {
-        let server = Server::unready().await;
+        Server::set_store(Server::unready().await)
+    }
+
+    fn set_store(server: Server) -> Server {
         let db = parca_tsdb::Db::open(server._dir.path(), Default::default()).expect("open");
         server.api.set_store(Arc::new(db));
         server
@@ -651,4 +655,149 @@ async fn dotted_names_are_selectable_quoted_or_as_stored() {
         .await;
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("service_version"), "{body}");
+}
+
+#[tokio::test]
+async fn parca_http_routes_answer_as_parcas_gateway() {
+    let server = Server::ready().await;
+    let from = 1_700_000_000_i64;
+    let path = format!(
+        "/ingest?name={}&from={from}&until={}&format=folded",
+        enc("shop.cpu{env=prod}"),
+        from + 10
+    );
+    let (status, answer) = server
+        .post(&path, b"main;work 10\nmain;idle 5\n".to_vec())
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let window = "start=2023-11-14T22:00:00Z&end=2023-11-14T23:00:00Z";
+
+    let (status, types) = server.get(&format!("/profiles/types?{window}")).await;
+    assert_eq!(status, 200, "{types}");
+    let types = json(&types);
+    let t = &types["types"][0];
+    assert_eq!(t["name"], "process_cpu", "{types}");
+    assert_eq!(t["sampleType"], "samples", "{types}");
+    assert_eq!(t["periodUnit"], "nanoseconds", "{types}");
+
+    let (_, labels) = server.get(&format!("/profiles/labels?{window}")).await;
+    let labels = json(&labels);
+    assert!(
+        labels["labelNames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == "env"),
+        "{labels}"
+    );
+    let (_, values) = server
+        .get(&format!(
+            "/profiles/labels/service_name/values?match={}&{window}",
+            enc("{env=\"prod\"}")
+        ))
+        .await;
+    assert_eq!(
+        json(&values)["labelValues"],
+        serde_json::json!(["shop"]),
+        "{values}"
+    );
+
+    let query = format!(
+        "{}:{}:{}:{}:{}:delta",
+        t["name"].as_str().unwrap(),
+        t["sampleType"].as_str().unwrap(),
+        t["sampleUnit"].as_str().unwrap(),
+        t["periodType"].as_str().unwrap(),
+        t["periodUnit"].as_str().unwrap()
+    );
+    let (status, range) = server
+        .get(&format!(
+            "/profiles/query_range?query={}&{window}&step=60s",
+            enc(&query)
+        ))
+        .await;
+    assert_eq!(status, 200, "{range}");
+    let range = json(&range);
+    let series = &range["series"][0];
+    assert_eq!(series["sampleType"]["type"], "samples", "{range}");
+    let labels = series["labelset"]["labels"].as_array().unwrap();
+    assert!(
+        labels
+            .iter()
+            .any(|l| l["name"] == "env" && l["value"] == "prod"),
+        "{range}"
+    );
+    let sample = &series["samples"][0];
+    assert_eq!(sample["value"], "15", "{range}");
+    assert_eq!(sample["valuePerSecond"], 0.25, "{range}");
+    assert!(
+        sample["timestamp"].as_str().unwrap().ends_with('Z'),
+        "{range}"
+    );
+
+    // Unknown paths under API prefixes: JSON 404s, never the UI's page.
+    for path in [
+        "/profiles/nope",
+        "/api/v2/anything",
+        "/v1development/x",
+        "/parca.query.v1alpha1.QueryService/Nope",
+    ] {
+        let (status, body) = server.get(path).await;
+        assert_eq!(status, 404, "{path}: {body}");
+        assert!(
+            serde_json::from_str::<Value>(&body).is_ok(),
+            "{path}: {body}"
+        );
+    }
+    let (_, body) = server.get("/profiles/nope").await;
+    assert_eq!(json(&body)["code"], 5, "{body}");
+    let (status, body) = server.get("/profiles/query_range?query=nonsense(").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(json(&body)["code"], 3, "{body}");
+}
+
+#[tokio::test]
+async fn cors_lets_allowed_origins_call_the_api() {
+    let server = Server::set_store(
+        Server::unready_with(Options {
+            cors_allowed_origins: vec!["https://app.example".into()],
+            ..Options::default()
+        })
+        .await,
+    );
+    let preflight = server
+        .client
+        .request(
+            reqwest::Method::OPTIONS,
+            format!("{}/profiles/types", server.base),
+        )
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "GET")
+        .header("access-control-request-headers", "authorization")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status(), 204);
+    let h = preflight.headers();
+    assert_eq!(h["access-control-allow-origin"], "https://app.example");
+    assert_eq!(h["access-control-allow-headers"], "authorization");
+    let get = server
+        .client
+        .get(format!("{}/api/v1/labels", server.base))
+        .header("origin", "https://app.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        get.headers()["access-control-allow-origin"],
+        "https://app.example"
+    );
+    let other = server
+        .client
+        .get(format!("{}/api/v1/labels", server.base))
+        .header("origin", "https://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert!(!other.headers().contains_key("access-control-allow-origin"));
 }
