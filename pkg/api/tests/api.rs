@@ -801,3 +801,24 @@ async fn cors_lets_allowed_origins_call_the_api() {
         .unwrap();
     assert!(!other.headers().contains_key("access-control-allow-origin"));
 }
+
+#[tokio::test]
+async fn queries_over_the_concurrency_limit_are_refused_naming_the_flag() {
+    // No query may run at all: every query meets a full limit, deterministically.
+    let server = Server::set_store(
+        Server::unready_with(Options {
+            max_concurrent_queries: 0,
+            ..Options::default()
+        })
+        .await,
+    );
+    let (status, body) = server
+        .get("/api/v1/query_range?query=process_cpu:samples:count:cpu:nanoseconds:delta&start=0&end=60&step=10")
+        .await;
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("--query-max-concurrency"), "{body}");
+    assert_eq!(json(&body)["errorType"], "too_many_requests", "{body}");
+    // Metadata does not count as a query.
+    let (status, _) = server.get("/api/v1/labels").await;
+    assert_eq!(status, 200);
+}
