@@ -4,13 +4,19 @@
 //! that time. Regression: such queries were answered 422, so promtool, Grafana's instant mode
 //! and prometheus-api-client's `custom_query` failed on them.
 //!
-//! Without promtool the test says so and passes, except under `PARCA_REQUIRE_TARGETS=1`.
+//! The same queries go through prometheus-api-client (PyPI, `tests/targets/python-promapi`),
+//! whose `custom_query` is what users' Python scripts call.
+//!
+//! Without promtool (or the Python client's venv) the test says so and passes, except under
+//! `PARCA_REQUIRE_TARGETS=1`.
 
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::server_harness::{Server, encode, http_request, parca_binary, skip};
+use crate::server_harness::{
+    Server, encode, http_request, outside_target, parca_binary, skip, tests_dir,
+};
 use crate::support::corpus_dir;
 
 /// `(labels, value)` of a vector, from promtool's JSON or from our API's.
@@ -35,6 +41,16 @@ fn promtool_instant_queries_get_prometheus_vectors() {
     if Command::new("promtool").arg("--version").output().is_err() {
         return skip("promtool (Debian's prometheus package)", "not installed");
     }
+    let promapi = match outside_target("python-promapi") {
+        Ok(python) => Some(python),
+        Err(why) => {
+            skip(
+                "prometheus-api-client (tests/tools/targets.sh python-promapi)",
+                &why,
+            );
+            None
+        }
+    };
     let binary = parca_binary(false);
     let server = Server::start(&binary, &[], |_| "scrape_configs: []\n".to_owned());
     let heap = std::fs::read(corpus_dir().join("go/go-heap.pb.gz")).expect("profile");
@@ -90,6 +106,23 @@ fn promtool_instant_queries_get_prometheus_vectors() {
             .collect();
         assert!(!want.is_empty(), "{query}: query_range found nothing");
         assert_eq!(vector(&got), want, "{query}");
+        if let Some(python) = &promapi {
+            let output = Command::new(python)
+                .arg(tests_dir().join("targets/python-promapi/query.py"))
+                .arg(format!("http://{}", server.addr))
+                .arg(at.to_string())
+                .arg(query)
+                .output()
+                .expect("run prometheus-api-client");
+            assert!(
+                output.status.success(),
+                "prometheus-api-client failed on {query}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let got: serde_json::Value =
+                serde_json::from_slice(&output.stdout).expect("the script prints JSON");
+            assert_eq!(vector(&got), want, "prometheus-api-client: {query}");
+        }
         // And the envelope itself, as Prometheus' clients parse it.
         let ours = server
             .api(&format!("/api/v1/query?query={}&time={at}", encode(query)))

@@ -10,7 +10,10 @@
 #                                      python's path
 #   tests/tools/targets.sh python-push-legacy  the same with pyroscope-io 0.8.x from
 #                                      tests/targets/python-push/requirements-legacy.txt
-#   tests/tools/targets.sh all         all five, one per line
+#   tests/tools/targets.sh python-promapi      makes a venv with prometheus-api-client from
+#                                      tests/targets/python-promapi/requirements.txt and prints
+#                                      its python's path
+#   tests/tools/targets.sh all         all six, one per line
 # Everything is built into ${PARCA_TESTS_CACHE:-~/.cache/parca-tests}/targets, never into the
 # repository. Run as root, it installs the Debian packages it needs (golang-go, prometheus,
 # python3-venv); otherwise it says what is missing and exits 1, and the tests skip.
@@ -65,6 +68,7 @@ python_venv() {
 python_target() { python_venv "$here/targets/python/requirements.txt"; }
 python_push_target() { python_venv "$here/targets/python-push/requirements.txt"; }
 python_push_legacy_target() { python_venv "$here/targets/python-push/requirements-legacy.txt"; }
+python_promapi_target() { python_venv "$here/targets/python-promapi/requirements.txt"; }
 
 prometheus_target() {
   command -v prometheus >/dev/null || apt_install prometheus
@@ -77,6 +81,9 @@ case ${1:-all} in
   prometheus) prometheus_target ;;
   python-push) python_push_target ;;
   python-push-legacy) python_push_legacy_target ;;
-  all) go_target; python_target; prometheus_target; python_push_target; python_push_legacy_target ;;
-  *) echo "usage: $0 go|python|prometheus|python-push|python-push-legacy|all" >&2; exit 2 ;;
+  python-promapi) python_promapi_target ;;
+  all) go_target; python_target; prometheus_target; python_push_target; python_push_legacy_target
+       python_promapi_target ;;
+  *) echo "usage: $0 go|python|prometheus|python-push|python-push-legacy|python-promapi|all" >&2
+     exit 2 ;;
 esac
