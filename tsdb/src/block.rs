@@ -383,6 +383,7 @@ fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
             m.period_type.unit.as_str(),
         ]);
         strings.extend(m.comments.iter().map(String::as_str));
+        strings.extend([m.drop_frames.as_str(), m.keep_frames.as_str()]);
     }
     strings.sort_unstable();
     strings.dedup();
@@ -420,6 +421,8 @@ fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
         for c in &m.comments {
             put_uvarint(&mut out, sym(c));
         }
+        put_uvarint(&mut out, sym(&m.drop_frames));
+        put_uvarint(&mut out, sym(&m.keep_frames));
         put_uvarint(&mut out, s.profiles.len() as u64);
         let mut prev = 0i64;
         for (j, p) in s.profiles.iter().enumerate() {
@@ -840,6 +843,15 @@ impl Block {
         let comments = (0..n_comments)
             .map(|_| Ok(self.string(r.uvarint()?)?.to_owned()))
             .collect::<encoding::Result<Vec<_>>>()?;
+        // Version 1 blocks did not keep them.
+        let (drop_frames, keep_frames) = if self.meta.version >= 2 {
+            (
+                self.string(r.uvarint()?)?.to_owned(),
+                self.string(r.uvarint()?)?.to_owned(),
+            )
+        } else {
+            (String::new(), String::new())
+        };
         let n = r.count(6, "profile")?;
         let mut profiles = vec![
             BlockProfile {
@@ -903,6 +915,8 @@ impl Block {
                 time_nanos: 0,
                 duration_nanos: 0,
                 comments,
+                drop_frames,
+                keep_frames,
             },
             profiles,
             chunks,

@@ -826,6 +826,84 @@ mod tests {
             .collect()
     }
 
+    /// Copies a directory tree (a committed store) into `to`.
+    fn copy_tree(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).expect("mkdir");
+        for entry in std::fs::read_dir(from).expect("read dir") {
+            let entry = entry.expect("entry");
+            let target = to.join(entry.file_name());
+            if entry.path().is_dir() {
+                copy_tree(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), &target).expect("copy");
+            }
+        }
+    }
+
+    #[test]
+    fn a_store_written_in_format_1_opens_and_reads_whole() {
+        // Written by the build before format 2 (`tests/testdata/tsdb/README.md`): a block of
+        // the first profiles and a WAL holding the rest, four profiles of one series.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/testdata/tsdb/store-v1");
+        copy_tree(&fixture, dir.path());
+        let options = Options {
+            block_duration_ms: 60_000,
+            retention_ms: i64::MAX / 2,
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), options).expect("a format 1 store opens");
+        assert!(db.stats().n_blocks >= 1, "{:?}", db.stats());
+        let cpu = corpus_cpu("go/go-cpu.pb.gz");
+        let api = [Matcher::new(MatchOp::Equal, "job", "api").expect("valid")];
+        let got = totals(&db, &api);
+        assert_eq!(got.len(), 1);
+        assert_eq!(
+            got[0].1,
+            (0..4)
+                .map(|t| (1_700_000_000_000 + 60_000 * t, cpu.total()))
+                .collect::<Vec<_>>()
+        );
+        let back = db.querier(i64::MIN, i64::MAX).select(&api).expect("query");
+        assert_eq!(back[0].profiles[0].1.meta.drop_frames, "");
+    }
+
+    #[test]
+    fn drop_and_keep_frames_survive_the_wal_and_blocks() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let options = Options {
+            block_duration_ms: 60_000,
+            retention_ms: i64::MAX / 2,
+            ..Options::default()
+        };
+        let mut cpu = corpus_cpu("go/go-cpu.pb.gz");
+        cpu.meta.drop_frames = "malloc|free".into();
+        cpu.meta.keep_frames = "free_list".into();
+        {
+            let db = Db::open(dir.path(), options.clone()).expect("open");
+            let mut app = db.appender();
+            for t in 0..4 {
+                app.append(&labels("api", "a"), 1_700_000_000_000 + 60_000 * t, &cpu)
+                    .expect("append");
+            }
+            app.commit().expect("commit");
+            db.compact().expect("compact");
+            assert!(db.stats().n_blocks >= 1);
+        }
+        // Reopened: the oldest profiles from a block, the newest replayed from the WAL.
+        let db = Db::open(dir.path(), options).expect("reopen");
+        let api = [Matcher::new(MatchOp::Equal, "job", "api").expect("valid")];
+        let back = db.querier(i64::MIN, i64::MAX).select(&api).expect("query");
+        for (t, p) in &back[0].profiles {
+            assert_eq!(
+                (p.meta.drop_frames.as_str(), p.meta.keep_frames.as_str()),
+                ("malloc|free", "free_list"),
+                "profile at {t}"
+            );
+        }
+        assert_eq!(back[0].profiles.len(), 4);
+    }
+
     #[test]
     fn appended_profiles_come_back_by_matchers_and_after_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");

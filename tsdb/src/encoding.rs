@@ -612,8 +612,12 @@ pub(crate) fn decode_tables(r: &mut Reader<'_>, t: &mut Tables) -> Result<()> {
 /// `crc32: u32 LE` (IEEE, over every byte of the file before it, magic and version included).
 pub(crate) const FOOTER_BYTES: usize = 12;
 
-/// The block format's version; a reader refuses any other.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// The block format's version, written by this build. Version 2 adds each series'
+/// `drop_frames` and `keep_frames` to the index.
+pub(crate) const FORMAT_VERSION: u32 = 2;
+
+/// The oldest version this build reads.
+pub(crate) const OLDEST_FORMAT_VERSION: u32 = 1;
 
 /// Appends the footer to a file's bytes.
 pub(crate) fn seal(magic: &[u8; 4], out: &mut Vec<u8>) {
@@ -650,9 +654,10 @@ pub(crate) fn unseal<'a>(
         ));
     }
     let version = u32::from_le_bytes([footer[4], footer[5], footer[6], footer[7]]);
-    if version != FORMAT_VERSION {
+    if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
         return Err(format!(
-            "format version {version} is not supported (this build reads {FORMAT_VERSION})"
+            "format version {version} is not supported (this build reads \
+             {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})"
         ));
     }
     Ok(&bytes[..body_len])

@@ -5,7 +5,9 @@
 //!
 //! - `1` series: `ref: u32, n: u16, n × (name_len: u16, name, value_len: u32, value)`, then its
 //!   meta as strings (`len: u32, bytes`): sample type, sample unit, period type, period unit,
-//!   and `n_comments: u32` comments.
+//!   and `n_comments: u32` comments; then, when the producer set them, its `drop_frames` and
+//!   `keep_frames` as two more such strings (records written before they were kept end at the
+//!   comments, and read as having none).
 //! - `2` was a profile as raw pprof, written before the first release; it is no longer read.
 //! - `3` symbols: the head's tables past the counts they were at ([`encoding::encode_tables`]).
 //! - `4` profile: `ref: u32, timestamp_ms: i64, duration_nanos: i64, period: i64`, then its
@@ -76,6 +78,12 @@ pub(crate) fn encode_series(series: u32, labels: &Labels, meta: &Meta) -> Vec<u8
     for c in &meta.comments {
         out.extend_from_slice(&(c.len() as u32).to_le_bytes());
         out.extend_from_slice(c.as_bytes());
+    }
+    if !meta.drop_frames.is_empty() || !meta.keep_frames.is_empty() {
+        for s in [&meta.drop_frames, &meta.keep_frames] {
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
     }
     out
 }
@@ -159,10 +167,19 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Record<'_>, String> {
                 let len = r.u32()? as usize;
                 comments.push(r.str(len)?);
             }
+            let (mut drop_frames, mut keep_frames) = (String::new(), String::new());
+            if r.pos < bytes.len() {
+                let n = r.u32()? as usize;
+                drop_frames = r.str(n)?;
+                let n = r.u32()? as usize;
+                keep_frames = r.str(n)?;
+            }
             let meta = Meta {
                 sample_type,
                 period_type,
                 comments,
+                drop_frames,
+                keep_frames,
                 ..Meta::default()
             };
             Ok(Record::Series {

@@ -822,3 +822,114 @@ async fn queries_over_the_concurrency_limit_are_refused_naming_the_flag() {
     let (status, _) = server.get("/api/v1/labels").await;
     assert_eq!(status, 200);
 }
+
+/// A pprof's `drop_frames` matching frames in the middle of its stacks (an allocator under
+/// the user's code) is applied at ingest as google/pprof applies it, and kept in what
+/// `format=pprof` returns.
+#[tokio::test]
+async fn drop_frames_are_applied_at_ingest_and_kept_in_pprof() {
+    use parca_pprof::proto;
+    let server = Server::ready().await;
+    // Functions 1..=5: main, work, malloc, mmap_inner, other.
+    let strings = [
+        "",
+        "space",
+        "bytes",
+        "main",
+        "work",
+        "malloc",
+        "mmap_inner",
+        "other",
+        "malloc|mmap_.*",
+    ];
+    let stack = |ids: &[u64]| ids.to_vec();
+    let pprof = proto::Profile {
+        sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
+        period_type: Some(proto::ValueType { r#type: 1, unit: 2 }),
+        period: 1,
+        time_nanos: 1_700_000_000_000_000_000,
+        sample: vec![
+            proto::Sample {
+                location_id: stack(&[4, 3, 2, 1]),
+                value: vec![5],
+                label: vec![],
+            },
+            proto::Sample {
+                location_id: stack(&[5, 1]),
+                value: vec![3],
+                label: vec![],
+            },
+        ],
+        location: (1..=5)
+            .map(|id| proto::Location {
+                id,
+                line: vec![proto::Line {
+                    function_id: id,
+                    line: 1,
+                    column: 0,
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        function: (1..=5)
+            .map(|id| proto::Function {
+                id,
+                name: 2 + id as i64,
+                ..Default::default()
+            })
+            .collect(),
+        drop_frames: 8,
+        string_table: strings.map(String::from).to_vec(),
+        ..Default::default()
+    };
+    let (status, text) = server
+        .post(
+            "/api/v1/write?__name__=memory&job=alloc",
+            parca_pprof::encode(&pprof, true),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    let query = enc("merge(memory:space:bytes:space:bytes{job=\"alloc\"}[1h])");
+    let time = "time=1700000001";
+    let (status, top) = server
+        .get(&format!("/api/v1/query?format=top&{time}&query={query}"))
+        .await;
+    assert_eq!(status, 200, "{top}");
+    let top = json(&top);
+    let flat: Vec<(String, i64)> = top["data"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_owned(),
+                r["flat"].as_i64().unwrap(),
+            )
+        })
+        .filter(|(_, flat)| *flat != 0)
+        .collect();
+    // The allocator's frames give way to their caller: `work` holds the 5 bytes.
+    assert_eq!(
+        flat,
+        [("work".to_owned(), 5), ("other".to_owned(), 3)],
+        "{top}"
+    );
+    let response = server
+        .client
+        .get(format!(
+            "{}/api/v1/query?format=pprof&{time}&query={query}",
+            server.base
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let bytes = response.bytes().await.unwrap();
+    let back = parca_pprof::decode(&bytes, &Default::default())
+        .unwrap()
+        .to_proto();
+    assert_eq!(
+        back.string_table[back.drop_frames as usize],
+        "malloc|mmap_.*"
+    );
+}

@@ -133,6 +133,12 @@ pub fn to_pprof(profile: &Profile) -> proto::Profile {
     e.out.time_nanos = meta.time_nanos;
     e.out.duration_nanos = meta.duration_nanos;
     e.out.comment = meta.comments.iter().map(|c| e.string(c)).collect();
+    if !meta.drop_frames.is_empty() {
+        e.out.drop_frames = e.string(&meta.drop_frames);
+    }
+    if !meta.keep_frames.is_empty() {
+        e.out.keep_frames = e.string(&meta.keep_frames);
+    }
 
     let tables = &*profile.tables;
     let samples = &profile.samples;

@@ -35,6 +35,11 @@ pub struct Meta {
     pub duration_nanos: i64,
     /// The producer's comments.
     pub comments: Vec<String>,
+    /// The producer's `drop_frames` regular expression (empty: none). Already applied when
+    /// the profile was normalized; kept so that what is served says what was pruned.
+    pub drop_frames: String,
+    /// The producer's `keep_frames` regular expression (empty: none), as `drop_frames`.
+    pub keep_frames: String,
 }
 
 impl Meta {
