@@ -966,3 +966,50 @@ fn server_scrapes_real_targets_and_serves_their_profiles() {
         t0.elapsed().as_secs_f64()
     ));
 }
+
+/// The server's own heap profile names the code that allocated as each sample's leaf, not
+/// jemalloc's sampler (`prof_backtrace_impl`) or Rust's allocation shims: the profile carries
+/// `drop_frames` for them, which every reader (google/pprof, our ingest) applies.
+#[test]
+fn the_servers_heap_profile_leaves_out_the_allocators_frames() {
+    let server = Server::start(&parca_binary(false), &[], |_| {
+        "scrape_configs: []\n".to_owned()
+    });
+    let r = server.get("/debug/pprof/heap").expect("heap profile");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let pprof = parca_pprof::decode(&r.body, &Default::default()).expect("decodes");
+    assert!(
+        pprof.string(pprof.header().drop_frames).contains("prof_"),
+        "drop_frames: {:?}",
+        pprof.string(pprof.header().drop_frames)
+    );
+    let profiles = parca_profile::decode(&r.body, &Default::default()).expect("normalizes");
+    let inuse = profiles
+        .iter()
+        .find(|p| p.meta.sample_type.kind == "inuse_space")
+        .expect("inuse_space");
+    let leaves: Vec<String> = parca_profile::TopTable::build(inuse)
+        .rows
+        .into_iter()
+        .filter(|r| r.flat != 0)
+        .map(|r| r.name)
+        .collect();
+    assert!(!leaves.is_empty());
+    for leaf in &leaves {
+        assert!(
+            ![
+                "prof_",
+                "_rjem_",
+                "je_",
+                "imalloc",
+                "__rust_alloc",
+                "__rustc::",
+                "alloc::alloc::"
+            ]
+            .iter()
+            .any(|p| leaf.starts_with(p))
+                && !["malloc", "realloc", "calloc"].contains(&leaf.as_str()),
+            "an allocator frame is a leaf: {leaf} (leaves: {leaves:?})"
+        );
+    }
+}
