@@ -1526,6 +1526,43 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
     );
     drop(agent);
 
+    // Without the CA but told not to verify, and with the token inline: pushes arrive too.
+    let mut command = Command::new(agent_binary());
+    command.args([
+        format!("--http-address=127.0.0.1:{}", free_port()),
+        format!("--profiling-cpu-sampling-frequency={HZ}"),
+        "--profiling-duration=2s".into(),
+        "--node=skip-verify-node".into(),
+        format!(
+            "--remote-store-address=https://127.0.0.1:{}",
+            server.addr.port()
+        ),
+        "--remote-store-insecure-skip-verify".into(),
+        "--remote-store-bearer-token=push-token".into(),
+    ]);
+    let mut agent = Process::start("parca-agent", command, &d.join("agent-skip.log"));
+    let query = "count(parca_agent:samples:count:cpu:nanoseconds:delta{node=\"skip-verify-node\"})";
+    poll(
+        "pushes without verification",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            agent.assert_running();
+            let url = server_url(&format!(
+                "/api/v1/query?time={}&query={}",
+                unix_now_s(),
+                encode(query)
+            ));
+            let got = curl(d, &["--cacert", &ca_arg, "-H", auth, &url]);
+            if got.status == 200 && got.body.contains("\"value\"") {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    );
+    drop(agent);
+
     // Only the units asked for: nothing here runs in `no-such.service`.
     let filtered = Agent::start(d, &["--systemd-units=no-such.service"]);
     let p = filtered.profile("seconds=2");
@@ -1537,4 +1574,12 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
     let r = http_get(filtered.addr, "/metrics", Duration::from_secs(5)).unwrap();
     assert!(metric_value(&r.text(), "parca_agent_filtered_samples_total") > 0.0);
     drop(hot);
+}
+
+/// Now in Unix seconds, for instant queries.
+fn unix_now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs()
 }
