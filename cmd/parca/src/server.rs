@@ -77,6 +77,15 @@ pub struct ServerArgs {
     /// Queries evaluated at once; more get 429.
     #[arg(long, default_value_t = 20)]
     query_max_concurrency: usize,
+    /// Most series one query may read (422 beyond).
+    #[arg(long, default_value_t = parca_query::Limits::default().max_series)]
+    query_max_series: usize,
+    /// Most (stack, value) pairs one query may merge (422 beyond): the bound on its work.
+    #[arg(long, default_value_t = parca_query::Limits::default().max_samples)]
+    query_max_samples: usize,
+    /// Most steps of a range query (422 beyond).
+    #[arg(long, default_value_t = parca_query::Limits::default().max_steps)]
+    query_max_steps: i64,
     /// How long a query may run before it is answered 422, e.g. 2m.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     query_timeout: Duration,
@@ -368,6 +377,12 @@ async fn serve(
         },
         max_concurrent_queries: args.query_max_concurrency.max(1),
         query_timeout: args.query_timeout,
+        limits: parca_query::Limits {
+            max_series: args.query_max_series,
+            max_samples: args.query_max_samples,
+            max_steps: args.query_max_steps,
+            ..parca_query::Limits::default()
+        },
         cors_allowed_origins: args.cors_allowed_origins.clone(),
         ..Default::default()
     };

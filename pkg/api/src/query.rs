@@ -33,6 +33,15 @@ fn query_error(e: parca_query::Error) -> ApiError {
         parca_query::Error::Timeout => {
             ApiError::limit(ErrorType::Execution, e, "--query-timeout").because("timeout")
         }
+        parca_query::Error::TooManySeries { .. } => {
+            ApiError::limit(ErrorType::Execution, e, "--query-max-series")
+        }
+        parca_query::Error::TooManySamples { .. } => {
+            ApiError::limit(ErrorType::Execution, e, "--query-max-samples")
+        }
+        parca_query::Error::TooManySteps { .. } => {
+            ApiError::limit(ErrorType::Execution, e, "--query-max-steps")
+        }
         _ => ApiError::execution(e.to_string()),
     }
 }
