@@ -4,6 +4,7 @@
 
 mod agent;
 mod corpus;
+mod otlp;
 mod pprof_oracle;
 mod prometheus_clients;
 mod query_golden;

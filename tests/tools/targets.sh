@@ -13,7 +13,10 @@
 #   tests/tools/targets.sh python-promapi      makes a venv with prometheus-api-client from
 #                                      tests/targets/python-promapi/requirements.txt and prints
 #                                      its python's path
-#   tests/tools/targets.sh all         all six, one per line
+#   tests/tools/targets.sh python-otlp         makes a venv with opentelemetry-proto and grpcio
+#                                      from tests/targets/python-otlp/requirements.txt and prints
+#                                      its python's path
+#   tests/tools/targets.sh all         all seven, one per line
 # Everything is built into ${PARCA_TESTS_CACHE:-~/.cache/parca-tests}/targets, never into the
 # repository. Run as root, it installs the Debian packages it needs (golang-go, prometheus,
 # python3-venv); otherwise it says what is missing and exits 1, and the tests skip.
@@ -69,6 +72,7 @@ python_target() { python_venv "$here/targets/python/requirements.txt"; }
 python_push_target() { python_venv "$here/targets/python-push/requirements.txt"; }
 python_push_legacy_target() { python_venv "$here/targets/python-push/requirements-legacy.txt"; }
 python_promapi_target() { python_venv "$here/targets/python-promapi/requirements.txt"; }
+python_otlp_target() { python_venv "$here/targets/python-otlp/requirements.txt"; }
 
 prometheus_target() {
   command -v prometheus >/dev/null || apt_install prometheus
@@ -82,8 +86,9 @@ case ${1:-all} in
   python-push) python_push_target ;;
   python-push-legacy) python_push_legacy_target ;;
   python-promapi) python_promapi_target ;;
+  python-otlp) python_otlp_target ;;
   all) go_target; python_target; prometheus_target; python_push_target; python_push_legacy_target
-       python_promapi_target ;;
-  *) echo "usage: $0 go|python|prometheus|python-push|python-push-legacy|python-promapi|all" >&2
+       python_promapi_target; python_otlp_target ;;
+  *) echo "usage: $0 go|python|prometheus|python-push|python-push-legacy|python-promapi|python-otlp|all" >&2
      exit 2 ;;
 esac

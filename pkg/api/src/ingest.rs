@@ -44,20 +44,7 @@ async fn store(
     protocol: &'static str,
     batch: Vec<Series>,
 ) -> Result<Response<Body>, ApiError> {
-    check_push_limits(&api.options.push_limits, &batch)?;
-    let db = api.store()?;
-    let n_samples: usize = batch.iter().map(|s| s.profile.samples.len()).sum();
-    let n_profiles = batch.len();
-    let outcome = tokio::task::spawn_blocking(move || db.write(&batch, Durability::Synced))
-        .await
-        .map_err(|e| ApiError::internal(format!("write task failed: {e}")))?
-        .map_err(|e| ApiError::from_store("cannot store the profile", &e))?;
-    api.metrics.observe_ingest(
-        protocol,
-        outcome.n_written,
-        n_samples,
-        outcome.refused.len(),
-    );
+    let outcome = write_batch(api, protocol, batch).await?;
     let refused: Vec<String> = outcome.refused.iter().map(ToString::to_string).collect();
     if outcome.n_written == 0 && !refused.is_empty() {
         return Err(ApiError::bad_data(format!(
@@ -77,8 +64,85 @@ async fn store(
         });
         response = crate::response::json_response(&body);
     }
-    tracing::debug!(protocol, n_profiles, n_samples, "stored pushed profiles");
     Ok(response)
+}
+
+/// Writes a batch on the blocking pool, within the push limits, counted in the metrics.
+async fn write_batch(
+    api: &Arc<Api>,
+    protocol: &'static str,
+    batch: Vec<Series>,
+) -> Result<parca_ingest::WriteOutcome, ApiError> {
+    check_push_limits(&api.options.push_limits, &batch)?;
+    let db = api.store()?;
+    let n_samples: usize = batch.iter().map(|s| s.profile.samples.len()).sum();
+    let n_profiles = batch.len();
+    let outcome = tokio::task::spawn_blocking(move || db.write(&batch, Durability::Synced))
+        .await
+        .map_err(|e| ApiError::internal(format!("write task failed: {e}")))?
+        .map_err(|e| ApiError::from_store("cannot store the profile", &e))?;
+    api.metrics.observe_ingest(
+        protocol,
+        outcome.n_written,
+        n_samples,
+        outcome.refused.len(),
+    );
+    tracing::debug!(protocol, n_profiles, n_samples, "stored pushed profiles");
+    Ok(outcome)
+}
+
+/// `POST /v1development/profiles`: OTLP/HTTP's profiles export (protobuf, gzip or not). The
+/// answer is OTLP's: an `ExportProfilesServiceResponse` (with a partial success when some
+/// profiles were refused, e.g. as duplicates), or a `google.rpc.Status` with the error.
+pub(crate) async fn otlp_export(api: &Arc<Api>, call: Call) -> Response<Body> {
+    const PROTOBUF: &str = "application/x-protobuf";
+    let content_type = call
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let result = if content_type.starts_with(PROTOBUF) {
+        match content_decoded(api, &call).and_then(|body| {
+            parca_ingest::decode_export_request(&body, now_ms())
+                .map_err(|e| ApiError::bad_data(e.to_string()))
+        }) {
+            Ok(batch) => write_batch(api, "otlp", batch).await,
+            Err(e) => Err(e),
+        }
+    } else {
+        Err(ApiError::new(
+            crate::ErrorType::UnsupportedMediaType,
+            format!(
+                "content type `{content_type}` is not supported; send {PROTOBUF} (OTLP/JSON is \
+                 not served)"
+            ),
+        ))
+    };
+    let (status, body) = match result {
+        Ok(outcome) => {
+            let refused: Vec<String> = outcome.refused.iter().map(ToString::to_string).collect();
+            (
+                StatusCode::OK,
+                parca_ingest::export_response(refused.len() as i64, &refused.join("; ")),
+            )
+        }
+        Err(e) => {
+            let status = e.status();
+            (
+                status,
+                parca_ingest::rpc_status(e.kind.grpc_code() as i32, &e.message),
+            )
+        }
+    };
+    let mut response = with_type(body, PROTOBUF);
+    *response.status_mut() = status;
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            crate::response::RETRY_AFTER_SECONDS.into(),
+        );
+    }
+    response
 }
 
 /// Refuses a push over [`crate::PushLimits`], naming the first series at fault and the flag.

@@ -36,12 +36,15 @@ pub enum ErrorType {
     PayloadTooLarge,
     /// Too many requests at once, or over the rate limit (429).
     TooManyRequests,
+    /// The body's content type is not one the endpoint reads (415).
+    UnsupportedMediaType,
     /// Our own fault (500).
     Internal,
 }
 
 impl ErrorType {
-    fn status(self) -> StatusCode {
+    /// The HTTP status of the kind.
+    pub fn status(self) -> StatusCode {
         match self {
             ErrorType::BadData => StatusCode::BAD_REQUEST,
             ErrorType::Execution => StatusCode::UNPROCESSABLE_ENTITY,
@@ -53,6 +56,7 @@ impl ErrorType {
             ErrorType::Forbidden => StatusCode::FORBIDDEN,
             ErrorType::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorType::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
+            ErrorType::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorType::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -61,15 +65,15 @@ impl ErrorType {
     /// errors): the one mapping from our errors to gRPC's.
     pub fn grpc_code(self) -> u32 {
         match self {
-            ErrorType::BadData | ErrorType::Execution => 3, // INVALID_ARGUMENT
-            ErrorType::NotFound => 5,                       // NOT_FOUND
-            ErrorType::Forbidden => 7,                      // PERMISSION_DENIED
+            ErrorType::BadData | ErrorType::Execution | ErrorType::UnsupportedMediaType => 3, // INVALID_ARGUMENT
+            ErrorType::NotFound => 5,  // NOT_FOUND
+            ErrorType::Forbidden => 7, // PERMISSION_DENIED
             ErrorType::TooManyRequests | ErrorType::PayloadTooLarge => 8, // RESOURCE_EXHAUSTED
-            ErrorType::Conflict => 10,                      // ABORTED
-            ErrorType::MethodNotAllowed => 12,              // UNIMPLEMENTED
-            ErrorType::Internal => 13,                      // INTERNAL
-            ErrorType::Unavailable => 14,                   // UNAVAILABLE
-            ErrorType::Unauthorized => 16,                  // UNAUTHENTICATED
+            ErrorType::Conflict => 10, // ABORTED
+            ErrorType::MethodNotAllowed => 12, // UNIMPLEMENTED
+            ErrorType::Internal => 13, // INTERNAL
+            ErrorType::Unavailable => 14, // UNAVAILABLE
+            ErrorType::Unauthorized => 16, // UNAUTHENTICATED
         }
     }
 
@@ -85,6 +89,7 @@ impl ErrorType {
             ErrorType::Forbidden => "forbidden",
             ErrorType::PayloadTooLarge => "payload_too_large",
             ErrorType::TooManyRequests => "too_many_requests",
+            ErrorType::UnsupportedMediaType => "unsupported_media_type",
             ErrorType::Internal => "internal",
         }
     }
@@ -169,6 +174,11 @@ impl ApiError {
     /// Not ready yet.
     pub fn unavailable(message: impl Into<String>) -> Self {
         ApiError::new(ErrorType::Unavailable, message)
+    }
+
+    /// The HTTP status of the error.
+    pub fn status(&self) -> StatusCode {
+        self.kind.status()
     }
 
     /// The error as Prometheus' envelope with its status.

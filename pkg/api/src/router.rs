@@ -209,7 +209,7 @@ fn body_too_large(limit: usize) -> ApiError {
 fn is_push(path: &str) -> bool {
     matches!(
         path,
-        "/api/v1/write" | "/ingest" | "/push.v1.PusherService/Push"
+        "/api/v1/write" | "/ingest" | "/push.v1.PusherService/Push" | "/v1development/profiles"
     )
 }
 
@@ -275,6 +275,7 @@ const ROUTES: &[(&str, &[Method])] = &[
     ("/api/v1/write", &[Method::POST]),
     ("/ingest", &[Method::POST]),
     ("/push.v1.PusherService/Push", &[Method::POST]),
+    ("/v1development/profiles", &[Method::POST]),
     ("/api/v1/targets", &[Method::GET]),
     ("/api/v1/status/config", &[Method::GET]),
     ("/api/v1/status/tsdb", &[Method::GET]),
@@ -321,6 +322,7 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
         "/api/v1/write" => ingest::write(api, call).await,
         "/ingest" => ingest::pyroscope_ingest(api, call).await,
         "/push.v1.PusherService/Push" => Ok(ingest::pyroscope_push(api, call).await),
+        "/v1development/profiles" => Ok(ingest::otlp_export(api, call).await),
         "/api/v1/targets" => ops::targets(api, &call),
         "/api/v1/status/config" => Ok(ops::config(api)),
         "/api/v1/status/tsdb" => ops::tsdb_status(api).await,

@@ -24,6 +24,12 @@ pub enum Error {
         /// What is wrong.
         fault: String,
     },
+    /// An OTLP profiles export request could not be converted.
+    #[error("invalid OTLP profiles request: {fault}")]
+    Otlp {
+        /// What is wrong, and where in the request.
+        fault: String,
+    },
     /// A Pyroscope `/ingest` request could not be understood.
     #[error("invalid ingest request: {fault}")]
     Ingest {

@@ -32,11 +32,13 @@
 //! ```
 
 mod error;
+mod otlp;
 mod pyroscope;
 mod series;
 mod sink;
 
 pub use error::Error;
+pub use otlp::{decode_export_request, export_request_series, export_response, rpc_status};
 pub use pyroscope::{IngestBody, LegacyIngest, decode_push_request, legacy_ingest};
 pub use series::{Series, profile_type_name, to_series};
 pub use sink::{Durability, Sink, WriteOutcome};
