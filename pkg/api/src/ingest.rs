@@ -68,7 +68,7 @@ async fn store(
 }
 
 /// Writes a batch on the blocking pool, within the push limits, counted in the metrics.
-async fn write_batch(
+pub(crate) async fn write_batch(
     api: &Arc<Api>,
     protocol: &'static str,
     batch: Vec<Series>,

@@ -24,6 +24,7 @@
 //! # Ok(()) }
 //! ```
 
+mod grpc;
 mod ingest;
 mod metrics;
 mod ops;
@@ -116,6 +117,13 @@ impl Default for PushLimits {
     }
 }
 
+/// The body of every answer as served: our own answers and gRPC's (which end with trailers)
+/// share it.
+pub type ServedBody = http_body_util::combinators::UnsyncBoxBody<
+    bytes::Bytes,
+    Box<dyn std::error::Error + Send + Sync + 'static>,
+>;
+
 /// Dumps the process's heap profile as gzipped pprof, or says why it cannot.
 pub type HeapProfile = fn() -> Result<Vec<u8>, String>;
 
@@ -195,9 +203,22 @@ impl Api {
         Ok(self.engine.get().expect("set with the store").clone())
     }
 
-    /// Answers one request.
+    /// Answers one request of the HTTP API.
     pub async fn handle(self: &Arc<Self>, request: Request<Incoming>) -> Response<Body> {
         router::route(self, request).await
+    }
+
+    /// Answers one request as served on the port: gRPC to its services, the rest to
+    /// [`Api::handle`].
+    pub async fn serve_request(
+        self: &Arc<Self>,
+        request: Request<Incoming>,
+    ) -> Response<ServedBody> {
+        if grpc::is_grpc(&request) {
+            grpc::handle(self, request).await
+        } else {
+            grpc::boxed(self.handle(request).await)
+        }
     }
 }
 
@@ -237,7 +258,7 @@ pub async fn serve(listener: TcpListener, api: Arc<Api>, shutdown: impl Future<O
                     }
                     let service = service_fn(move |request| {
                         let api = Arc::clone(&api);
-                        async move { Ok::<_, Infallible>(api.handle(request).await) }
+                        async move { Ok::<_, Infallible>(api.serve_request(request).await) }
                     });
                     let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
                     let connection = watcher.watch(connection.into_owned());

@@ -127,6 +127,15 @@ fn preflight(
     response
 }
 
+/// [`admit`] for a caller that answers refusals its own way (gRPC: a status, no challenge).
+pub(crate) async fn admit_parts(
+    api: &Api,
+    parts: &hyper::http::request::Parts,
+) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
+    let mut challenge = None;
+    admit(api, parts, &mut challenge).await
+}
+
 /// Paths that answer however busy the server is: orchestrators' probes must not fail for load.
 const PROBES: &[&str] = &["/-/healthy", "/-/ready"];
 
@@ -209,7 +218,11 @@ fn body_too_large(limit: usize) -> ApiError {
 fn is_push(path: &str) -> bool {
     matches!(
         path,
-        "/api/v1/write" | "/ingest" | "/push.v1.PusherService/Push" | "/v1development/profiles"
+        "/api/v1/write"
+            | "/ingest"
+            | "/push.v1.PusherService/Push"
+            | "/v1development/profiles"
+            | crate::grpc::OTLP_EXPORT
     )
 }
 
