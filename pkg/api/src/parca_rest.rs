@@ -71,11 +71,13 @@ async fn answer(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> 
             })))
         }
         "/profiles/query_range" => query_range(api, &call).await,
+        "/profiles/query" => profile_query(api, &call).await,
         _ => Err(ApiError::new(
             ErrorType::NotFound,
             format!(
                 "no endpoint at {}: Parca's HTTP routes served here are /profiles/types, \
-                 /profiles/labels, /profiles/labels/{{name}}/values and /profiles/query_range",
+                 /profiles/labels, /profiles/labels/{{name}}/values, /profiles/query_range and \
+                 /profiles/query",
                 call.path
             ),
         )),
@@ -137,6 +139,92 @@ async fn query_range(api: &Arc<Api>, call: &Call) -> Result<Response<Body>, ApiE
         })
         .collect();
     Ok(json_response(&serde_json::json!({ "series": out })))
+}
+
+/// `Query` in modes `MODE_MERGE` (`merge.query`, `merge.start`, `merge.end`) and
+/// `MODE_SINGLE_UNSPECIFIED` (`single.query`, `single.time`), with reports
+/// `REPORT_TYPE_TOP` and `REPORT_TYPE_PPROF` (the JSON the gateway writes for them).
+async fn profile_query(api: &Arc<Api>, call: &Call) -> Result<Response<Body>, ApiError> {
+    let p = &call.params;
+    let (text, query) = match p.get("mode").unwrap_or("MODE_SINGLE_UNSPECIFIED") {
+        "MODE_MERGE" => {
+            let start = p
+                .time_ms("merge.start")?
+                .ok_or_else(|| ApiError::bad_data("parameter `merge.start` is required"))?;
+            let end = p
+                .time_ms("merge.end")?
+                .ok_or_else(|| ApiError::bad_data("parameter `merge.end` is required"))?;
+            (
+                p.required("merge.query")?,
+                parca_query::InstantQuery::over(start, end),
+            )
+        }
+        "MODE_SINGLE_UNSPECIFIED" => {
+            let time = p
+                .time_ms("single.time")?
+                .ok_or_else(|| ApiError::bad_data("parameter `single.time` is required"))?;
+            (
+                p.required("single.query")?,
+                parca_query::InstantQuery::at(time),
+            )
+        }
+        "MODE_DIFF" => {
+            return Err(ApiError::bad_data(
+                "MODE_DIFF is not served over the HTTP gateway: ask /api/v1/query with diff(…)",
+            ));
+        }
+        other => {
+            return Err(ApiError::bad_data(format!(
+                "mode `{other}` is not one of MODE_SINGLE_UNSPECIFIED, MODE_MERGE, MODE_DIFF"
+            )));
+        }
+    };
+    let report = p
+        .get("reportType")
+        .or_else(|| p.get("report_type"))
+        .unwrap_or("REPORT_TYPE_FLAMEGRAPH_UNSPECIFIED");
+    if !matches!(report, "REPORT_TYPE_TOP" | "REPORT_TYPE_PPROF") {
+        return Err(ApiError::bad_data(format!(
+            "report type `{report}` is not served over the HTTP gateway: use REPORT_TYPE_TOP or \
+             REPORT_TYPE_PPROF (or /api/v1/query's formats)"
+        )));
+    }
+    let report = report.to_owned();
+    let profile = query::one_profile(api, text, query).await?;
+    let total = profile.total();
+    let body = if report == "REPORT_TYPE_PPROF" {
+        use base64::Engine as _;
+        let bytes = parca_pprof::encode(&parca_profile::to_pprof(&profile), true);
+        serde_json::json!({
+            "pprof": base64::engine::general_purpose::STANDARD.encode(bytes),
+            "total": total.to_string(),
+            "filtered": "0",
+        })
+    } else {
+        let table = parca_profile::TopTable::build(&profile);
+        let list: Vec<serde_json::Value> = table
+            .rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "meta": {"function": {"name": r.name}},
+                    "cumulative": r.cum.to_string(),
+                    "flat": r.flat.to_string(),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "top": {
+                "list": list,
+                "reported": table.rows.len(),
+                "total": table.rows.len(),
+                "unit": profile.meta.sample_type.unit,
+            },
+            "total": total.to_string(),
+            "filtered": "0",
+        })
+    };
+    Ok(json_response(&body))
 }
 
 /// The sample and period types named by a series' `__name__`

@@ -200,6 +200,35 @@ pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>
     .await
 }
 
+/// The merged profile of a profile-valued `query` (for Parca's `/profiles/query`): one group,
+/// or an error saying why there is none.
+pub(crate) async fn one_profile(
+    api: &Arc<Api>,
+    text: &str,
+    query: InstantQuery,
+) -> Result<parca_profile::Profile, ApiError> {
+    let expr = parse(text)?;
+    if expr.value_type() == parca_querylang::ValueType::SeriesSet {
+        return Err(ApiError::bad_data(
+            "the query gives series (an aggregation), not a profile: give a selector",
+        ));
+    }
+    evaluate(api, "query", move |engine| {
+        let mut groups = engine.instant(&expr, &query).map_err(query_error)?;
+        if groups.len() > 1 {
+            return Err(ApiError::bad_data(format!(
+                "the query gives {} profiles; give a selector whose profiles merge into one",
+                groups.len()
+            )));
+        }
+        groups.pop().map(|g| g.profile).ok_or_else(|| {
+            ApiError::execution("no profiles match the query in this time range")
+                .because("no_profiles")
+        })
+    })
+    .await
+}
+
 /// A series-valued instant query, answered as Prometheus answers one:
 /// `{"resultType":"vector","result":[{"metric":{…},"value":[t,"v"]}]}`.
 async fn instant_vector(

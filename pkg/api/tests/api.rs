@@ -735,6 +735,53 @@ async fn parca_http_routes_answer_as_parcas_gateway() {
         "{range}"
     );
 
+    // Query: a merged TOP report and a PPROF one, the totals equal to our own API's.
+    let (status, top) = server
+        .get(&format!(
+            "/profiles/query?mode=MODE_MERGE&merge.query={}&merge.start=2023-11-14T22:00:00Z&merge.end=2023-11-14T23:00:00Z&reportType=REPORT_TYPE_TOP",
+            enc(&query)
+        ))
+        .await;
+    assert_eq!(status, 200, "{top}");
+    let top = json(&top);
+    assert_eq!(top["total"], "15", "{top}");
+    let names: Vec<&str> = top["top"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["meta"]["function"]["name"].as_str())
+        .collect();
+    assert!(names.contains(&"work") && names.contains(&"idle"), "{top}");
+    let (_, ours) = server
+        .get(&format!(
+            "/api/v1/query?format=top&start=1699999200&end=1700002800&query={}",
+            enc(&query)
+        ))
+        .await;
+    let ours = json(&ours);
+    let our_total: i64 = ours["data"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["flat"].as_i64().unwrap())
+        .sum();
+    assert_eq!(our_total, 15, "{ours}");
+    let (status, pprof) = server
+        .get(&format!(
+            "/profiles/query?mode=MODE_MERGE&merge.query={}&merge.start=2023-11-14T22:00:00Z&merge.end=2023-11-14T23:00:00Z&reportType=REPORT_TYPE_PPROF",
+            enc(&query)
+        ))
+        .await;
+    assert_eq!(status, 200, "{pprof}");
+    let bytes = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(json(&pprof)["pprof"].as_str().unwrap())
+            .unwrap()
+    };
+    let decoded = parca_profile::decode(&bytes, &Default::default()).unwrap();
+    assert_eq!(decoded[0].total(), 15);
+
     // Unknown paths under API prefixes: JSON 404s, never the UI's page.
     for path in [
         "/profiles/nope",
