@@ -97,6 +97,47 @@ impl ProfileTypeName {
         ProfileTypeName(text.to_owned())
     }
 
+    /// Parses a whole name such as a `__name__` value; the error says what is wrong with it,
+    /// as a query's would.
+    pub fn parse(text: &str) -> Result<ProfileTypeName, String> {
+        match ProfileTypeName::problem(text) {
+            Some(problem) => Err(problem),
+            None => Ok(ProfileTypeName(text.to_owned())),
+        }
+    }
+
+    /// The name of profiles named `name` with these types, `:delta` appended for profiles
+    /// that each cover a window. The one place the form is written: characters a query could
+    /// not write in a part (anything but ASCII letters, digits and `_`, such as the `-` of
+    /// `wall-time`) become `_`, so every stored type is selectable as it is listed.
+    pub fn from_parts(
+        name: &str,
+        sample_type: &str,
+        sample_unit: &str,
+        period_type: &str,
+        period_unit: &str,
+        delta: bool,
+    ) -> ProfileTypeName {
+        let word = |part: &str| -> String {
+            part.chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '_' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect()
+        };
+        let mut text = [name, sample_type, sample_unit, period_type, period_unit]
+            .map(word)
+            .join(":");
+        if delta {
+            text.push_str(":delta");
+        }
+        ProfileTypeName(text)
+    }
+
     /// The whole name, as written.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -45,6 +45,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn profile_type_names_are_written_selectable() {
+        use crate::ProfileTypeName;
+        let t = ProfileTypeName::from_parts("wall", "wall-time", "nanoseconds", "", "ms", true);
+        assert_eq!(t.as_str(), "wall:wall_time:nanoseconds::ms:delta");
+        assert!(ProfileTypeName::parse(t.as_str()).is_ok());
+        assert!(ProfileTypeName::parse("a:b").is_err());
+    }
+
+    #[test]
     fn sanitizing_makes_valid_names_and_keeps_valid_ones() {
         for (from, to) in [
             ("thread name", "thread_name"),

@@ -231,12 +231,14 @@ async fn profile_query(api: &Arc<Api>, call: &Call) -> Result<Response<Body>, Ap
 /// (`name:sample_type:sample_unit:period_type:period_unit[:delta]`).
 fn type_parts(labels: &parca_tsdb::Labels) -> (serde_json::Value, serde_json::Value) {
     let name = labels.get(NAME_LABEL).unwrap_or("");
-    let parts: Vec<&str> = name.split(':').collect();
-    let part = |i: usize| parts.get(i).copied().unwrap_or("");
-    (
-        serde_json::json!({"type": part(1), "unit": part(2)}),
-        serde_json::json!({"type": part(3), "unit": part(4)}),
-    )
+    match parca_querylang::ProfileTypeName::parse(name) {
+        Ok(t) => (
+            serde_json::json!({"type": t.sample_type(), "unit": t.sample_unit()}),
+            serde_json::json!({"type": t.period_type(), "unit": t.period_unit()}),
+        ),
+        // A group of an aggregation has no `__name__`.
+        Err(_) => (serde_json::json!({}), serde_json::json!({})),
+    }
 }
 
 /// protojson's `Timestamp`: RFC 3339 in UTC.

@@ -20,14 +20,16 @@ pub struct Series {
 /// Parca's profile-type string: `name:sample_type:sample_unit:period_type:period_unit`, with
 /// `:delta` appended when the profile covers a window (a non-zero duration).
 pub fn profile_type_name(name: &str, meta: &Meta) -> String {
-    let mut out = format!(
-        "{name}:{}:{}:{}:{}",
-        meta.sample_type.kind, meta.sample_type.unit, meta.period_type.kind, meta.period_type.unit
-    );
-    if meta.duration_nanos > 0 {
-        out.push_str(":delta");
-    }
-    out
+    parca_querylang::ProfileTypeName::from_parts(
+        name,
+        &meta.sample_type.kind,
+        &meta.sample_type.unit,
+        &meta.period_type.kind,
+        &meta.period_type.unit,
+        meta.duration_nanos > 0,
+    )
+    .as_str()
+    .to_owned()
 }
 
 /// Turns the profiles of one pprof (one per sample type, sharing tables) into series: the

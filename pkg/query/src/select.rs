@@ -24,21 +24,17 @@ pub struct ProfileType {
 }
 
 impl ProfileType {
-    /// Parses a `__name__` value; `None` when it does not have five or six parts.
+    /// Parses a `__name__` value (the query language's rule,
+    /// [`parca_querylang::ProfileTypeName::parse`]); `None` when it is not a profile type.
     pub fn parse(full: &str) -> Option<ProfileType> {
-        let parts: Vec<&str> = full.split(':').collect();
-        let delta = match parts.len() {
-            5 => false,
-            6 if parts[5] == "delta" => true,
-            _ => return None,
-        };
+        let t = parca_querylang::ProfileTypeName::parse(full).ok()?;
         Some(ProfileType {
-            name: parts[0].into(),
-            sample_type: parts[1].into(),
-            sample_unit: parts[2].into(),
-            period_type: parts[3].into(),
-            period_unit: parts[4].into(),
-            delta,
+            name: t.name().into(),
+            sample_type: t.sample_type().into(),
+            sample_unit: t.sample_unit().into(),
+            period_type: t.period_type().into(),
+            period_unit: t.period_unit().into(),
+            delta: t.is_delta(),
         })
     }
 }
