@@ -427,14 +427,17 @@ fn limits_and_gates_name_their_flags() {
     assert!(slow.body.contains("--query-timeout"), "{slow:?}");
 
     // A second request while one is answered: 429 naming the flag; probes still answer.
+    // The held request has files of its own (curl writes headers and body to its directory),
+    // and lasts long enough for a loaded machine to start the second one meanwhile.
+    let held_dir = d.join("held");
+    std::fs::create_dir_all(&held_dir).unwrap();
     let held = std::thread::spawn({
-        let url = format!("{base}/debug/pprof/profile?seconds=3");
-        let d = d.to_owned();
-        move || curl(&d, &[&url])
+        let url = format!("{base}/debug/pprof/profile?seconds=10");
+        move || curl(&held_dir, &[&url])
     });
     let busy = poll(
         "a request to be refused while another is answered",
-        Duration::from_secs(3),
+        Duration::from_secs(10),
         Duration::from_millis(50),
         || {
             let got = curl(d, &[&format!("{base}/api/v1/labels")]);
