@@ -260,3 +260,41 @@ fn exported_pprof_opens_in_pprof_with_the_same_numbers() {
         }
     }
 }
+
+/// A capture split into series by its sample labels counts its duration once in a merge, as in
+/// google/pprof's merge of the original files (regression: go-cpu.pb.gz, split into one series
+/// per label set, counted its 10 s once per series).
+#[test]
+fn merged_duration_of_split_captures_equals_pprofs() {
+    use parca_ingest::{Durability, Sink as _};
+    let Some(pprof) = pprof_oracle() else { return };
+    let file = corpus_dir().join("go/go-cpu.pb.gz");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let merged_path = tmp.path().join("merged.pb.gz");
+    oracle_merge(&pprof, &vec![file.clone(); 4], &merged_path);
+    let theirs = decode(&merged_path)[0].meta.duration_nanos;
+
+    let db = std::sync::Arc::new(
+        parca_tsdb::Db::open(&tmp.path().join("store"), Default::default()).expect("open"),
+    );
+    let bytes = read(&file);
+    let mut time_ms = 0;
+    let mut n_series = 0;
+    for instance in ["a", "b", "c", "d"] {
+        let profiles = parca_profile::decode(&bytes, &DecodeOptions::default()).expect("decodes");
+        time_ms = profiles[0].meta.time_nanos / 1_000_000;
+        let target = parca_tsdb::Labels::new([("instance", instance)]).expect("labels");
+        let batch = parca_ingest::to_series("process_cpu", &target, profiles, 0).expect("series");
+        n_series = batch.len();
+        db.write(&batch, Durability::Synced).expect("stored");
+    }
+    assert!(n_series > 2, "the file splits into series: {n_series}");
+    let engine = parca_query::Engine::new(db, Default::default());
+    let expr =
+        parca_querylang::parse("merge(process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta[1h])")
+            .expect("parses");
+    let groups = engine
+        .instant(&expr, &parca_query::InstantQuery::at(time_ms + 1000))
+        .expect("merges");
+    assert_eq!(groups[0].profile.meta.duration_nanos, theirs);
+}

@@ -115,6 +115,8 @@ pub(crate) struct BlockProfile {
     pub timestamp_ms: i64,
     pub duration_nanos: i64,
     pub period: i64,
+    /// The capture it came from (0 in version 1 blocks: unknown).
+    pub capture_id: u64,
     pub total: i64,
     pub n_samples: u32,
     /// Bytes of its encoded samples in the chunk's raw data.
@@ -264,6 +266,7 @@ impl BlockWriter {
                     timestamp_ms: p.timestamp_ms,
                     duration_nanos: p.duration_nanos,
                     period: p.period,
+                    capture_id: p.capture_id,
                     total: p.total,
                     n_samples: p.n_samples,
                     len: p.data.len() as u32,
@@ -447,6 +450,13 @@ fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
         }
         for p in &s.profiles {
             put_uvarint(&mut out, u64::from(p.len));
+        }
+        // Capture ids, each as the difference from the one before (consecutive captures of one
+        // server differ by little).
+        let mut prev_capture = 0u64;
+        for p in &s.profiles {
+            put_ivarint(&mut out, p.capture_id.wrapping_sub(prev_capture) as i64);
+            prev_capture = p.capture_id;
         }
         put_uvarint(&mut out, s.chunks.len() as u64);
         for c in &s.chunks {
@@ -858,6 +868,7 @@ impl Block {
                 timestamp_ms: 0,
                 duration_nanos: 0,
                 period: 0,
+                capture_id: 0,
                 total: 0,
                 n_samples: 0,
                 len: 0,
@@ -896,6 +907,13 @@ impl Block {
         for p in profiles.iter_mut() {
             p.len = r.below(u64::from(u32::MAX), "profile length")? as u32;
         }
+        if self.meta.version >= 2 {
+            let mut capture = 0u64;
+            for p in profiles.iter_mut() {
+                capture = capture.wrapping_add(r.ivarint()? as u64);
+                p.capture_id = capture;
+            }
+        }
         let n_chunks = r.count(4, "chunk")?;
         let mut chunks = Vec::with_capacity(n_chunks);
         for _ in 0..n_chunks {
@@ -914,6 +932,7 @@ impl Block {
                 period: 0,
                 time_nanos: 0,
                 duration_nanos: 0,
+                capture_id: 0,
                 comments,
                 drop_frames,
                 keep_frames,
@@ -1132,6 +1151,7 @@ impl From<&StoredProfile> for BlockProfile {
             timestamp_ms: p.timestamp_ms,
             duration_nanos: p.duration_nanos,
             period: p.period,
+            capture_id: p.capture_id,
             total: p.total,
             n_samples: p.n_samples,
             len: p.data.len() as u32,

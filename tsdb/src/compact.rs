@@ -309,6 +309,7 @@ pub(crate) fn compact(inner: &Inner, sources: &[Arc<Block>]) -> Result<(), Error
                                 p.timestamp_ms,
                                 p.duration_nanos,
                                 p.period,
+                                p.capture_id,
                                 &samples,
                             ));
                         }

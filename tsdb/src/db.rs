@@ -468,6 +468,7 @@ fn replay(
                 timestamp_ms,
                 duration_nanos,
                 period,
+                capture_id,
                 samples,
             } => {
                 if series as usize >= h.series.len() {
@@ -495,6 +496,7 @@ fn replay(
                         timestamp_ms,
                         duration_nanos,
                         period,
+                        capture_id,
                         total,
                         n_samples: n,
                         data: samples.into(),
@@ -563,6 +565,7 @@ pub(crate) fn write_checkpoint(head: &Head, sink: &mut wal::RecordSink<'_>) -> R
                 p.timestamp_ms,
                 p.duration_nanos,
                 p.period,
+                p.capture_id,
                 &p.data,
             ))?;
         }
@@ -702,6 +705,7 @@ impl Appender<'_> {
             timestamp_ms,
             profile.meta.duration_nanos,
             profile.meta.period,
+            profile.meta.capture_id,
             &samples,
         );
         self.last_seq = inner.wal.write_profile(
@@ -710,6 +714,7 @@ impl Appender<'_> {
                 timestamp_ms,
                 stored.duration_nanos,
                 stored.period,
+                stored.capture_id,
                 &stored.data,
             ),
             wal::ProfileRef {
@@ -1040,7 +1045,7 @@ mod tests {
             offsets.push(pos);
             pos += 8 + u32::from_le_bytes(bytes[pos..pos + 4].try_into().expect("4")) as usize;
         }
-        let profiles: Vec<usize> = offsets.into_iter().filter(|&o| bytes[o + 8] == 4).collect();
+        let profiles: Vec<usize> = offsets.into_iter().filter(|&o| bytes[o + 8] == 7).collect();
         let torn = profiles[1];
         bytes.drain(torn + 20..torn + 40);
         std::fs::write(&segment, &bytes).expect("write");

@@ -18,6 +18,8 @@ pub(crate) struct StoredProfile {
     pub timestamp_ms: i64,
     pub duration_nanos: i64,
     pub period: i64,
+    /// The capture it came from ([`parca_profile::Meta::capture_id`]).
+    pub capture_id: u64,
     /// Sum of the values, kept so totals need no decoding.
     pub total: i64,
     pub n_samples: u32,
@@ -26,13 +28,20 @@ pub(crate) struct StoredProfile {
 
 impl StoredProfile {
     /// Encodes `samples` (ids of some tables) into a stored profile.
-    pub fn encode(timestamp_ms: i64, duration_nanos: i64, period: i64, samples: &Samples) -> Self {
+    pub fn encode(
+        timestamp_ms: i64,
+        duration_nanos: i64,
+        period: i64,
+        capture_id: u64,
+        samples: &Samples,
+    ) -> Self {
         let mut data = Vec::new();
         let total = encoding::encode_samples(samples, &mut data);
         StoredProfile {
             timestamp_ms,
             duration_nanos,
             period,
+            capture_id,
             total,
             n_samples: samples.len() as u32,
             data: data.into_boxed_slice(),
@@ -53,6 +62,7 @@ impl StoredProfile {
             self.timestamp_ms,
             self.duration_nanos,
             self.period,
+            self.capture_id,
             &samples,
         )
     }

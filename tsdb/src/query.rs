@@ -648,6 +648,7 @@ fn profile_meta(series: &Meta, p: &BlockProfile) -> Meta {
         time_nanos: p.timestamp_ms.saturating_mul(1_000_000),
         duration_nanos: p.duration_nanos,
         period: p.period,
+        capture_id: p.capture_id,
         ..series.clone()
     }
 }
@@ -713,6 +714,8 @@ impl OriginSums {
 #[derive(Default)]
 struct GroupSum {
     meta: Option<Meta>,
+    /// Captures merged: a pprof split into several series counts its duration once.
+    captures: parca_profile::CaptureDurations,
     n_profiles: usize,
 }
 
@@ -729,7 +732,7 @@ impl GroupSum {
         bytes: &[u8],
         limits: IdLimits,
     ) -> Result<Result<(), encoding::DecodeError>, Error> {
-        merge_meta(&mut self.meta, series_meta, p)?;
+        merge_meta(&mut self.meta, &mut self.captures, series_meta, p)?;
         self.n_profiles += 1;
         // The head's tables grow between holds of its lock: so may its stack ids.
         if sums.dense.len() < limits.n_stacks as usize {
@@ -772,14 +775,21 @@ fn add_labelled(
 }
 
 /// Folds one profile's meta into a merge's, google/pprof's way.
-fn merge_meta(held: &mut Option<Meta>, series: &Meta, p: &BlockProfile) -> Result<(), Error> {
+fn merge_meta(
+    held: &mut Option<Meta>,
+    captures: &mut parca_profile::CaptureDurations,
+    series: &Meta,
+    p: &BlockProfile,
+) -> Result<(), Error> {
     let time_nanos = p.timestamp_ms.saturating_mul(1_000_000);
+    let duration = captures.add(p.capture_id, p.duration_nanos);
     match held {
         None => {
             *held = Some(Meta {
                 time_nanos,
-                duration_nanos: p.duration_nanos,
+                duration_nanos: duration,
                 period: p.period,
+                capture_id: p.capture_id,
                 ..series.clone()
             })
         }
@@ -791,7 +801,8 @@ fn merge_meta(held: &mut Option<Meta>, series: &Meta, p: &BlockProfile) -> Resul
                 });
             }
             m.time_nanos = m.time_nanos.min(time_nanos);
-            m.duration_nanos = m.duration_nanos.saturating_add(p.duration_nanos);
+            m.duration_nanos = m.duration_nanos.saturating_add(duration);
+            m.capture_id = captures.merged_id(m.capture_id);
             m.period = m.period.max(p.period);
             for c in &series.comments {
                 if !m.comments.contains(c) {

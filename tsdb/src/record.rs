@@ -13,6 +13,8 @@
 //! - `4` profile: `ref: u32, timestamp_ms: i64, duration_nanos: i64, period: i64`, then its
 //!   samples in the head's ids ([`encoding::encode_samples`]), the same bytes the head keeps and
 //!   a block stores.
+//! - `7` profile of a capture: as `4` with `capture_id: u64` after `period` (profiles split from
+//!   one pprof share it; `4` is read with capture 0 and written no more).
 //! - `5` checkpoint begin: `min_valid_ms: i64`. The records up to the matching `6` checkpoint
 //!   end describe the whole head after a cut; replay starts a new head at `5` and adopts it at
 //!   `6` (a checkpoint torn before its end is ignored).
@@ -29,10 +31,12 @@ const SYMBOLS: u8 = 3;
 const PROFILE: u8 = 4;
 const CHECKPOINT_BEGIN: u8 = 5;
 const CHECKPOINT_END: u8 = 6;
+/// A profile with its capture id; kind 4 (no capture id, read as 0) is written no more.
+const PROFILE_OF_CAPTURE: u8 = 7;
 
 /// Whether `kind` (a payload's first byte) is a record kind this store writes or reads.
 pub(crate) fn is_known_kind(kind: u8) -> bool {
-    kind != PRE_RELEASE_PROFILE && (SERIES..=CHECKPOINT_END).contains(&kind)
+    kind != PRE_RELEASE_PROFILE && (SERIES..=PROFILE_OF_CAPTURE).contains(&kind)
 }
 
 /// A decoded WAL record.
@@ -48,6 +52,7 @@ pub(crate) enum Record<'a> {
         timestamp_ms: i64,
         duration_nanos: i64,
         period: i64,
+        capture_id: u64,
         samples: &'a [u8],
     },
     CheckpointBegin {
@@ -104,14 +109,16 @@ pub(crate) fn encode_profile(
     timestamp_ms: i64,
     duration_nanos: i64,
     period: i64,
+    capture_id: u64,
     samples: &[u8],
 ) -> Vec<u8> {
-    let mut out = Vec::with_capacity(29 + samples.len());
-    out.push(PROFILE);
+    let mut out = Vec::with_capacity(37 + samples.len());
+    out.push(PROFILE_OF_CAPTURE);
     out.extend_from_slice(&series.to_le_bytes());
     out.extend_from_slice(&timestamp_ms.to_le_bytes());
     out.extend_from_slice(&duration_nanos.to_le_bytes());
     out.extend_from_slice(&period.to_le_bytes());
+    out.extend_from_slice(&capture_id.to_le_bytes());
     out.extend_from_slice(samples);
     out
 }
@@ -192,16 +199,22 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Record<'_>, String> {
             Err("profile record of the pre-release format (raw pprof), no longer read".into())
         }
         SYMBOLS => Ok(Record::Symbols(&bytes[1..])),
-        PROFILE => {
+        kind @ (PROFILE | PROFILE_OF_CAPTURE) => {
             let series = r.u32()?;
             let timestamp_ms = r.i64()?;
             let duration_nanos = r.i64()?;
             let period = r.i64()?;
+            let capture_id = if kind == PROFILE_OF_CAPTURE {
+                r.i64()? as u64
+            } else {
+                0
+            };
             Ok(Record::Profile {
                 series,
                 timestamp_ms,
                 duration_nanos,
                 period,
+                capture_id,
                 samples: &bytes[r.pos..],
             })
         }

@@ -980,3 +980,57 @@ async fn drop_frames_are_applied_at_ingest_and_kept_in_pprof() {
         "malloc|mmap_.*"
     );
 }
+
+/// A merge's duration is the sum of the durations of the captures merged, however many series
+/// each was split into by its sample labels (go-cpu.pb.gz splits into several): google/pprof's
+/// merge of the same files says the same (`tests/e2e/pprof_oracle.rs` asks it).
+#[tokio::test]
+async fn merged_durations_count_each_capture_once() {
+    let server = Server::ready().await;
+    let cpu = corpus("go/go-cpu.pb.gz");
+    let file = &parca_profile::decode(&cpu, &Default::default()).unwrap()[0];
+    let (file_duration, file_time) = (file.meta.duration_nanos, file.meta.time_nanos);
+    for instance in ["a", "b", "c", "d"] {
+        let (status, text) = server
+            .post(
+                &format!("/api/v1/write?__name__=process_cpu&job=dur&instance={instance}"),
+                cpu.clone(),
+            )
+            .await;
+        assert_eq!(status, 200, "{text}");
+    }
+    let (_, series) = server
+        .get(&format!(
+            "/api/v1/series?match[]={}",
+            enc("{job=\"dur\",instance=\"a\"}")
+        ))
+        .await;
+    let n_series = json(&series)["data"].as_array().unwrap().len();
+    assert!(
+        n_series > 1,
+        "the file splits into series by its labels: {series}"
+    );
+    let time = file_time / 1_000_000_000 + 1;
+    for (selector, captures) in [(r#"{job="dur",instance="a"}"#, 1), (r#"{job="dur"}"#, 4)] {
+        let query = enc(&format!(
+            "merge(process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{selector}[1h])"
+        ));
+        let response = server
+            .client
+            .get(format!(
+                "{}/api/v1/query?format=pprof&time={time}&query={query}",
+                server.base
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let bytes = response.bytes().await.unwrap();
+        let merged = parca_pprof::decode(&bytes, &Default::default()).unwrap();
+        assert_eq!(
+            merged.header().duration_nanos,
+            captures * file_duration,
+            "{selector}: {n_series} series per capture"
+        );
+    }
+}

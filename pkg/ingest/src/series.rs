@@ -32,6 +32,28 @@ pub fn profile_type_name(name: &str, meta: &Meta) -> String {
     .to_owned()
 }
 
+/// A capture id unique across the store's life with overwhelming likelihood: a random start
+/// per process, then a counter. Never 0 (unknown).
+fn new_capture_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static START: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let start = *START.get_or_init(|| {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.finish()
+    });
+    start
+        .wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed))
+        .max(1)
+}
+
 /// Turns the profiles of one pprof (one per sample type, sharing tables) into series: the
 /// `target` labels, `__name__` from `name` and each profile's types, and the samples' string
 /// labels (a clash with a target label is renamed `exported_<name>`). `timestamp_ms` is used
@@ -45,6 +67,8 @@ pub fn to_series(
     if !is_valid_label_name(name) || name.starts_with("__") {
         return Err(Error::InvalidName { name: name.into() });
     }
+    // Every series made of this pprof shares its capture: a merge counts its duration once.
+    let capture_id = new_capture_id();
     let mut out = Vec::new();
     for group in split_by_string_labels(profiles) {
         let mut pairs: Vec<(String, String)> = target
@@ -59,7 +83,8 @@ pub fn to_series(
             }
             pairs.push((key, value.clone()));
         }
-        for profile in group.profiles {
+        for mut profile in group.profiles {
+            profile.meta.capture_id = capture_id;
             let mut labels = pairs.clone();
             labels.push((NAME_LABEL.into(), profile_type_name(name, &profile.meta)));
             let labels = Labels::new(labels).map_err(Error::Labels)?;

@@ -65,7 +65,7 @@ pub use growth::{growth, is_cumulative};
 pub use hide::FrameHider;
 pub use merge::{DiffMode, Extractor, Importer, Merger, apply_diff_mode, diff, merge};
 pub use normalize::{decode, from_pprof, normalize_into, pick_sample_type, select_sample_type};
-pub use profile::{Meta, Profile, Samples, ValueType};
+pub use profile::{CaptureDurations, Meta, Profile, Samples, ValueType};
 pub use split::{LabelGroup, split_by_string_labels};
 pub use tables::Tables;
 pub use top::{TopRow, TopTable};

@@ -334,6 +334,8 @@ pub struct Merger {
     own: Option<Tables>,
     importer: Importer,
     meta: Option<Meta>,
+    /// Captures merged so far: each one's duration counts once.
+    captures: crate::CaptureDurations,
     acc: Accumulator,
     /// Whether this merger builds a diff (keeps the base column).
     diff: bool,
@@ -353,6 +355,7 @@ impl Merger {
             own: None,
             importer: Importer::new(),
             meta: None,
+            captures: crate::CaptureDurations::default(),
             acc: Accumulator::default(),
             diff: false,
         }
@@ -366,6 +369,7 @@ impl Merger {
     }
 
     fn check_meta(&mut self, meta: &Meta) -> Result<(), Error> {
+        let duration = self.captures.add(meta.capture_id, meta.duration_nanos);
         match &mut self.meta {
             None => self.meta = Some(meta.clone()),
             Some(held) => {
@@ -380,7 +384,8 @@ impl Merger {
                 {
                     held.time_nanos = meta.time_nanos;
                 }
-                held.duration_nanos = held.duration_nanos.saturating_add(meta.duration_nanos);
+                held.duration_nanos = held.duration_nanos.saturating_add(duration);
+                held.capture_id = self.captures.merged_id(held.capture_id);
                 held.period = held.period.max(meta.period);
                 for c in &meta.comments {
                     if !held.comments.contains(c) {

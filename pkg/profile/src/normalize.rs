@@ -217,6 +217,7 @@ pub fn normalize_into(
             .iter()
             .map(|&c| pprof.string(c).to_owned())
             .collect(),
+        capture_id: 0,
         drop_frames: pprof.string(h.drop_frames).to_owned(),
         keep_frames: pprof.string(h.keep_frames).to_owned(),
     };

@@ -35,11 +35,40 @@ pub struct Meta {
     pub duration_nanos: i64,
     /// The producer's comments.
     pub comments: Vec<String>,
+    /// The capture this profile came from: profiles split from one pprof by their labels (into
+    /// several series) share it, so that a merge counts that pprof's duration once
+    /// ([`CaptureDurations`]). 0: unknown (every profile counts).
+    pub capture_id: u64,
     /// The producer's `drop_frames` regular expression (empty: none). Already applied when
     /// the profile was normalized; kept so that what is served says what was pruned.
     pub drop_frames: String,
     /// The producer's `keep_frames` regular expression (empty: none), as `drop_frames`.
     pub keep_frames: String,
+}
+
+/// The duration of a merge: the sum of the durations of the distinct captures merged, as
+/// google/pprof gives when it merges the original files, however many series each capture was
+/// split into.
+#[derive(Debug, Clone, Default)]
+pub struct CaptureDurations {
+    seen: rustc_hash::FxHashSet<u64>,
+}
+
+impl CaptureDurations {
+    /// What a profile of capture `capture_id` lasting `duration_nanos` adds to the merge: its
+    /// duration the first time the capture is seen (always, for capture 0), 0 after.
+    pub fn add(&mut self, capture_id: u64, duration_nanos: i64) -> i64 {
+        if capture_id == 0 || self.seen.insert(capture_id) {
+            duration_nanos
+        } else {
+            0
+        }
+    }
+
+    /// The capture id a merge keeps: the one all its profiles share, else 0.
+    pub fn merged_id(&self, first: u64) -> u64 {
+        if self.seen.len() <= 1 { first } else { 0 }
+    }
 }
 
 impl Meta {
