@@ -368,3 +368,56 @@ pub(crate) async fn pyroscope_push(api: &Arc<Api>, call: Call) -> Response<Body>
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(pairs: &[(&str, &str)]) -> Series {
+        Series {
+            labels: Labels::new(pairs.iter().copied()).expect("valid labels"),
+            timestamp_ms: 0,
+            profile: parca_profile::Profile {
+                tables: std::sync::Arc::new(parca_profile::Tables::new()),
+                meta: parca_profile::Meta::default(),
+                samples: parca_profile::Samples::default(),
+            },
+        }
+    }
+
+    #[test]
+    fn push_limits_name_their_flags() {
+        let limits = crate::PushLimits {
+            max_series: 2,
+            max_labels: 3,
+            max_name_bytes: 8,
+            max_value_bytes: 4,
+        };
+        let refusal = |batch: &[Series]| {
+            check_push_limits(&limits, batch)
+                .expect_err("over a limit")
+                .message
+        };
+        let ok = [series(&[("__name__", "x"), ("job", "a")])];
+        assert!(check_push_limits(&limits, &ok).is_ok());
+        // The same series twice is one series.
+        let same = [ok[0].clone(), ok[0].clone()];
+        assert!(check_push_limits(&limits, &same).is_ok());
+        let many: Vec<Series> = ["a", "b", "c"]
+            .iter()
+            .map(|v| series(&[("__name__", "x"), ("job", v)]))
+            .collect();
+        assert!(refusal(&many).contains("--ingest-max-series-per-push"));
+        let wide = [series(&[
+            ("__name__", "x"),
+            ("a", "1"),
+            ("b", "2"),
+            ("c", "3"),
+        ])];
+        assert!(refusal(&wide).contains("--ingest-max-labels-per-series"));
+        let long_name = [series(&[("__name__", "x"), ("very_long_name", "1")])];
+        assert!(refusal(&long_name).contains("--ingest-max-label-name-length"));
+        let long_value = [series(&[("__name__", "x"), ("job", "abcdef")])];
+        assert!(refusal(&long_value).contains("--ingest-max-label-value-length"));
+    }
+}
