@@ -46,6 +46,11 @@ pub struct Options {
     /// (keeping every intact record, setting the damaged segments aside in `quarantine/`)
     /// instead of refusing to open (`--storage-wal-repair`, default true).
     pub wal_repair: bool,
+    /// How far before its series' newest profile a profile may still be appended
+    /// (`--storage-out-of-order-window`, default 2h): inside it, profiles of a series arrive in
+    /// any order (a folder of saved profiles pushed as it lists). Never before the time already
+    /// cut into blocks. 0: each profile must be newer than its series' last.
+    pub out_of_order_window_ms: i64,
 }
 
 impl Default for Options {
@@ -57,6 +62,7 @@ impl Default for Options {
             retention_bytes: 0,
             wal_sync_interval: Duration::from_secs(1),
             wal_repair: true,
+            out_of_order_window_ms: 2 * HOUR_MS,
         }
     }
 }
@@ -482,10 +488,12 @@ fn replay(
                 })
                 .map_err(|e| corrupt(format!("profile samples {e}")))?;
                 let s = &mut h.series[series as usize];
+                // A profile already replayed (a checkpoint repeats the head) is skipped; one
+                // appended out of order is put in its place.
                 if timestamp_ms < h.min_valid_ms
                     || s.profiles
-                        .last()
-                        .is_some_and(|p| p.timestamp_ms >= timestamp_ms)
+                        .binary_search_by_key(&timestamp_ms, |p| p.timestamp_ms)
+                        .is_ok()
                 {
                     n_skipped += 1;
                     return Ok(());
@@ -668,19 +676,28 @@ impl Appender<'_> {
             });
         }
         let existing = head.by_labels.get(labels).copied();
-        if let Some(last) = existing.and_then(|s| head.series[s as usize].profiles.last())
-            && timestamp_ms <= last.timestamp_ms
-        {
-            return Err(Error::OutOfOrder {
-                labels: labels.to_string(),
-                timestamp_ms,
-                last_ms: last.timestamp_ms,
-                what: if timestamp_ms == last.timestamp_ms {
-                    "at the same time as"
-                } else {
-                    "older than"
-                },
-            });
+        if let Some(s) = existing {
+            let profiles = &head.series[s as usize].profiles;
+            if let Some(last) = profiles.last() {
+                let window = inner.options.out_of_order_window_ms;
+                let duplicate = profiles
+                    .binary_search_by_key(&timestamp_ms, |p| p.timestamp_ms)
+                    .is_ok();
+                if duplicate {
+                    return Err(Error::Duplicate {
+                        labels: labels.to_string(),
+                        timestamp_ms,
+                    });
+                }
+                if timestamp_ms < last.timestamp_ms.saturating_sub(window) {
+                    return Err(Error::OutOfOrder {
+                        labels: labels.to_string(),
+                        timestamp_ms,
+                        last_ms: last.timestamp_ms,
+                        window_ms: window,
+                    });
+                }
+            }
         }
         let series = match existing {
             Some(series) => series,
@@ -907,6 +924,53 @@ mod tests {
             );
         }
         assert_eq!(back[0].profiles.len(), 4);
+    }
+
+    #[test]
+    fn profiles_within_the_out_of_order_window_arrive_in_any_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cpu = corpus_cpu("go/go-cpu.pb.gz");
+        let order = [5_000, 1_000, 3_000, 2_000, 4_000];
+        {
+            let db = Db::open(dir.path(), Options::default()).expect("open");
+            for t in order {
+                let mut app = db.appender();
+                app.append(&labels("api", "a"), t, &cpu)
+                    .expect("in the window");
+                app.commit().expect("commit");
+            }
+            let times: Vec<i64> = totals(&db, &[])[0].1.iter().map(|(t, _)| *t).collect();
+            assert_eq!(times, [1_000, 2_000, 3_000, 4_000, 5_000]);
+        }
+        // The WAL replays them in their places.
+        let db = Db::open(dir.path(), Options::default()).expect("reopen");
+        let times: Vec<i64> = totals(&db, &[])[0].1.iter().map(|(t, _)| *t).collect();
+        assert_eq!(times, [1_000, 2_000, 3_000, 4_000, 5_000]);
+        // And a block cut from them holds them in order.
+        drop(db);
+        let options = Options {
+            block_duration_ms: 60_000,
+            ..Options::default()
+        };
+        let db = Db::open(dir.path(), options.clone()).expect("reopen");
+        let mut app = db.appender();
+        app.append(&labels("api", "a"), 200_000, &cpu)
+            .expect("newer");
+        app.commit().expect("commit");
+        db.compact().expect("cut");
+        assert!(db.stats().n_blocks >= 1);
+        let times: Vec<i64> = totals(&db, &[])[0].1.iter().map(|(t, _)| *t).collect();
+        assert_eq!(times, [1_000, 2_000, 3_000, 4_000, 5_000, 200_000]);
+        // Without a window, each profile must be newer than its series' last.
+        let strict = Options {
+            out_of_order_window_ms: 0,
+            ..Options::default()
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), strict).expect("open");
+        let mut app = db.appender();
+        app.append(&labels("api", "a"), 2_000, &cpu).expect("first");
+        assert!(app.append(&labels("api", "a"), 1_000, &cpu).is_err());
     }
 
     #[test]
@@ -1183,14 +1247,18 @@ mod tests {
             .expect_err("duplicate");
         assert_eq!(
             err.to_string(),
-            r#"series {__name__="process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta", instance="a", job="api"}: profile at 100 ms is at the same time as the last stored one at 100 ms"#
+            r#"series {__name__="process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta", instance="a", job="api"}: a profile at 100 ms is stored already (at the same time)"#
         );
+        app.append(&labels("api", "a"), 10_000_000, &small)
+            .expect("newer");
         let err = app
             .append(&labels("api", "a"), 50, &small)
-            .expect_err("older");
+            .expect_err("older than the window");
         assert!(
-            err.to_string()
-                .contains("profile at 50 ms is older than the last stored one at 100 ms"),
+            err.to_string().contains(
+                "profile at 50 ms is older than the last stored one at 10000000 ms by more than \
+                 the out-of-order window of 7200000 ms (--storage-out-of-order-window)"
+            ),
             "{err}"
         );
         let err = app
@@ -1215,8 +1283,8 @@ mod tests {
         let stats = db.stats();
         assert_eq!(
             (stats.n_series, stats.n_profiles),
-            (1, 1),
-            "only the one good profile was stored"
+            (1, 2),
+            "only the two good profiles were stored"
         );
     }
 }

@@ -35,9 +35,11 @@ pub enum Error {
         /// The labels given.
         labels: String,
     },
-    /// A profile is not newer than the last one of its series.
+    /// A profile is older than its series' newest by more than the out-of-order window.
     #[error(
-        "series {labels}: profile at {timestamp_ms} ms is {what} the last stored one at {last_ms} ms"
+        "series {labels}: profile at {timestamp_ms} ms is older than the last stored one at \
+         {last_ms} ms by more than the out-of-order window of {window_ms} ms \
+         (--storage-out-of-order-window)"
     )]
     OutOfOrder {
         /// The series.
@@ -46,8 +48,16 @@ pub enum Error {
         timestamp_ms: i64,
         /// The series' newest stored time.
         last_ms: i64,
-        /// `older than` or `at the same time as`.
-        what: &'static str,
+        /// The window.
+        window_ms: i64,
+    },
+    /// The series holds a profile at this time already.
+    #[error("series {labels}: a profile at {timestamp_ms} ms is stored already (at the same time)")]
+    Duplicate {
+        /// The series.
+        labels: String,
+        /// The refused profile's time.
+        timestamp_ms: i64,
     },
     /// A profile has more stacks than the configured limit.
     #[error("series {labels}: profile has {n_stacks} stacks, more than the limit of {limit}")]
@@ -173,6 +183,7 @@ impl Error {
                 | Error::InvalidRegex { .. }
                 | Error::MissingName { .. }
                 | Error::OutOfOrder { .. }
+                | Error::Duplicate { .. }
                 | Error::OutOfBounds { .. }
                 | Error::TooManyStacks { .. }
         )

@@ -165,10 +165,21 @@ impl Head {
     }
 
     /// Adds a profile, newer than the series' last, to a series.
+    /// Adds a profile to a series in time order (it may be older than the series' last,
+    /// within the out-of-order window the appender checks).
     pub fn push(&mut self, series: u32, profile: StoredProfile) {
         self.oldest_ms = self.oldest_ms.min(profile.timestamp_ms);
         self.totals.add(&profile);
-        self.series[series as usize].profiles.push(profile);
+        let profiles = &mut self.series[series as usize].profiles;
+        if profiles
+            .last()
+            .is_none_or(|last| last.timestamp_ms < profile.timestamp_ms)
+        {
+            profiles.push(profile);
+        } else {
+            let at = profiles.partition_point(|p| p.timestamp_ms < profile.timestamp_ms);
+            profiles.insert(at, profile);
+        }
     }
 
     /// Takes the profile at `timestamp_ms` out of a series, if it is there (its write failed).

@@ -31,6 +31,10 @@ pub struct ServerArgs {
     /// How much time one block of the store covers.
     #[arg(long, default_value = "2h", value_parser = parse_duration)]
     storage_block_duration: Duration,
+    /// How far before its series' newest profile a profile may still be stored, e.g. 2h: within
+    /// it, profiles of a series arrive in any order. 0: each must be newer than the last.
+    #[arg(long, default_value = "2h", value_parser = parse_duration)]
+    storage_out_of_order_window: Duration,
     /// Whether opening the store steps over damage in the middle of its write-ahead log, keeping
     /// every intact record and setting the damaged segments aside in `quarantine/` (true), or
     /// refuses to start (false).
@@ -411,6 +415,7 @@ async fn serve(
         retention_ms: args.storage_retention_time.as_millis() as i64,
         retention_bytes: args.storage_retention_size,
         wal_repair: args.storage_wal_repair,
+        out_of_order_window_ms: args.storage_out_of_order_window.as_millis() as i64,
         ..Default::default()
     };
     let db =
