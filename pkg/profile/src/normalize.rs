@@ -6,7 +6,7 @@ use parca_pprof::{Pprof, proto};
 use rustc_hash::FxHashMap;
 
 use crate::profile::{Meta, Profile, Samples, ValueType};
-use crate::prune::{LocationPrune, Pruner, kept_frames};
+use crate::prune::{PrunePlan, Pruner, kept_frames};
 use crate::tables::{
     Function, FunctionId, Label, LabelSetId, LabelValue, Line, LocationId, Mapping, MappingId,
     StackId, StringId, Tables, relative_address,
@@ -54,32 +54,7 @@ pub fn normalize_into(
     let h = pprof.header();
     let pruner = Pruner::new(pprof.string(h.drop_frames), pprof.string(h.keep_frames))
         .map_err(crate::Error::FrameFilter)?;
-    // Per location: whether the pruner cuts stacks at it, and how many inner (inlined) lines it
-    // loses.
-    let mut location_prune = vec![LocationPrune::Keep; pprof.locations().len()];
-    let mut lines_dropped = vec![0usize; pprof.locations().len()];
-    if let Some(pruner) = &pruner {
-        let mut names = Vec::new();
-        for (i, loc) in pprof.locations().iter().enumerate() {
-            let lines = pprof.lines(loc);
-            names.clear();
-            names.extend(
-                lines
-                    .iter()
-                    .map(|l| pprof.string(pprof.functions()[l.function as usize].name)),
-            );
-            // A location pruned whole keeps its lines (it stays whole where a stack does not
-            // reach past it); one pruned beneath loses its inner lines, as in google/pprof.
-            match pruner.location(&names) {
-                Some(n) if n == lines.len() => location_prune[i] = LocationPrune::Whole,
-                Some(n) => {
-                    lines_dropped[i] = n;
-                    location_prune[i] = LocationPrune::Beneath;
-                }
-                None => {}
-            }
-        }
-    }
+    let plan = pruner.as_ref().map(|p| PrunePlan::of(pprof, p));
     tables.reserve_symbols(
         pprof.n_strings(),
         pprof.functions().len(),
@@ -125,7 +100,8 @@ pub fn normalize_into(
         .iter()
         .enumerate()
         .map(|(i, loc)| {
-            let lines: Box<[Line]> = pprof.lines(loc)[lines_dropped[i]..]
+            let dropped = plan.as_ref().map_or(0, |p| p.lines_dropped[i]);
+            let lines: Box<[Line]> = pprof.lines(loc)[dropped..]
                 .iter()
                 .map(|line| Line {
                     function: functions[line.function as usize],
@@ -164,10 +140,9 @@ pub fn normalize_into(
     for i in 0..n_samples {
         frames.clear();
         let sample_locations = pprof.sample_locations(i);
-        let kept = if pruner.is_some() {
-            kept_frames(sample_locations, |&l| location_prune[l as usize])
-        } else {
-            sample_locations
+        let kept = match &plan {
+            Some(plan) => kept_frames(sample_locations, |&l| plan.location[l as usize]),
+            None => sample_locations,
         };
         frames.extend(kept.iter().map(|&l| locations[l as usize]));
         let stack = tables.intern_stack(&frames);

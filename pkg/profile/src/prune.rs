@@ -65,6 +65,47 @@ pub(crate) enum LocationPrune {
     Whole,
 }
 
+/// What pruning does to each location of one pprof.
+#[derive(Debug)]
+pub(crate) struct PrunePlan {
+    /// Whether stacks are cut at the location.
+    pub location: Vec<LocationPrune>,
+    /// How many inner (inlined) lines the location loses.
+    pub lines_dropped: Vec<usize>,
+}
+
+impl PrunePlan {
+    /// The plan of `pruner` over every location of `pprof`.
+    pub(crate) fn of(pprof: &parca_pprof::Pprof, pruner: &Pruner) -> PrunePlan {
+        let n = pprof.locations().len();
+        let mut plan = PrunePlan {
+            location: vec![LocationPrune::Keep; n],
+            lines_dropped: vec![0; n],
+        };
+        let mut names = Vec::new();
+        for (i, loc) in pprof.locations().iter().enumerate() {
+            let lines = pprof.lines(loc);
+            names.clear();
+            names.extend(
+                lines
+                    .iter()
+                    .map(|l| pprof.string(pprof.functions()[l.function as usize].name)),
+            );
+            // A location pruned whole keeps its lines (it stays whole where a stack does not
+            // reach past it); one pruned beneath loses its inner lines, as in google/pprof.
+            match pruner.location(&names) {
+                Some(n) if n == lines.len() => plan.location[i] = LocationPrune::Whole,
+                Some(n) => {
+                    plan.lines_dropped[i] = n;
+                    plan.location[i] = LocationPrune::Beneath;
+                }
+                None => {}
+            }
+        }
+        plan
+    }
+}
+
 /// The frames of a stack (leaf first) that stay: scanning from the root, the first pruned
 /// location after a frame that is not pruned cuts the stack there (google/pprof's rule: never
 /// before the first user frame, so a stack is never emptied).
