@@ -351,6 +351,7 @@ fn limits_and_gates_name_their_flags() {
         &[
             "--web-max-request-body-size=1KiB",
             "--ingest-max-labels-per-series=3",
+            "--ingest-max-label-value-length=8",
             "--web-max-concurrent-requests=1",
             "--query-timeout=0s",
         ],
@@ -384,6 +385,21 @@ fn limits_and_gates_name_their_flags() {
     assert!(
         labeled.body.contains("--ingest-max-labels-per-series"),
         "{labeled:?}"
+    );
+
+    // A label value over its length: 400 naming the flag.
+    let long = curl(
+        d,
+        &[
+            "--data-binary",
+            "main;work 10",
+            &format!("{base}/ingest?name=app.cpu%7Ba%3D0123456789%7D&format=folded"),
+        ],
+    );
+    assert_eq!(long.status, 400, "{long:?}");
+    assert!(
+        long.body.contains("--ingest-max-label-value-length"),
+        "{long:?}"
     );
 
     // A query past its time: 422 naming the flag.

@@ -185,7 +185,8 @@ fn check_push_limits(limits: &crate::PushLimits, batch: &[Series]) -> Result<(),
                     "--ingest-max-label-name-length",
                 ));
             }
-            if label.value.len() > limits.max_value_bytes {
+            // `__name__` is the profile type, written by ingest from the profile's own types.
+            if label.value.len() > limits.max_value_bytes && label.name != NAME_LABEL {
                 return Err(ApiError::limit(
                     BadData,
                     format_args!(
