@@ -597,12 +597,14 @@ pub(crate) fn heal_wal(inner: &Inner) -> Result<bool, Error> {
     })
 }
 
-/// What a series keeps of its first profile's meta: types and comments, not time.
+/// What a series keeps of its first profile's meta: types, comments and frame filters, not
+/// time or capture.
 fn series_meta(meta: &Meta) -> Meta {
     Meta {
         time_nanos: 0,
         duration_nanos: 0,
         period: 0,
+        capture_id: 0,
         ..meta.clone()
     }
 }
