@@ -1583,3 +1583,65 @@ fn unix_now_s() -> u64 {
         .expect("after 1970")
         .as_secs()
 }
+
+/// JIT code named from its perf map: Node.js with `--perf-basic-prof` writes
+/// `/tmp/perf-PID.map`, and the agent names the samples in its compiled code after the
+/// JavaScript function (`JS:*hotLoop …`) instead of leaving bare addresses.
+#[test]
+fn agent_names_jit_frames_from_perf_maps() {
+    let _exclusive = crate::support::exclusive();
+    if !can_run("agent_names_jit_frames_from_perf_maps") {
+        return;
+    }
+    let Ok(node) = which("node") else {
+        return crate::server_harness::skip("agent_names_jit_frames_from_perf_maps", "no node");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(node);
+    command.args([
+        "--perf-basic-prof",
+        "-e",
+        // The loop inside the function, so that V8 compiles the function itself (on-stack
+        // replacement) rather than inlining it into a caller.
+        "function hotLoop(){const end=Date.now()+120000;let s=0;\
+         while(Date.now()<end){for(let i=0;i<100000;i++){s+=Math.sqrt(i)*Math.sin(i)}}return s}\
+         hotLoop()",
+    ]);
+    let js = Process::start("node", command, &dir.path().join("node.log"));
+    let agent = Agent::start(dir.path(), &[]);
+    // Let V8 compile the loop first.
+    std::thread::sleep(Duration::from_secs(3));
+    let p = agent.profile(&format!("seconds=5&pid={}", js.pid()));
+    let total: i64 = p.sample.iter().map(|s| s.value[0]).sum();
+    let named: i64 = p
+        .sample
+        .iter()
+        .filter(|s| {
+            s.location_id.iter().any(|&l| {
+                p.location[l as usize - 1].line.iter().any(|line| {
+                    string(&p, p.function[line.function_id as usize - 1].name).contains("hotLoop")
+                })
+            })
+        })
+        .map(|s| s.value[0])
+        .sum();
+    say(&format!("node: {named} of {total} samples name hotLoop"));
+    assert!(total > 50, "too few samples of node: {total}");
+    assert!(
+        named * 2 >= total,
+        "{named} of {total} samples name hotLoop; some stacks: {:?}",
+        some_stacks(&p, js.pid())
+    );
+    let jit = p.mapping.iter().any(|m| string(&p, m.filename) == "[jit]");
+    assert!(jit, "JIT frames sit in the `[jit]` mapping");
+}
+
+/// The path of a program on `PATH`.
+fn which(program: &str) -> Result<PathBuf, String> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(program))
+        .find(|p| p.exists())
+        .ok_or_else(|| format!("no {program} on PATH"))
+}

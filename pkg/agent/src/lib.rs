@@ -49,6 +49,7 @@ mod debuginfod;
 mod error;
 mod http;
 mod metrics;
+mod perfmap;
 mod privileges;
 mod process;
 mod profile;
@@ -298,6 +299,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         node: config.node.clone(),
         external_labels: config.external_labels.clone(),
         debuginfod,
+        perf_maps: Default::default(),
     };
     let state = Arc::new(http::HttpState {
         shared: shared.clone(),

@@ -134,6 +134,8 @@ pub(crate) struct BuildOptions {
     pub external_labels: Vec<(String, String)>,
     /// Asked for the debug files of stripped objects that have none on the node.
     pub debuginfod: Option<Arc<crate::Debuginfod>>,
+    /// Names of JIT code from the processes' perf maps.
+    pub perf_maps: Arc<std::sync::Mutex<crate::perfmap::PerfMaps>>,
 }
 
 /// Builds the pprof of `raw`: one sample per (process, stack), kernel frames above user ones,
@@ -430,13 +432,15 @@ impl Builder {
         options: &BuildOptions,
     ) -> u64 {
         let Some((index, mapping)) = info.and_then(|i| i.mapping_of(addr)) else {
-            // Unknown process or address outside every file mapping: the address alone.
+            // Unknown process or address outside every executable mapping: the address alone.
             return self.location(0, addr, pid, &[]);
         };
+        // Anonymous executable memory is code made at run time: a JIT's.
+        let jit = mapping.path.is_empty();
         let mapping_id = match self.mapping_ids.get(&(pid, index)) {
             Some(&id) => id,
             None => {
-                let filename = self.string(&mapping.path);
+                let filename = self.string(if jit { "[jit]" } else { &mapping.path });
                 let build_id = match mapping.object.as_ref().and_then(|o| o.build_id.as_ref()) {
                     Some(id) => self.string(&id.to_string()),
                     None => 0,
@@ -458,6 +462,25 @@ impl Builder {
         };
         if let Some(&id) = self.location_ids.get(&(mapping_id, addr, 0)) {
             return id;
+        }
+        if jit {
+            // Named by the process's perf map when it writes one, else `[jit]` and the address.
+            let name = options
+                .perf_maps
+                .lock()
+                .expect("perf maps lock")
+                .lookup(pid, addr)
+                .map(str::to_owned);
+            let frames: Vec<Frame> = name
+                .map(|name| Frame {
+                    function: name.clone(),
+                    system_name: name,
+                    file: None,
+                    line: 0,
+                })
+                .into_iter()
+                .collect();
+            return self.location(mapping_id, addr, pid, &frames);
         }
         let frames = match &mapping.object {
             Some(object) => symbolizer.symbolize(
@@ -539,6 +562,7 @@ mod tests {
             node: "node-a".into(),
             external_labels: vec![("region".into(), "eu-1".into())],
             debuginfod: None,
+            perf_maps: Default::default(),
         };
         let p = build(&raw, &Filter::default(), &mut symbolizer, &options);
         let s = |i: i64| p.string_table[i as usize].as_str();
@@ -607,6 +631,7 @@ mod tests {
             node: String::new(),
             external_labels: Vec::new(),
             debuginfod: None,
+            perf_maps: Default::default(),
         };
         let by_pid = Filter {
             pid: Some(999_999_999),
