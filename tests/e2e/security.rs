@@ -443,17 +443,28 @@ fn limits_and_gates_name_their_flags() {
     assert!(slow.body.contains("--query-timeout"), "{slow:?}");
 
     // A second request while one is answered: 429 naming the flag; probes still answer.
-    // The held request has files of its own (curl writes headers and body to its directory),
-    // and lasts long enough for a loaded machine to start the second one meanwhile.
-    let held_dir = d.join("held");
-    std::fs::create_dir_all(&held_dir).unwrap();
-    let held = std::thread::spawn({
-        let url = format!("{base}/debug/pprof/profile?seconds=10");
-        move || curl(&held_dir, &[&url])
-    });
+    // A request held open for as long as the test wants: a chunked body fed from a pipe the
+    // test keeps open (the server admits a request before it reads the body).
+    let mut held = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}"])
+        // `-T -` streams stdin as it comes (`--data-binary @-` would read it all first).
+        .args(["-T", "-", "-X", "POST"])
+        .arg(format!("{base}/api/v1/write?__name__=x"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run curl");
+    {
+        use std::io::Write as _;
+        let stdin = held.stdin.as_mut().expect("piped");
+        stdin
+            .write_all(b"not yet a profile")
+            .expect("write to curl");
+        stdin.flush().expect("flush");
+    }
     let busy = poll(
         "a request to be refused while another is answered",
-        Duration::from_secs(10),
+        Duration::from_secs(20),
         Duration::from_millis(50),
         || {
             let got = curl(d, &[&format!("{base}/api/v1/labels")]);
@@ -469,7 +480,11 @@ fn limits_and_gates_name_their_flags() {
         "{busy:?}"
     );
     assert_eq!(curl(d, &[&format!("{base}/-/healthy")]).status, 200);
-    assert_eq!(held.join().unwrap().status, 200);
+    // Ending the body ends the held request (it is no profile: 400), and frees its place.
+    drop(held.stdin.take());
+    let output = held.wait_with_output().expect("curl ends");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "400");
+    assert_eq!(curl(d, &[&format!("{base}/api/v1/labels")]).status, 200);
 
     // A query-only server: pushes, lifecycle and its own profiles off.
     let readonly = Server::start(
