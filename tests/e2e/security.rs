@@ -88,6 +88,18 @@ pub(crate) fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// A Pyroscope folded push of one stack to the application `name` (query-encoded).
+fn folded_push(dir: &Path, base: &str, name: &str) -> Curl {
+    curl(
+        dir,
+        &[
+            "--data-binary",
+            "main;work 10",
+            &format!("{base}/ingest?name={name}&format=folded"),
+        ],
+    )
+}
+
 fn no_scrapes(_: std::net::SocketAddr) -> String {
     "scrape_configs: []\n".into()
 }
@@ -373,14 +385,7 @@ fn limits_and_gates_name_their_flags() {
     }
 
     // Too many labels for one series: 400 naming the flag (a Pyroscope folded push).
-    let labeled = curl(
-        d,
-        &[
-            "--data-binary",
-            "main;work 10",
-            &format!("{base}/ingest?name=app.cpu%7Ba%3D1,b%3D2,c%3D3%7D&format=folded"),
-        ],
-    );
+    let labeled = folded_push(d, &base, "app.cpu%7Ba%3D1,b%3D2,c%3D3%7D");
     assert_eq!(labeled.status, 400, "{labeled:?}");
     assert!(
         labeled.body.contains("--ingest-max-labels-per-series"),
@@ -388,14 +393,7 @@ fn limits_and_gates_name_their_flags() {
     );
 
     // A label value over its length: 400 naming the flag.
-    let long = curl(
-        d,
-        &[
-            "--data-binary",
-            "main;work 10",
-            &format!("{base}/ingest?name=app.cpu%7Ba%3D0123456789%7D&format=folded"),
-        ],
-    );
+    let long = folded_push(d, &base, "app.cpu%7Ba%3D0123456789%7D");
     assert_eq!(long.status, 400, "{long:?}");
     assert!(
         long.body.contains("--ingest-max-label-value-length"),
@@ -403,14 +401,7 @@ fn limits_and_gates_name_their_flags() {
     );
 
     // A query past its time: 422 naming the flag.
-    let stored = curl(
-        d,
-        &[
-            "--data-binary",
-            "main;work 10",
-            &format!("{base}/ingest?name=app.cpu&format=folded"),
-        ],
-    );
+    let stored = folded_push(d, &base, "app.cpu");
     assert_eq!(stored.status, 200, "{stored:?}");
     let types = server.api("/api/v1/profile_types").unwrap();
     let now_s = std::time::SystemTime::now()
@@ -467,6 +458,9 @@ fn limits_and_gates_name_their_flags() {
         Duration::from_secs(20),
         Duration::from_millis(50),
         || {
+            if let Ok(Some(status)) = held.try_wait() {
+                panic!("the held request ended early ({status}): it must hold its place");
+            }
             let got = curl(d, &[&format!("{base}/api/v1/labels")]);
             if got.status == 429 {
                 Ok(got)

@@ -498,31 +498,7 @@ async fn a_type_with_an_empty_period_type_is_queryable_as_listed() {
         period_type: Some(proto::ValueType { r#type: 0, unit: 3 }),
         period: 10,
         duration_nanos: 10_000_000_000,
-        sample: vec![proto::Sample {
-            location_id: vec![2, 1],
-            value: vec![7],
-            label: vec![],
-        }],
-        location: (1..=2)
-            .map(|id| proto::Location {
-                id,
-                line: vec![proto::Line {
-                    function_id: id,
-                    line: 1,
-                    column: 0,
-                }],
-                ..Default::default()
-            })
-            .collect(),
-        function: (1..=2)
-            .map(|id| proto::Function {
-                id,
-                name: 3 + id as i64,
-                ..Default::default()
-            })
-            .collect(),
-        string_table: strings.map(String::from).to_vec(),
-        ..Default::default()
+        ..one_line_functions(&strings, 4, &[(&[2, 1], 7)])
     };
     let body = parca_pprof::encode(&pprof, true);
     let (status, text) = server
@@ -889,45 +865,13 @@ async fn drop_frames_are_applied_at_ingest_and_kept_in_pprof() {
         "other",
         "malloc|mmap_.*",
     ];
-    let stack = |ids: &[u64]| ids.to_vec();
     let pprof = proto::Profile {
         sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
         period_type: Some(proto::ValueType { r#type: 1, unit: 2 }),
         period: 1,
         time_nanos: 1_700_000_000_000_000_000,
-        sample: vec![
-            proto::Sample {
-                location_id: stack(&[4, 3, 2, 1]),
-                value: vec![5],
-                label: vec![],
-            },
-            proto::Sample {
-                location_id: stack(&[5, 1]),
-                value: vec![3],
-                label: vec![],
-            },
-        ],
-        location: (1..=5)
-            .map(|id| proto::Location {
-                id,
-                line: vec![proto::Line {
-                    function_id: id,
-                    line: 1,
-                    column: 0,
-                }],
-                ..Default::default()
-            })
-            .collect(),
-        function: (1..=5)
-            .map(|id| proto::Function {
-                id,
-                name: 2 + id as i64,
-                ..Default::default()
-            })
-            .collect(),
         drop_frames: 8,
-        string_table: strings.map(String::from).to_vec(),
-        ..Default::default()
+        ..one_line_functions(&strings, 3, &[(&[4, 3, 2, 1], 5), (&[5, 1], 3)])
     };
     let (status, text) = server
         .post(
@@ -1065,4 +1009,46 @@ async fn profiles_pushed_out_of_time_order_are_all_stored() {
         .unwrap()
         .len();
     assert_eq!(points, 4, "{range}");
+}
+
+/// A pprof whose functions are `strings[first_name..]` in order (function `i` named by string
+/// `first_name + i - 1`), one location per function with the same id, and `samples` as
+/// (location ids leaf first, value). The caller sets the types.
+fn one_line_functions(
+    strings: &[&str],
+    first_name: i64,
+    samples: &[(&[u64], i64)],
+) -> parca_pprof::proto::Profile {
+    use parca_pprof::proto;
+    let n = strings.len() as u64 - first_name as u64;
+    proto::Profile {
+        sample: samples
+            .iter()
+            .map(|(stack, value)| proto::Sample {
+                location_id: stack.to_vec(),
+                value: vec![*value],
+                label: vec![],
+            })
+            .collect(),
+        location: (1..=n)
+            .map(|id| proto::Location {
+                id,
+                line: vec![proto::Line {
+                    function_id: id,
+                    line: 1,
+                    column: 0,
+                }],
+                ..Default::default()
+            })
+            .collect(),
+        function: (1..=n)
+            .map(|id| proto::Function {
+                id,
+                name: first_name - 1 + id as i64,
+                ..Default::default()
+            })
+            .collect(),
+        string_table: strings.iter().map(|s| (*s).to_owned()).collect(),
+        ..Default::default()
+    }
 }
