@@ -1598,6 +1598,8 @@ fn agent_names_jit_frames_from_perf_maps() {
     };
     let dir = tempfile::tempdir().unwrap();
     let mut command = Command::new(node);
+    // V8 writes its logs (`isolate-*-v8.log`) to the working directory: the test's own.
+    command.current_dir(dir.path());
     command.args([
         "--perf-basic-prof",
         "-e",
