@@ -16,6 +16,14 @@
 // The ABI shared with userspace (the key layout, the `stats` indices, the `proc_event` layout)
 // is mirrored in `pkg/agent/src/bpf.rs`: change both together.
 //
+// Frame pointers are the fast path where they are valid: for a process whose executable code
+// userspace found to keep frame pointers (`fp_code`: Go binaries, and objects built with
+// -fno-omit-frame-pointer, as Fedora and Ubuntu 24.04 build their packages), the program walks
+// the user stack by frame pointers itself, while every return address stays in that code, and
+// sends the frames with the top LEAF_COPY_BYTES of the stack (userspace checks the leaf frame
+// with its CFI: a sample in a prologue, an epilogue or a frameless leaf would skip a caller).
+// Any step that leaves that code or reads nothing falls back to the stack copy.
+//
 // Build: ebpf/build.sh (clang -O2 -g -target bpf; the object is committed as profiler.bpf.o).
 
 #include <linux/bpf.h>
@@ -41,6 +49,14 @@ struct task_struct;
 // are cut (userspace marks the stack `unreadable_memory`).
 #define STACK_COPY_BYTES 32768
 #define PAGE_BYTES 4096
+// Bytes of user stack sent with a frame-pointer walk, from the stack pointer up: enough for the
+// leaf frame's return address in all but leaves with large locals (userspace then marks the
+// stack `unreadable_memory` rather than guess).
+#define LEAF_COPY_BYTES 1024
+// Address ranges of frame-pointer code per process (`fp_code`): its executable mappings.
+#define MAX_FP_RANGES 16
+// Processes with frame-pointer code known at once.
+#define MAX_FP_PROCESSES 8192
 // The ring buffer of stack copies, emptied by userspace every 100 ms. Userspace sizes it at load
 // to four times what the CPUs send in that time (8 to 64 MiB); a copy that does not fit falls back
 // to frame-pointer stacks, counted in STAT_COPY_LOST.
@@ -63,7 +79,9 @@ enum stat {
 	STAT_EVENTS_LOST = 6,      // the ring buffer was full: a new process was not announced
 	STAT_COPY_LOST = 7,        // the stack copy did not fit in `stack_samples`: counted with frame pointers
 	STAT_COPIED = 8,           // samples sent with a copy of their user stack
-	STAT_LEN = 9,
+	STAT_FP_WALKED = 9,        // samples sent with their user stack walked by frame pointers
+	STAT_FP_FALLBACK = 10,     // a frame-pointer walk left the process's frame-pointer code: copied instead
+	STAT_LEN = 11,
 };
 
 struct count_key {
@@ -79,13 +97,24 @@ struct proc_event {
 	char comm[16];       // the sampled thread's name
 };
 
-// A sample with its user stack copied: mirrored by `StackSample` in pkg/agent/src/bpf.rs. Only
-// the header, the kernel frames and `stack_len` bytes of `stack` are sent.
+// How a frame-pointer walk ended (`stack_sample.walk_end`).
+enum walk_end {
+	WALK_NONE = 0,       // not walked: `stack` is a copy of the stack
+	WALK_COMPLETE = 1,   // reached a null frame pointer or return address: the start
+	WALK_DEPTH = 2,      // stopped at MAX_STACK_DEPTH frames with more left
+};
+
+// A sample with its user stack copied or walked: mirrored by `parse_sample` in
+// pkg/agent/src/bpf.rs. Only the header, the kernel frames and `stack_len` bytes of `stack`
+// are sent. A walked sample's `stack` holds `user_len` bytes of return addresses (8 each,
+// innermost first; the sampled `ip` is not among them), then the top of the stack from `sp`.
 struct stack_sample {
 	__u32 pid;
 	__u32 tid;
 	__u32 kernel_len;    // bytes of `kernel` used (8 per frame)
-	__u32 stack_len;     // bytes of `stack` copied from `sp` up
+	__u32 stack_len;     // bytes of `stack` sent
+	__u32 user_len;      // bytes of return addresses at the start of `stack` (walked samples)
+	__u32 walk_end;      // enum walk_end
 	__u64 ip;            // user registers: where the thread was in user mode
 	__u64 sp;
 	__u64 bp;
@@ -118,6 +147,22 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, STACK_SAMPLES_BYTES);
 } stack_samples SEC(".maps");
+
+// The executable code of a process that keeps frame pointers, as [start, end) ranges; a process
+// has an entry only when all its executable code does (userspace writes it: `Sampler::set_fp_code`).
+struct fp_code {
+	__u32 n;             // ranges used
+	__u32 pad;
+	__u64 start[MAX_FP_RANGES];
+	__u64 end[MAX_FP_RANGES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_FP_PROCESSES);
+	__type(key, __u32);
+	__type(value, struct fp_code);
+} fp_code SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -198,10 +243,93 @@ static __always_inline void announce_if_new(__u32 pid)
 		announce(pid);
 }
 
-// Sends the sample with a copy of its user registers and stack, and its kernel stack; 1 when
-// sent. 0 when there is no user context (a kernel thread) or the ring buffer is full: the
-// caller then counts it with frame-pointer stacks.
-static __always_inline int copy_stack(struct bpf_perf_event_data *ctx, __u32 pid, int user_mode)
+static __always_inline int in_fp_code(const struct fp_code *code, __u64 addr)
+{
+	for (int i = 0; i < MAX_FP_RANGES; i++) {
+		if (i >= code->n)
+			break;
+		if (addr >= code->start[i] && addr < code->end[i])
+			return 1;
+	}
+	return 0;
+}
+
+// Copies the user stack from `sp` up into `s->stack` at `at`, page by page, until `limit`
+// bytes or an unmapped page (the top of the stack: one read that crossed it would fail whole).
+// Returns the bytes copied.
+static __always_inline __u32 copy_user_stack(struct stack_sample *s, __u32 at, __u64 sp, __u32 limit)
+{
+	__u32 len = 0;
+	for (int i = 0; i < STACK_COPY_BYTES / PAGE_BYTES + 1; i++) {
+		if (len >= limit)
+			break;
+		__u64 addr = sp + len;
+		__u32 chunk = PAGE_BYTES - (addr & (PAGE_BYTES - 1));
+		if (chunk > limit - len)
+			chunk = limit - len;
+		// The compiler would drop checks it can prove; the verifier cannot prove them. The
+		// empty asm hides the values so the checks stay and bound the read for the verifier.
+		__u64 off = at + len, n = chunk;
+		asm volatile("" : "+r"(off), "+r"(n));
+		if (off >= STACK_COPY_BYTES || n > PAGE_BYTES)
+			break;
+		if (bpf_probe_read_user(&s->stack[off], n, (void *)addr) != 0)
+			break;
+		len += chunk;
+	}
+	return len;
+}
+
+// Walks the user stack by frame pointers from `s->bp` while every return address is in the
+// process's frame-pointer code, writing the return addresses to the start of `s->stack`.
+// Returns the walk's end (enum walk_end), or WALK_NONE when the walk cannot be trusted (a
+// return address outside that code, an unreadable or misaligned frame, a frame below its
+// callee's): the caller then copies the stack instead.
+static __always_inline __u32 walk_frame_pointers(struct stack_sample *s, const struct fp_code *code)
+{
+	__u64 bp = s->bp;
+	__u64 floor = s->sp;
+	__u32 n = 0;
+	// A null frame pointer at the leaf: an outermost function or a frameless leaf whose
+	// caller cannot be told apart by frame pointers. The copy's CFI walk knows.
+	if (bp == 0)
+		return WALK_NONE;
+	for (int i = 0; i < MAX_STACK_DEPTH - 1; i++) {
+		if (bp == 0) {
+			s->user_len = n * 8;
+			return WALK_COMPLETE;
+		}
+		if (bp < floor || (bp & 7) != 0)
+			return WALK_NONE;
+		__u64 frame[2];
+		if (bpf_probe_read_user(frame, sizeof(frame), (void *)bp) != 0)
+			return WALK_NONE;
+		__u64 ra = frame[1];
+		if (ra == 0) {
+			s->user_len = n * 8;
+			return WALK_COMPLETE;
+		}
+		// The call instruction is before the return address.
+		if (!in_fp_code(code, ra - 1))
+			return WALK_NONE;
+		__u32 at = n * 8;
+		asm volatile("" : "+r"(at));
+		if (at > (MAX_STACK_DEPTH - 2) * 8)
+			return WALK_NONE;
+		*(__u64 *)&s->stack[at] = ra;
+		n++;
+		floor = bp + 16;
+		bp = frame[0];
+	}
+	s->user_len = n * 8;
+	return bp == 0 ? WALK_COMPLETE : WALK_DEPTH;
+}
+
+// Sends the sample with its user registers and kernel stack, and its user stack walked by frame
+// pointers (when the process's code keeps them) or copied; 1 when sent. 0 when there is no user
+// context (a kernel thread) or the ring buffer is full: the caller then counts it with
+// frame-pointer stacks.
+static __always_inline int send_user_stack(struct bpf_perf_event_data *ctx, __u32 pid, int user_mode)
 {
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct stack_sample *s = bpf_map_lookup_elem(&scratch, &cpu);
@@ -234,27 +362,23 @@ static __always_inline int copy_stack(struct bpf_perf_event_data *ctx, __u32 pid
 	long k = user_mode ? 0 : bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	s->kernel_len = k > 0 ? (__u32)k : 0;
 
-	// Page by page from sp up, until STACK_COPY_BYTES or an unmapped page (the top of the
-	// stack): one read that crossed it would fail whole.
-	__u32 len = 0;
-	__u64 sp = s->sp;
-	for (int i = 0; i < STACK_COPY_BYTES / PAGE_BYTES + 1; i++) {
-		if (len >= STACK_COPY_BYTES)
-			break;
-		__u64 addr = sp + len;
-		__u32 chunk = PAGE_BYTES - (addr & (PAGE_BYTES - 1));
-		if (chunk > STACK_COPY_BYTES - len)
-			chunk = STACK_COPY_BYTES - len;
-		// The compiler would drop checks it can prove; the verifier cannot prove them. The
-		// empty asm hides the values so the checks stay and bound the read for the verifier.
-		__u64 off = len, n = chunk;
-		asm volatile("" : "+r"(off), "+r"(n));
-		if (off >= STACK_COPY_BYTES || n > PAGE_BYTES)
-			break;
-		if (bpf_probe_read_user(&s->stack[off], n, (void *)addr) != 0)
-			break;
-		len += chunk;
+	s->user_len = 0;
+	s->walk_end = WALK_NONE;
+	struct fp_code *code = bpf_map_lookup_elem(&fp_code, &pid);
+	if (code && in_fp_code(code, s->ip)) {
+		s->walk_end = walk_frame_pointers(s, code);
+		if (s->walk_end == WALK_NONE) {
+			s->user_len = 0;
+			bump(STAT_FP_FALLBACK);
+		}
 	}
+
+	__u32 at = s->user_len;
+	asm volatile("" : "+r"(at));
+	if (at > (MAX_STACK_DEPTH - 1) * 8)
+		return 0;
+	__u32 limit = s->walk_end == WALK_NONE ? STACK_COPY_BYTES : LEAF_COPY_BYTES;
+	__u32 len = at + copy_user_stack(s, at, s->sp, limit);
 	asm volatile("" : "+r"(len));
 	if (len > STACK_COPY_BYTES)
 		return 0;
@@ -264,7 +388,7 @@ static __always_inline int copy_stack(struct bpf_perf_event_data *ctx, __u32 pid
 		bump(STAT_COPY_LOST);
 		return 0;
 	}
-	bump(STAT_COPIED);
+	bump(s->walk_end == WALK_NONE ? STAT_COPIED : STAT_FP_WALKED);
 	return 1;
 }
 
@@ -290,7 +414,7 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	// x86-64: the low two bits of CS are the privilege level, 3 in user mode.
 	int user_mode = (ctx->regs.cs & 3) == 3;
 
-	if (copy_stack(ctx, pid, user_mode)) {
+	if (send_user_stack(ctx, pid, user_mode)) {
 		announce_if_new(pid);
 		return 0;
 	}
@@ -328,6 +452,7 @@ int on_exec(void *ctx)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	bpf_map_delete_elem(&known_pids, &pid);
+	bpf_map_delete_elem(&fp_code, &pid);
 	return 0;
 }
 
@@ -338,8 +463,10 @@ int on_exit(void *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 pid = pid_tgid >> 32;
 	// Only the thread group leader's exit ends the process.
-	if ((__u32)pid_tgid == pid)
+	if ((__u32)pid_tgid == pid) {
 		bpf_map_delete_elem(&known_pids, &pid);
+		bpf_map_delete_elem(&fp_code, &pid);
+	}
 	return 0;
 }
 

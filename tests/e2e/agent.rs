@@ -115,6 +115,8 @@ struct Targets {
     go_hot: Option<PathBuf>,
     /// The same, stripped (`-ldflags=-s -w`: no symbol table, no DWARF; `.gopclntab` remains).
     go_stripped: Option<PathBuf>,
+    /// frameless.go: its hot leaf has no frame of its own.
+    go_frameless: Option<PathBuf>,
 }
 
 /// A target, its name in profiles (`comm`) and the call chain its time goes to, leaf first.
@@ -175,7 +177,7 @@ fn targets() -> &'static Targets {
             .arg(&rust_hot)
             .arg(src.join("hot.rs")))
         .expect("rustc builds the Rust target");
-        let go = |name: &str, flags: &[&str]| -> Result<PathBuf, String> {
+        let go = |name: &str, flags: &[&str], source: &str| -> Result<PathBuf, String> {
             let bin = out.join(name);
             run(Command::new("go")
                 .current_dir(&src)
@@ -187,15 +189,16 @@ fn targets() -> &'static Targets {
                 .args(flags)
                 .arg("-o")
                 .arg(&bin)
-                .arg("hot.go"))
+                .arg(source))
             .map(|()| bin)
         };
-        let (go_hot, go_stripped) = match (
-            go("agent-go-hot", &[]),
-            go("agent-go-strip", &["-ldflags=-s -w"]),
+        let (go_hot, go_stripped, go_frameless) = match (
+            go("agent-go-hot", &[], "hot.go"),
+            go("agent-go-strip", &["-ldflags=-s -w"], "hot.go"),
+            go("agent-go-frameless", &[], "frameless.go"),
         ) {
-            (Ok(hot), Ok(stripped)) => (Some(hot), Some(stripped)),
-            (Err(why), _) | (_, Err(why)) => {
+            (Ok(hot), Ok(stripped), Ok(frameless)) => (Some(hot), Some(stripped), Some(frameless)),
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
                 assert!(
                     !bpf_required(),
                     "PARCA_REQUIRE_BPF is set but the Go targets cannot be built: {why}"
@@ -203,7 +206,7 @@ fn targets() -> &'static Targets {
                 say(&format!(
                     "SKIP: the Go targets: {why} (apt-get install golang-go)"
                 ));
-                (None, None)
+                (None, None, None)
             }
         };
         Targets {
@@ -212,6 +215,7 @@ fn targets() -> &'static Targets {
             rust_hot,
             go_hot,
             go_stripped,
+            go_frameless,
         }
     })
 }
@@ -1192,6 +1196,70 @@ fn agent_unwinds_programs_without_frame_pointers_and_names_stripped_ones() {
         ratio * 100.0
     ));
     assert!(complete > 100.0 && ratio > 0.0 && ratio <= 1.0);
+}
+
+#[test]
+fn agent_walks_frame_pointer_code_by_frame_pointers_and_checks_the_leaf() {
+    let _exclusive = crate::support::exclusive();
+    if !can_run("agent_walks_frame_pointer_code_by_frame_pointers_and_checks_the_leaf") {
+        return;
+    }
+    let t = targets();
+    let (Some(go_hot), Some(go_frameless)) = (&t.go_hot, &t.go_frameless) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let hot = start_target(go_hot, 60.0, dir.path());
+    let frameless = start_target(go_frameless, 60.0, dir.path());
+    // Built without frame pointers and linked to Debian's libc: its stacks are copied.
+    let c = start_target(&unwind_targets().c_o2_fp, 60.0, dir.path());
+    let agent = Agent::start(dir.path(), &[]);
+    let metrics = || {
+        http_get(agent.addr, "/metrics", Duration::from_secs(5))
+            .unwrap()
+            .text()
+    };
+    // A window for the processes to be judged first: their first samples are copied.
+    let _ = agent.profile("seconds=2");
+    let walked_before = metric_value(&metrics(), "parca_agent_fp_walked_stacks_total");
+    let p = agent.profile("seconds=5");
+    let after = metrics();
+    let walked = metric_value(&after, "parca_agent_fp_walked_stacks_total") - walked_before;
+
+    // Go keeps frame pointers: both walked in the BPF program, whole.
+    assert_attributed(&p, "Go", hot.pid(), &GO_CHAIN);
+    // The leaf has no frame: rbp is main.work's, and only the leaf's CFI (Go's compressed
+    // .debug_frame) says main.work is there.
+    assert_attributed(
+        &p,
+        "Go, frameless leaf",
+        frameless.pid(),
+        &["main.frameless", "main.work", "main.main"],
+    );
+    let go_samples = [hot.pid(), frameless.pid()]
+        .iter()
+        .map(|&pid| stacks_of(&p, pid).iter().map(|(_, n)| n).sum::<i64>())
+        .sum::<i64>();
+    say(&format!(
+        "frame-pointer walks: {walked} in the window, for {go_samples} Go samples; {} processes walked",
+        metric_value(&after, "parca_agent_fp_processes")
+    ));
+    assert!(
+        walked >= 0.8 * go_samples as f64,
+        "only {walked} of {go_samples} Go stacks were walked by frame pointers"
+    );
+    assert!(metric_value(&after, "parca_agent_fp_processes") >= 2.0);
+    assert_eq!(
+        metric_value(&after, "parca_agent_fp_walks_wrong_total"),
+        0.0
+    );
+    // The C program is copied and unwound as before.
+    assert_attributed(
+        &p,
+        "C with frame pointers, Debian's libc",
+        c.pid(),
+        &C_CHAIN,
+    );
 }
 
 #[test]

@@ -49,6 +49,8 @@ enum Stat {
     EventsLost = 6,
     CopyLost = 7,
     Copied = 8,
+    FpWalked = 9,
+    FpFallback = 10,
 }
 
 /// Counters kept by the BPF program since it was loaded, summed over CPUs.
@@ -72,15 +74,45 @@ pub struct BpfStats {
     pub stacks_copied: u64,
     /// Samples whose stack copy did not fit in the ring buffer: counted with frame pointers.
     pub copies_lost: u64,
+    /// Samples sent with their user stack walked by frame pointers (the fast path).
+    pub fp_walked: u64,
+    /// Frame-pointer walks that left the process's frame-pointer code: sent as copies.
+    pub fp_fallbacks: u64,
 }
 
-/// `struct stack_sample`'s header: pid, tid, kernel_len, stack_len (u32 each), then ip, sp, bp
-/// (u64 each), then 127 kernel frames; the copied stack follows.
-const SAMPLE_KERNEL_AT: usize = 40;
+/// `struct stack_sample`'s header: pid, tid, kernel_len, stack_len, user_len, walk_end (u32
+/// each), then ip, sp, bp (u64 each), then 127 kernel frames; the user stack follows.
+const SAMPLE_KERNEL_AT: usize = 48;
 const SAMPLE_STACK_AT: usize = SAMPLE_KERNEL_AT + 127 * 8;
 
-/// One sample sent with a copy of its user stack (`struct stack_sample`), borrowed from the
-/// ring buffer.
+/// Most frame-pointer code ranges of one process the BPF program takes (`MAX_FP_RANGES`).
+pub(crate) const MAX_FP_RANGES: usize = 16;
+
+/// Value of the `fp_code` map: `struct fp_code`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct FpCode {
+    n: u32,
+    pad: u32,
+    start: [u64; MAX_FP_RANGES],
+    end: [u64; MAX_FP_RANGES],
+}
+
+// SAFETY: `FpCode` is `repr(C)`: two u32 then two arrays of u64, no padding (8 + 2 × 128
+// bytes), and every bit pattern is a valid value.
+unsafe impl aya::Pod for FpCode {}
+
+/// A user stack the BPF program walked by frame pointers.
+#[derive(Debug)]
+pub(crate) struct Walked {
+    /// Return addresses, innermost first (the sampled `ip` is not among them).
+    pub return_addresses: Vec<u64>,
+    /// How the walk ended: [`StackEnd::Complete`] or [`StackEnd::DepthLimit`].
+    pub end: StackEnd,
+}
+
+/// One sample sent with its user stack (`struct stack_sample`), borrowed from the ring buffer:
+/// walked by frame pointers in the BPF program, or copied for userspace to unwind.
 #[derive(Debug)]
 pub(crate) struct CopiedSample<'a> {
     pub pid: u32,
@@ -89,11 +121,14 @@ pub(crate) struct CopiedSample<'a> {
     pub bp: u64,
     /// Kernel frames, leaf first.
     pub kernel: Vec<u64>,
-    /// The stack from `sp` up.
+    /// The frame-pointer walk, when the stack was walked rather than copied.
+    pub walked: Option<Walked>,
+    /// The stack from `sp` up: all that was copied, or for a walked stack its top (enough to
+    /// check the leaf's frame).
     pub stack: &'a [u8],
 }
 
-/// Decodes one `struct stack_sample`; `None` when it is truncated.
+/// Decodes one `struct stack_sample`; `None` when it is truncated or malformed.
 pub(crate) fn parse_sample(bytes: &[u8]) -> Option<CopiedSample<'_>> {
     let u32_at = |at: usize| -> Option<u32> {
         Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
@@ -103,16 +138,41 @@ pub(crate) fn parse_sample(bytes: &[u8]) -> Option<CopiedSample<'_>> {
     };
     let kernel_len = (u32_at(8)? as usize).min(127 * 8);
     let stack_len = u32_at(12)? as usize;
+    let user_len = u32_at(16)? as usize;
     let kernel = (0..kernel_len / 8)
         .map(|i| u64_at(SAMPLE_KERNEL_AT + 8 * i))
         .collect::<Option<Vec<u64>>>()?;
+    let sent = bytes.get(SAMPLE_STACK_AT..SAMPLE_STACK_AT.checked_add(stack_len)?)?;
+    // `enum walk_end`: 0 not walked, 1 complete, 2 cut at the depth limit.
+    let walked = match u32_at(20)? {
+        0 => None,
+        end @ (1 | 2) => Some(Walked {
+            return_addresses: sent
+                .get(..user_len)?
+                .chunks_exact(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+                .collect(),
+            end: if end == 1 {
+                StackEnd::Complete
+            } else {
+                StackEnd::DepthLimit
+            },
+        }),
+        _ => return None,
+    };
+    let stack = if walked.is_some() {
+        sent.get(user_len..)?
+    } else {
+        sent
+    };
     Some(CopiedSample {
         pid: u32_at(0)?,
-        ip: u64_at(16)?,
-        sp: u64_at(24)?,
-        bp: u64_at(32)?,
+        ip: u64_at(24)?,
+        sp: u64_at(32)?,
+        bp: u64_at(40)?,
         kernel,
-        stack: bytes.get(SAMPLE_STACK_AT..SAMPLE_STACK_AT.checked_add(stack_len)?)?,
+        walked,
+        stack,
     })
 }
 
@@ -145,6 +205,7 @@ pub(crate) struct Sampler {
     stacks: [StackTraceMap<MapData>; 2],
     stats: PerCpuArray<MapData, u64>,
     samples: RingBuf<MapData>,
+    fp_code: HashMap<MapData, u32, FpCode>,
     current: u32,
     n_cpus: usize,
     /// Owns the programs and their links: keep it last so maps are dropped first.
@@ -250,6 +311,8 @@ impl Sampler {
             .map_err(map_error("proc_events"))?;
         let samples = RingBuf::try_from(take_map(&mut ebpf, "stack_samples")?)
             .map_err(map_error("stack_samples"))?;
+        let fp_code =
+            HashMap::try_from(take_map(&mut ebpf, "fp_code")?).map_err(map_error("fp_code"))?;
         Ok((
             Sampler {
                 half,
@@ -257,6 +320,7 @@ impl Sampler {
                 stacks,
                 stats,
                 samples,
+                fp_code,
                 current: 0,
                 n_cpus: cpus.len(),
                 _ebpf: ebpf,
@@ -339,6 +403,30 @@ impl Sampler {
         n
     }
 
+    /// Tells the program that all executable code of process `pid` keeps frame pointers, in
+    /// `ranges` (at most [`MAX_FP_RANGES`]): its stacks are then walked by them in the
+    /// program. `None` takes that back (the process's code changed, or a walk was found wrong).
+    pub fn set_fp_code(&mut self, pid: u32, ranges: Option<&[(u64, u64)]>) -> Result<(), Error> {
+        let Some(ranges) = ranges.filter(|r| !r.is_empty() && r.len() <= MAX_FP_RANGES) else {
+            // Absent already is fine.
+            self.fp_code.remove(&pid).ok();
+            return Ok(());
+        };
+        let mut code = FpCode {
+            n: ranges.len() as u32,
+            pad: 0,
+            start: [0; MAX_FP_RANGES],
+            end: [0; MAX_FP_RANGES],
+        };
+        for (i, &(start, end)) in ranges.iter().enumerate() {
+            code.start[i] = start;
+            code.end[i] = end;
+        }
+        self.fp_code
+            .insert(pid, code, 0)
+            .map_err(map_error("fp_code"))
+    }
+
     /// The program's counters so far.
     pub fn stats(&self) -> Result<BpfStats, Error> {
         let read = |stat: Stat| -> Result<u64, Error> {
@@ -358,6 +446,8 @@ impl Sampler {
             events_lost: read(Stat::EventsLost)?,
             stacks_copied: read(Stat::Copied)?,
             copies_lost: read(Stat::CopyLost)?,
+            fp_walked: read(Stat::FpWalked)?,
+            fp_fallbacks: read(Stat::FpFallback)?,
         })
     }
 }
@@ -453,16 +543,30 @@ mod tests {
         bytes[0..4].copy_from_slice(&7u32.to_ne_bytes());
         bytes[8..12].copy_from_slice(&16u32.to_ne_bytes());
         bytes[12..16].copy_from_slice(&24u32.to_ne_bytes());
-        bytes[16..24].copy_from_slice(&0x401000u64.to_ne_bytes());
-        bytes[24..32].copy_from_slice(&0x7ff0u64.to_ne_bytes());
-        bytes[32..40].copy_from_slice(&0x7ff8u64.to_ne_bytes());
-        bytes[40..48].copy_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
+        bytes[24..32].copy_from_slice(&0x401000u64.to_ne_bytes());
+        bytes[32..40].copy_from_slice(&0x7ff0u64.to_ne_bytes());
+        bytes[40..48].copy_from_slice(&0x7ff8u64.to_ne_bytes());
+        bytes[48..56].copy_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
         let s = parse_sample(&bytes).unwrap();
         assert_eq!((s.pid, s.ip, s.sp, s.bp), (7, 0x401000, 0x7ff0, 0x7ff8));
         assert_eq!(s.kernel.len(), 2);
         assert_eq!(s.kernel[0], 0xffff_ffff_8100_0000);
         assert_eq!(s.stack.len(), 24);
+        assert!(s.walked.is_none());
         assert!(parse_sample(&bytes[..SAMPLE_STACK_AT + 8]).is_none());
+        // Walked: two return addresses, then 8 bytes of the stack's top; cut at the limit.
+        bytes[16..20].copy_from_slice(&16u32.to_ne_bytes());
+        bytes[20..24].copy_from_slice(&2u32.to_ne_bytes());
+        bytes[SAMPLE_STACK_AT..SAMPLE_STACK_AT + 8].copy_from_slice(&0x401234u64.to_ne_bytes());
+        let s = parse_sample(&bytes).unwrap();
+        let walked = s.walked.unwrap();
+        assert_eq!(walked.return_addresses[0], 0x401234);
+        assert_eq!(walked.return_addresses.len(), 2);
+        assert_eq!(walked.end, StackEnd::DepthLimit);
+        assert_eq!(s.stack.len(), 8);
+        // An unknown walk end is refused.
+        bytes[20..24].copy_from_slice(&9u32.to_ne_bytes());
+        assert!(parse_sample(&bytes).is_none());
     }
 
     #[test]
@@ -476,5 +580,10 @@ mod tests {
     #[test]
     fn count_key_is_twelve_bytes() {
         assert_eq!(std::mem::size_of::<CountKey>(), 12);
+    }
+
+    #[test]
+    fn fp_code_matches_the_c_struct() {
+        assert_eq!(std::mem::size_of::<FpCode>(), 8 + 2 * 8 * MAX_FP_RANGES);
     }
 }

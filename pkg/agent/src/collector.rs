@@ -83,18 +83,28 @@ pub(crate) fn run(
             for event in events {
                 table.announce(event.pid, &event.comm, window_no);
             }
+            // What to tell the BPF program of processes' frame-pointer code, once the ring
+            // buffer (which borrows the sampler) is read.
+            let mut fp_code: Vec<(u32, Option<Vec<(u64, u64)>>)> = Vec::new();
             sampler.read_copies(|sample| {
-                let info = table.get(sample.pid, window_no);
+                let mut info = table.get(sample.pid, window_no);
                 if !shared.filter.admits(&info) {
                     shared.metrics.filtered_samples.fetch_add(1, Relaxed);
                     return;
                 }
                 let mut unwound = unwinder.unwind(&sample, &info);
                 if unwound.unknown_address
-                    && let Some(info) = table.reread(sample.pid, window_no, REREAD_MAPS_AFTER)
+                    && let Some(reread) = table.reread(sample.pid, window_no, REREAD_MAPS_AFTER)
                 {
                     shared.metrics.maps_rereads.fetch_add(1, Relaxed);
+                    info = reread;
                     unwound = unwinder.unwind(&sample, &info);
+                }
+                if unwound.fp_wrong {
+                    unwinder.fp_revoked(sample.pid);
+                    fp_code.push((sample.pid, None));
+                } else if let Some(ranges) = unwinder.fp_code(&info) {
+                    fp_code.push((sample.pid, ranges));
                 }
                 unwinder.count(unwound.end);
                 pending.push(DrainedStack {
@@ -105,6 +115,12 @@ pub(crate) fn run(
                     end: Some(unwound.end),
                 });
             });
+            for (pid, ranges) in fp_code {
+                if let Err(e) = sampler.set_fp_code(pid, ranges.as_deref()) {
+                    // The copy path stays: nothing is lost but speed.
+                    tracing::debug!(pid, error = %e, "cannot update the frame-pointer code map");
+                }
+            }
             shared.metrics.record_unwind(unwinder.stats());
         };
 
@@ -209,7 +225,10 @@ pub(crate) fn run(
                     .lock()
                     .expect("process table lock")
                     .expire(window_no, KEEP_PROCESS_WINDOWS);
-                unwinder.trim();
+                {
+                    let table = shared.processes.lock().expect("process table lock");
+                    unwinder.trim(|pid| table.contains(pid));
+                }
                 shared.metrics.record_window(&done);
                 windows.try_send(done).ok();
                 deadline += window_length;

@@ -214,9 +214,11 @@ impl Metrics {
         metric(
             "parca_agent_unwound_stacks_total",
             "counter",
-            "User stacks unwound from stack copies, by how the walk ended: complete (reached \
-             the start), no_unwind_info, unreadable_memory (the next frame is above the copied \
-             32 KiB), depth_limit (cut at 127 frames), bad_unwind_info.",
+            "User stacks unwound from stack copies or walked by frame pointers, by how the walk \
+             ended: complete (reached the start), no_unwind_info, unreadable_memory (the next \
+             frame is above the copied 32 KiB), depth_limit (cut at 127 frames), \
+             bad_unwind_info (malformed CFI, or a frame-pointer walk through a function that \
+             keeps no frame pointer).",
             &ends,
         );
         let total: u64 = unwind.ends.iter().sum();
@@ -241,8 +243,36 @@ impl Metrics {
             &[(
                 "",
                 bpf.samples
-                    .saturating_sub(bpf.stacks_copied + bpf.counts_full) as f64,
+                    .saturating_sub(bpf.stacks_copied + bpf.fp_walked + bpf.counts_full)
+                    as f64,
             )],
+        );
+        metric(
+            "parca_agent_fp_walked_stacks_total",
+            "counter",
+            "User stacks walked by frame pointers in the BPF program (the fast path, for \
+             processes whose code keeps them), checked in userspace with the CFI.",
+            &[("", bpf.fp_walked as f64)],
+        );
+        metric(
+            "parca_agent_fp_walk_fallbacks_total",
+            "counter",
+            "Frame-pointer walks that left the process's frame-pointer code or read nothing: \
+             the stack was copied instead.",
+            &[("", bpf.fp_fallbacks as f64)],
+        );
+        metric(
+            "parca_agent_fp_walks_wrong_total",
+            "counter",
+            "Frame-pointer walks found to pass through a function that keeps no frame pointer: \
+             cut there (bad_unwind_info); the object is copied from then on.",
+            &[("", unwind.fp_walks_wrong as f64)],
+        );
+        metric(
+            "parca_agent_fp_processes",
+            "gauge",
+            "Processes whose code keeps frame pointers, walked by them in the BPF program.",
+            &[("", unwind.fp_processes as f64)],
         );
         metric(
             "parca_agent_stack_copies_lost_total",

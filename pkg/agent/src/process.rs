@@ -37,6 +37,8 @@ pub struct ProcessInfo {
     pub start_time_ticks: u64,
     /// Whether `/proc/PID` could be read (`false`: it was gone; only `comm` is known).
     pub readable: bool,
+    /// Which read of `/proc` this is (counting up per table): tells a reread apart.
+    pub read_no: u64,
 }
 
 /// `/proc/PID/stat`'s start time: the 22nd field, counted after the parenthesized name (which
@@ -247,6 +249,11 @@ impl ProcessTable {
         self.objects.retain(|_, o| o.strong_count() > 0);
     }
 
+    /// Whether process `pid` is held.
+    pub fn contains(&self, pid: u32) -> bool {
+        self.entries.contains_key(&pid)
+    }
+
     /// Number of processes held.
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -306,6 +313,7 @@ impl ProcessTable {
             mappings,
             start_time_ticks,
             readable,
+            read_no: self.reads,
         }
     }
 

@@ -8,6 +8,12 @@
 //! Where no CFI covers an address (JIT code, Go code without `.debug_frame`, unknown
 //! mappings), the walk uses frame pointers for that frame.
 //!
+//! Frame pointers are the fast path where they are valid: [`UnwindTable::keeps_frame_pointers`]
+//! says whether an object's code keeps them (Go binaries; code built with
+//! `-fno-omit-frame-pointer`, judged from its CFI), the BPF program walks such processes' stacks by
+//! frame pointers itself, and [`frame_pointer_leaf`] checks the one frame a frame-pointer walk
+//! can get wrong, the leaf's.
+//!
 //! x86-64 only: registers are DWARF's numbers 6 (rbp), 7 (rsp) and 16 (the return address).
 
 use std::fs::File;
@@ -191,6 +197,38 @@ pub struct UnwindTable {
     fdes: Vec<FdeEntry>,
     segments: Vec<Segment>,
     memo: Mutex<FxHashMap<u64, Option<Row>>>,
+    census: FramePointerCensus,
+}
+
+/// What an object's CFI says of its frame pointers: of `sampled` functions (up to
+/// [`CENSUS_FUNCTIONS`], spread over the object), `framed` define their frame from rbp in the
+/// middle of their code (`CFA = rbp + 16`), as code built with frame pointers does; code built
+/// without them does so only for the odd function with `alloca`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FramePointerCensus {
+    /// Functions whose row was read.
+    pub sampled: u32,
+    /// Of which keep rbp as their frame pointer.
+    pub framed: u32,
+    /// A Go binary: Go keeps frame pointers on x86-64 in every function with a frame (its CFI
+    /// defines frames from rsp, so the census does not apply).
+    pub go: bool,
+}
+
+/// Functions whose CFI row [`FramePointerCensus`] reads per object.
+pub const CENSUS_FUNCTIONS: usize = 64;
+
+impl FramePointerCensus {
+    /// Whether the object's code keeps frame pointers: a Go binary, or nine in ten of the
+    /// functions sampled framed by rbp. Calibrated on real binaries: Debian's packages (built
+    /// without frame pointers) frame 0-11% of their functions; a Rust release build, whose
+    /// standard library keeps frame pointers and whose own code does not, 79%; code built as
+    /// Fedora and Ubuntu 24.04 build theirs (`-fno-omit-frame-pointer
+    /// -mno-omit-leaf-frame-pointer`) nearly all. A mixed object must not pass: its stacks would
+    /// skip callers. Each walk is also checked frame by frame ([`check_frame_pointer_walk`]).
+    pub fn keeps_frame_pointers(&self) -> bool {
+        self.go || (self.sampled >= 8 && self.framed * 10 >= self.sampled * 9)
+    }
 }
 
 impl std::fmt::Debug for UnwindTable {
@@ -260,14 +298,33 @@ impl UnwindTable {
             },
             None => (Section::default(), Vec::new(), 0),
         };
-        // Compressed `.debug_frame` (Go's) is not read: such code is walked with frame pointers.
+        // A compressed `.debug_frame` (Go's) is inflated and held; an uncompressed one stays
+        // in the file.
         let (debug_frame, debug_bytes) = match find(b".debug_frame") {
             Some(d) => match read_bytes(d.0, d.1) {
                 Some(bytes) => (located(d), bytes),
                 None => (Section::default(), Vec::new()),
             },
-            None => (Section::default(), Vec::new()),
+            None => {
+                let inflated = sections
+                    .section_by_name(endian, b".debug_frame")
+                    .and_then(|(_, s)| inflate_section(s, endian, &cache));
+                match inflated {
+                    Some(bytes) => (
+                        Section {
+                            file_offset: None,
+                            size: bytes.len() as u64,
+                            memory: bytes.into_boxed_slice(),
+                        },
+                        Vec::new(),
+                    ),
+                    None => (Section::default(), Vec::new()),
+                }
+            }
         };
+        let go = [&b".go.buildinfo"[..], b".note.go.buildid", b".gopclntab"]
+            .iter()
+            .any(|name| sections.section_by_name(endian, name).is_some());
         let text_address = find(b".text").map_or(0, |t| t.2);
         let got_address = find(b".got").map_or(0, |g| g.2);
         let segments = header
@@ -294,6 +351,10 @@ impl UnwindTable {
             fdes: Vec::new(),
             segments,
             memo: Mutex::new(FxHashMap::default()),
+            census: FramePointerCensus {
+                go,
+                ..FramePointerCensus::default()
+            },
         };
         let eh: &[u8] = if table.eh_frame.file_offset.is_some() {
             &eh_bytes
@@ -321,7 +382,60 @@ impl UnwindTable {
             fdes.shrink_to_fit();
         }
         table.fdes = fdes;
+        if !go {
+            table.census = table.take_census();
+        }
         Ok(table)
+    }
+
+    /// Reads the row in the middle of up to [`CENSUS_FUNCTIONS`] functions spread over the
+    /// object (the middle of a function is past its prologue and, but for short epilogues,
+    /// before its epilogue).
+    fn take_census(&self) -> FramePointerCensus {
+        let mut census = FramePointerCensus::default();
+        let n = self.fdes.len();
+        if n == 0 {
+            return census;
+        }
+        let step = n.div_ceil(CENSUS_FUNCTIONS);
+        for i in (0..n).step_by(step) {
+            let fde = self.fdes[i];
+            // An entry from `.eh_frame_hdr` has no length: the next function's start bounds it.
+            let end = if fde.len > 0 {
+                fde.start + u64::from(fde.len)
+            } else {
+                match self.fdes.get(i + 1) {
+                    Some(next) if next.start > fde.start => next.start,
+                    _ => continue,
+                }
+            };
+            // Functions of a few instructions are leaves or stubs: they say nothing.
+            if end - fde.start < 16 {
+                continue;
+            }
+            let Some(row) = self.compute_row(fde.start + (end - fde.start) / 2) else {
+                continue;
+            };
+            if row.cfa == Cfa::Unsupported {
+                continue;
+            }
+            census.sampled += 1;
+            if row.cfa == Cfa::Bp(16) {
+                census.framed += 1;
+            }
+        }
+        census
+    }
+
+    /// What the object's CFI says of its frame pointers.
+    pub fn frame_pointer_census(&self) -> FramePointerCensus {
+        self.census
+    }
+
+    /// Whether the object's code keeps frame pointers, so that its stacks can be walked by
+    /// them (see [`FramePointerCensus::keeps_frame_pointers`]).
+    pub fn keeps_frame_pointers(&self) -> bool {
+        self.census.keeps_frame_pointers()
     }
 
     fn bases(&self, eh_frame_address: u64) -> BaseAddresses {
@@ -559,6 +673,116 @@ impl UnwindTable {
         }
         None
     }
+}
+
+/// The bytes of an `SHF_COMPRESSED` section, inflated (at most [`MAX_CFI_BYTES`]).
+fn inflate_section<'data, R: object::ReadRef<'data>>(
+    section: &object::elf::SectionHeader64<object::Endianness>,
+    endian: object::Endianness,
+    data: R,
+) -> Option<Vec<u8>> {
+    use object::read::elf::{CompressionHeader, SectionHeader};
+    let (header, offset, size) = section.compression(endian, data).ok()??;
+    let format = match header.ch_type(endian) {
+        object::elf::ELFCOMPRESS_ZLIB => object::read::CompressionFormat::Zlib,
+        object::elf::ELFCOMPRESS_ZSTD => object::read::CompressionFormat::Zstandard,
+        _ => return None,
+    };
+    let uncompressed_size = header.ch_size(endian);
+    if uncompressed_size > MAX_CFI_BYTES || size > MAX_CFI_BYTES {
+        return None;
+    }
+    let compressed = data.read_bytes_at(offset, size).ok()?;
+    let bytes = object::read::CompressedData {
+        format,
+        data: compressed,
+        uncompressed_size,
+    }
+    .decompress()
+    .ok()?;
+    Some(bytes.into_owned())
+}
+
+/// How the leaf of a stack walked by frame pointers stands (see [`frame_pointer_leaf`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeafFrame {
+    /// The leaf's frame is set up (`CFA = rbp + 16`), or no CFI covers it: the frame-pointer
+    /// walk's first return address is the leaf's own.
+    Framed,
+    /// The leaf has no frame of its own yet or any more (a prologue, an epilogue, a frameless
+    /// function) and rbp is still its caller's: the walk skipped the caller, whose address
+    /// (a return address) is `caller`.
+    Frameless {
+        /// The leaf's return address.
+        caller: u64,
+    },
+    /// The leaf is the outermost function (its return address is undefined).
+    Outermost,
+}
+
+/// Checks the leaf of a stack walked by frame pointers from `regs` with the leaf function's CFI
+/// (`lookup` gives the table of the object holding an address and the address's virtual
+/// address in it) over `stack`, the top of the stack. A frame-pointer walk goes wrong only
+/// there: a sample taken where the leaf function has not set up its frame, or has left it,
+/// finds its caller's frame pointer in rbp and skips the caller. An error is how the stack
+/// must end: the leaf's return address is not in `stack`, or the leaf changed rbp without
+/// saving it where the walk looks (the walk's frames are then not its callers').
+pub fn frame_pointer_leaf(
+    regs: Registers,
+    stack: &StackCopy<'_>,
+    lookup: impl FnOnce(u64) -> Option<(Arc<UnwindTable>, u64)>,
+) -> Result<LeafFrame, StackEnd> {
+    let Some((table, vaddr)) = lookup(regs.ip) else {
+        return Ok(LeafFrame::Framed);
+    };
+    let Some(row) = table.row(vaddr) else {
+        return Ok(LeafFrame::Framed);
+    };
+    let r = FrameRegs {
+        ip: regs.ip,
+        sp: regs.sp,
+        bp: Some(regs.bp),
+    };
+    let next = match step_cfi(&row, &table, &r, stack) {
+        Ok(next) => next,
+        Err(StackEnd::Complete) => return Ok(LeafFrame::Outermost),
+        Err(end) => return Err(end),
+    };
+    if Some(next.sp) == regs.bp.checked_add(16) {
+        return Ok(LeafFrame::Framed);
+    }
+    // The walk went on from rbp as the caller's frame pointer: right only if the leaf left
+    // rbp as its caller had it.
+    match next.bp {
+        Some(bp) if bp != regs.bp => Err(StackEnd::BadUnwindInfo),
+        _ => Ok(LeafFrame::Frameless { caller: next.ip }),
+    }
+}
+
+/// Checks the return addresses of a frame-pointer walk (`return_addresses`, innermost first,
+/// the leaf's own address not among them) against their functions' CFI: the step from a frame
+/// to its caller read the frame's rbp, which is a frame pointer only if the function had set up
+/// its frame at the call (`CFA = rbp + 16`), or is the outermost (its return address
+/// undefined). Returns the index of the first return address whose function did not: the
+/// addresses up to it are right, those after it are not to be trusted. Functions without CFI,
+/// and Go's (whose CFI defines frames from rsp, and which keep frame pointers by construction),
+/// are trusted.
+pub fn check_frame_pointer_walk(
+    return_addresses: &[u64],
+    mut lookup: impl FnMut(u64) -> Option<(Arc<UnwindTable>, u64)>,
+) -> Option<usize> {
+    return_addresses.iter().position(|&ra| {
+        let Some((table, vaddr)) = lookup(ra.wrapping_sub(1)) else {
+            return false;
+        };
+        if table.census.go {
+            return false;
+        }
+        match table.row(vaddr) {
+            None => false,
+            Some(row) => row.cfa != Cfa::Bp(16) && row.ra != Rule::Undefined,
+        }
+    })
 }
 
 /// The (initial address, FDE address) table of `.eh_frame_hdr` (`bytes`, at `address`), when
@@ -978,6 +1202,155 @@ mod tests {
         };
         unwind(regs, &stack, 127, &mut frames, in_plt);
         assert_eq!(frames, [entry + 11, 0x6666]);
+    }
+
+    /// Builds C `source` with gcc and `flags` into `dir`; `None` (said on stderr) without gcc.
+    fn gcc(dir: &Path, name: &str, source: &str, flags: &[&str]) -> Option<std::path::PathBuf> {
+        let src = dir.join(format!("{name}.c"));
+        std::fs::write(&src, source).unwrap();
+        let bin = dir.join(name);
+        let built = std::process::Command::new("gcc")
+            .args(flags)
+            .arg("-o")
+            .arg(&bin)
+            .arg(&src)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !built {
+            #[allow(clippy::print_stderr)]
+            {
+                eprintln!("SKIP: gcc missing (apt-get install gcc)");
+            }
+            return None;
+        }
+        Some(bin)
+    }
+
+    /// The address and bytes of function `name` in `bin`.
+    fn function(bin: &Path, name: &str) -> (u64, Vec<u8>) {
+        use object::{Object, ObjectSection, ObjectSymbol};
+        let data = std::fs::read(bin).unwrap();
+        let elf = object::File::parse(&*data).unwrap();
+        let sym = elf.symbols().find(|s| s.name() == Ok(name)).unwrap();
+        let text = elf.section_by_name(".text").unwrap();
+        let at = (sym.address() - text.address()) as usize;
+        let bytes = text.data().unwrap()[at..at + sym.size() as usize].to_vec();
+        (sym.address(), bytes)
+    }
+
+    const CALLER: &str = "__attribute__((noinline)) long leaf(long x) { return x * 3 + 1; }\n\
+        __attribute__((noinline)) long work(long x) {\n\
+          long s = 0; for (long i = 0; i < x; i++) s += leaf(i) ^ (s >> 3); return s; }\n\
+        int main(int c, char **v) { (void)v; return (int)work(c * 1000); }\n";
+
+    #[test]
+    fn a_sample_in_a_prologue_or_an_epilogue_finds_its_caller() {
+        let dir = tempfile::tempdir().unwrap();
+        let Some(bin) = gcc(
+            dir.path(),
+            "fp",
+            CALLER,
+            &["-O2", "-fno-omit-frame-pointer"],
+        ) else {
+            return;
+        };
+        let table = Arc::new(UnwindTable::read(&File::open(&bin).unwrap(), &bin).unwrap());
+        let (work, code) = function(&bin, "work");
+        // Its `ret` after `pop rbp` (5d c3) or `leave` (c9 c3): the epilogue.
+        let ret = work
+            + code
+                .windows(2)
+                .position(|w| (w[0] == 0x5d || w[0] == 0xc9) && w[1] == 0xc3)
+                .expect("an epilogue") as u64
+            + 1;
+        // An address of its body, where the frame is set up.
+        let body = (work..work + code.len() as u64)
+            .find(|&a| table.row(a).is_some_and(|r| r.cfa == Cfa::Bp(16)))
+            .expect("a framed body");
+        let lookup = |addr: u64| Some((table.clone(), addr));
+        // Stack: the return address at sp (prologue's first instruction, epilogue's ret);
+        // rbp is still (or again) the caller's frame pointer.
+        let sp = 0x7000u64;
+        let mut bytes = vec![0u8; 64];
+        bytes[0..8].copy_from_slice(&0x5555u64.to_le_bytes());
+        let stack = StackCopy { sp, bytes: &bytes };
+        for ip in [work, ret] {
+            let regs = Registers { ip, sp, bp: 0x7100 };
+            let mut frames = Vec::new();
+            unwind(regs, &stack, 127, &mut frames, lookup);
+            assert_eq!(frames[..2], [ip, 0x5555], "at {ip:#x}");
+            assert_eq!(
+                frame_pointer_leaf(regs, &stack, lookup),
+                Ok(LeafFrame::Frameless { caller: 0x5555 }),
+                "at {ip:#x}"
+            );
+        }
+        // In the body: rbp is the leaf's own frame pointer, [rbp + 8] its return address.
+        let mut bytes = vec![0u8; 64];
+        bytes[0x18..0x20].copy_from_slice(&0x6666u64.to_le_bytes());
+        let stack = StackCopy { sp, bytes: &bytes };
+        let regs = Registers {
+            ip: body,
+            sp,
+            bp: sp + 0x10,
+        };
+        assert_eq!(
+            frame_pointer_leaf(regs, &stack, lookup),
+            Ok(LeafFrame::Framed)
+        );
+        let mut frames = Vec::new();
+        unwind(regs, &stack, 127, &mut frames, lookup);
+        assert_eq!(frames[..2], [body, 0x6666]);
+        // A frame-pointer walk through `work` is trusted; through the same code built
+        // without frame pointers it is not.
+        assert_eq!(check_frame_pointer_walk(&[body + 1], lookup), None);
+        let Some(nofp) = gcc(dir.path(), "nofp", CALLER, &["-O2", "-fomit-frame-pointer"]) else {
+            return;
+        };
+        let table = Arc::new(UnwindTable::read(&File::open(&nofp).unwrap(), &nofp).unwrap());
+        let (work, code) = function(&nofp, "work");
+        let mid = work + code.len() as u64 / 2;
+        let lookup = |addr: u64| Some((table.clone(), addr));
+        assert_eq!(
+            check_frame_pointer_walk(&[0x1234, mid + 1], lookup),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn the_census_tells_code_with_frame_pointers_from_code_without() {
+        let dir = tempfile::tempdir().unwrap();
+        // Forty functions that call one another, as an object of real size has.
+        let mut source = String::from(
+            "volatile long sink;\n__attribute__((noinline)) long f0(long x) { return x * 7 + sink; }\n",
+        );
+        for i in 1..40 {
+            source.push_str(&format!(
+                "__attribute__((noinline)) long f{i}(long x) {{ long s = 0; for (long j = 0; j < x; j++) s += f{}(j) ^ (s >> {}); return s; }}\n",
+                i - 1,
+                i % 5 + 1
+            ));
+        }
+        source.push_str("int main(int c, char **v) { (void)v; return (int)f39(c); }\n");
+        let census = |name: &str, flags: &[&str]| {
+            let bin = gcc(dir.path(), name, &source, flags)?;
+            let table = UnwindTable::read(&File::open(&bin).unwrap(), &bin).unwrap();
+            Some(table.frame_pointer_census())
+        };
+        let Some(fp) = census(
+            "fp",
+            &[
+                "-O2",
+                "-fno-omit-frame-pointer",
+                "-mno-omit-leaf-frame-pointer",
+            ],
+        ) else {
+            return;
+        };
+        assert!(fp.keeps_frame_pointers(), "{fp:?}");
+        let nofp = census("nofp", &["-O2", "-fomit-frame-pointer"]).unwrap();
+        assert!(!nofp.keeps_frame_pointers(), "{nofp:?}");
+        assert!(!nofp.go && !fp.go);
     }
 
     #[test]
