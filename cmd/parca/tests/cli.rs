@@ -183,7 +183,9 @@ fn a_bad_file_fails_with_a_clear_message() {
     assert!(stderr.starts_with("parca: error: "), "{stderr}");
     assert!(
         stderr.contains(
-            "junk.pb.gz` is not a usable pprof profile: profile is not a valid pprof protobuf"
+            "junk.pb.gz` is not a usable pprof profile: profile is not protobuf (top level: \
+             field `drop_frames` has wire type 4, expected a varint at byte 1), not gzip, and not \
+             one of google/pprof's legacy formats"
         ),
         "{stderr}"
     );

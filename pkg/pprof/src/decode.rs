@@ -15,7 +15,8 @@ const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DecodeOptions {
     /// Largest accepted size of the protobuf message after decompression. Inflation stops as soon
-    /// as it is passed, so a gzip bomb costs at most this much memory.
+    /// as it is passed, so a gzip bomb costs at most this much memory. Converting a legacy
+    /// format stops once what it builds would cost more.
     pub max_decompressed_bytes: usize,
 }
 
@@ -68,8 +69,11 @@ pub fn decompress<'a>(
 
 /// Decodes a pprof profile, gzipped or not, and checks every reference in it.
 ///
-/// Also accepts Go's legacy (pre-protobuf, Go < 1.9) binary CPU profile format, which
-/// google/pprof still reads, converting it to the protobuf model.
+/// Bytes that are not a protobuf profile are tried as google/pprof's legacy formats (Go's and
+/// Java's binary CPU profiles; gperftools' and Go's heap, growth, contention and thread text
+/// profiles; Java's heap and contention profiles), converted to the protobuf model as
+/// google/pprof converts them, and validated alike. Protobuf comes first, so no valid protobuf
+/// is read as anything else, and the text formats are tried only on bytes that look like text.
 pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Pprof, Error> {
     if bytes.is_empty() {
         return Err(Error::Empty);
@@ -78,12 +82,21 @@ pub fn decode(bytes: &[u8], options: &DecodeOptions) -> Result<Pprof, Error> {
     if raw.is_empty() {
         return Err(Error::Empty);
     }
-    match Pprof::parse(&raw) {
-        Err(Error::Protobuf { fault }) => match legacy::parse_cpu(&raw)? {
-            Some(profile) => Pprof::from_proto(&profile),
-            None => Err(Error::Protobuf { fault }),
-        },
-        other => other,
+    let err = match Pprof::parse(&raw) {
+        Ok(pprof) => return Ok(pprof),
+        Err(err) => err,
+    };
+    // As google/pprof's `ParseData`: whatever does not parse as protobuf may be legacy.
+    match (legacy::parse(&raw, options.max_decompressed_bytes), err) {
+        (Ok(Some(profile)), _) => Pprof::from_proto(&profile),
+        (Ok(None), Error::Protobuf { fault }) => Err(Error::NotPprof {
+            fault,
+            gzipped: bytes.starts_with(&GZIP_MAGIC),
+        }),
+        // Not protobuf, but a legacy format gone wrong: that is the fault to report.
+        (Err(legacy), Error::Protobuf { .. }) => Err(legacy),
+        // Protobuf whose references do not resolve: its fault stands.
+        (_, err) => Err(err),
     }
 }
 
@@ -311,9 +324,15 @@ impl Pprof {
                     p.string_ends.push(p.strings.len() as u32);
                 }
                 7..=10 | 12 | 14 => {
-                    let v = r
-                        .scalar(wire, "scalar")
-                        .map_err(|f| protobuf("top level", f))? as i64;
+                    let name = match number {
+                        7 => "drop_frames",
+                        8 => "keep_frames",
+                        9 => "time_nanos",
+                        10 => "duration_nanos",
+                        12 => "period",
+                        _ => "default_sample_type",
+                    };
+                    let v = r.scalar(wire, name).map_err(|f| protobuf("top level", f))? as i64;
                     let h = &mut p.header;
                     match number {
                         7 => h.drop_frames = v,
@@ -888,7 +907,14 @@ mod tests {
             decode(&raw[..raw.len() - 3], &DecodeOptions::default()).expect_err("must refuse");
         let message = err.to_string();
         assert!(
-            message.starts_with("profile is not a valid pprof protobuf: string 3 (field 6 at byte"),
+            message.starts_with("profile is not protobuf (string 3 (field 6 at byte"),
+            "{message}"
+        );
+        assert!(
+            message.ends_with(
+                "not gzip, and not one of google/pprof's legacy formats (Go or Java CPU, \
+                 gperftools or Go heap, growth, contention or thread text)"
+            ),
             "{message}"
         );
         assert!(message.contains("runs past the end"), "{message}");
@@ -906,7 +932,10 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "profile is not a valid pprof protobuf: sample 0 (field 2 at byte {at}): length 5 runs past the end (3 bytes missing, truncated?) at byte {}",
+                "profile is not protobuf (sample 0 (field 2 at byte {at}): length 5 runs past the end \
+                 (3 bytes missing, truncated?) at byte {}), not gzip, and not one of google/pprof's \
+                 legacy formats (Go or Java CPU, gperftools or Go heap, growth, contention or \
+                 thread text)",
                 at + 4
             )
         );

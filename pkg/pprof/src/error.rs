@@ -77,10 +77,34 @@ pub enum Error {
         /// Sample types declared.
         expected: usize,
     },
-    /// The input is Go's legacy (pre-protobuf) CPU profile format but is malformed.
-    #[error("legacy Go CPU profile is malformed: {fault}")]
+    /// The input is in one of google/pprof's legacy (pre-protobuf) formats, but malformed.
+    #[error("legacy {format} profile is malformed: {fault}")]
     Legacy {
-        /// What was wrong and where.
+        /// Which format, e.g. `Go CPU`, `heap`, `Java contention`.
+        format: &'static str,
+        /// What was wrong and where (line or byte).
         fault: String,
+    },
+    /// The input is in a legacy format, but converting it would take more memory than
+    /// [`crate::DecodeOptions::max_decompressed_bytes`].
+    #[error(
+        "legacy profile is larger than the limit of {limit_bytes} bytes once converted to protobuf"
+    )]
+    LegacyTooLarge {
+        /// The limit that was hit.
+        limit_bytes: usize,
+    },
+    /// The (decompressed) bytes are in none of the formats google/pprof reads.
+    #[error(
+        "profile is {}not protobuf ({fault}){}, and not one of google/pprof's legacy formats \
+         (Go or Java CPU, gperftools or Go heap, growth, contention or thread text)",
+        if *gzipped { "gzip, but what it holds is " } else { "" },
+        if *gzipped { "" } else { ", not gzip" }
+    )]
+    NotPprof {
+        /// Where and how the protobuf wire format broke, as in [`Error::Protobuf`].
+        fault: String,
+        /// Whether the input was gzip.
+        gzipped: bool,
     },
 }

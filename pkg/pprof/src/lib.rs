@@ -6,7 +6,10 @@
 //! and id reference, so that code downstream can index without checks. The result, [`Pprof`], is
 //! still the wire model; `parca-profile` turns it into the normalized model the rest of the system
 //! works on. The prost messages of [`proto`] are for building and encoding profiles: decoding
-//! into them allocated per sample and per string, which was most of the decoding time.
+//! into them allocated per sample and per string, which was most of the decoding time. Bytes
+//! that are not protobuf are tried as google/pprof's legacy formats (Go's and Java's binary CPU
+//! profiles, gperftools', Go's and Java's text heap, growth, contention and thread profiles),
+//! converted as google/pprof converts them, and validated alike.
 //!
 //! # Design constraints
 //!
