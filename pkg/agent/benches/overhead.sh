@@ -11,8 +11,10 @@
 # interrupted tasks, not to the agent). Then the same load under `perf record -F 19 -a -g` and
 # `perf record -F 19 -a --call-graph dwarf` (which copies 8 KiB of stack per sample into its
 # file; `perf report` unwinds them afterwards, reported as its own line).
-# AGENT_HZ="19" limits the frequencies tried. Needs root, gcc, curl, bpftool and perf
-# (Debian: linux-perf).
+# AGENT_HZ="19" limits the frequencies tried. LOAD=go runs the Go program
+# tests/targets/agent/hot.go instead (it keeps frame pointers: its stacks take the fast path,
+# walked by frame pointers in the BPF program), when Go is installed. Needs root, gcc, curl,
+# bpftool and perf (Debian: linux-perf), and golang-go for LOAD=go.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 seconds=${1:-60}
@@ -25,8 +27,13 @@ trap cleanup EXIT
 
 cargo build --release --quiet -p parca-agent
 agent=target/release/parca-agent
-gcc -O2 -fomit-frame-pointer -g -o "$tmp/agent-c-hot" tests/targets/agent/hot.c
-for _ in $(seq "$ncpu"); do "$tmp/agent-c-hot" 100000 & pids+=($!); done
+case "${LOAD:-c}" in
+  c) gcc -O2 -fomit-frame-pointer -g -o "$tmp/hot" tests/targets/agent/hot.c ;;
+  go) (cd tests/targets/agent && GO111MODULE=off GOFLAGS= GOCACHE="$tmp/gocache" go build -o "$tmp/hot" hot.go) ;;
+  *) echo "overhead.sh: LOAD is c or go" >&2; exit 2 ;;
+esac
+echo "load: ${LOAD:-c}, one busy program per CPU ($ncpu)"
+for _ in $(seq "$ncpu"); do "$tmp/hot" 100000 & pids+=($!); done
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hwm_kb() { awk '/^VmHWM/{print $2}' "/proc/$1/status"; }

@@ -185,7 +185,7 @@ pub(crate) struct DrainedStack {
     pub kernel: Arc<[u64]>,
     pub count: u64,
     /// How the user stack's walk ended; `None` for a frame-pointer walk in the kernel
-    /// (`bpf_get_stackid` does not say), unless it is cut at the depth limit.
+    /// (`bpf_get_stackid` does not say) until the collector has checked it.
     pub end: Option<StackEnd>,
 }
 
@@ -367,16 +367,13 @@ impl Sampler {
         };
         let mut out = Vec::with_capacity(entries.len());
         for (key, count) in &entries {
-            let user = resolve(key.user_stack);
-            // A frame-pointer walk stops silently at the kernel's depth limit.
-            let end =
-                (user.len() >= crate::unwind::MAX_USER_FRAMES).then_some(StackEnd::DepthLimit);
             out.push(DrainedStack {
                 pid: key.pid,
-                user,
+                user: resolve(key.user_stack),
                 kernel: resolve(key.kernel_stack),
                 count: *count,
-                end,
+                // Judged by the collector (`Unwinder::check_kernel_walk`).
+                end: None,
             });
         }
         for (key, _) in &entries {

@@ -145,6 +145,16 @@ pub(crate) fn run(
                     .or_insert_with(|| table.get(d.pid, window_no));
             }
         }
+        // User stacks the kernel walked by frame pointers (their copy did not fit in the ring
+        // buffer) say so, cut where the walk cannot be trusted.
+        for d in drained.iter_mut().filter(|d| d.end.is_none() && !d.user.is_empty()) {
+            let (keep, end) = unwinder.check_kernel_walk(&d.user, &processes[&d.pid]);
+            if keep < d.user.len() {
+                d.user = Arc::from(&d.user[..keep]);
+            }
+            d.end = Some(end);
+            unwinder.count(end);
+        }
         if !shared.filter.admits_all() {
             let mut left_out = 0;
             drained.retain(|d| {

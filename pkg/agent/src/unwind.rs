@@ -252,6 +252,23 @@ impl Unwinder {
         }
     }
 
+    /// A user stack the kernel walked by frame pointers (`bpf_get_stackid`, for a sample whose
+    /// copy did not fit in the ring buffer): how many of its frames to keep, and how it ends.
+    /// Nothing checked its leaf, so it ends [`StackEnd::Unreadable`] (`[truncated: stack not
+    /// copied]`) unless cut at the depth limit; its frames are cut after the first whose
+    /// function keeps no frame pointer (the kernel's walk went on from garbage).
+    pub fn check_kernel_walk(&mut self, user: &[u64], process: &ProcessInfo) -> (usize, StackEnd) {
+        let first_wrong = check_frame_pointer_walk(user.get(1..).unwrap_or_default(), |addr| {
+            let (table, vaddr, _) = self.table_at(process, addr)?;
+            Some((table, vaddr))
+        });
+        match first_wrong {
+            Some(i) => (i + 2, StackEnd::Unreadable),
+            None if user.len() >= MAX_USER_FRAMES => (user.len(), StackEnd::DepthLimit),
+            None => (user.len(), StackEnd::Unreadable),
+        }
+    }
+
     /// Whether the BPF program should walk `process`'s stacks by frame pointers, and where its
     /// code is: `Some(ranges)` when every other executable mapping holds an object whose
     /// code keeps frame pointers ([`UnwindTable::keeps_frame_pointers`]), at most
