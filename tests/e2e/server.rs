@@ -1013,3 +1013,48 @@ fn the_servers_heap_profile_leaves_out_the_allocators_frames() {
         );
     }
 }
+
+/// The server's own CPU profile names the code that ran as each sample's leaf, not the
+/// profiler's signal handler walking the stack (`backtrace::backtrace::libunwind::trace` was the
+/// leaf of every sample).
+#[test]
+fn the_servers_cpu_profile_leaves_out_the_profilers_frames() {
+    let server = Server::start(&parca_binary(false), &[], |_| {
+        "scrape_configs: []\n".to_owned()
+    });
+    // Work for the profiler to see: the server answering requests while it samples.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let busy = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = server.get("/api/v1/status/buildinfo");
+            }
+        });
+        let r = server.get("/debug/pprof/profile?seconds=3");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        worker.join().expect("worker");
+        r
+    });
+    let r = busy.expect("cpu profile");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let profiles = parca_profile::decode(&r.body, &Default::default()).expect("normalizes");
+    let cpu = profiles
+        .iter()
+        .find(|p| p.meta.sample_type.kind == "cpu")
+        .expect("cpu");
+    let leaves: Vec<String> = parca_profile::TopTable::build(cpu)
+        .rows
+        .into_iter()
+        .filter(|r| r.flat != 0)
+        .map(|r| r.name)
+        .collect();
+    assert!(!leaves.is_empty(), "no samples");
+    for leaf in &leaves {
+        assert!(
+            !["backtrace::", "<pprof::", "pprof::", "perf_signal_handler"]
+                .iter()
+                .any(|p| leaf.starts_with(p)),
+            "a profiler frame is a leaf: {leaf} (leaves: {leaves:?})"
+        );
+    }
+}

@@ -81,9 +81,14 @@ pub struct ServerArgs {
     /// Queries evaluated at once; more get 429.
     #[arg(long, default_value_t = 20)]
     query_max_concurrency: usize,
-    /// Most series one query may read (422 beyond).
+    /// Most series one query may read (422 beyond); 0, the default, for no limit: a query's
+    /// work is bounded by --query-max-samples and --query-max-points.
     #[arg(long, default_value_t = parca_query::Limits::default().max_series)]
     query_max_series: usize,
+    /// Most values (series × steps) one selector of a range query may produce (422 beyond):
+    /// the bound on a range query's memory, about 32 bytes a value.
+    #[arg(long, default_value_t = parca_query::Limits::default().max_points)]
+    query_max_points: usize,
     /// Most (stack, value) pairs one query may merge (422 beyond): the bound on its work.
     #[arg(long, default_value_t = parca_query::Limits::default().max_samples)]
     query_max_samples: usize,
@@ -384,6 +389,7 @@ async fn serve(
         limits: parca_query::Limits {
             max_series: args.query_max_series,
             max_samples: args.query_max_samples,
+            max_points: args.query_max_points,
             max_steps: args.query_max_steps,
             ..parca_query::Limits::default()
         },

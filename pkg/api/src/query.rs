@@ -39,6 +39,9 @@ fn query_error(e: parca_query::Error) -> ApiError {
         parca_query::Error::TooManySamples { .. } => {
             ApiError::limit(ErrorType::Execution, e, "--query-max-samples")
         }
+        parca_query::Error::TooManyPoints { .. } => {
+            ApiError::limit(ErrorType::Execution, e, "--query-max-points")
+        }
         parca_query::Error::TooManySteps { .. } => {
             ApiError::limit(ErrorType::Execution, e, "--query-max-steps")
         }
@@ -360,7 +363,26 @@ pub(crate) async fn range(api: &Arc<Api>, call: Call) -> Result<Response<Body>, 
         .params
         .duration_ms("step")?
         .ok_or_else(|| ApiError::bad_data("parameter `step` is required"))?;
+    // `limit=N`: the N series with the largest totals, the rest summed into `omitted` (an
+    // extension of Prometheus' API, for graphs of a fleet's thousands of series).
+    let limit = match call.params.get("limit") {
+        None | Some("") => None,
+        Some(text) => Some(
+            text.parse::<usize>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| {
+                    ApiError::bad_data(format!(
+                        "parameter `limit` must be a positive whole number, got `{text}`"
+                    ))
+                })?,
+        ),
+    };
     let series = range_series(api, &call, step).await?;
+    let (series, omitted) = match limit {
+        Some(n) => parca_query::top_series(series, n),
+        None => (series, None),
+    };
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct Series<'a> {
@@ -396,10 +418,28 @@ pub(crate) async fn range(api: &Arc<Api>, call: Call) -> Result<Response<Body>, 
             }),
         })
         .collect();
-    Ok(success(&serde_json::json!({
+    let mut data = serde_json::json!({
         "resultType": "matrix",
         "result": result,
-    })))
+    });
+    if let Some(omitted) = omitted {
+        let values = |f: &dyn Fn(&parca_query::Point) -> Option<f64>| -> Vec<(f64, String)> {
+            omitted
+                .points
+                .iter()
+                .filter_map(|p| Some((seconds(p.timestamp_ms), f(p)?.to_string())))
+                .collect()
+        };
+        let mut o = serde_json::json!({
+            "series": omitted.n_series,
+            "values": values(&|p| Some(p.value)),
+        });
+        if omitted.points.iter().all(|p| p.period_value.is_some()) {
+            o["periodValues"] = serde_json::json!(values(&|p| p.period_value));
+        }
+        data["omitted"] = o;
+    }
+    Ok(success(&data))
 }
 
 /// Evaluates the request's `query` over `start`..`end` at `step_ms` (the caller reads the step,

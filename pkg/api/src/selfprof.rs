@@ -88,6 +88,19 @@ fn cpu_profile(window: Duration) -> Result<Vec<u8>, ApiError> {
     Ok(parca_pprof::encode(&to_pprof(&report, window), true))
 }
 
+/// Frames at the leaf of a sample that may be the profiler's own (its handler, the unwinder).
+const MAX_PROFILER_FRAMES: usize = 8;
+
+/// Whether `name` is a function of the CPU profiler's sampling path: pprof-rs's signal handler
+/// and the unwinder it calls, or the kernel's signal trampoline.
+fn is_profiler_frame(name: &str) -> bool {
+    let name = name.strip_prefix('<').unwrap_or(name);
+    name.starts_with("backtrace::")
+        || name.starts_with("pprof::")
+        || name == "perf_signal_handler"
+        || name == "__restore_rt"
+}
+
 /// Our pprof of a pprof-rs report: one location per address, with inlined frames as its lines.
 fn to_pprof(report: &pprof::Report, window: Duration) -> proto::Profile {
     let period_ns = 1_000_000_000 / i64::from(FREQUENCY_HZ);
@@ -112,7 +125,15 @@ fn to_pprof(report: &pprof::Report, window: Duration) -> proto::Profile {
     let mut samples = Vec::new();
     for (frames, &count) in &report.data {
         let mut location_id = Vec::with_capacity(frames.frames.len());
-        for symbols in &frames.frames {
+        // The profiler's own frames (its signal handler walking the stack) sit at the leaf of
+        // every sample: what ran is their caller.
+        let own = frames
+            .frames
+            .iter()
+            .take(MAX_PROFILER_FRAMES)
+            .rposition(|symbols| symbols.iter().any(|s| is_profiler_frame(&s.name())))
+            .map_or(0, |i| i + 1);
+        for symbols in &frames.frames[own..] {
             let mut lines = Vec::with_capacity(symbols.len());
             for symbol in symbols {
                 let name = intern(symbol.name());
@@ -185,5 +206,31 @@ fn to_pprof(report: &pprof::Report, window: Duration) -> proto::Profile {
         period_type: Some(proto::ValueType { r#type: 3, unit: 4 }),
         period: period_ns,
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_profiler_frame;
+
+    #[test]
+    fn the_profilers_own_frames_are_known_by_name() {
+        for own in [
+            "backtrace::backtrace::libunwind::trace",
+            "backtrace::backtrace::trace_unsynchronized",
+            "<pprof::backtrace::backtrace_rs::Trace as pprof::backtrace::Trace>::trace",
+            "pprof::profiler::perf_signal_handler",
+            "perf_signal_handler",
+            "__restore_rt",
+        ] {
+            assert!(is_profiler_frame(own), "{own}");
+        }
+        for code in [
+            "gimli::read::unit::skip_attributes",
+            "tokio::runtime::task::raw::poll",
+            "<alloc::vec::Vec<T> as core::clone::Clone>::clone",
+        ] {
+            assert!(!is_profiler_frame(code), "{code}");
+        }
     }
 }

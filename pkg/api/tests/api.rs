@@ -1,5 +1,6 @@
 //! The API served for real on a loopback port, over a real store, asked with a real HTTP client.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use parca_api::{Api, Control, Options, TargetsReport};
@@ -1051,4 +1052,138 @@ fn one_line_functions(
         string_table: strings.iter().map(|s| (*s).to_owned()).collect(),
         ..Default::default()
     }
+}
+
+/// A pprof of CPU time taken at `time_s` over 10 s, with one sample per pod (label `pod`), pod
+/// `i` having spent `i + 1` ms on `main;work`.
+fn fleet_pprof(n_pods: usize, time_s: i64) -> Vec<u8> {
+    use parca_pprof::proto;
+    let mut strings: Vec<String> = ["", "cpu", "nanoseconds", "main", "work", "pod"]
+        .map(String::from)
+        .to_vec();
+    let mut profile = one_line_functions(&["", "", "", "main", "work"], 3, &[]);
+    let samples = (0..n_pods)
+        .map(|i| {
+            strings.push(format!("pod-{i}"));
+            proto::Sample {
+                location_id: vec![2, 1],
+                value: vec![(i as i64 + 1) * 1_000_000],
+                label: vec![proto::Label {
+                    key: 5,
+                    str: strings.len() as i64 - 1,
+                    ..Default::default()
+                }],
+            }
+        })
+        .collect();
+    profile.sample = samples;
+    profile.string_table = strings;
+    profile.sample_type = vec![proto::ValueType { r#type: 1, unit: 2 }];
+    profile.period_type = Some(proto::ValueType { r#type: 1, unit: 2 });
+    profile.period = 10_000_000;
+    profile.time_nanos = time_s * 1_000_000_000;
+    profile.duration_nanos = 10_000_000_000;
+    parca_pprof::encode(&profile, true)
+}
+
+/// 14,814 pods, each its own series, as the issue measured: before, the first screen's two
+/// queries were refused ("the query selects 14814 series, more than the limit of 10000").
+#[tokio::test]
+async fn a_fleet_of_fifteen_thousand_series_merges_and_graphs_its_top_series() {
+    const PODS: usize = 14_814;
+    let mut options = Options::default();
+    options.push_limits.max_series = PODS;
+    let server = Server::set_store(Server::unready_with(options).await);
+    let t = 1_700_000_000_i64;
+    for i in 0..3 {
+        let (status, text) = server
+            .post(
+                "/api/v1/write?__name__=process_cpu&job=fleet",
+                fleet_pprof(PODS, t + 10 * i),
+            )
+            .await;
+        assert_eq!(status, 200, "{text}");
+    }
+    let pod_ms = |i: usize| (i as f64 + 1.0) * 1e6;
+    let all: f64 = (0..PODS).map(pod_ms).sum::<f64>() * 3.0;
+    let selector = r#"process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{job="fleet"}"#;
+
+    // The merge of every pod's profile.
+    let (status, top) = server
+        .get(&format!(
+            "/api/v1/query?format=top&time={}&query={}",
+            t + 30,
+            enc(&format!("merge({selector}[1m])"))
+        ))
+        .await;
+    assert_eq!(status, 200, "{top}");
+    let total = json(&top)["data"]["total"].as_f64().unwrap();
+    assert_eq!(total, all, "{top}");
+
+    // The graph: the 20 biggest pods, the rest summed.
+    let (status, range) = server
+        .get(&format!(
+            "/api/v1/query_range?limit=20&step=10&start={t}&end={}&query={}",
+            t + 20,
+            enc(selector)
+        ))
+        .await;
+    assert_eq!(status, 200, "{}", &range[..range.len().min(500)]);
+    let data = &json(&range)["data"];
+    let result = data["result"].as_array().unwrap();
+    assert_eq!(result.len(), 20);
+    let shown: BTreeSet<&str> = result
+        .iter()
+        .map(|s| s["metric"]["pod"].as_str().unwrap())
+        .collect();
+    let biggest: BTreeSet<String> = (PODS - 20..PODS).map(|i| format!("pod-{i}")).collect();
+    assert_eq!(
+        shown,
+        biggest.iter().map(String::as_str).collect::<BTreeSet<_>>()
+    );
+    assert_eq!(data["omitted"]["series"], PODS - 20);
+    let sum = |values: &Value| -> f64 {
+        values
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v[1].as_str().unwrap().parse::<f64>().unwrap())
+            .sum()
+    };
+    let drawn: f64 = result.iter().map(|s| sum(&s["values"])).sum();
+    assert_eq!(drawn + sum(&data["omitted"]["values"]), all);
+
+    // A bad limit is named.
+    let (status, text) = server
+        .get(&format!(
+            "/api/v1/query_range?limit=0&step=10&start={t}&end={}&query={}",
+            t + 20,
+            enc(selector)
+        ))
+        .await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("`limit`"), "{text}");
+}
+
+#[tokio::test]
+async fn range_queries_past_the_points_limit_are_refused_naming_the_flag() {
+    let mut options = Options::default();
+    options.limits.max_points = 100;
+    let server = Server::set_store(Server::unready_with(options).await);
+    let (status, text) = server
+        .post(
+            "/api/v1/write?__name__=process_cpu&job=fleet",
+            fleet_pprof(60, 1_700_000_000),
+        )
+        .await;
+    assert_eq!(status, 200, "{text}");
+    let query = enc(r#"process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{job="fleet"}"#);
+    let (status, text) = server
+        .get(&format!(
+            "/api/v1/query_range?step=10&start=1700000000&end=1700000020&query={query}"
+        ))
+        .await;
+    assert_eq!(status, 422, "{text}");
+    assert!(text.contains("--query-max-points"), "{text}");
+    assert!(text.contains("60 series × 3 steps"), "{text}");
 }

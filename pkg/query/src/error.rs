@@ -27,6 +27,20 @@ pub enum Error {
         /// The limit.
         limit: usize,
     },
+    /// A selector of a range query would produce too many values (series × steps).
+    #[error(
+        "the range query would hold {n_points} values ({n_series} series × {n_steps} steps), more than the limit of {limit}: aggregate (`sum by (job) (…)`), use a larger step or a shorter range, or narrow the selector"
+    )]
+    TooManyPoints {
+        /// Values the selector would produce.
+        n_points: usize,
+        /// Series it selects.
+        n_series: usize,
+        /// Steps of the range.
+        n_steps: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The range query would produce too many points.
     #[error(
         "the range has {n_steps} steps, more than the limit of {limit}: use a larger step or a shorter range"

@@ -43,16 +43,20 @@ use parca_tsdb::Db;
 
 pub use error::Error;
 pub use instant::{InstantQuery, ProfileGroup};
-pub use range::{Point, RangeQuery, RangeSeries};
+pub use range::{Omitted, Point, RangeQuery, RangeSeries, top_series};
 pub use select::{ProfileType, profile_types, selector_matchers};
 
 /// What a query may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Most series one query may read.
+    /// Most series one query may read; 0 for no limit (the default: a fleet's query merges
+    /// thousands of series, and what bounds its work is `max_samples` and `max_points`).
     pub max_series: usize,
-    /// Most (stack, value) pairs one query may merge.
+    /// Most (stack, value) pairs one query may merge: the bound on a profile query's work.
     pub max_samples: usize,
+    /// Most values (series × steps) a selector of a range query may produce: the bound on a
+    /// range query's memory (about 32 bytes each).
+    pub max_points: usize,
     /// Most steps of a range query.
     pub max_steps: i64,
     /// How far back an instant selector without a range looks for the latest profile of each
@@ -63,8 +67,9 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_series: 10_000,
+            max_series: 0,
             max_samples: 100_000_000,
+            max_points: 20_000_000,
             max_steps: 11_000,
             lookback_ms: 5 * 60 * 1000,
         }

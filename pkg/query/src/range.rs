@@ -119,7 +119,17 @@ impl Engine {
                     query.start_ms.saturating_sub(offset_ms).saturating_sub(widest),
                     query.end_ms.saturating_sub(offset_ms),
                 );
-                select::series(&self.db, selector, &matchers, window, &self.limits)?;
+                let n_series = select::series(&self.db, selector, &matchers, window, &self.limits)?.len();
+                let n_steps = ((query.end_ms - query.start_ms) / query.step_ms + 1) as usize;
+                let n_points = n_series.saturating_mul(n_steps);
+                if n_points > self.limits.max_points {
+                    return Err(Error::TooManyPoints {
+                        n_points,
+                        n_series,
+                        n_steps,
+                        limit: self.limits.max_points,
+                    });
+                }
                 let querier = self.db.querier(window.0, window.1);
                 let totals: Vec<(Labels, Meta, Vec<TotalPoint>)> = if filters.is_empty() {
                     querier
@@ -342,4 +352,62 @@ fn topk(k: usize, series: Vec<RangeSeries>) -> Vec<RangeSeries> {
         })
         .filter(|s| !s.points.is_empty())
         .collect()
+}
+
+/// What [`top_series`] left out: how many series, and their sum per step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Omitted {
+    /// Series left out.
+    pub n_series: usize,
+    /// Their values summed per step (`period_value` summed too when every point has one).
+    pub points: Vec<Point>,
+}
+
+/// The `n` series of `series` with the largest sum over their points, in their order, and the
+/// rest summed per step: what a graph of a fleet's thousands of series can show readably.
+/// Ties go to the series that sorts first.
+pub fn top_series(series: Vec<RangeSeries>, n: usize) -> (Vec<RangeSeries>, Option<Omitted>) {
+    if series.len() <= n {
+        return (series, None);
+    }
+    let total = |s: &RangeSeries| s.points.iter().map(|p| p.value).sum::<f64>();
+    let mut ranked: Vec<(usize, f64)> = series.iter().map(total).enumerate().collect();
+    ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut keep = vec![false; series.len()];
+    for &(i, _) in ranked.iter().take(n) {
+        keep[i] = true;
+    }
+    let mut rest: std::collections::BTreeMap<i64, (f64, Option<f64>)> = Default::default();
+    let mut kept = Vec::with_capacity(n);
+    let mut n_omitted = 0;
+    for (s, keep) in series.into_iter().zip(keep) {
+        if keep {
+            kept.push(s);
+            continue;
+        }
+        n_omitted += 1;
+        for p in &s.points {
+            let (value, period) = rest.entry(p.timestamp_ms).or_insert((0.0, Some(0.0)));
+            *value += p.value;
+            *period = match (*period, p.period_value) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
+        }
+    }
+    let points = rest
+        .into_iter()
+        .map(|(timestamp_ms, (value, period_value))| Point {
+            timestamp_ms,
+            value,
+            period_value,
+        })
+        .collect();
+    (
+        kept,
+        Some(Omitted {
+            n_series: n_omitted,
+            points,
+        }),
+    )
 }

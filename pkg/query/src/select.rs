@@ -88,7 +88,7 @@ pub(crate) fn stack_filter(filter: &parca_querylang::StackFilter) -> Result<Stac
     })
 }
 
-/// The series a selector matches in a window, checked against the series limit. When none
+/// The series a selector matches in a window, checked against the series limit (when set). When none
 /// match and the selector names a type the store does not know at all, the error says so and
 /// suggests the nearest known types.
 pub(crate) fn series(
@@ -99,7 +99,7 @@ pub(crate) fn series(
     limits: &Limits,
 ) -> Result<Vec<Labels>, Error> {
     let found = db.querier(window.0, window.1).series(matchers)?;
-    if found.len() > limits.max_series {
+    if limits.max_series > 0 && found.len() > limits.max_series {
         return Err(Error::TooManySeries {
             n_series: found.len(),
             limit: limits.max_series,

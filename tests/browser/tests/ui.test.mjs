@@ -222,6 +222,30 @@ test('sum by groups the series of the graph', async () => {
   assert.equal(await page.inputValue('input.sum-by'), 'instance');
 });
 
+test('a fleet graph draws its 20 largest series and one line for the rest', async () => {
+  // 30 pods, pod i with i + 1 samples: the graph keeps pods 10–29 and sums pods 0–9.
+  // Now: older times may lie before the head's open window once other pushes moved it.
+  const from = Math.floor(Date.now() / 1000) - 60;
+  for (let i = 0; i < 30; i++) {
+    const name = encodeURIComponent(`fleet.cpu{pod=p${i}}`);
+    const res = await fetch(`${server.url}/ingest?name=${name}&from=${from}&until=${from + 10}&format=folded`, {
+      method: 'POST', body: `main;work ${i + 1}\n`,
+    });
+    assert.equal(res.status, 200, await res.text());
+  }
+  await page.goto(`${server.url}/?${new URLSearchParams({
+    from: (from - 300) * 1000, to: (from + 300) * 1000,
+    query: 'process_cpu:samples:count:cpu:nanoseconds:delta{service_name="fleet"}',
+  })}`);
+  await page.waitForSelector('.graph-svg path.line.other, .graph-svg circle.point');
+  assert.match(await page.textContent('.graph-panel .panel-title'), /the 20 largest of 30 series/);
+  const legend = await page.$$eval('.legend li', (li) => li.map((l) => l.textContent));
+  assert.equal(legend.length, 21, legend.join(' | '));
+  assert.ok(legend.includes('the other 10 series, summed'), legend.join(' | '));
+  assert.ok(legend.some((l) => l.includes('pod="p29"')) && !legend.some((l) => l.includes('pod="p9"')), legend.join(' | '));
+  await shot('explorer-fleet');
+});
+
 test('clicking a frame zooms, the breadcrumb follows, reset goes back', async () => {
   await page.goto(explorerUrl({ query: `${CPU}{job="go"}`, view: 'icicle' }));
   const before = await drawnIcicle();

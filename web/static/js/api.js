@@ -91,9 +91,15 @@ export const labelValues = (name, match, opts) =>
   get(`/api/v1/label/${encodeURIComponent(name)}/values`, { 'match[]': match }, opts);
 export const targets = (opts) => get('/api/v1/targets', {}, opts);
 
-/** `query_range` over `[startMs, endMs]` with `stepMs`. */
-export const queryRange = (query, startMs, endMs, stepMs, opts) =>
-  get('/api/v1/query_range', { query, start: seconds(startMs), end: seconds(endMs), step: `${Math.max(1, Math.round(stepMs / 1000))}s` }, opts);
+/**
+ * `query_range` over `[startMs, endMs]` with `stepMs`; with `opts.limit`, only that many series
+ * (the largest), the rest summed in `data.omitted`.
+ */
+export const queryRange = (query, startMs, endMs, stepMs, opts = {}) =>
+  get('/api/v1/query_range', {
+    query, start: seconds(startMs), end: seconds(endMs), step: `${Math.max(1, Math.round(stepMs / 1000))}s`,
+    ...(opts.limit ? { limit: String(opts.limit) } : {}),
+  }, opts);
 
 /**
  * Parameters of `/api/v1/query` for a window: `{start, end}` or `{time}`; `format` is added by

@@ -14,6 +14,9 @@ import { graphQuery, withMatchers, queryKind, pointSelection, windowQuery } from
 import { readState, writeState, permalink } from './urlstate.js';
 import { formatTime } from './units.js';
 
+/** Series the metrics graph draws at most; the rest are one summed line. */
+const GRAPH_SERIES = 20;
+
 const PROFILE_KEYS = ['time', 'labels', 'pfrom', 'pto', 'focus', 'search'];
 
 /** Mounts the explorer into `app`; returns `{destroy}`. */
@@ -127,7 +130,8 @@ export function mountExplorer(app) {
     replace(graphPanel, stateBox('loading', 'Loading the metrics graph…'));
     const gq = kind === 'series' ? q : graphQuery(q, state.by);
     try {
-      const data = await queryRange(gq, start, end, stepFor(start, end), { signal });
+      // A fleet's thousands of series: the biggest GRAPH_SERIES drawn, the rest as one line.
+      const data = await queryRange(gq, start, end, stepFor(start, end), { signal, limit: GRAPH_SERIES });
       if (!data.result.length) {
         replace(graphPanel, stateBox('empty', `No series match in ${describeRange(range)}.`,
           h('p', {}, 'Try a longer range (24h or 7d), remove label matchers, or check the ', h('a', { href: '/targets', 'data-nav': '' }, 'targets'), ' are up and scraped.')));
@@ -144,8 +148,12 @@ export function mountExplorer(app) {
           select(pointSelection(q, metric, Math.round(t), step, delta));
         },
         onRange: (a, b) => select({ pfrom: String(a), pto: String(b), time: '', labels: '' }),
+        omitted: data.omitted,
       });
-      replace(graphPanel, h('div', { class: 'panel-title' }, h('code', {}, gq), h('span', { class: 'muted' }, ` · ${data.result.length} series · ${describeRange(range)}`)), graph);
+      const count = data.omitted
+        ? `the ${data.result.length} largest of ${(data.result.length + data.omitted.series).toLocaleString('en-US')} series`
+        : `${data.result.length} series`;
+      replace(graphPanel, h('div', { class: 'panel-title' }, h('code', {}, gq), h('span', { class: 'muted' }, ` · ${count} · ${describeRange(range)}`)), graph);
     } catch (e) {
       if (e.name === 'AbortError') return;
       showError(graphPanel, e, gq, q);

@@ -54,9 +54,10 @@ export function timeTicks(start, end, max) {
 /**
  * Draws `result` (the matrix of `query_range`) over `[start, end]` ms. `selection` is
  * `{time}` or `{start, end}` to mark; `onPoint(metric, timeMs)` and `onRange(startMs, endMs)`
- * report clicks and drags.
+ * report clicks and drags. `omitted` (`data.omitted` of a `limit`ed query) is drawn as one
+ * dashed grey line, the sum of the series left out.
  */
-export function metricsGraph(result, { start, end, selection, onPoint, onRange }) {
+export function metricsGraph(result, { start, end, selection, onPoint, onRange, omitted }) {
   const box = h('div', { class: 'metrics-graph' });
   const tip = h('div', { class: 'tooltip graph-tip', hidden: true });
   const legend = h('ul', { class: 'legend' });
@@ -67,6 +68,17 @@ export function metricsGraph(result, { start, end, selection, onPoint, onRange }
     color: SERIES[k % SERIES.length],
     points: s.values.map(([t, v], j) => ({ t: t * 1000, v: Number(v), pv: s.periodValues ? Number(s.periodValues[j][1]) : undefined })),
   }));
+  const othersName = omitted ? `the other ${omitted.series.toLocaleString('en-US')} series, summed` : '';
+  if (omitted && omitted.values.length) {
+    series.push({
+      metric: null,
+      other: true,
+      unit: series[0] ? series[0].unit : '',
+      periodUnit: series[0] ? series[0].periodUnit : undefined,
+      color: '#8a8f98',
+      points: omitted.values.map(([t, v], j) => ({ t: t * 1000, v: Number(v), pv: omitted.periodValues ? Number(omitted.periodValues[j][1]) : undefined })),
+    });
+  }
   const unit = series[0] ? series[0].unit : '';
   let max = 0;
   for (const s of series) for (const p of s.points) if (p.v > max) max = p.v;
@@ -105,7 +117,7 @@ export function metricsGraph(result, { start, end, selection, onPoint, onRange }
     for (const s of series) {
       if (s.points.length > 1) {
         const d = s.points.map((p, j) => `${j ? 'L' : 'M'}${X(p.t).toFixed(1)},${Y(p.v).toFixed(1)}`).join('');
-        root.append(svg('path', { d, stroke: s.color, class: 'line' }));
+        root.append(svg('path', { d, stroke: s.color, class: s.other ? 'line other' : 'line' }));
       }
       if (s.points.length < 120) {
         for (const p of s.points) root.append(svg('circle', { cx: X(p.t), cy: Y(p.v), r: 2.5, fill: s.color, class: 'point' }));
@@ -169,11 +181,11 @@ export function metricsGraph(result, { start, end, selection, onPoint, onRange }
       dot.setAttribute('fill', hit.s.color);
       dot.setAttribute('visibility', 'visible');
       tip.replaceChildren(
-        h('div', { class: 'tt-name' }, labelText(hit.s.metric)),
+        h('div', { class: 'tt-name' }, hit.s.other ? othersName : labelText(hit.s.metric)),
         h('div', {}, formatTime(hit.p.t)),
         h('div', {}, h('strong', {}, formatValue(hit.p.v, hit.s.unit)),
           hit.p.pv !== undefined ? ` · ${formatValue(hit.p.pv, hit.s.periodUnit)} CPU` : ''),
-        h('div', { class: 'tt-hint muted' }, 'click: this profile · drag: merge a range'));
+        h('div', { class: 'tt-hint muted' }, hit.s.other ? 'drag: merge a range' : 'click: this profile · drag: merge a range'));
       tip.hidden = false;
       const left = px + 12 + tip.offsetWidth > width ? px - 12 - tip.offsetWidth : px + 12;
       tip.style.left = `${Math.max(0, left)}px`;
@@ -194,16 +206,18 @@ export function metricsGraph(result, { start, end, selection, onPoint, onRange }
         const a = toTime(Math.max(M.left, Math.min(mx, d.x)));
         const b = toTime(Math.min(M.left + iw, Math.max(mx, d.x)));
         if (onRange) onRange(Math.round(a), Math.round(b));
-      } else if (hit && onPoint) {
+      } else if (hit && !hit.s.other && onPoint) {
         onPoint(hit.s.metric, hit.p.t);
       }
     });
   };
 
-  for (const s of series.slice(0, 30)) {
+  const named = series.filter((s) => !s.other);
+  for (const s of named.slice(0, 30)) {
     legend.append(h('li', {}, h('span', { class: 'swatch', style: { background: s.color } }), labelText(s.metric)));
   }
-  if (series.length > 30) legend.append(h('li', { class: 'muted' }, `and ${series.length - 30} more series`));
+  if (named.length > 30) legend.append(h('li', { class: 'muted' }, `and ${named.length - 30} more series`));
+  if (omitted) legend.append(h('li', { class: 'legend-other' }, h('span', { class: 'swatch swatch-other' }), othersName));
   const wrap = h('div', { class: 'metrics' }, box, legend);
   // Drawn once attached (it needs its width), and again on resize.
   const ro = new ResizeObserver(() => draw());
