@@ -1187,3 +1187,43 @@ async fn range_queries_past_the_points_limit_are_refused_naming_the_flag() {
     assert!(text.contains("--query-max-points"), "{text}");
     assert!(text.contains("60 series × 3 steps"), "{text}");
 }
+
+/// google/pprof's legacy formats are taken by `/api/v1/write` as by `parca profile`: each was
+/// refused ("field scalar has wire type 1, expected a varint at byte 3"), and the answer to a
+/// body in no format names what was tried.
+#[tokio::test]
+async fn pushes_of_google_pprofs_legacy_formats_are_stored() {
+    let server = Server::ready().await;
+    for file in [
+        "cppbench.heap",
+        "cppbench.contention",
+        "cppbench.thread",
+        "gobench.heap",
+        "go.godoc.thread",
+        "java.heap",
+        "java.cpu",
+        "java.contention",
+    ] {
+        let body = corpus(&format!("published/google-pprof/legacy/{file}"));
+        let expected = parca_profile::decode(&body, &Default::default())
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let job = file.replace('.', "_");
+        let (status, text) = server
+            .post(&format!("/api/v1/write?__name__=legacy&job={job}"), body)
+            .await;
+        assert_eq!(status, 200, "{file}: {text}");
+        let (_, types) = server
+            .get(&format!(
+                "/api/v1/series?match[]={}",
+                enc(&format!("{{job=\"{job}\"}}"))
+            ))
+            .await;
+        let n = json(&types)["data"].as_array().map_or(0, Vec::len);
+        assert!(n >= expected.len().min(1), "{file}: {types}");
+    }
+    let (status, text) = server
+        .post("/api/v1/write?__name__=legacy&job=junk", b"\x08\x01junk".to_vec())
+        .await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("legacy formats"), "{text}");
+}
