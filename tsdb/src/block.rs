@@ -58,6 +58,29 @@ pub(crate) struct BlockMeta {
     pub compaction: Compaction,
     /// Format version of the block's files.
     pub version: u32,
+    /// For a block holding profiles cut from the head: the end of the cut (every profile the
+    /// write-ahead log held before it is in a block, so replay skips those). `Some(None)`
+    /// (`null`): none of its profiles came from the head (imported or pushed past the
+    /// out-of-order window). Absent (`None`) in blocks written before imports existed, all of
+    /// which were cut from the head: read as `max_time_ms`.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub head_cut_ms: Option<Option<i64>>,
+}
+
+impl BlockMeta {
+    /// The end of the head's time this block's profiles were cut from, if any came from it.
+    pub fn head_cut_ms(&self) -> Option<i64> {
+        self.head_cut_ms.unwrap_or(Some(self.max_time_ms))
+    }
+}
+
+/// Tells a field that is present (`null` included) from one that is absent.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<i64>>, D::Error> {
+    Option::<i64>::deserialize(d).map(Some)
 }
 
 /// Counts of what a block holds.
@@ -283,11 +306,23 @@ impl BlockWriter {
     /// Writes the index, symbols and meta, syncs everything and renames the block into place.
     /// `range` is the block's time range `[min, max)`; `None` takes it from the data.
     pub fn finish(
+        self,
+        range: Option<(i64, i64)>,
+        compaction: Compaction,
+        head_cut_ms: Option<i64>,
+    ) -> Result<PathBuf, Error> {
+        self.seal(range, compaction, head_cut_ms)?.publish()
+    }
+
+    /// Writes the index, symbols and meta and syncs every file and the directory, leaving the
+    /// block complete under its temporary name; [`SealedBlock::publish`] renames it into place.
+    /// A `compaction` without sources lists the block itself.
+    pub fn seal(
         mut self,
         range: Option<(i64, i64)>,
-        level: u32,
-        sources: Vec<String>,
-    ) -> Result<PathBuf, Error> {
+        mut compaction: Compaction,
+        head_cut_ms: Option<i64>,
+    ) -> Result<SealedBlock, Error> {
         // profiles: footer, then sync.
         let mut footer = Vec::with_capacity(8);
         footer.extend_from_slice(PROFILES_MAGIC);
@@ -321,18 +356,17 @@ impl BlockWriter {
         self.stats.n_stacks = self.tables.n_stacks() as u64;
         let (min_time_ms, max_time_ms) =
             range.unwrap_or((self.min_time_ms, self.max_time_ms.saturating_add(1)));
-        let sources = if sources.is_empty() {
-            vec![self.name.clone()]
-        } else {
-            sources
-        };
+        if compaction.sources.is_empty() {
+            compaction.sources = vec![self.name.clone()];
+        }
         let meta = BlockMeta {
             ulid: self.name.clone(),
             min_time_ms,
             max_time_ms,
             stats: self.stats,
-            compaction: Compaction { level, sources },
+            compaction,
             version: encoding::FORMAT_VERSION,
+            head_cut_ms: Some(head_cut_ms),
         };
         let mut meta_bytes = serde_json::to_vec_pretty(&meta).expect("meta serializes");
         meta_bytes.push(b'\n');
@@ -340,11 +374,45 @@ impl BlockWriter {
         write_synced(&self.tmp.join("meta.json"), &meta_bytes)?;
 
         sync_dir(&self.tmp)?;
-        let dst = self.data_dir.join(&self.name);
-        fs::rename(&self.tmp, &dst).map_err(Error::io("cannot rename block into place", &dst))?;
-        sync_dir(&self.data_dir)?;
+        // The sealed block owns the temporary directory from here on.
         self.finished = true;
+        Ok(SealedBlock {
+            meta,
+            data_dir: std::mem::take(&mut self.data_dir),
+            tmp: std::mem::take(&mut self.tmp),
+            published: false,
+        })
+    }
+}
+
+/// A block written and synced under its temporary name (`<ulid>.tmp`), not yet served: nothing
+/// reads it until [`SealedBlock::publish`] renames it into place. Dropped unpublished, it
+/// removes its directory.
+#[derive(Debug)]
+pub(crate) struct SealedBlock {
+    pub meta: BlockMeta,
+    data_dir: PathBuf,
+    tmp: PathBuf,
+    published: bool,
+}
+
+impl SealedBlock {
+    /// Renames the block into place (one atomic step: a reader of the data directory sees all
+    /// of it or nothing) and syncs the data directory. Returns the block's directory.
+    pub fn publish(mut self) -> Result<PathBuf, Error> {
+        let dst = self.data_dir.join(&self.meta.ulid);
+        fs::rename(&self.tmp, &dst).map_err(Error::io("cannot rename block into place", &dst))?;
+        self.published = true;
+        sync_dir(&self.data_dir)?;
         Ok(dst)
+    }
+}
+
+impl Drop for SealedBlock {
+    fn drop(&mut self) {
+        if !self.published {
+            let _ = fs::remove_dir_all(&self.tmp);
+        }
     }
 }
 
@@ -1126,7 +1194,11 @@ pub(crate) fn write_block(
     for s in series {
         writer.add_series(s)?;
     }
-    let dir = writer.finish(Some(range), 1, Vec::new())?;
+    let compaction = Compaction {
+        level: 1,
+        sources: Vec::new(),
+    };
+    let dir = writer.finish(Some(range), compaction, Some(range.1))?;
     Block::open(&dir)
 }
 

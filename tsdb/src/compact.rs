@@ -1,5 +1,6 @@
-//! Maintenance: opening the blocks of a data directory (quarantining corrupt ones), cutting
-//! the head into blocks, compacting adjacent blocks, and deleting blocks past retention.
+//! Maintenance: opening the blocks of a data directory (quarantining corrupt ones) and those
+//! other processes write into it, cutting the head into blocks, compacting blocks (overlapping
+//! ones first, profile by profile), and deleting blocks past retention.
 //!
 //! All of it runs in the store's background thread (or [`crate::Db::compact`]), one task at a
 //! time under `Inner::maintenance`. Appends and queries go on meanwhile: a cut holds the head's
@@ -94,16 +95,74 @@ pub(crate) fn open_blocks(dir: &Path) -> Result<(Vec<Arc<Block>>, Vec<Quarantine
         delete_block_dir(&b.dir)?;
     }
     blocks.sort_by_key(|b| (b.meta.min_time_ms, b.meta.max_time_ms));
-    for w in blocks.windows(2) {
-        if w[1].meta.min_time_ms < w[0].meta.max_time_ms {
-            tracing::warn!(
-                first = w[0].name(),
-                second = w[1].name(),
-                "blocks overlap in time; queries may count profiles twice"
-            );
+    Ok((blocks, quarantined))
+}
+
+/// Opens the blocks that appeared in the data directory and are not served (written by
+/// another process: `parca import` into the store of a running server) and serves them.
+/// Returns how many. Runs under the maintenance lock, so no block of this process is being
+/// cut, compacted or deleted meanwhile; and under the publish lock, so none is being added.
+pub(crate) fn scan_new_blocks(inner: &Inner) -> Result<usize, Error> {
+    let _publishing = inner.publish.lock().expect("publish lock poisoned");
+    let served: std::collections::HashSet<String> = inner
+        .block_set()
+        .iter()
+        .map(|b| b.name().to_owned())
+        .collect();
+    let dir = &inner.dir;
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir).map_err(Error::io("cannot list data directory", dir))? {
+        let entry = entry.map_err(Error::io("cannot list data directory", dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if is_block_name(&name)
+            && !served.contains(&name)
+            && entry.file_type().is_ok_and(|t| t.is_dir())
+        {
+            names.push(name);
         }
     }
-    Ok((blocks, quarantined))
+    if names.is_empty() {
+        return Ok(0);
+    }
+    names.sort();
+    let mut found = Vec::new();
+    for name in names {
+        match Block::open(&dir.join(&name)) {
+            Ok(b) => {
+                tracing::info!(
+                    block = name,
+                    min_time_ms = b.meta.min_time_ms,
+                    max_time_ms = b.meta.max_time_ms,
+                    profiles = b.meta.stats.n_profiles,
+                    "serving a block written into the data directory by another process"
+                );
+                found.push(Arc::new(b));
+            }
+            Err(e @ Error::BlockCorrupt { .. }) => {
+                let q = quarantine(dir, &name, &e)?;
+                inner
+                    .quarantined
+                    .lock()
+                    .expect("quarantine lock poisoned")
+                    .push(q);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let n = found.len();
+    serve_blocks(inner, found);
+    Ok(n)
+}
+
+/// Adds `new` to the served set, kept in time order.
+pub(crate) fn serve_blocks(inner: &Inner, new: Vec<Arc<Block>>) {
+    if new.is_empty() {
+        return;
+    }
+    let mut blocks = inner.blocks.write().expect("blocks lock poisoned");
+    let mut set: Vec<Arc<Block>> = blocks.iter().cloned().chain(new).collect();
+    set.sort_by_key(|b| (b.meta.min_time_ms, b.meta.max_time_ms));
+    *blocks = Arc::new(set);
 }
 
 /// A ULID: 26 characters of Crockford's base 32.
@@ -149,6 +208,7 @@ fn quarantine(dir: &Path, name: &str, why: &Error) -> Result<Quarantined, Error>
 pub(crate) fn maintain(inner: &Inner) -> Result<(), Error> {
     let _one_at_a_time = inner.maintenance.lock().expect("maintenance lock poisoned");
     crate::db::heal_wal(inner)?;
+    scan_new_blocks(inner)?;
     while cut_head(inner)? {}
     while let Some(plan) = plan_compaction(inner) {
         compact(inner, &plan)?;
@@ -218,11 +278,16 @@ pub(crate) fn cut_head(inner: &Inner) -> Result<bool, Error> {
     Ok(true)
 }
 
-/// The blocks to merge next, if any: the ranges are 3, 9, 27… block durations (up to a tenth
+/// The blocks to merge next, if any. First blocks whose time ranges overlap (imported ones,
+/// pushes past the out-of-order window), each set that overlaps one another merged vertically,
+/// as Prometheus does; then by level: the ranges are 3, 9, 27… block durations (up to a tenth
 /// of the retention time, at most 31 days), aligned; a window of one range that the head has
 /// moved past and that holds two or more blocks becomes one block.
 fn plan_compaction(inner: &Inner) -> Option<Vec<Arc<Block>>> {
     let blocks = inner.block_set();
+    if let Some(group) = overlapping(&blocks) {
+        return Some(group);
+    }
     let min_valid_ms = inner.head.read().expect("head lock poisoned").min_valid_ms;
     let base = inner.options.block_duration_ms.max(1);
     let mut max_range = MAX_BLOCK_RANGE_MS;
@@ -254,9 +319,30 @@ fn plan_compaction(inner: &Inner) -> Option<Vec<Arc<Block>>> {
     None
 }
 
-/// Merges `sources` (adjacent, oldest first) into one block: series joined by labels, symbols
-/// and stacks deduplicated into one set of tables. The sources are deleted once the new block
-/// is in place.
+/// The first run of blocks (in time order) each of which overlaps the time range of those
+/// before it, if one holds two blocks or more.
+fn overlapping(blocks: &[Arc<Block>]) -> Option<Vec<Arc<Block>>> {
+    let mut i = 0;
+    while i < blocks.len() {
+        let mut end = blocks[i].meta.max_time_ms;
+        let mut j = i + 1;
+        while j < blocks.len() && blocks[j].meta.min_time_ms < end {
+            end = end.max(blocks[j].meta.max_time_ms);
+            j += 1;
+        }
+        if j - i >= 2 {
+            return Some(blocks[i..j].to_vec());
+        }
+        i = j;
+    }
+    None
+}
+
+/// Merges `sources` (oldest first) into one block: series joined by labels, symbols and stacks
+/// deduplicated into one set of tables. Sources may overlap in time (vertical compaction): a
+/// series' profiles from all of them are merged in time order, and a profile held by several
+/// (the same series and time) is kept once, from the source written first (the smallest
+/// name), as queries count it. The sources are deleted once the new block is in place.
 pub(crate) fn compact(inner: &Inner, sources: &[Arc<Block>]) -> Result<(), Error> {
     let tables: Vec<Arc<Tables>> = sources
         .iter()
@@ -264,7 +350,14 @@ pub(crate) fn compact(inner: &Inner, sources: &[Arc<Block>]) -> Result<(), Error
         .collect::<Result<_, _>>()?;
     let limits: Vec<IdLimits> = tables.iter().map(|t| IdLimits::of(t)).collect();
     let mut extractors: Vec<Extractor<'_>> = tables.iter().map(|t| Extractor::new(t)).collect();
-    // Every (labels, source, series) sorted by labels, then by source (time).
+    // Which source wins a profile held twice: the one written first.
+    let mut by_name: Vec<usize> = (0..sources.len()).collect();
+    by_name.sort_by(|&a, &b| sources[a].name().cmp(sources[b].name()));
+    let mut rank = vec![0usize; sources.len()];
+    for (r, &bi) in by_name.iter().enumerate() {
+        rank[bi] = r;
+    }
+    // Every (source, series) sorted by labels, then by rank.
     let mut entries = Vec::new();
     for (bi, b) in sources.iter().enumerate() {
         for i in 0..b.n_series() {
@@ -276,30 +369,48 @@ pub(crate) fn compact(inner: &Inner, sources: &[Arc<Block>]) -> Result<(), Error
             entries.push((bi, e));
         }
     }
-    entries.sort_by(|a, b| a.1.labels.cmp(&b.1.labels).then(a.0.cmp(&b.0)));
+    entries.sort_by(|a, b| a.1.labels.cmp(&b.1.labels).then(rank[a.0].cmp(&rank[b.0])));
     let mut writer = BlockWriter::new(&inner.dir, Tables::new())?;
     let mut decompressor =
         zstd::bulk::Decompressor::new().map_err(Error::io("cannot start zstd", &inner.dir))?;
     let mut chunk = Vec::new();
+    let mut n_duplicates = 0usize;
     let mut i = 0;
     while i < entries.len() {
         let labels = entries[i].1.labels.clone();
+        let n = entries[i..]
+            .iter()
+            .take_while(|(_, e)| e.labels == labels)
+            .count();
+        let group = &entries[i..i + n];
+        i += n;
+        let keep = kept_profiles(group.iter().map(|(_, e)| e));
+        n_duplicates += group
+            .iter()
+            .zip(&keep)
+            .map(|((_, e), k)| e.profiles.len() - k.iter().filter(|&&k| k).count())
+            .sum::<usize>();
         let mut out = ExtractedSeries {
-            labels: labels.clone(),
-            meta: entries[i].1.meta.clone(),
+            labels,
+            meta: group[0].1.meta.clone(),
             profiles: Vec::new(),
         };
-        while i < entries.len() && entries[i].1.labels == labels {
-            let (bi, e) = &entries[i];
+        for ((bi, e), keep) in group.iter().zip(&keep) {
             let b = &sources[*bi];
             let mut first = 0usize;
             for c in &e.chunks {
-                let profiles = &e.profiles[first..first + c.n_profiles as usize];
-                first += c.n_profiles as usize;
+                let range = first..first + c.n_profiles as usize;
+                first = range.end;
+                if !keep[range.clone()].iter().any(|&k| k) {
+                    continue;
+                }
                 b.read_chunk(c, &mut decompressor, &mut chunk)?;
                 let mut failed = None;
-                block::split_chunk(&chunk, profiles, |p, bytes| {
-                    if failed.is_some() {
+                let mut at = range.start;
+                block::split_chunk(&chunk, &e.profiles[range], |p, bytes| {
+                    let kept = keep[at];
+                    at += 1;
+                    if failed.is_some() || !kept {
                         return;
                     }
                     match encoding::decode_samples(&mut Reader::new(bytes), limits[*bi]) {
@@ -324,7 +435,14 @@ pub(crate) fn compact(inner: &Inner, sources: &[Arc<Block>]) -> Result<(), Error
                     });
                 }
             }
-            i += 1;
+        }
+        // Sources that overlap interleave: put the series back in time order.
+        if !out
+            .profiles
+            .windows(2)
+            .all(|w| w[0].timestamp_ms < w[1].timestamp_ms)
+        {
+            out.profiles.sort_by_key(|p| p.timestamp_ms);
         }
         writer.add_series(out)?;
     }
@@ -352,17 +470,56 @@ pub(crate) fn compact(inner: &Inner, sources: &[Arc<Block>]) -> Result<(), Error
             .max()
             .unwrap_or(0),
     );
-    let dir = writer.finish(Some(range), level, source_names)?;
+    let head_cut_ms = sources.iter().filter_map(|b| b.meta.head_cut_ms()).max();
+    let compaction = block::Compaction {
+        level,
+        sources: source_names,
+    };
+    let dir = writer.finish(Some(range), compaction, head_cut_ms)?;
     let merged = Arc::new(Block::open(&dir)?);
     tracing::info!(
         block = merged.name(),
         level,
         sources = sources.len(),
+        duplicates = n_duplicates,
         bytes = merged.size_bytes,
         bytes_before = sources.iter().map(|b| b.size_bytes).sum::<u64>(),
         "compacted blocks"
     );
     replace_blocks(inner, sources, Some(merged))
+}
+
+/// Which profiles of one series' entries (in rank order) are kept: each time once, from the
+/// first entry that holds it. One mask per entry.
+fn kept_profiles<'e>(entries: impl Iterator<Item = &'e block::SeriesEntry>) -> Vec<Vec<bool>> {
+    let entries: Vec<&block::SeriesEntry> = entries.collect();
+    let mut keep: Vec<Vec<bool>> = entries
+        .iter()
+        .map(|e| vec![true; e.profiles.len()])
+        .collect();
+    if entries.len() < 2 {
+        return keep;
+    }
+    // (time, entry, profile), stable in entry order for equal times.
+    let mut all: Vec<(i64, usize, usize)> = entries
+        .iter()
+        .enumerate()
+        .flat_map(|(k, e)| {
+            e.profiles
+                .iter()
+                .enumerate()
+                .map(move |(j, p)| (p.timestamp_ms, k, j))
+        })
+        .collect();
+    all.sort_by_key(|&(t, k, _)| (t, k));
+    for w in 0..all.len().saturating_sub(1) {
+        let (t, _, _) = all[w];
+        let (t2, k2, j2) = all[w + 1];
+        if t == t2 {
+            keep[k2][j2] = false;
+        }
+    }
+    keep
 }
 
 /// Swaps `old` out of the served set (adding `new`), then deletes their directories.
@@ -691,5 +848,180 @@ mod tests {
             assert_eq!(s.profiles.len(), 300);
             assert!(s.profiles.iter().all(|(_, q)| q.total() == p.total()));
         }
+    }
+
+    /// The profiles of the overlap tests: each series' profile at a time is the same whenever
+    /// it is asked for, so a profile stored twice is the same profile.
+    struct Profiles {
+        bases: [parca_profile::Profile; 3],
+    }
+
+    impl Profiles {
+        fn new() -> Self {
+            Profiles {
+                bases: [
+                    corpus("go/go-cpu.pb.gz", "cpu"),
+                    corpus("prometheus/prometheus-cpu.pb.gz", "cpu"),
+                    corpus("go/go-heap.pb.gz", "alloc_space"),
+                ],
+            }
+        }
+
+        fn series(which: usize) -> crate::Labels {
+            match which {
+                0 => series_labels("cpu", "api", "a"),
+                1 => series_labels("cpu", "api", "b"),
+                2 => series_labels("heap", "api", "a"),
+                _ => series_labels("cpu", "batch", "z"),
+            }
+        }
+
+        fn at(&self, which: usize, t: i64) -> parca_profile::Profile {
+            let mut rng = Lcg(t as u64 * 31 + which as u64);
+            vary(&self.bases[which % 3], &mut rng)
+        }
+    }
+
+    #[test]
+    fn overlapping_blocks_count_each_profile_once_and_compact_vertically() {
+        let profiles = Profiles::new();
+        // Scraped: three series every 100 ms, cut into blocks of 1 s.
+        let scraped: Vec<(usize, i64)> = (0..60)
+            .flat_map(|i| (0..3).map(move |w| (w, i * 100)))
+            .collect();
+        // Imported: other times, the same profile at some scraped times (in blocks and in the
+        // head), a new series, and one time twice (two imports).
+        let mut imported: Vec<(usize, i64)> = (0..24)
+            .flat_map(|i| [(0, 50 + i * 250), (2, 75 + i * 250), (3, i * 250)])
+            .collect();
+        imported.extend([(0, 300), (2, 2_500), (0, 5_900), (1, 5_800), (3, 1_000)]);
+
+        // What the store must answer: every distinct profile, all in one head.
+        let baseline_dir = tempfile::tempdir().expect("tempdir");
+        let baseline = Db::open(baseline_dir.path(), options(i64::MAX / 4)).expect("open");
+        let mut app = baseline.appender();
+        for &(w, t) in scraped.iter().chain(&imported) {
+            match app.append(&Profiles::series(w), t, &profiles.at(w, t)) {
+                Ok(()) => {}
+                Err(Error::Duplicate { .. }) => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        app.commit().expect("commit");
+        let want = answers(&baseline, &RANGES);
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), options(1000)).expect("open");
+        let mut app = db.appender();
+        for &(w, t) in &scraped {
+            app.append(&Profiles::series(w), t, &profiles.at(w, t))
+                .expect("append");
+        }
+        app.commit().expect("commit");
+        db.compact().expect("cut");
+        let min_valid = db.inner().head.read().expect("head").min_valid_ms;
+        assert!(min_valid > 3_000 && min_valid <= 5_800, "{min_valid}");
+        // Imported as another process would: two imports, one of them repeating a profile.
+        let (first, second) = imported.split_at(imported.len() - 1);
+        for part in [first, second] {
+            let mut backfill = crate::Backfill::new(dir.path(), &options(1000));
+            for &(w, t) in part {
+                backfill
+                    .add(&Profiles::series(w), t, &profiles.at(w, t))
+                    .expect("add");
+            }
+            backfill.write().expect("write");
+        }
+        // Served as they are, overlapping cut blocks, one another and the head.
+        assert!(scan_new_blocks(db.inner()).expect("scan") >= 7);
+        let overlapping_blocks = blocks_of(&db)
+            .windows(2)
+            .filter(|w| w[1].meta.min_time_ms < w[0].meta.max_time_ms)
+            .count();
+        assert!(overlapping_blocks >= 3, "{overlapping_blocks}");
+        let before = answers(&db, &RANGES);
+        assert_eq!(before.len(), want.len());
+        for (i, (a, b)) in want.iter().zip(&before).enumerate() {
+            assert_eq!(a, b, "answer {i} over overlapping blocks");
+        }
+
+        // Compaction merges them profile by profile: no overlap is left, the answers stay.
+        db.compact().expect("compact");
+        let blocks = blocks_of(&db);
+        assert!(
+            blocks
+                .windows(2)
+                .all(|w| w[1].meta.min_time_ms >= w[0].meta.max_time_ms),
+            "{:?}",
+            blocks
+                .iter()
+                .map(|b| (b.meta.min_time_ms, b.meta.max_time_ms))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(answers(&db, &RANGES), want, "after vertical compaction");
+        // The block over the head's start keeps the last cut for replay.
+        let last_cut = blocks
+            .iter()
+            .filter_map(|b| b.meta.head_cut_ms())
+            .max()
+            .expect("cut blocks");
+        assert_eq!(last_cut, min_valid);
+        drop(db);
+        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        assert_eq!(answers(&db, &RANGES), want, "after reopen");
+        // Cut and compacted to the end: still the same profiles.
+        drop(db);
+        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        let mut app = db.appender();
+        app.append(&Profiles::series(0), 20_000, &profiles.at(0, 20_000))
+            .expect("append");
+        app.commit().expect("commit");
+        db.compact().expect("compact");
+        let ranges = [(i64::MIN, 10_000), (4_000, 10_000)];
+        assert_eq!(answers(&db, &ranges), answers(&baseline, &ranges));
+    }
+
+    #[test]
+    fn of_two_blocks_holding_one_profile_differently_the_first_written_counts() {
+        let profiles = Profiles::new();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), options(1000)).expect("open");
+        let labels = Profiles::series(0);
+        let (one, other) = (profiles.at(0, 1), profiles.at(0, 2));
+        assert_ne!(one.total(), other.total());
+        for p in [&one, &other] {
+            let mut backfill = crate::Backfill::new(dir.path(), &options(1000));
+            backfill.add(&labels, 500, p).expect("add");
+            backfill.write().expect("write");
+            // Names sort by time to the millisecond.
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        // The head's profile at that time gives way to the blocks'.
+        let mut app = db.appender();
+        app.append(&labels, 500, &profiles.at(0, 3))
+            .expect("the head takes it");
+        app.commit().expect("commit");
+        assert_eq!(scan_new_blocks(db.inner()).expect("scan"), 2);
+        let points = |db: &Db| -> Vec<(i64, i64)> {
+            db.querier(i64::MIN, i64::MAX).totals(&[]).expect("query")[0]
+                .points
+                .iter()
+                .map(|p| (p.timestamp_ms, p.total))
+                .collect()
+        };
+        assert_eq!(points(&db), [(500, one.total())]);
+        let merged = db
+            .querier(0, 1000)
+            .merge(&[])
+            .expect("merge")
+            .expect("some");
+        assert_eq!(merged.total(), one.total());
+        db.compact().expect("compact");
+        assert_eq!(db.stats().n_blocks, 1);
+        assert_eq!(
+            points(&db),
+            [(500, one.total())],
+            "compaction keeps the same one"
+        );
     }
 }

@@ -4,14 +4,15 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockWriteGuard, TryLockError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parca_profile::{Meta, Profile};
 
-use crate::block::Block;
+use crate::backfill::{Backfill, WrittenBlock};
+use crate::block::{Block, SealedBlock};
 use crate::encoding::{self, Reader, TableCounts};
 use crate::head::{Head, StoredProfile};
-use crate::labels::{Labels, NAME_LABEL};
+use crate::labels::{Labels, MatchOp, Matcher, NAME_LABEL};
 use crate::query::Querier;
 use crate::wal::{self, Wal};
 use crate::{Error, record};
@@ -21,6 +22,10 @@ const HOUR_MS: i64 = 3_600_000;
 
 /// How often the background thread looks for work when nobody wakes it.
 const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// How often the background thread looks in the data directory for blocks written by another
+/// process (`parca import` into the store of a running server): a directory listing.
+const BLOCK_SCAN_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How a store behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -129,6 +134,10 @@ pub(crate) struct Inner {
     pub blocks: RwLock<BlockSet>,
     /// Held by whoever cuts, compacts or deletes blocks: one at a time.
     pub maintenance: Mutex<()>,
+    /// Held while blocks written outside maintenance (backfill) are renamed into the data
+    /// directory and added to the served set, and while the directory is scanned for blocks of
+    /// other processes: so a scan never opens a block that is being added.
+    pub publish: Mutex<()>,
     pub quarantined: Mutex<Vec<Quarantined>>,
     /// Damage that opening the store stepped over in the write-ahead log.
     pub wal_damage: Vec<wal::Damage>,
@@ -170,7 +179,13 @@ impl Db {
     pub fn open(dir: &Path, options: Options) -> Result<Db, Error> {
         std::fs::create_dir_all(dir).map_err(Error::io("cannot create data directory", dir))?;
         let (blocks, quarantined) = crate::compact::open_blocks(dir)?;
-        let min_valid_ms = blocks.last().map_or(i64::MIN, |b| b.meta.max_time_ms);
+        // Profiles of the log older than the last cut are in blocks already. Blocks of
+        // imported profiles say nothing of the head: their times may lie anywhere.
+        let min_valid_ms = blocks
+            .iter()
+            .filter_map(|b| b.meta.head_cut_ms())
+            .max()
+            .unwrap_or(i64::MIN);
         let wal_dir = dir.join("wal");
         std::fs::create_dir_all(&wal_dir)
             .map_err(Error::io("cannot create WAL directory", &wal_dir))?;
@@ -194,6 +209,7 @@ impl Db {
             wal,
             blocks: RwLock::new(Arc::new(blocks)),
             maintenance: Mutex::new(()),
+            publish: Mutex::new(()),
             quarantined: Mutex::new(quarantined),
             wal_damage,
             worker: Mutex::new(Worker {
@@ -258,6 +274,72 @@ impl Db {
     /// and deletes blocks past retention. Returns once nothing more is due.
     pub fn compact(&self) -> Result<(), Error> {
         crate::compact::maintain(&self.inner)
+    }
+
+    /// Whether the head takes a profile of series `labels` at `timestamp_ms` now: `false` when
+    /// the profile is older than its series' newest by more than the out-of-order window, or
+    /// older than the time already cut into blocks ([`Error::is_too_old`]). Such a profile
+    /// can be stored as a block of its own ([`Db::stage_backfill`]).
+    pub fn head_takes(&self, labels: &Labels, timestamp_ms: i64) -> bool {
+        let head = self.inner.head.read().expect("head lock poisoned");
+        !matches!(
+            head.check_time(labels, timestamp_ms, self.inner.options.out_of_order_window_ms),
+            Err(e) if e.is_too_old()
+        )
+    }
+
+    /// Whether the store holds a profile of series `labels` at `timestamp_ms`, in a block or in
+    /// the head: the same profile, as queries count profiles.
+    pub fn holds(&self, labels: &Labels, timestamp_ms: i64) -> Result<bool, Error> {
+        let matchers = labels
+            .iter()
+            .map(|l| Matcher::new(MatchOp::Equal, &l.name, &l.value))
+            .collect::<Result<Vec<_>, _>>()?;
+        let found = self.querier(timestamp_ms, timestamp_ms).totals(&matchers)?;
+        Ok(found
+            .iter()
+            .any(|s| s.labels == *labels && !s.points.is_empty()))
+    }
+
+    /// Writes `profiles` as complete blocks, one per block-duration window, synced under
+    /// temporary names and not yet served: [`StagedBlocks::publish`] renames them into place
+    /// and serves them, and dropping the staged blocks removes them. For profiles the head does
+    /// not take (pushes older than the out-of-order window); they may overlap blocks and the
+    /// head, where queries count each profile (series and time) once.
+    ///
+    /// Refusals (a series without `__name__`, too many stacks, the same series and time twice
+    /// in `profiles`) come back beside the staged blocks; an error writing the blocks is
+    /// [`Error::BackfillFailed`], and then nothing is left on disk.
+    pub fn stage_backfill<'p>(
+        &self,
+        profiles: impl IntoIterator<Item = (&'p Labels, i64, &'p Profile)>,
+    ) -> Result<(StagedBlocks<'_>, Vec<Error>), Error> {
+        let mut backfill = Backfill::new(&self.inner.dir, &self.inner.options);
+        let mut refused = Vec::new();
+        let mut n_profiles = 0;
+        let failed = |e: Error| Error::BackfillFailed {
+            source: Box::new(e),
+        };
+        for (labels, timestamp_ms, profile) in profiles {
+            match backfill.add(labels, timestamp_ms, profile) {
+                Ok(true) => n_profiles += 1,
+                Ok(false) => refused.push(Error::Duplicate {
+                    labels: labels.to_string(),
+                    timestamp_ms,
+                }),
+                Err(e) if e.is_refusal() => refused.push(e),
+                Err(e) => return Err(failed(e)),
+            }
+        }
+        let blocks = backfill.seal().map_err(failed)?;
+        Ok((
+            StagedBlocks {
+                db: self,
+                blocks,
+                n_profiles,
+            },
+            refused,
+        ))
     }
 
     /// Blocks set aside as corrupt since the store was opened.
@@ -356,13 +438,14 @@ impl Drop for Db {
 }
 
 fn maintenance_loop(inner: &Inner) {
+    let mut last_run: Option<Instant> = None;
     loop {
-        {
+        let woken = {
             let mut w = inner.worker.lock().expect("worker lock poisoned");
             while !w.stop && !w.wake {
                 let (guard, timeout) = inner
                     .worker_cv
-                    .wait_timeout(w, MAINTENANCE_INTERVAL)
+                    .wait_timeout(w, BLOCK_SCAN_INTERVAL)
                     .expect("worker lock poisoned");
                 w = guard;
                 if timeout.timed_out() {
@@ -372,8 +455,26 @@ fn maintenance_loop(inner: &Inner) {
             if w.stop {
                 return;
             }
-            w.wake = false;
+            std::mem::take(&mut w.wake)
+        };
+        let due = woken || last_run.is_none_or(|t| t.elapsed() >= MAINTENANCE_INTERVAL);
+        if !due {
+            // Between runs only a look for blocks other processes wrote (a listing of the
+            // directory); what it finds may be due for compaction at once.
+            let found = {
+                let _one_at_a_time = inner.maintenance.lock().expect("maintenance lock poisoned");
+                crate::compact::scan_new_blocks(inner)
+            };
+            match found {
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot scan the data directory for new blocks; will retry");
+                    continue;
+                }
+            }
         }
+        last_run = Some(Instant::now());
         if let Err(e) = crate::compact::maintain(inner) {
             tracing::error!(error = %e, "tsdb maintenance failed; will retry");
         }
@@ -609,6 +710,65 @@ fn series_meta(meta: &Meta) -> Meta {
     }
 }
 
+/// Blocks of profiles written and synced under temporary names by [`Db::stage_backfill`], not
+/// yet served. Dropped unpublished, they are removed.
+#[derive(Debug)]
+pub struct StagedBlocks<'a> {
+    db: &'a Db,
+    blocks: Vec<SealedBlock>,
+    n_profiles: usize,
+}
+
+impl StagedBlocks<'_> {
+    /// Profiles the blocks hold.
+    pub fn n_profiles(&self) -> usize {
+        self.n_profiles
+    }
+
+    /// Renames the blocks into place (each one atomic step, the data directory synced after
+    /// it) and serves them; queries see them when this returns. Compaction merges them with
+    /// the blocks they overlap.
+    pub fn publish(self) -> Result<Vec<WrittenBlock>, Error> {
+        let inner = &self.db.inner;
+        let mut written = Vec::with_capacity(self.blocks.len());
+        let mut opened = Vec::with_capacity(self.blocks.len());
+        let result = {
+            let _publishing = inner.publish.lock().expect("publish lock poisoned");
+            let mut result = Ok(());
+            for block in self.blocks {
+                let meta = WrittenBlock::of(&block.meta);
+                match block.publish().and_then(|dir| Block::open(&dir)) {
+                    Ok(b) => {
+                        opened.push(Arc::new(b));
+                        written.push(meta);
+                    }
+                    Err(e) => {
+                        result = Err(e);
+                        break;
+                    }
+                }
+            }
+            // What is in place is served, even when a later block failed.
+            crate::compact::serve_blocks(inner, opened);
+            result
+        };
+        result.map_err(|e| Error::BackfillFailed {
+            source: Box::new(e),
+        })?;
+        for b in &written {
+            tracing::info!(
+                block = b.name,
+                min_time_ms = b.min_time_ms,
+                max_time_ms = b.max_time_ms,
+                profiles = b.n_profiles,
+                "stored profiles older than the head takes as a block"
+            );
+        }
+        inner.wake_worker();
+        Ok(written)
+    }
+}
+
 /// Appends profiles; [`Appender::commit`] makes them durable.
 ///
 /// An appended profile is visible to queries at once and durable once `commit` returns; a crash in
@@ -670,37 +830,8 @@ impl Appender<'_> {
                 &mut taken
             }
         };
-        if timestamp_ms < head.min_valid_ms {
-            return Err(Error::OutOfBounds {
-                labels: labels.to_string(),
-                timestamp_ms,
-                min_valid_ms: head.min_valid_ms,
-            });
-        }
-        let existing = head.by_labels.get(labels).copied();
-        if let Some(s) = existing {
-            let profiles = &head.series[s as usize].profiles;
-            if let Some(last) = profiles.last() {
-                let window = inner.options.out_of_order_window_ms;
-                let duplicate = profiles
-                    .binary_search_by_key(&timestamp_ms, |p| p.timestamp_ms)
-                    .is_ok();
-                if duplicate {
-                    return Err(Error::Duplicate {
-                        labels: labels.to_string(),
-                        timestamp_ms,
-                    });
-                }
-                if timestamp_ms < last.timestamp_ms.saturating_sub(window) {
-                    return Err(Error::OutOfOrder {
-                        labels: labels.to_string(),
-                        timestamp_ms,
-                        last_ms: last.timestamp_ms,
-                        window_ms: window,
-                    });
-                }
-            }
-        }
+        let existing =
+            head.check_time(labels, timestamp_ms, inner.options.out_of_order_window_ms)?;
         let series = match existing {
             Some(series) => series,
             None => {
@@ -799,7 +930,7 @@ impl Appender<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::labels::{MatchOp, Matcher};
+    use crate::Backfill;
 
     fn corpus_cpu(rel: &str) -> Profile {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -1288,5 +1419,109 @@ mod tests {
             (1, 2),
             "only the two good profiles were stored"
         );
+    }
+
+    /// Regression: opening a store took the end of its newest block as the end of the time cut
+    /// from the head, and replay skipped the log's profiles before it. An imported block lying
+    /// after the head's profiles made every one of them vanish on restart.
+    #[test]
+    fn an_imported_block_newer_than_the_head_hides_nothing_of_the_wal_on_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cpu = corpus_cpu("go/go-cpu.pb.gz");
+        {
+            let db = Db::open(dir.path(), Options::default()).expect("open");
+            let mut app = db.appender();
+            for t in [1_000, 2_000] {
+                app.append(&labels("api", "a"), t, &cpu).expect("append");
+            }
+            app.commit().expect("commit");
+        }
+        let mut backfill = Backfill::new(dir.path(), &Options::default());
+        backfill
+            .add(&labels("api", "a"), 10 * HOUR_MS, &cpu)
+            .expect("add");
+        backfill.write().expect("write");
+        let db = Db::open(dir.path(), Options::default()).expect("reopen");
+        let times: Vec<i64> = totals(&db, &[])[0].1.iter().map(|(t, _)| *t).collect();
+        assert_eq!(times, [1_000, 2_000, 10 * HOUR_MS]);
+        // And the head still takes appends before the imported block.
+        let mut app = db.appender();
+        app.append(&labels("api", "a"), 3_000, &cpu)
+            .expect("the head's time is open");
+        app.commit().expect("commit");
+    }
+
+    #[test]
+    fn a_running_store_serves_blocks_another_process_writes_within_seconds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cpu = corpus_cpu("go/go-cpu.pb.gz");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let mut app = db.appender();
+        app.append(&labels("api", "a"), 5 * HOUR_MS, &cpu)
+            .expect("append");
+        app.commit().expect("commit");
+        // As `parca import` would, from another process: straight into the directory.
+        let mut backfill = Backfill::new(dir.path(), &Options::default());
+        for t in [1_000, 2_000] {
+            backfill.add(&labels("api", "a"), t, &cpu).expect("add");
+        }
+        backfill.write().expect("write");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while db.stats().n_blocks == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the background scan never picked the block up"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let times: Vec<i64> = totals(&db, &[])[0].1.iter().map(|(t, _)| *t).collect();
+        assert_eq!(times, [1_000, 2_000, 5 * HOUR_MS]);
+    }
+
+    #[test]
+    fn profiles_the_head_does_not_take_are_staged_as_blocks_and_served_once_published() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cpu = corpus_cpu("go/go-cpu.pb.gz");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let mut app = db.appender();
+        app.append(&labels("api", "a"), 10 * HOUR_MS, &cpu)
+            .expect("append");
+        app.commit().expect("commit");
+        let (old, recent) = (HOUR_MS, 9 * HOUR_MS);
+        assert!(!db.head_takes(&labels("api", "a"), old), "past the window");
+        assert!(db.head_takes(&labels("api", "a"), recent), "in the window");
+        assert!(db.head_takes(&labels("api", "b"), old), "a new series");
+        let stage = |times: &[i64]| {
+            let l = labels("api", "a");
+            let batch: Vec<(&Labels, i64, &Profile)> =
+                times.iter().map(|&t| (&l, t, &cpu)).collect();
+            let (staged, refused) = db.stage_backfill(batch).expect("staged");
+            (staged.n_profiles(), staged.publish(), refused)
+        };
+        // Staged and dropped: nothing stays on disk, nothing is served.
+        {
+            let l = labels("api", "a");
+            let (staged, _) = db.stage_backfill([(&l, old, &cpu)]).expect("staged");
+            assert_eq!(staged.n_profiles(), 1);
+            drop(staged);
+        }
+        let entries = std::fs::read_dir(dir.path()).expect("list").count();
+        assert_eq!(entries, 1, "only the WAL directory");
+        let (n, written, refused) = stage(&[old, old + 1, old]);
+        assert_eq!(n, 2);
+        assert_eq!(refused.len(), 1, "the same time twice");
+        assert!(
+            matches!(refused[0], Error::Duplicate { .. }),
+            "{}",
+            refused[0]
+        );
+        let written = written.expect("published");
+        assert_eq!(written.len(), 1);
+        assert_eq!(written[0].n_profiles, 2);
+        let times: Vec<i64> = totals(&db, &[])[0].1.iter().map(|(t, _)| *t).collect();
+        assert_eq!(times, [old, old + 1, 10 * HOUR_MS]);
+        drop(db);
+        let db = Db::open(dir.path(), Options::default()).expect("reopen");
+        assert_eq!(totals(&db, &[])[0].1.len(), 3);
     }
 }

@@ -133,6 +133,15 @@ pub enum Error {
         /// The operating system's kind of error (`StorageFull` for a full disk).
         kind: std::io::ErrorKind,
     },
+    /// Profiles older than the head takes could not be written as a block of their own (a full
+    /// disk, an I/O error). Nothing of the block is stored (its temporary directory is
+    /// removed); the write may be retried.
+    #[error("cannot store profiles older than the head takes as a block")]
+    BackfillFailed {
+        /// What failed: the file and the operating system's reason.
+        #[source]
+        source: Box<Error>,
+    },
     /// A profile held in memory does not decode: the store's own bug, reported rather than
     /// skipped.
     #[error(
@@ -166,7 +175,7 @@ impl Error {
     pub fn class(&self) -> ErrorClass {
         if self.is_refusal() {
             ErrorClass::Refused
-        } else if matches!(self, Error::ReadOnly { .. }) {
+        } else if matches!(self, Error::ReadOnly { .. } | Error::BackfillFailed { .. }) {
             ErrorClass::Unavailable
         } else {
             ErrorClass::Internal
@@ -187,6 +196,14 @@ impl Error {
                 | Error::OutOfBounds { .. }
                 | Error::TooManyStacks { .. }
         )
+    }
+
+    /// Whether this refusal says the profile is older than the head takes: older than its
+    /// series' newest by more than the out-of-order window, or older than the time already cut
+    /// into blocks. Such a profile can still be stored as a block ([`crate::Backfill`],
+    /// [`crate::Db::stage_backfill`]).
+    pub fn is_too_old(&self) -> bool {
+        matches!(self, Error::OutOfOrder { .. } | Error::OutOfBounds { .. })
     }
 
     pub(crate) fn io(

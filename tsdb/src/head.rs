@@ -7,6 +7,7 @@ use parca_profile::{Extractor, Importer, Meta, Profile, Samples, Tables};
 use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
 
+use crate::Error;
 use crate::encoding::{self, IdLimits, Reader};
 use crate::labels::{Labels, Matcher};
 use crate::postings::MemPostings;
@@ -164,7 +165,6 @@ impl Head {
         importer.import(&mut self.tables, profile)
     }
 
-    /// Adds a profile, newer than the series' last, to a series.
     /// Adds a profile to a series in time order (it may be older than the series' last,
     /// within the out-of-order window the appender checks).
     pub fn push(&mut self, series: u32, profile: StoredProfile) {
@@ -192,6 +192,50 @@ impl Head {
             let removed = s.profiles.remove(i);
             self.totals.remove(&removed);
         }
+    }
+
+    /// Whether the head takes a profile of series `labels` at `timestamp_ms`: returns the
+    /// series' number if it exists. Refuses a time the series holds already
+    /// ([`Error::Duplicate`]), one older than the series' newest by more than `window_ms`
+    /// ([`Error::OutOfOrder`]) and one older than the time cut into blocks
+    /// ([`Error::OutOfBounds`]).
+    pub fn check_time(
+        &self,
+        labels: &Labels,
+        timestamp_ms: i64,
+        window_ms: i64,
+    ) -> Result<Option<u32>, Error> {
+        if timestamp_ms < self.min_valid_ms {
+            return Err(Error::OutOfBounds {
+                labels: labels.to_string(),
+                timestamp_ms,
+                min_valid_ms: self.min_valid_ms,
+            });
+        }
+        let existing = self.by_labels.get(labels).copied();
+        if let Some(s) = existing {
+            let profiles = &self.series[s as usize].profiles;
+            if let Some(last) = profiles.last() {
+                if profiles
+                    .binary_search_by_key(&timestamp_ms, |p| p.timestamp_ms)
+                    .is_ok()
+                {
+                    return Err(Error::Duplicate {
+                        labels: labels.to_string(),
+                        timestamp_ms,
+                    });
+                }
+                if timestamp_ms < last.timestamp_ms.saturating_sub(window_ms) {
+                    return Err(Error::OutOfOrder {
+                        labels: labels.to_string(),
+                        timestamp_ms,
+                        last_ms: last.timestamp_ms,
+                        window_ms,
+                    });
+                }
+            }
+        }
+        Ok(existing)
     }
 
     pub fn add_series(&mut self, labels: Labels, meta: Meta) -> u32 {

@@ -46,6 +46,7 @@
 //! assert_eq!(found[0].profiles[0].1.total(), 5);
 //! ```
 
+mod backfill;
 mod block;
 mod compact;
 mod db;
@@ -62,7 +63,8 @@ pub mod wal;
 #[cfg(test)]
 mod test_support;
 
-pub use db::{Appender, Db, Options, Quarantined, Stats};
+pub use backfill::{Backfill, WrittenBlock};
+pub use db::{Appender, Db, Options, Quarantined, StagedBlocks, Stats};
 pub use error::{Error, ErrorClass, with_causes};
 pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL};
 pub use postings::MemPostings;

@@ -66,10 +66,23 @@ type ExtractedProfile = (i64, Meta, Samples);
 /// A matched series and where its profiles lie.
 type MatchedSeries<'m> = (&'m Labels, &'m Vec<Source>);
 
-/// Where a series' profiles lie: a block's series (with its index entry) or a head series.
+/// Where a series' profiles lie: a block's series (with its index entry) or a head series, and
+/// which of its profiles another source holds too and counts instead.
 enum Source {
-    Block(usize, Box<SeriesEntry>),
-    Head(u32),
+    Block(usize, Box<SeriesEntry>, Hidden),
+    Head(u32, Hidden),
+}
+
+/// The times of a source's profiles that count in another source of the same series: a
+/// profile is its series and its time, stored once however many blocks (imports, pushes past
+/// the out-of-order window) and the head hold it. Sorted; empty unless sources overlap.
+#[derive(Debug, Default)]
+struct Hidden(Vec<i64>);
+
+impl Hidden {
+    fn hides(&self, timestamp_ms: i64) -> bool {
+        !self.0.is_empty() && self.0.binary_search(&timestamp_ms).is_ok()
+    }
 }
 
 /// A read view of the store over a time range: blocks and head.
@@ -339,69 +352,151 @@ impl Read<'_> {
             .collect()
     }
 
-    /// Every matching series with profiles in range, by labels, its sources oldest first.
+    /// Every matching series with profiles in range, by labels, its sources oldest first (the
+    /// head last), each profile counted in one source only.
     fn matched(&self, matchers: &[Matcher]) -> Result<BTreeMap<Labels, Vec<Source>>, Fault> {
         let mut out: BTreeMap<Labels, Vec<Source>> = BTreeMap::new();
         for (bi, b) in self.blocks_in_range() {
             for (_, e) in self.block_series(b, matchers)? {
-                out.entry(e.labels.clone())
-                    .or_default()
-                    .push(Source::Block(bi, Box::new(e)));
+                out.entry(e.labels.clone()).or_default().push(Source::Block(
+                    bi,
+                    Box::new(e),
+                    Hidden::default(),
+                ));
             }
         }
         let head = self.head()?;
         for s in head.series_in_range(matchers, self.min_ms, self.max_ms) {
             out.entry(head.series[s as usize].labels.clone())
                 .or_default()
-                .push(Source::Head(s));
+                .push(Source::Head(s, Hidden::default()));
+        }
+        let head_min_valid_ms = head.min_valid_ms;
+        drop(head);
+        for sources in out.values_mut() {
+            if sources.len() > 1 {
+                self.hide_duplicates(sources, head_min_valid_ms);
+            }
         }
         Ok(out)
     }
 
-    fn source_meta(&self, head: &Head, source: &Source) -> Meta {
-        match source {
-            Source::Block(_, e) => e.meta.clone(),
-            Source::Head(s) => head.series[*s as usize].meta.clone(),
+    /// Marks the profiles of a series that several of its sources hold (the same time) so that
+    /// each counts once: among blocks in the one written first (the smallest name, as
+    /// compaction keeps it), and in any block rather than the head. Blocks cut from the head
+    /// never overlap one another nor the head, so this costs a look at each source's time range
+    /// unless imported blocks (or pushes past the out-of-order window) overlap.
+    fn hide_duplicates(&self, sources: &mut [Source], head_min_valid_ms: i64) {
+        // Per block source: its rank (by block name), its index, and its times in range.
+        let mut blocks: Vec<(&str, usize, &[BlockProfile])> = sources
+            .iter()
+            .enumerate()
+            .filter_map(|(k, s)| match s {
+                Source::Block(bi, e, _) => {
+                    let start = e.profiles.partition_point(|p| p.timestamp_ms < self.min_ms);
+                    let end = e
+                        .profiles
+                        .partition_point(|p| p.timestamp_ms <= self.max_ms);
+                    Some((
+                        self.blocks[*bi].name(),
+                        k,
+                        &e.profiles[start..end.max(start)],
+                    ))
+                }
+                Source::Head(..) => None,
+            })
+            .filter(|(_, _, ps)| !ps.is_empty())
+            .collect();
+        blocks.sort_by_key(|&(name, _, _)| name);
+        let span = |ps: &[BlockProfile]| (ps[0].timestamp_ms, ps[ps.len() - 1].timestamp_ms);
+        let mut by_start: Vec<(i64, i64)> = blocks.iter().map(|(_, _, ps)| span(ps)).collect();
+        by_start.sort_unstable();
+        let blocks_overlap = by_start.windows(2).any(|w| w[1].0 <= w[0].1);
+        let reaches_head = blocks
+            .iter()
+            .any(|(_, _, ps)| span(ps).1 >= head_min_valid_ms);
+        if !blocks_overlap && !reaches_head {
+            return;
+        }
+        let mut hidden: Vec<Vec<i64>> = vec![Vec::new(); sources.len()];
+        if blocks_overlap {
+            // (time, rank, source): the first of equal times counts, the others are hidden.
+            let mut all: Vec<(i64, usize, usize)> = blocks
+                .iter()
+                .enumerate()
+                .flat_map(|(rank, (_, k, ps))| ps.iter().map(move |p| (p.timestamp_ms, rank, *k)))
+                .collect();
+            all.sort_unstable();
+            for w in all.windows(2) {
+                if w[0].0 == w[1].0 {
+                    hidden[w[1].2].push(w[1].0);
+                }
+            }
+        }
+        // The head's profiles at or after its start may be in a block too: the block's count.
+        let mut in_blocks: Vec<i64> = blocks
+            .iter()
+            .flat_map(|(_, _, ps)| ps.iter().map(|p| p.timestamp_ms))
+            .filter(|&t| t >= head_min_valid_ms)
+            .collect();
+        in_blocks.sort_unstable();
+        in_blocks.dedup();
+        for (k, source) in sources.iter_mut().enumerate() {
+            match source {
+                Source::Block(_, _, h) => h.0 = std::mem::take(&mut hidden[k]),
+                Source::Head(_, h) => h.0 = std::mem::take(&mut in_blocks),
+            }
         }
     }
 
-    /// Headers of a source's profiles in range.
+    fn source_meta(&self, head: &Head, source: &Source) -> Meta {
+        match source {
+            Source::Block(_, e, _) => e.meta.clone(),
+            Source::Head(s, _) => head.series[*s as usize].meta.clone(),
+        }
+    }
+
+    /// Headers of a source's profiles in range (those that count in it).
     fn headers(&self, head: &Head, source: &Source) -> Vec<BlockProfile> {
         match source {
-            Source::Block(_, e) => e
+            Source::Block(_, e, hidden) => e
                 .profiles
                 .iter()
-                .filter(|p| self.in_range(p.timestamp_ms))
+                .filter(|p| self.in_range(p.timestamp_ms) && !hidden.hides(p.timestamp_ms))
                 .copied()
                 .collect(),
-            Source::Head(s) => head.series[*s as usize]
+            Source::Head(s, hidden) => head.series[*s as usize]
                 .in_range(self.min_ms, self.max_ms)
                 .iter()
+                .filter(|p| !hidden.hides(p.timestamp_ms))
                 .map(BlockProfile::from)
                 .collect(),
         }
     }
 
-    /// Calls `each(header, encoded samples)` for every profile in range of a block's series.
+    /// Calls `each(header, encoded samples)` for every profile in range of a block's series
+    /// that counts in it (not `hidden`).
     fn for_each_block_profile(
         &self,
         bi: usize,
         e: &SeriesEntry,
+        hidden: &Hidden,
         ctx: &mut ReadCtx,
         mut each: impl FnMut(&BlockProfile, &[u8]) -> Result<(), Error>,
     ) -> Result<(), Error> {
         let b = &self.blocks[bi];
+        let wanted = |t: i64| self.in_range(t) && !hidden.hides(t);
         let mut first = 0usize;
         for c in &e.chunks {
             let profiles = &e.profiles[first..first + c.n_profiles as usize];
             first += c.n_profiles as usize;
-            if !profiles.iter().any(|p| self.in_range(p.timestamp_ms)) {
+            if !profiles.iter().any(|p| wanted(p.timestamp_ms)) {
                 continue;
             }
             b.read_chunk(c, &mut ctx.decompressor, &mut ctx.chunk)?;
             let mut result = Ok(());
             block::split_chunk(&ctx.chunk, profiles, |p, bytes| {
-                if result.is_ok() && self.in_range(p.timestamp_ms) {
+                if result.is_ok() && wanted(p.timestamp_ms) {
                     result = each(p, bytes);
                 }
             });
@@ -435,12 +530,12 @@ impl Read<'_> {
             let mut profiles = Vec::new();
             for source in &sources {
                 match source {
-                    Source::Block(bi, e) => {
+                    Source::Block(bi, e, hidden) => {
                         let (extractor, limits) = extractors[*bi]
                             .as_mut()
                             .expect("tables of every block in range");
                         let b = &self.blocks[*bi];
-                        self.for_each_block_profile(*bi, e, &mut ctx, |p, bytes| {
+                        self.for_each_block_profile(*bi, e, hidden, &mut ctx, |p, bytes| {
                             let samples =
                                 encoding::decode_samples(&mut Reader::new(bytes), *limits)
                                     .map_err(|err| corrupt_profile(b, &labels, p, err))?;
@@ -452,12 +547,15 @@ impl Read<'_> {
                             Ok(())
                         })?;
                     }
-                    Source::Head(s) => {
+                    Source::Head(s, hidden) => {
                         let head = self.head()?;
                         let mut extractor = head_extractor.rebind(&head.tables);
                         let limits = head.limits();
                         let series = &head.series[*s as usize];
                         for p in series.in_range(self.min_ms, self.max_ms) {
+                            if hidden.hides(p.timestamp_ms) {
+                                continue;
+                            }
                             let samples =
                                 encoding::decode_samples(&mut Reader::new(&p.data), limits)
                                     .map_err(|err| head_corrupt(&labels, p.timestamp_ms, err))?;
@@ -470,6 +568,10 @@ impl Read<'_> {
                         head_extractor = extractor.rebind(no_tables());
                     }
                 }
+            }
+            // Sources that overlap in time (imported blocks) interleave.
+            if !profiles.windows(2).all(|w| w[0].0 < w[1].0) {
+                profiles.sort_by_key(|p| p.0);
             }
             out.push((labels, profiles));
         }
@@ -525,23 +627,26 @@ impl Read<'_> {
             for (labels, sources) in series {
                 for source in sources {
                     match source {
-                        Source::Block(bi, e) => {
+                        Source::Block(bi, e, hidden) => {
                             let tables = block_tables[*bi].as_deref().expect("block in range");
                             let limits = IdLimits::of(tables);
                             let b = &self.blocks[*bi];
                             let sums = &mut sums[*bi];
-                            self.for_each_block_profile(*bi, e, &mut ctx, |p, bytes| {
+                            self.for_each_block_profile(*bi, e, hidden, &mut ctx, |p, bytes| {
                                 group
                                     .add(sums, &e.meta, p, bytes, limits)?
                                     .map_err(|err| corrupt_profile(b, labels, p, err))
                             })?;
                         }
-                        Source::Head(s) => {
+                        Source::Head(s, hidden) => {
                             // One series per hold of the lock: appends go on in between.
                             let head = self.head()?;
                             let limits = head.limits();
                             let series = &head.series[*s as usize];
                             for p in series.in_range(self.min_ms, self.max_ms) {
+                                if hidden.hides(p.timestamp_ms) {
+                                    continue;
+                                }
                                 let header = BlockProfile::from(p);
                                 group
                                     .add(
@@ -624,10 +729,8 @@ impl Read<'_> {
         let head = self.head()?;
         Ok(matched
             .into_iter()
-            .map(|(labels, sources)| SeriesTotals {
-                labels,
-                meta: self.source_meta(&head, &sources[0]),
-                points: sources
+            .map(|(labels, sources)| {
+                let mut points: Vec<TotalPoint> = sources
                     .iter()
                     .flat_map(|s| self.headers(&head, s))
                     .map(|p| TotalPoint {
@@ -636,7 +739,19 @@ impl Read<'_> {
                         period: p.period,
                         duration_nanos: p.duration_nanos,
                     })
-                    .collect(),
+                    .collect();
+                // Sources that overlap in time (imported blocks) interleave.
+                if !points
+                    .windows(2)
+                    .all(|w| w[0].timestamp_ms < w[1].timestamp_ms)
+                {
+                    points.sort_by_key(|p| p.timestamp_ms);
+                }
+                SeriesTotals {
+                    labels,
+                    meta: self.source_meta(&head, &sources[0]),
+                    points,
+                }
             })
             .collect())
     }

@@ -1,8 +1,9 @@
 //! `parca`: the continuous-profiling server's binary. Thin: flags in, library calls out.
 //!
 //! Without a subcommand it runs the server; `parca profile` reads pprof files for people and
-//! scripts.
+//! scripts; `parca import` writes saved pprof files as blocks into a store.
 
+mod import_cmd;
 mod profile_cmd;
 mod server;
 
@@ -39,12 +40,16 @@ enum Command {
     /// Read pprof files: print the top table, folded stacks or flame-graph JSON, or write pprof.
     /// Several files are merged; --diff compares them against a base.
     Profile(profile_cmd::Args),
+    /// Write pprof files (and directories of them) as complete blocks into a store, stopped or
+    /// served: profiles of any age, named as /api/v1/write names them.
+    Import(import_cmd::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Profile(args)) => profile_cmd::run(&args),
+        Some(Command::Import(args)) => import_cmd::run(&args),
         None => server::run(cli.server),
     };
     match result {

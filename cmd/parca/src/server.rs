@@ -110,7 +110,7 @@ pub struct ServerArgs {
     log_format: String,
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     parca_api::parse_duration_ms(text).map(|ms| Duration::from_millis(ms as u64))
 }
 

@@ -1,4 +1,5 @@
-//! The `parca profile` command, run as a user runs it: real binary, real files, exit codes.
+//! The `parca profile` and `parca import` commands, run as a user runs them: real binary, real
+//! files, exit codes.
 //! (These tests sit beside the binary because only here Cargo builds it for them.)
 
 use std::path::PathBuf;
@@ -219,4 +220,94 @@ fn files_of_different_types_are_not_merged() {
         stderr.contains("profile has no sample type `cpu`"),
         "{stderr}"
     );
+}
+
+/// `parca import` of a folder of 2022 profiles: one block over their 2 h window, served by a
+/// store opened on the directory with the numbers of the files.
+#[test]
+fn import_writes_a_folder_as_blocks_a_store_serves() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("data");
+    let many = corpus("published/parca/many");
+    let out = stdout(&parca(&[
+        "import",
+        "--storage-path",
+        store.to_str().unwrap(),
+        "--name",
+        "memory",
+        "--label",
+        "job=incident",
+        many.to_str().unwrap(),
+    ]));
+    assert!(
+        out.starts_with("imported 10 files into ")
+            && out.contains("40 profiles of 4 series, from 2022-02-10T16:07:52.337Z to 2022-02-10T16:08:19.337Z")
+            && out.contains("from 2022-02-10T16:00:00Z to 2022-02-10T18:00:00Z: 4 series, 40 profiles"),
+        "{out}"
+    );
+    let options = parca_tsdb::Options {
+        retention_ms: 0,
+        ..Default::default()
+    };
+    let db = parca_tsdb::Db::open(&store, options).expect("open");
+    assert_eq!(db.stats().n_blocks, 1);
+    let job = parca_tsdb::Matcher::new(parca_tsdb::MatchOp::Equal, "job", "incident").unwrap();
+    let space = parca_tsdb::Matcher::new(
+        parca_tsdb::MatchOp::Equal,
+        "__name__",
+        "memory:alloc_space:bytes:space:bytes",
+    )
+    .unwrap();
+    let merged = db
+        .querier(i64::MIN, i64::MAX)
+        .merge(&[job, space])
+        .expect("query")
+        .expect("some");
+    let want: i64 = std::fs::read_dir(&many)
+        .unwrap()
+        .map(|e| {
+            let bytes = std::fs::read(e.unwrap().path()).unwrap();
+            let profiles = parca_profile::decode(&bytes, &Default::default()).unwrap();
+            parca_profile::select_sample_type(profiles, Some("alloc_space"), None)
+                .unwrap()
+                .total()
+        })
+        .sum();
+    assert_eq!(merged.total(), want);
+}
+
+#[test]
+fn import_stops_at_a_bad_file_naming_it_and_writes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = dir.path().join("data");
+    let junk = dir.path().join("junk.pb.gz");
+    std::fs::write(&junk, b"<html>not a profile</html>").expect("write");
+    let cpu = corpus("go/go-cpu.pb.gz");
+    let args = [
+        "import",
+        "--storage-path",
+        store.to_str().unwrap(),
+        "--name",
+        "process_cpu",
+        cpu.to_str().unwrap(),
+        junk.to_str().unwrap(),
+    ];
+    let output = parca(&args);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.starts_with("parca: error: cannot import into ")
+            && stderr.contains("junk.pb.gz` is not a usable pprof profile: profile is not protobuf"),
+        "{stderr}"
+    );
+    assert!(!store.exists() || std::fs::read_dir(&store).unwrap().count() == 0);
+    // With --skip-bad the good file goes in and the bad one is reported.
+    let mut skipping = args.to_vec();
+    skipping.push("--skip-bad");
+    let output = parca(&skipping);
+    let out = stdout(&output);
+    assert!(out.contains("skipped 1 bad file"), "{out}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("parca: skipped `") && stderr.contains("junk.pb.gz"), "{stderr}");
+    assert_eq!(std::fs::read_dir(&store).unwrap().count(), 1, "one block");
 }

@@ -1012,6 +1012,63 @@ async fn profiles_pushed_out_of_time_order_are_all_stored() {
     assert_eq!(points, 4, "{range}");
 }
 
+/// A push older than the out-of-order window (2 h behind its series' newest) is stored as a
+/// block of its own, durable and queryable when answered; pushed again, it is refused as a
+/// duplicate, as one in the head is; and it counts once.
+#[tokio::test]
+async fn a_push_older_than_the_out_of_order_window_is_stored_as_a_block() {
+    let server = Server::ready().await;
+    let path = "/api/v1/write?__name__=process_cpu&job=late";
+    let file = corpus("go/go-cpu.pb.gz");
+    let mut old = parca_pprof::decode(&file, &Default::default())
+        .unwrap()
+        .to_proto();
+    let newest_ms = old.time_nanos / 1_000_000;
+    old.time_nanos -= 5 * 3_600_000_000_000;
+    let old = parca_pprof::encode(&old, true);
+    let (status, answer) = server.post(path, file.clone()).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = server.post(path, old.clone()).await;
+    assert_eq!(status, 200, "past the window: {answer}");
+    let stored = json(&answer)["data"]["profiles"].as_u64().unwrap();
+    assert!(stored > 2, "{answer}");
+    let (status, status_tsdb) = server.get("/api/v1/status/tsdb").await;
+    assert_eq!(status, 200);
+    assert!(
+        json(&status_tsdb)["data"]["blocks"].as_u64().unwrap() >= 1,
+        "{status_tsdb}"
+    );
+    // Pushed again: a duplicate of what the block holds.
+    let (status, answer) = server.post(path, old).await;
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("is stored already"), "{answer}");
+    let (status, range) = server
+        .get(&format!(
+            "/api/v1/query_range?query={}&start={}&end={}&step=3600",
+            enc(&format!("sum({CPU}{{job=\"late\"}})")),
+            (newest_ms - 6 * 3_600_000) / 1000,
+            newest_ms / 1000 + 3600
+        ))
+        .await;
+    assert_eq!(status, 200, "{range}");
+    let values = json(&range)["data"]["result"][0]["values"].clone();
+    let points: Vec<f64> = values
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v[1].as_str().unwrap().parse().unwrap())
+        .collect();
+    let total = parca_profile::select_sample_type(
+        parca_profile::decode(&file, &Default::default()).unwrap(),
+        Some("cpu"),
+        None,
+    )
+    .unwrap()
+    .total() as f64;
+    // One point for the old push, one for the newest: each the file's total, counted once.
+    assert_eq!(points, [total, total], "{range}");
+}
+
 /// A pprof whose functions are `strings[first_name..]` in order (function `i` named by string
 /// `first_name + i - 1`), one location per function with the same id, and `samples` as
 /// (location ids leaf first, value). The caller sets the types.

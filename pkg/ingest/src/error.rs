@@ -30,6 +30,17 @@ pub enum Error {
         /// What is wrong, and where in the request.
         fault: String,
     },
+    /// A file given to an import cannot be imported.
+    #[error("`{}` {fault}", path.display())]
+    ImportFile {
+        /// The file (or directory).
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        fault: String,
+    },
+    /// The store refused or failed a write.
+    #[error("cannot write the blocks")]
+    Store(#[source] parca_tsdb::Error),
     /// A Pyroscope `/ingest` request could not be understood.
     #[error("invalid ingest request: {fault}")]
     Ingest {

@@ -4,11 +4,14 @@
 //! split by its samples' string labels, each named with Parca's profile-type string
 //! (`process_cpu:samples:count:cpu:nanoseconds:delta`) in `__name__`, and the lot is handed to a
 //! [`Sink`] that stores it durably. The store implements [`Sink`]; tests and tools may use others.
+//! [`import`] takes the same path from saved files into complete blocks of a store's directory
+//! (`parca import`), so imported series are named exactly as pushed ones.
 //!
 //! # Design constraints
 //!
 //! - No HTTP and no async here: the API decodes requests into bytes and parameters, this crate
-//!   turns them into series, and the sink's `write` blocks until the data is durable.
+//!   turns them into series, and the sink's `write` blocks until the data is durable. The only
+//!   file reading is [`import`]'s.
 //! - A sample label that clashes with a label of the target is renamed `exported_<name>`, as
 //!   Prometheus does, so the target's identity is never overwritten by what a program says.
 //! - Bad input is an [`Error`] that names the fault; nothing of a refused profile is stored.
@@ -32,12 +35,14 @@
 //! ```
 
 mod error;
+mod import;
 mod otlp;
 mod pyroscope;
 mod series;
 mod sink;
 
 pub use error::Error;
+pub use import::{BadFile, ImportOptions, ImportReport, import, list_files};
 pub use otlp::{decode_export_request, export_request_series, export_response, rpc_status};
 pub use pyroscope::{IngestBody, LegacyIngest, decode_push_request, legacy_ingest};
 pub use series::{Series, profile_type_name, to_series};

@@ -16,11 +16,14 @@ pub struct WriteOutcome {
 /// How durable a write must be when [`Sink::write`] returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
-    /// On disk (fsynced): for pushes, whose sender was promised the profile is stored.
+    /// On disk (fsynced): for pushes, whose sender was promised the profile is stored. The
+    /// store writes profiles older than its head takes (past the out-of-order window) as
+    /// blocks of their own rather than refusing them.
     Synced,
     /// Handed to the operating system, on disk within the store's sync interval: for scrapes,
     /// which a crash of the machine would lose only seconds of, as in Prometheus, and which
-    /// would cost an fsync each otherwise.
+    /// would cost an fsync each otherwise. A profile older than the head takes is refused: a
+    /// scrape is stamped with the time it ran, so an old one is a clock gone wrong.
     Buffered,
 }
 
@@ -66,19 +69,82 @@ fn append_all(
     Ok(outcome)
 }
 
+/// A push: the profiles the head takes are appended and committed; those older than it takes
+/// (past the out-of-order window, or before the time cut into blocks) are written as blocks of
+/// their own, synced before the commit and renamed into place after it. One the store holds
+/// already (the same series and time, in a block) is refused as a duplicate, as the head
+/// refuses its own. So an error leaves
+/// nothing of the push stored (staged blocks are removed, the head's part is taken out by the
+/// store's healing), but for a failed rename after a successful commit; and a success means
+/// all of it is on disk.
+fn write_synced(db: &Db, batch: &[Series]) -> Result<WriteOutcome, parca_tsdb::Error> {
+    let (old, fresh): (Vec<&Series>, Vec<&Series>) = batch
+        .iter()
+        .partition(|s| !db.head_takes(&s.labels, s.timestamp_ms));
+    let mut outcome = WriteOutcome::default();
+    let mut new = Vec::with_capacity(old.len());
+    for s in old {
+        if db.holds(&s.labels, s.timestamp_ms)? {
+            outcome.refused.push(parca_tsdb::Error::Duplicate {
+                labels: s.labels.to_string(),
+                timestamp_ms: s.timestamp_ms,
+            });
+        } else {
+            new.push(s);
+        }
+    }
+    let old = new;
+    let mut staged = Vec::new();
+    let mut stage = |series: &[&Series], outcome: &mut WriteOutcome| {
+        if series.is_empty() {
+            return Ok(());
+        }
+        let (blocks, refused) = db.stage_backfill(
+            series
+                .iter()
+                .map(|s| (&s.labels, s.timestamp_ms, &s.profile)),
+        )?;
+        outcome.refused.extend(refused);
+        staged.push(blocks);
+        Ok::<(), parca_tsdb::Error>(())
+    };
+    stage(&old, &mut outcome)?;
+    let mut appender = db.appender();
+    // A cut between the look above and the append may make a profile too old for the head.
+    let mut late = Vec::new();
+    for series in fresh {
+        match appender.append(&series.labels, series.timestamp_ms, &series.profile) {
+            Ok(()) => outcome.n_written += 1,
+            Err(e) if e.is_too_old() => late.push(series),
+            Err(e) if e.is_refusal() => outcome.refused.push(e),
+            Err(e) => return Err(e),
+        }
+    }
+    stage(&late, &mut outcome)?;
+    appender.commit()?;
+    for blocks in staged {
+        let n = blocks.n_profiles();
+        blocks.publish()?;
+        outcome.n_written += n;
+    }
+    Ok(outcome)
+}
+
 impl Sink for Db {
     fn write(
         &self,
         batch: &[Series],
         durability: Durability,
     ) -> Result<WriteOutcome, parca_tsdb::Error> {
-        let mut appender = self.appender();
-        let outcome = append_all(&mut appender, batch)?;
         match durability {
-            Durability::Synced => appender.commit()?,
-            Durability::Buffered => appender.commit_buffered()?,
+            Durability::Synced => write_synced(self, batch),
+            Durability::Buffered => {
+                let mut appender = self.appender();
+                let outcome = append_all(&mut appender, batch)?;
+                appender.commit_buffered()?;
+                Ok(outcome)
+            }
         }
-        Ok(outcome)
     }
 
     fn try_write_buffered(
