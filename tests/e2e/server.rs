@@ -967,6 +967,23 @@ fn server_scrapes_real_targets_and_serves_their_profiles() {
     ));
 }
 
+/// The functions that are a leaf of some sample of `pprof`'s sample type `kind`.
+fn leaves_of(pprof: &[u8], kind: &str) -> Vec<String> {
+    let profiles = parca_profile::decode(pprof, &Default::default()).expect("normalizes");
+    let profile = profiles
+        .iter()
+        .find(|p| p.meta.sample_type.kind == kind)
+        .unwrap_or_else(|| panic!("no {kind} samples"));
+    let leaves: Vec<String> = parca_profile::TopTable::build(profile)
+        .rows
+        .into_iter()
+        .filter(|r| r.flat != 0)
+        .map(|r| r.name)
+        .collect();
+    assert!(!leaves.is_empty(), "no {kind} samples");
+    leaves
+}
+
 /// The server's own heap profile names the code that allocated as each sample's leaf, not
 /// jemalloc's sampler (`prof_backtrace_impl`) or Rust's allocation shims: the profile carries
 /// `drop_frames` for them, which every reader (google/pprof, our ingest) applies.
@@ -983,18 +1000,7 @@ fn the_servers_heap_profile_leaves_out_the_allocators_frames() {
         "drop_frames: {:?}",
         pprof.string(pprof.header().drop_frames)
     );
-    let profiles = parca_profile::decode(&r.body, &Default::default()).expect("normalizes");
-    let inuse = profiles
-        .iter()
-        .find(|p| p.meta.sample_type.kind == "inuse_space")
-        .expect("inuse_space");
-    let leaves: Vec<String> = parca_profile::TopTable::build(inuse)
-        .rows
-        .into_iter()
-        .filter(|r| r.flat != 0)
-        .map(|r| r.name)
-        .collect();
-    assert!(!leaves.is_empty());
+    let leaves = leaves_of(&r.body, "inuse_space");
     for leaf in &leaves {
         assert!(
             ![
@@ -1037,18 +1043,7 @@ fn the_servers_cpu_profile_leaves_out_the_profilers_frames() {
     });
     let r = busy.expect("cpu profile");
     assert_eq!(r.status, 200, "{}", r.text());
-    let profiles = parca_profile::decode(&r.body, &Default::default()).expect("normalizes");
-    let cpu = profiles
-        .iter()
-        .find(|p| p.meta.sample_type.kind == "cpu")
-        .expect("cpu");
-    let leaves: Vec<String> = parca_profile::TopTable::build(cpu)
-        .rows
-        .into_iter()
-        .filter(|r| r.flat != 0)
-        .map(|r| r.name)
-        .collect();
-    assert!(!leaves.is_empty(), "no samples");
+    let leaves = leaves_of(&r.body, "cpu");
     for leaf in &leaves {
         assert!(
             !["backtrace::", "<pprof::", "pprof::", "perf_signal_handler"]

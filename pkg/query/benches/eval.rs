@@ -15,6 +15,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use parca_query::{Engine, InstantQuery, Limits, RangeQuery};
 use parca_tsdb::{Db, Labels, MatchOp, Matcher};
 
+mod support;
+
 const TYPE: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta";
 const T0: i64 = 1_700_000_000_000;
 const N_INSTANCES: usize = 10;
@@ -22,22 +24,7 @@ const N_PROFILES: i64 = 360;
 
 /// The store, with everything in the head, or (`compacted`) cut into 20-minute blocks.
 fn store(compacted: bool) -> (tempfile::TempDir, Arc<Db>, usize) {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/testdata/pprof/go/go-cpu.pb.gz"
-    );
-    let profile = parca_profile::decode(&std::fs::read(path).expect("corpus"), &Default::default())
-        .expect("valid")
-        .into_iter()
-        .find(|p| p.meta.sample_type.kind == "cpu")
-        .expect("cpu");
-    // One series per instance: drop the pprof.Do labels and sum what they split.
-    let mut profile = profile;
-    profile
-        .samples
-        .labels
-        .fill(parca_profile::tables::LabelSetId::EMPTY);
-    let profile = parca_profile::merge([&profile]).expect("merge");
+    let profile = support::corpus_cpu_profile();
     let dir = tempfile::tempdir().expect("tempdir");
     let options = if compacted {
         parca_tsdb::Options {

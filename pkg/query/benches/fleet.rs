@@ -17,6 +17,8 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use parca_query::{Engine, InstantQuery, Limits, RangeQuery, top_series};
 use parca_tsdb::{Db, Labels};
 
+mod support;
+
 const TYPE: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta";
 const T0: i64 = 1_700_000_000_000;
 const N_PROFILES: i64 = 3;
@@ -24,20 +26,7 @@ const N_SAMPLES: usize = 50;
 
 /// A store of `n_pods` series, and the pairs it holds.
 fn store(n_pods: usize) -> (tempfile::TempDir, Arc<Db>, usize) {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../tests/testdata/pprof/go/go-cpu.pb.gz"
-    );
-    let profile = parca_profile::decode(&std::fs::read(path).expect("corpus"), &Default::default())
-        .expect("valid")
-        .into_iter()
-        .find(|p| p.meta.sample_type.kind == "cpu")
-        .expect("cpu");
-    let mut profile = profile.retain_samples(|i| i < N_SAMPLES);
-    profile
-        .samples
-        .labels
-        .fill(parca_profile::tables::LabelSetId::EMPTY);
+    let profile = support::corpus_cpu_profile().retain_samples(|i| i < N_SAMPLES);
     let dir = tempfile::tempdir().expect("tempdir");
     let db = Db::open(dir.path(), parca_tsdb::Options::default()).expect("open");
     let started = Instant::now();
@@ -74,8 +63,8 @@ fn bench(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("fleet_{n_pods}_pods"));
         group.sample_size(10);
         group.throughput(Throughput::Elements(pairs as u64));
-        let merge = parca_querylang::parse(&format!("merge({TYPE}{{job=\"shop\"}}[1m])"))
-            .expect("valid");
+        let merge =
+            parca_querylang::parse(&format!("merge({TYPE}{{job=\"shop\"}}[1m])")).expect("valid");
         group.bench_function("merge_every_pod", |b| {
             b.iter(|| {
                 engine

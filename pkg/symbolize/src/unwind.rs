@@ -1140,28 +1140,15 @@ mod tests {
     #[test]
     fn plt_stubs_through_their_cfa_expression() {
         use object::{Object, ObjectSection};
-        use std::process::Command;
         let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("plt.c");
-        std::fs::write(
-            &src,
+        let Some(bin) = gcc(
+            dir.path(),
+            "plt",
             "#include <stdio.h>\nint main(int c, char **v) { puts(v[0]); return c; }\n",
-        )
-        .unwrap();
-        let bin = dir.path().join("plt");
-        let built = Command::new("gcc")
-            .args(["-O2", "-fplt", "-Wl,-z,lazy", "-o"])
-            .arg(&bin)
-            .arg(&src)
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !built {
-            #[allow(clippy::print_stderr)]
-            {
-                eprintln!("SKIP: plt_stubs_through_their_cfa_expression: gcc missing");
-            }
+            &["-O2", "-fplt", "-Wl,-z,lazy"],
+        ) else {
             return;
-        }
+        };
         let obj = std::fs::read(&bin).unwrap();
         let elf = object::File::parse(&*obj).unwrap();
         let plt = elf.section_by_name(".plt").expect("a lazy-binding .plt");
