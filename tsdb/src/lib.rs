@@ -6,7 +6,10 @@
 //! and zstd-compressed columnar `profiles`); a background thread compacts adjacent blocks and
 //! deletes blocks past retention. Stacks and symbols are interned once per head and per block
 //! (`parca_profile::Tables`), so a stored profile is a column of stack ids and values.
-//! `documentation/tsdb-format.md` specifies every file.
+//! Profiles older than the head takes are written straight into complete blocks
+//! ([`Backfill`], [`Db::stage_backfill`]); blocks may then overlap one another and the head:
+//! queries count each profile (its series and time) once, and compaction merges overlapping
+//! blocks first. `documentation/tsdb-format.md` specifies every file.
 //!
 //! # Design constraints
 //!
