@@ -20,6 +20,9 @@
 //!   served, and never stops the store from opening. Readers never panic on bad bytes.
 //! - Queries read blocks and head together and answer the same before and after a cut or a
 //!   compaction; background work never holds the head's write lock while it writes files.
+//! - A profile is its series and its time: where blocks (imported ones) and the head overlap,
+//!   it counts once. Blocks appear in the directory whole (written under a temporary name,
+//!   synced, renamed), so another process may add blocks to the store of a running server.
 //!
 //! # Example
 //!
