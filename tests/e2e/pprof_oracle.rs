@@ -16,6 +16,7 @@ type Rows = BTreeMap<String, (i64, i64)>;
 fn unit_flag(unit: &str) -> Option<&'static str> {
     match unit {
         "nanoseconds" => Some("ns"),
+        "microseconds" => Some("us"),
         "bytes" => Some("B"),
         _ => None,
     }

@@ -205,7 +205,7 @@ impl Backfill {
         Ok(true)
     }
 
-    /// Profiles added so far (sealed early or not).
+    /// Whether no profile was added (sealed early or not).
     pub fn is_empty(&self) -> bool {
         self.windows.is_empty() && self.sealed.is_empty()
     }

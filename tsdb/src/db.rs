@@ -54,7 +54,8 @@ pub struct Options {
     /// How far before its series' newest profile a profile may still be appended
     /// (`--storage-out-of-order-window`, default 2h): inside it, profiles of a series arrive in
     /// any order (a folder of saved profiles pushed as it lists). Never before the time already
-    /// cut into blocks. 0: each profile must be newer than its series' last.
+    /// cut into blocks. 0: each profile must be newer than its series' last. Older profiles can
+    /// be stored as blocks of their own ([`Db::stage_backfill`], [`crate::Backfill`]).
     pub out_of_order_window_ms: i64,
 }
 

@@ -6,7 +6,10 @@
 //! and zstd-compressed columnar `profiles`); a background thread compacts adjacent blocks and
 //! deletes blocks past retention. Stacks and symbols are interned once per head and per block
 //! (`parca_profile::Tables`), so a stored profile is a column of stack ids and values.
-//! `documentation/tsdb-format.md` specifies every file.
+//! Profiles older than the head takes are written straight into complete blocks
+//! ([`Backfill`], [`Db::stage_backfill`]); blocks may then overlap one another and the head:
+//! queries count each profile (its series and time) once, and compaction merges overlapping
+//! blocks first. `documentation/tsdb-format.md` specifies every file.
 //!
 //! # Design constraints
 //!
@@ -17,6 +20,9 @@
 //!   served, and never stops the store from opening. Readers never panic on bad bytes.
 //! - Queries read blocks and head together and answer the same before and after a cut or a
 //!   compaction; background work never holds the head's write lock while it writes files.
+//! - A profile is its series and its time: where blocks (imported ones) and the head overlap,
+//!   it counts once. Blocks appear in the directory whole (written under a temporary name,
+//!   synced, renamed), so another process may add blocks to the store of a running server.
 //!
 //! # Example
 //!

@@ -55,8 +55,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.storage_block_duration < Duration::from_secs(60) {
         bail!("--storage-block-duration must be at least 1m");
     }
-    let labels = parca_tsdb::Labels::new(args.labels.iter().cloned())
-        .context("invalid --label")?;
+    let labels = parca_tsdb::Labels::new(args.labels.iter().cloned()).context("invalid --label")?;
     let options = ImportOptions {
         name: args.name.clone(),
         labels,
@@ -72,7 +71,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         .with_context(|| format!("cannot import into `{}`", args.storage_path.display()))?;
     let mut err = std::io::stderr().lock();
     for bad in &report.bad_files {
-        writeln!(err, "parca: skipped `{}`: {}", bad.path.display(), bad.fault)?;
+        writeln!(
+            err,
+            "parca: skipped `{}`: {}",
+            bad.path.display(),
+            bad.fault
+        )?;
     }
     let mut out = std::io::stdout().lock();
     write_summary(&mut out, args, &report)?;

@@ -31,8 +31,9 @@ pub struct ServerArgs {
     /// How much time one block of the store covers.
     #[arg(long, default_value = "2h", value_parser = parse_duration)]
     storage_block_duration: Duration,
-    /// How far before its series' newest profile a profile may still be stored, e.g. 2h: within
-    /// it, profiles of a series arrive in any order. 0: each must be newer than the last.
+    /// How far before its series' newest profile a profile may still go into the head, e.g. 2h:
+    /// within it, profiles of a series arrive in any order. A push older than that (or than the
+    /// time already cut into blocks) is stored as a block of its own; a scrape is refused.
     #[arg(long, default_value = "2h", value_parser = parse_duration)]
     storage_out_of_order_window: Duration,
     /// Whether opening the store steps over damage in the middle of its write-ahead log, keeping

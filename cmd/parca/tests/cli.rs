@@ -241,8 +241,12 @@ fn import_writes_a_folder_as_blocks_a_store_serves() {
     ]));
     assert!(
         out.starts_with("imported 10 files into ")
-            && out.contains("40 profiles of 4 series, from 2022-02-10T16:07:52.337Z to 2022-02-10T16:08:19.337Z")
-            && out.contains("from 2022-02-10T16:00:00Z to 2022-02-10T18:00:00Z: 4 series, 40 profiles"),
+            && out.contains(
+                "40 profiles of 4 series, from 2022-02-10T16:07:52.337Z to 2022-02-10T16:08:19.337Z"
+            )
+            && out.contains(
+                "from 2022-02-10T16:00:00Z to 2022-02-10T18:00:00Z: 4 series, 40 profiles"
+            ),
         "{out}"
     );
     let options = parca_tsdb::Options {
@@ -297,7 +301,8 @@ fn import_stops_at_a_bad_file_naming_it_and_writes_nothing() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         stderr.starts_with("parca: error: cannot import into ")
-            && stderr.contains("junk.pb.gz` is not a usable pprof profile: profile is not protobuf"),
+            && stderr
+                .contains("junk.pb.gz` is not a usable pprof profile: profile is not protobuf"),
         "{stderr}"
     );
     assert!(!store.exists() || std::fs::read_dir(&store).unwrap().count() == 0);
@@ -308,6 +313,9 @@ fn import_stops_at_a_bad_file_naming_it_and_writes_nothing() {
     let out = stdout(&output);
     assert!(out.contains("skipped 1 bad file"), "{out}");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("parca: skipped `") && stderr.contains("junk.pb.gz"), "{stderr}");
+    assert!(
+        stderr.contains("parca: skipped `") && stderr.contains("junk.pb.gz"),
+        "{stderr}"
+    );
     assert_eq!(std::fs::read_dir(&store).unwrap().count(), 1, "one block");
 }

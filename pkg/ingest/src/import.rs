@@ -218,7 +218,8 @@ mod tests {
     fn a_folder_is_imported_as_pushes_name_it_with_each_files_time() {
         let dir = tempfile::tempdir().expect("tempdir");
         let many = corpus("published/parca/many");
-        let report = import(&[many.clone()], dir.path(), &options("memory")).expect("imported");
+        let report =
+            import(std::slice::from_ref(&many), dir.path(), &options("memory")).expect("imported");
         let files = list_files(&[many]).expect("listed");
         assert_eq!(report.n_files, files.len());
         assert!(report.bad_files.is_empty());
@@ -284,7 +285,12 @@ mod tests {
     fn a_file_without_time_needs_one_given() {
         let dir = tempfile::tempdir().expect("tempdir");
         let legacy = corpus("published/google-pprof/legacy/cppbench.heap");
-        let err = import(&[legacy.clone()], dir.path(), &options("memory")).expect_err("no time");
+        let err = import(
+            std::slice::from_ref(&legacy),
+            dir.path(),
+            &options("memory"),
+        )
+        .expect_err("no time");
         assert!(err.to_string().contains("--time"), "{err}");
         let timed = ImportOptions {
             default_time_ms: Some(1_600_000_000_000),

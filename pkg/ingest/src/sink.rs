@@ -110,7 +110,10 @@ fn write_synced(db: &Db, batch: &[Series]) -> Result<WriteOutcome, parca_tsdb::E
     };
     stage(&old, &mut outcome)?;
     let mut appender = db.appender();
-    // A cut between the look above and the append may make a profile too old for the head.
+    // A cut between the look above and the append may make a profile too old for the head:
+    // staged too, before the commit. (Should that staging fail, the head's part, appended but
+    // not committed, may still reach the disk: the one case where an error answer leaves part
+    // of a push stored, a cut racing a push at the edge of the window and a disk failing.)
     let mut late = Vec::new();
     for series in fresh {
         match appender.append(&series.labels, series.timestamp_ms, &series.profile) {
