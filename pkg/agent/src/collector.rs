@@ -20,6 +20,9 @@ use crate::process::{ProcessInfo, ProcessTable};
 use crate::profile::RawProfile;
 use crate::unwind::{REREAD_MAPS_AFTER, Unwinder};
 
+/// A process's frame-pointer code as the BPF program takes it: [start, end) address ranges.
+type FpRanges = Vec<(u64, u64)>;
+
 /// How many windows a process is kept after its last sample.
 const KEEP_PROCESS_WINDOWS: u64 = 3;
 
@@ -85,7 +88,7 @@ pub(crate) fn run(
             }
             // What to tell the BPF program of processes' frame-pointer code, once the ring
             // buffer (which borrows the sampler) is read.
-            let mut fp_code: Vec<(u32, Option<Vec<(u64, u64)>>)> = Vec::new();
+            let mut fp_code: Vec<(u32, Option<FpRanges>)> = Vec::new();
             sampler.read_copies(|sample| {
                 let mut info = table.get(sample.pid, window_no);
                 if !shared.filter.admits(&info) {
@@ -147,7 +150,10 @@ pub(crate) fn run(
         }
         // User stacks the kernel walked by frame pointers (their copy did not fit in the ring
         // buffer) say so, cut where the walk cannot be trusted.
-        for d in drained.iter_mut().filter(|d| d.end.is_none() && !d.user.is_empty()) {
+        for d in drained
+            .iter_mut()
+            .filter(|d| d.end.is_none() && !d.user.is_empty())
+        {
             let (keep, end) = unwinder.check_kernel_walk(&d.user, &processes[&d.pid]);
             if keep < d.user.len() {
                 d.user = Arc::from(&d.user[..keep]);
