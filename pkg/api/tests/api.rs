@@ -1279,7 +1279,10 @@ async fn pushes_of_google_pprofs_legacy_formats_are_stored() {
         assert!(n >= expected.len().min(1), "{file}: {types}");
     }
     let (status, text) = server
-        .post("/api/v1/write?__name__=legacy&job=junk", b"\x08\x01junk".to_vec())
+        .post(
+            "/api/v1/write?__name__=legacy&job=junk",
+            b"\x08\x01junk".to_vec(),
+        )
         .await;
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("legacy formats"), "{text}");
