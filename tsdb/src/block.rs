@@ -45,6 +45,15 @@ const POSTINGS_ENTRY_BYTES: usize = 20;
 /// Bytes of the index's table of contents, just before its footer.
 const TOC_BYTES: usize = 40;
 
+/// Where the index's sections are, from its table of contents.
+struct Toc {
+    symbols_offset: usize,
+    series_offsets_offset: usize,
+    n_series: usize,
+    postings_table_offset: usize,
+    n_postings: usize,
+}
+
 /// What `meta.json` says about a block.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct BlockMeta {
@@ -696,7 +705,21 @@ impl Block {
 
     /// Reads the table of contents and symbols, and walks every series and postings entry to
     /// check that all references point inside the files.
+    /// Reads and checks the index: its table of contents, symbols, every series entry (against
+    /// `profiles`' length and the block's time range and counts) and every postings entry.
     fn parse_index(&mut self, body_len: usize, profiles_len: usize) -> encoding::Result<()> {
+        let toc = self.parse_toc(body_len)?;
+        self.read_symbols(body_len, toc.symbols_offset, toc.series_offsets_offset)?;
+        self.series_offsets_offset = toc.series_offsets_offset;
+        self.n_series = toc.n_series as u32;
+        self.postings_table_offset = toc.postings_table_offset;
+        self.n_postings = toc.n_postings;
+        self.check_series(body_len, profiles_len)?;
+        self.check_postings(body_len)
+    }
+
+    /// The index's table of contents, its offsets checked to leave neither gaps nor overlaps.
+    fn parse_toc(&self, body_len: usize) -> encoding::Result<Toc> {
         let body = &self.index[..body_len];
         let mut toc = Reader::new(
             body.get(body_len.saturating_sub(TOC_BYTES)..)
@@ -726,8 +749,24 @@ impl Block {
         {
             return Reader::new(body).fail("index sections overlap or leave gaps");
         }
+        Ok(Toc {
+            symbols_offset,
+            series_offsets_offset,
+            n_series,
+            postings_table_offset,
+            n_postings,
+        })
+    }
 
-        let mut r = Reader::new(&body[..series_offsets_offset]);
+    /// The symbol table's strings (sorted and distinct), as places in the index.
+    fn read_symbols(
+        &mut self,
+        body_len: usize,
+        symbols_offset: usize,
+        symbols_end: usize,
+    ) -> encoding::Result<()> {
+        let body = &self.index[..body_len];
+        let mut r = Reader::new(&body[..symbols_end]);
         r.take(symbols_offset)?;
         let n_strings = r.count(1, "symbol")?;
         let mut strings = Vec::with_capacity(n_strings);
@@ -741,17 +780,19 @@ impl Block {
             strings.push((r.pos() - s.len(), s.len()));
         }
         self.strings = strings;
-        self.series_offsets_offset = series_offsets_offset;
-        self.n_series = n_series as u32;
-        self.postings_table_offset = postings_table_offset;
-        self.n_postings = n_postings;
+        Ok(())
+    }
 
+    /// Checks every series entry: label order, chunks within `profiles` and agreeing with the
+    /// profiles' sizes, profiles within the block's time range, and the counts of `meta.json`.
+    fn check_series(&self, body_len: usize, profiles_len: usize) -> encoding::Result<()> {
+        let body = &self.index[..body_len];
         let mut prev_labels: Option<Labels> = None;
         let mut stats = BlockStats {
-            n_series: n_series as u64,
+            n_series: u64::from(self.n_series),
             ..BlockStats::default()
         };
-        for i in 0..n_series as u32 {
+        for i in 0..self.n_series {
             let entry = self.series_entry(i)?;
             if prev_labels.as_ref().is_some_and(|p| *p >= entry.labels) {
                 return Reader::new(body).fail(format!("series {i} is out of label order"));
@@ -807,8 +848,16 @@ impl Block {
         {
             return Reader::new(body).fail("index and meta.json disagree on counts");
         }
+        Ok(())
+    }
+
+    /// Checks every postings entry: known symbols, sorted keys, its bitmap within the postings
+    /// section, readable, and naming only known series.
+    fn check_postings(&self, body_len: usize) -> encoding::Result<()> {
+        let body = &self.index[..body_len];
+        let series_end = self.series_offsets_offset + 8 * self.n_series as usize;
         let mut prev_key = None;
-        for k in 0..n_postings {
+        for k in 0..self.n_postings {
             let (name, value, offset, len) = self.postings_entry(k);
             if name as usize >= self.strings.len() || value as usize >= self.strings.len() {
                 return Reader::new(body)
@@ -818,14 +867,13 @@ impl Block {
                 return Reader::new(body).fail("postings entries are not sorted");
             }
             prev_key = Some((name, value));
-            if offset < series_offsets_offset + 8 * n_series || offset + len > postings_table_offset
-            {
+            if offset < series_end || offset + len > self.postings_table_offset {
                 return Reader::new(body)
                     .fail(format!("postings entry {k} points outside the postings"));
             }
             let bitmap = RoaringBitmap::deserialize_from(&body[offset..offset + len])
                 .or_else(|e| Reader::new(body).fail(format!("postings entry {k}: {e}")))?;
-            if bitmap.max().is_some_and(|m| m >= n_series as u32) {
+            if bitmap.max().is_some_and(|m| m >= self.n_series) {
                 return Reader::new(body)
                     .fail(format!("postings entry {k} names an unknown series"));
             }

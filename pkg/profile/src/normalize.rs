@@ -55,6 +55,21 @@ pub fn normalize_into(
     let pruner = Pruner::new(pprof.string(h.drop_frames), pprof.string(h.keep_frames))
         .map_err(crate::Error::FrameFilter)?;
     let plan = pruner.as_ref().map(|p| PrunePlan::of(pprof, p));
+    let symbols = intern_symbols(pprof, plan.as_ref(), tables);
+    let rows = intern_rows(pprof, plan.as_ref(), &symbols, tables);
+    Ok(split_by_sample_type(pprof, rows))
+}
+
+/// A pprof's strings and locations as ids of the tables they were interned into, by their
+/// index in the pprof.
+struct Symbols {
+    strings: Vec<StringId>,
+    locations: Vec<LocationId>,
+}
+
+/// Step 1: interns the pprof's strings, mappings, functions and locations (each location's lines
+/// past what pruning drops), so that samples can be written as ids.
+fn intern_symbols(pprof: &Pprof, plan: Option<&PrunePlan>, tables: &mut Tables) -> Symbols {
     tables.reserve_symbols(
         pprof.n_strings(),
         pprof.functions().len(),
@@ -100,7 +115,7 @@ pub fn normalize_into(
         .iter()
         .enumerate()
         .map(|(i, loc)| {
-            let dropped = plan.as_ref().map_or(0, |p| p.lines_dropped[i]);
+            let dropped = plan.map_or(0, |p| p.lines_dropped[i]);
             let lines: Box<[Line]> = pprof.lines(loc)[dropped..]
                 .iter()
                 .map(|line| Line {
@@ -121,14 +136,34 @@ pub fn normalize_into(
             tables.intern_location(mapping, address, lines)
         })
         .collect();
+    Symbols { strings, locations }
+}
 
-    // One row per distinct (stack, labels); values for every sample type side by side.
-    let n_types = h.sample_type.len();
+/// The samples of a pprof as rows: one per distinct (stack, label set), with the values of every
+/// sample type side by side (`values[type][row]`).
+struct Rows {
+    stacks: Vec<StackId>,
+    labels: Vec<LabelSetId>,
+    values: Vec<Vec<i64>>,
+}
+
+/// Step 2: interns each sample's stack (pruned) and label set, summing the samples that agree on
+/// both into one row.
+fn intern_rows(
+    pprof: &Pprof,
+    plan: Option<&PrunePlan>,
+    symbols: &Symbols,
+    tables: &mut Tables,
+) -> Rows {
+    let string = |index: i64| symbols.strings[index as usize];
+    let n_types = pprof.header().sample_type.len();
     let n_samples = pprof.n_samples();
     let mut row_of: FxHashMap<(StackId, LabelSetId), usize> = FxHashMap::default();
-    let mut stacks = Vec::with_capacity(n_samples);
-    let mut labels = Vec::with_capacity(n_samples);
-    let mut values: Vec<Vec<i64>> = vec![Vec::with_capacity(n_samples); n_types];
+    let mut rows = Rows {
+        stacks: Vec::with_capacity(n_samples),
+        labels: Vec::with_capacity(n_samples),
+        values: vec![Vec::with_capacity(n_samples); n_types],
+    };
     let mut label_buf = Vec::new();
     // Nearly every sample of a real profile has a stack of its own: reserve for all of them.
     // (The message was size-checked, so this is bounded by the input.)
@@ -140,11 +175,11 @@ pub fn normalize_into(
     for i in 0..n_samples {
         frames.clear();
         let sample_locations = pprof.sample_locations(i);
-        let kept = match &plan {
+        let kept = match plan {
             Some(plan) => kept_frames(sample_locations, |&l| plan.location[l as usize]),
             None => sample_locations,
         };
-        frames.extend(kept.iter().map(|&l| locations[l as usize]));
+        frames.extend(kept.iter().map(|&l| symbols.locations[l as usize]));
         let stack = tables.intern_stack(&frames);
         let sample_labels = pprof.sample_labels(i);
         let label_set = if sample_labels.is_empty() {
@@ -165,18 +200,23 @@ pub fn normalize_into(
             tables.intern_labels(&mut label_buf)
         };
         let row = *row_of.entry((stack, label_set)).or_insert_with(|| {
-            stacks.push(stack);
-            labels.push(label_set);
-            for column in &mut values {
+            rows.stacks.push(stack);
+            rows.labels.push(label_set);
+            for column in &mut rows.values {
                 column.push(0);
             }
-            stacks.len() - 1
+            rows.stacks.len() - 1
         });
-        for (column, &v) in values.iter_mut().zip(pprof.sample_values(i)) {
+        for (column, &v) in rows.values.iter_mut().zip(pprof.sample_values(i)) {
             column[row] = column[row].wrapping_add(v);
         }
     }
+    rows
+}
 
+/// Step 3: one (meta, samples) per sample type, leaving out its zero values.
+fn split_by_sample_type(pprof: &Pprof, rows: Rows) -> Vec<(Meta, Samples)> {
+    let h = pprof.header();
     let value_type = |vt: &proto::ValueType| ValueType {
         kind: pprof.string(vt.r#type).to_owned(),
         unit: pprof.string(vt.unit).to_owned(),
@@ -196,15 +236,15 @@ pub fn normalize_into(
         drop_frames: pprof.string(h.drop_frames).to_owned(),
         keep_frames: pprof.string(h.keep_frames).to_owned(),
     };
-    Ok(h.sample_type
+    h.sample_type
         .iter()
-        .zip(values)
+        .zip(rows.values)
         .map(|(sample_type, column)| {
             let mut samples = Samples::default();
             for (row, v) in column.into_iter().enumerate() {
                 if v != 0 {
-                    samples.stacks.push(stacks[row]);
-                    samples.labels.push(labels[row]);
+                    samples.stacks.push(rows.stacks[row]);
+                    samples.labels.push(rows.labels[row]);
                     samples.values.push(v);
                 }
             }
@@ -216,7 +256,7 @@ pub fn normalize_into(
                 samples,
             )
         })
-        .collect())
+        .collect()
 }
 
 /// Picks the profile of the given sample type (e.g. `alloc_space`), or, with `None`, the one a
