@@ -1334,7 +1334,9 @@ fn agent_unwinds_threads_dlopened_libraries_signal_handlers_and_cpp_exceptions()
     );
     // New mappings are found within a second of the first sample outside the known ones.
     std::thread::sleep(Duration::from_millis(1500));
-    let p = agent.profile("seconds=5");
+    // Five busy threads share two CPUs: 8 s give each well over the 20 samples checked, even
+    // on a machine busy with other work (5 s once left one under).
+    let p = agent.profile("seconds=8");
     assert_attributed(
         &p,
         "threads",

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use parca_pprof::proto;
+use parca_pprof::{ProfileBuilder, proto};
 use parca_symbolize::unwind::StackEnd;
 use parca_symbolize::{ElfObject, Frame, Symbolizer};
 use rustc_hash::FxHashMap;
@@ -151,11 +151,8 @@ pub(crate) fn build(
     options: &BuildOptions,
 ) -> proto::Profile {
     let mut b = Builder::default();
-    b.string(""); // pprof: string 0 is the empty string
-    let samples_s = b.string("samples");
-    let count_s = b.string("count");
-    let cpu_s = b.string("cpu");
-    let ns_s = b.string("nanoseconds");
+    let samples_type = b.pprof.value_type("samples", "count");
+    let cpu_type = b.pprof.value_type("cpu", "nanoseconds");
     let node = (!options.node.is_empty()).then(|| options.node.clone());
 
     let mut samples: FxHashMap<(Vec<u64>, u32), i64> = FxHashMap::default();
@@ -195,8 +192,8 @@ pub(crate) fn build(
             let mut labels = Vec::new();
             let mut add = |b: &mut Builder, k: &str, v: &str| {
                 if !v.is_empty() {
-                    let key = b.string(k);
-                    let str = b.string(v);
+                    let key = b.pprof.string(k);
+                    let str = b.pprof.string(v);
                     labels.push(proto::Label {
                         key,
                         str,
@@ -250,23 +247,13 @@ pub(crate) fn build(
     let time_nanos = nanos_since_epoch(raw.start);
     let duration_nanos = (nanos_since_epoch(raw.end) - time_nanos).max(1);
     proto::Profile {
-        sample_type: vec![proto::ValueType {
-            r#type: samples_s,
-            unit: count_s,
-        }],
+        sample_type: vec![samples_type],
         sample: samples,
-        mapping: b.mappings,
-        location: b.locations,
-        function: b.functions,
-        string_table: b.strings,
         time_nanos,
         duration_nanos,
-        period_type: Some(proto::ValueType {
-            r#type: cpu_s,
-            unit: ns_s,
-        }),
+        period_type: Some(cpu_type),
         period: options.period_ns,
-        ..Default::default()
+        ..b.pprof.finish()
     }
 }
 
@@ -276,55 +263,42 @@ fn nanos_since_epoch(t: SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
-#[derive(Default)]
+/// The agent's pprof: the shared builder, plus its own keys for mappings (per process) and
+/// locations (per mapping and address; per process for addresses in no mapping).
 struct Builder {
-    strings: Vec<String>,
-    string_ids: FxHashMap<String, i64>,
-    mappings: Vec<proto::Mapping>,
+    pprof: ProfileBuilder,
     /// (pid, mapping index in the process) → mapping id.
     mapping_ids: FxHashMap<(u32, usize), u64>,
     kernel_mapping: Option<u64>,
     /// Per mapping: whether a location of it was seen yet.
     mapping_seen: Vec<bool>,
-    locations: Vec<proto::Location>,
     /// (mapping id or 0, address, pid when there is no mapping) → location id.
     location_ids: FxHashMap<(u64, u64, u32), u64>,
-    functions: Vec<proto::Function>,
-    function_ids: FxHashMap<(i64, i64, i64), u64>,
     /// The synthetic frames of truncated stacks, by how they ended.
     truncation_ids: FxHashMap<StackEnd, u64>,
 }
 
-impl Builder {
-    fn string(&mut self, s: &str) -> i64 {
-        if let Some(&id) = self.string_ids.get(s) {
-            return id;
+impl Default for Builder {
+    fn default() -> Builder {
+        Builder {
+            pprof: ProfileBuilder::new(),
+            mapping_ids: FxHashMap::default(),
+            kernel_mapping: None,
+            mapping_seen: Vec::new(),
+            location_ids: FxHashMap::default(),
+            truncation_ids: FxHashMap::default(),
         }
-        let id = self.strings.len() as i64;
-        self.strings.push(s.to_owned());
-        self.string_ids.insert(s.to_owned(), id);
-        id
     }
+}
 
+impl Builder {
     fn function(&mut self, frame: &Frame) -> u64 {
-        let name = self.string(&frame.function);
-        let system_name = self.string(&frame.system_name);
-        let filename = self.string(frame.file.as_deref().unwrap_or(""));
-        let next = self.functions.len() as u64 + 1;
-        let id = *self
-            .function_ids
-            .entry((name, system_name, filename))
-            .or_insert(next);
-        if id == next {
-            self.functions.push(proto::Function {
-                id,
-                name,
-                system_name,
-                filename,
-                start_line: 0,
-            });
-        }
-        id
+        self.pprof.function(
+            &frame.function,
+            &frame.system_name,
+            frame.file.as_deref().unwrap_or(""),
+            0,
+        )
     }
 
     fn location(&mut self, mapping_id: u64, addr: u64, pid: u32, frames: &[Frame]) -> u64 {
@@ -332,22 +306,18 @@ impl Builder {
         if let Some(&id) = self.location_ids.get(&key) {
             return id;
         }
-        let line = frames
+        let lines = frames
             .iter()
-            .map(|f| proto::Line {
-                function_id: self.function(f),
-                line: i64::from(f.line),
-                column: 0,
-            })
+            .map(|f| (self.function(f), i64::from(f.line)))
             .collect::<Vec<_>>();
         if mapping_id != 0 {
-            let m = &mut self.mappings[mapping_id as usize - 1];
-            // pprof reads `has_*` as "every location of the mapping has it", so a symbolizer
-            // skips such mappings: the flags start true and fall at the first location without.
             let first = !self.mapping_seen[mapping_id as usize - 1];
             self.mapping_seen[mapping_id as usize - 1] = true;
+            let m = self.pprof.mapping_mut(mapping_id);
+            // pprof reads `has_*` as "every location of the mapping has it", so a symbolizer
+            // skips such mappings: the flags start true and fall at the first location without.
             let set = |flag: &mut bool, value: bool| *flag = (first || *flag) && value;
-            set(&mut m.has_functions, !line.is_empty());
+            set(&mut m.has_functions, !lines.is_empty());
             set(
                 &mut m.has_filenames,
                 frames.iter().any(|f| f.file.is_some()),
@@ -356,14 +326,7 @@ impl Builder {
             // Lines come from DWARF, which also gave the inlined frames.
             m.has_inline_frames = m.has_line_numbers;
         }
-        let id = self.locations.len() as u64 + 1;
-        self.locations.push(proto::Location {
-            id,
-            mapping_id,
-            address: addr,
-            line,
-            is_folded: false,
-        });
+        let id = self.pprof.add_location(mapping_id, addr, &lines);
         self.location_ids.insert(key, id);
         id
     }
@@ -381,18 +344,7 @@ impl Builder {
             line: 0,
         };
         let function_id = self.function(&frame);
-        let id = self.locations.len() as u64 + 1;
-        self.locations.push(proto::Location {
-            id,
-            mapping_id: 0,
-            address: 0,
-            line: vec![proto::Line {
-                function_id,
-                line: 0,
-                column: 0,
-            }],
-            is_folded: false,
-        });
+        let id = self.pprof.add_location(0, 0, &[(function_id, 0)]);
         self.truncation_ids.insert(end, id);
         id
     }
@@ -401,10 +353,8 @@ impl Builder {
         let mapping_id = match self.kernel_mapping {
             Some(id) => id,
             None => {
-                let filename = self.string(KERNEL_MAPPING);
-                let id = self.mappings.len() as u64 + 1;
-                self.mappings.push(proto::Mapping {
-                    id,
+                let filename = self.pprof.string(KERNEL_MAPPING);
+                let id = self.pprof.add_mapping(proto::Mapping {
                     // The upper half of the address space: where x86-64 kernels live.
                     memory_start: 0xffff_8000_0000_0000,
                     memory_limit: u64::MAX,
@@ -440,14 +390,12 @@ impl Builder {
         let mapping_id = match self.mapping_ids.get(&(pid, index)) {
             Some(&id) => id,
             None => {
-                let filename = self.string(if jit { "[jit]" } else { &mapping.path });
+                let filename = self.pprof.string(if jit { "[jit]" } else { &mapping.path });
                 let build_id = match mapping.object.as_ref().and_then(|o| o.build_id.as_ref()) {
-                    Some(id) => self.string(&id.to_string()),
+                    Some(id) => self.pprof.string(&id.to_string()),
                     None => 0,
                 };
-                let id = self.mappings.len() as u64 + 1;
-                self.mappings.push(proto::Mapping {
-                    id,
+                let id = self.pprof.add_mapping(proto::Mapping {
                     memory_start: mapping.start,
                     memory_limit: mapping.end,
                     file_offset: mapping.offset,

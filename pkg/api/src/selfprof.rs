@@ -1,7 +1,6 @@
 //! The server profiles itself: `/debug/pprof/profile?seconds=N` answers a CPU profile of this
 //! process in pprof, as Go's net/http/pprof does, so the server can scrape itself.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -104,25 +103,11 @@ fn is_profiler_frame(name: &str) -> bool {
 /// Our pprof of a pprof-rs report: one location per address, with inlined frames as its lines.
 fn to_pprof(report: &pprof::Report, window: Duration) -> proto::Profile {
     let period_ns = 1_000_000_000 / i64::from(FREQUENCY_HZ);
-    let mut strings: Vec<String> = ["", "samples", "count", "cpu", "nanoseconds", "thread"]
-        .map(String::from)
-        .to_vec();
-    let mut string_ids: HashMap<String, i64> = strings
-        .iter()
-        .enumerate()
-        .map(|(i, s)| (s.clone(), i as i64))
-        .collect();
-    let mut intern = |s: String| -> i64 {
-        *string_ids.entry(s).or_insert_with_key(|s| {
-            strings.push(s.clone());
-            strings.len() as i64 - 1
-        })
-    };
-    let mut functions: HashMap<(i64, i64), u64> = HashMap::new();
-    let mut function_list: Vec<proto::Function> = Vec::new();
-    let mut locations: HashMap<Vec<(u64, i64)>, u64> = HashMap::new();
-    let mut location_list: Vec<proto::Location> = Vec::new();
-    let mut samples = Vec::new();
+    let mut b = parca_pprof::ProfileBuilder::new();
+    let samples = b.value_type("samples", "count");
+    let cpu = b.value_type("cpu", "nanoseconds");
+    let thread = b.string("thread");
+    let mut lines = Vec::new();
     for (frames, &count) in &report.data {
         let mut location_id = Vec::with_capacity(frames.frames.len());
         // The profiler's own frames (its signal handler walking the stack) sit at the leaf of
@@ -134,58 +119,30 @@ fn to_pprof(report: &pprof::Report, window: Duration) -> proto::Profile {
             .rposition(|symbols| symbols.iter().any(|s| is_profiler_frame(&s.name())))
             .map_or(0, |i| i + 1);
         for symbols in &frames.frames[own..] {
-            let mut lines = Vec::with_capacity(symbols.len());
+            lines.clear();
             for symbol in symbols {
-                let name = intern(symbol.name());
-                let file = intern(
-                    symbol
-                        .filename
-                        .as_ref()
-                        .map(|f| f.display().to_string())
-                        .unwrap_or_default(),
-                );
-                let next = function_list.len() as u64 + 1;
-                let function = *functions.entry((name, file)).or_insert_with(|| {
-                    function_list.push(proto::Function {
-                        id: next,
-                        name,
-                        system_name: name,
-                        filename: file,
-                        start_line: 0,
-                    });
-                    next
-                });
+                let name = symbol.name();
+                let file = symbol
+                    .filename
+                    .as_ref()
+                    .map(|f| f.display().to_string())
+                    .unwrap_or_default();
+                let function = b.function(&name, &name, &file, 0);
                 lines.push((function, i64::from(symbol.lineno.unwrap_or(0))));
             }
-            let next = location_list.len() as u64 + 1;
-            let id = *locations.entry(lines.clone()).or_insert_with(|| {
-                location_list.push(proto::Location {
-                    id: next,
-                    line: lines
-                        .iter()
-                        .map(|&(function_id, line)| proto::Line {
-                            function_id,
-                            line,
-                            column: 0,
-                        })
-                        .collect(),
-                    ..Default::default()
-                });
-                next
-            });
-            location_id.push(id);
+            location_id.push(b.location(0, 0, &lines));
         }
         let count = count as i64;
-        let thread = intern(frames.thread_name.clone());
-        samples.push(proto::Sample {
+        let thread_name = b.string(&frames.thread_name);
+        b.sample(
             location_id,
-            value: vec![count, count * period_ns],
-            label: vec![proto::Label {
-                key: 5,
-                str: thread,
+            vec![count, count * period_ns],
+            vec![proto::Label {
+                key: thread,
+                str: thread_name,
                 ..Default::default()
             }],
-        });
+        );
     }
     let start = report
         .timing
@@ -193,19 +150,12 @@ fn to_pprof(report: &pprof::Report, window: Duration) -> proto::Profile {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as i64);
     proto::Profile {
-        sample_type: vec![
-            proto::ValueType { r#type: 1, unit: 2 },
-            proto::ValueType { r#type: 3, unit: 4 },
-        ],
-        sample: samples,
-        location: location_list,
-        function: function_list,
-        string_table: strings,
+        sample_type: vec![samples, cpu],
         time_nanos: start,
         duration_nanos: window.as_nanos() as i64,
-        period_type: Some(proto::ValueType { r#type: 3, unit: 4 }),
+        period_type: Some(cpu),
         period: period_ns,
-        ..Default::default()
+        ..b.finish()
     }
 }
 

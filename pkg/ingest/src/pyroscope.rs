@@ -373,15 +373,9 @@ fn folded_profile(body: &[u8], sample_rate: i64) -> Result<Profile, Error> {
             fault: format!("sampleRate must be positive, got {sample_rate}"),
         });
     }
-    let mut strings = vec![String::new(), "samples".into(), "count".into()];
-    strings.extend(["cpu".into(), "nanoseconds".into()]);
-    let mut profile = proto::Profile {
-        sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
-        period_type: Some(proto::ValueType { r#type: 3, unit: 4 }),
-        period: 1_000_000_000 / sample_rate,
-        ..Default::default()
-    };
-    let mut function_of = std::collections::HashMap::new();
+    let mut b = parca_pprof::ProfileBuilder::new();
+    let samples = b.value_type("samples", "count");
+    let cpu = b.value_type("cpu", "nanoseconds");
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() {
@@ -393,36 +387,22 @@ fn folded_profile(body: &[u8], sample_rate: i64) -> Result<Profile, Error> {
         let count: i64 = count.parse().map_err(|_| Error::Ingest {
             fault: format!("folded line {}: `{count}` is not a number", n + 1),
         })?;
-        let mut location_id = Vec::new();
-        for frame in stack.split(';').rev() {
-            let next = function_of.len() as u64 + 1;
-            let id = *function_of.entry(frame.to_owned()).or_insert_with(|| {
-                strings.push(frame.to_owned());
-                profile.function.push(proto::Function {
-                    id: next,
-                    name: strings.len() as i64 - 1,
-                    ..Default::default()
-                });
-                profile.location.push(proto::Location {
-                    id: next,
-                    line: vec![proto::Line {
-                        function_id: next,
-                        line: 0,
-                        column: 0,
-                    }],
-                    ..Default::default()
-                });
-                next
-            });
-            location_id.push(id);
-        }
-        profile.sample.push(proto::Sample {
-            location_id,
-            value: vec![count],
-            label: Vec::new(),
-        });
+        let location_id = stack
+            .split(';')
+            .rev()
+            .map(|frame| {
+                let function = b.function(frame, "", "", 0);
+                b.location(0, 0, &[(function, 0)])
+            })
+            .collect();
+        b.sample(location_id, vec![count], Vec::new());
     }
-    profile.string_table = strings;
+    let profile = proto::Profile {
+        sample_type: vec![samples],
+        period_type: Some(cpu),
+        period: 1_000_000_000 / sample_rate,
+        ..b.finish()
+    };
     let pprof = parca_pprof::Pprof::from_proto(&profile).map_err(parca_profile::Error::from)?;
     Ok(parca_profile::from_pprof(&pprof)?
         .pop()

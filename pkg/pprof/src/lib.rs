@@ -34,6 +34,7 @@
 //! assert_eq!(decoded.string(decoded.header().sample_type[0].r#type), "samples");
 //! ```
 
+mod builder;
 mod decode;
 mod encode;
 mod error;
@@ -41,6 +42,7 @@ mod legacy;
 pub mod proto;
 mod wire;
 
+pub use builder::ProfileBuilder;
 pub use decode::{DecodeOptions, Header, Line, Location, Pprof, decode, decompress};
 pub use encode::encode;
 pub use error::Error;

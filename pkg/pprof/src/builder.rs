@@ -1,0 +1,154 @@
+//! Building pprof messages: the one interner of strings, functions, mappings and locations that
+//! everything writing pprof uses (the server's own profiles, Pyroscope's folded pushes, the
+//! agent).
+
+use rustc_hash::FxHashMap;
+
+use crate::proto;
+
+/// A `proto::Profile` under construction: strings and functions are interned, mappings,
+/// locations and samples appended, ids assigned as pprof wants them (from 1, in order).
+///
+/// ```
+/// use parca_pprof::ProfileBuilder;
+///
+/// let mut b = ProfileBuilder::new();
+/// let main = b.function("main", "main", "main.c", 0);
+/// let here = b.location(0, 0x1000, &[(main, 3)]);
+/// b.sample(vec![here], vec![42], Vec::new());
+/// let samples = b.value_type("samples", "count");
+/// let mut profile = b.finish();
+/// profile.sample_type = vec![samples];
+/// assert_eq!(profile.string_table[profile.function[0].name as usize], "main");
+/// assert_eq!(profile.sample[0].location_id, [1]);
+/// ```
+#[derive(Debug, Default)]
+pub struct ProfileBuilder {
+    profile: proto::Profile,
+    string_ids: FxHashMap<String, i64>,
+    function_ids: FxHashMap<(i64, i64, i64, i64), u64>,
+    location_ids: FxHashMap<LocationKey, u64>,
+}
+
+/// A location's identity: mapping id, address, and its lines (function id, line number).
+type LocationKey = (u64, u64, Vec<(u64, i64)>);
+
+impl ProfileBuilder {
+    /// An empty profile: its string table holds only `""`, as pprof requires.
+    pub fn new() -> ProfileBuilder {
+        let mut b = ProfileBuilder::default();
+        b.string("");
+        b
+    }
+
+    /// The index of `s` in the string table, added on first use.
+    pub fn string(&mut self, s: &str) -> i64 {
+        if let Some(&id) = self.string_ids.get(s) {
+            return id;
+        }
+        let id = self.profile.string_table.len() as i64;
+        self.profile.string_table.push(s.to_owned());
+        self.string_ids.insert(s.to_owned(), id);
+        id
+    }
+
+    /// A value type (`samples`/`count`, `cpu`/`nanoseconds`) with its strings interned.
+    pub fn value_type(&mut self, kind: &str, unit: &str) -> proto::ValueType {
+        proto::ValueType {
+            r#type: self.string(kind),
+            unit: self.string(unit),
+        }
+    }
+
+    /// The id of the function with these fields, added on first use.
+    pub fn function(
+        &mut self,
+        name: &str,
+        system_name: &str,
+        filename: &str,
+        start_line: i64,
+    ) -> u64 {
+        let key = (
+            self.string(name),
+            self.string(system_name),
+            self.string(filename),
+            start_line,
+        );
+        if let Some(&id) = self.function_ids.get(&key) {
+            return id;
+        }
+        let id = self.profile.function.len() as u64 + 1;
+        self.profile.function.push(proto::Function {
+            id,
+            name: key.0,
+            system_name: key.1,
+            filename: key.2,
+            start_line,
+        });
+        self.function_ids.insert(key, id);
+        id
+    }
+
+    /// Appends `mapping` (its `id` is assigned) and returns its id.
+    pub fn add_mapping(&mut self, mapping: proto::Mapping) -> u64 {
+        let id = self.profile.mapping.len() as u64 + 1;
+        self.profile.mapping.push(proto::Mapping { id, ..mapping });
+        id
+    }
+
+    /// The mapping `id` (from [`ProfileBuilder::add_mapping`]), to update its flags.
+    ///
+    /// # Panics
+    ///
+    /// When `id` was not returned by this builder.
+    pub fn mapping_mut(&mut self, id: u64) -> &mut proto::Mapping {
+        &mut self.profile.mapping[id as usize - 1]
+    }
+
+    /// The id of the location at `address` in mapping `mapping_id` (0: none) whose lines are
+    /// `lines` (function id, line number; innermost first), added on first use.
+    pub fn location(&mut self, mapping_id: u64, address: u64, lines: &[(u64, i64)]) -> u64 {
+        let key = (mapping_id, address, lines.to_vec());
+        if let Some(&id) = self.location_ids.get(&key) {
+            return id;
+        }
+        let id = self.add_location(mapping_id, address, lines);
+        self.location_ids.insert(key, id);
+        id
+    }
+
+    /// Appends a location without looking for an equal one (for callers that key locations
+    /// their own way) and returns its id.
+    pub fn add_location(&mut self, mapping_id: u64, address: u64, lines: &[(u64, i64)]) -> u64 {
+        let id = self.profile.location.len() as u64 + 1;
+        self.profile.location.push(proto::Location {
+            id,
+            mapping_id,
+            address,
+            line: lines
+                .iter()
+                .map(|&(function_id, line)| proto::Line {
+                    function_id,
+                    line,
+                    column: 0,
+                })
+                .collect(),
+            is_folded: false,
+        });
+        id
+    }
+
+    /// Appends a sample.
+    pub fn sample(&mut self, location_id: Vec<u64>, value: Vec<i64>, label: Vec<proto::Label>) {
+        self.profile.sample.push(proto::Sample {
+            location_id,
+            value,
+            label,
+        });
+    }
+
+    /// The profile: tables and samples; the caller sets the header (sample types, period, times).
+    pub fn finish(self) -> proto::Profile {
+        self.profile
+    }
+}
