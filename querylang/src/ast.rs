@@ -80,6 +80,14 @@ pub struct Selector {
     pub range: Option<Duration>,
 }
 
+/// A profile-type name that is not of the form `name:sample_type:sample_unit:period_type:period_unit[:delta]`;
+/// the message says which part is wrong and how to write it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct InvalidProfileTypeName {
+    reason: String,
+}
+
 /// A Parca profile type name, `name:sample_type:sample_unit:period_type:period_unit[:delta]`,
 /// as in `process_cpu:samples:count:cpu:nanoseconds:delta`. It is the value of the `__name__`
 /// label of the series that hold such profiles.
@@ -99,9 +107,9 @@ impl ProfileTypeName {
 
     /// Parses a whole name such as a `__name__` value; the error says what is wrong with it,
     /// as a query's would.
-    pub fn parse(text: &str) -> Result<ProfileTypeName, String> {
+    pub fn parse(text: &str) -> Result<ProfileTypeName, InvalidProfileTypeName> {
         match ProfileTypeName::problem(text) {
-            Some(problem) => Err(problem),
+            Some(reason) => Err(InvalidProfileTypeName { reason }),
             None => Ok(ProfileTypeName(text.to_owned())),
         }
     }

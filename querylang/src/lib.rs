@@ -76,8 +76,8 @@ mod parser;
 mod print;
 
 pub use ast::{
-    AggregateOp, Expr, ExprKind, Grouping, LabelMatcher, MatchOp, ProfileTypeName, Selector,
-    StackFilter, StackFilterOp, ValueType,
+    AggregateOp, Expr, ExprKind, Grouping, InvalidProfileTypeName, LabelMatcher, MatchOp,
+    ProfileTypeName, Selector, StackFilter, StackFilterOp, ValueType,
 };
 pub use error::{Expected, ParseError, Span};
 pub use names::{is_valid_label_name, sanitize_label_name};

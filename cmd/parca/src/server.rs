@@ -111,7 +111,7 @@ pub struct ServerArgs {
     log_format: String,
 }
 
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, parca_api::ParamError> {
     parca_api::parse_duration_ms(text).map(|ms| Duration::from_millis(ms as u64))
 }
 

@@ -50,7 +50,7 @@ use tokio::net::TcpListener;
 
 pub use metrics::ApiMetrics;
 pub use ops::{ActiveTarget, BuildInfo, Control, DroppedTarget, ProfileHealth, TargetsReport};
-pub use params::{Params, parse_duration_ms, parse_time_ms};
+pub use params::{ParamError, Params, parse_duration_ms, parse_time_ms};
 pub use response::{ApiError, Body, ErrorType};
 pub use selfprof::warm_up as warm_up_self_profiling;
 

@@ -71,41 +71,68 @@ impl Params {
     }
 }
 
+/// A time or duration parameter that cannot be read; the message says what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParamError {
+    /// A number that is not finite (`inf`, `NaN`).
+    #[error("`{0}` is not a finite time")]
+    NotFinite(String),
+    /// A time too far from the epoch for milliseconds in an `i64`.
+    #[error("`{0}` is out of range")]
+    OutOfRange(String),
+    /// Neither Unix seconds nor RFC 3339.
+    #[error(
+        "cannot parse `{0}` as a time: use Unix seconds (1700000000.5) or RFC 3339 (2026-01-02T15:04:05Z)"
+    )]
+    NotATime(String),
+    /// Seconds that are negative, not finite or absurdly many.
+    #[error("`{0}` is not a valid duration")]
+    InvalidSeconds(String),
+    /// Neither seconds nor a PromQL duration.
+    #[error("cannot parse `{value}` as a duration: {reason}; or give seconds, such as 30 or 0.5")]
+    NotADuration {
+        /// The text given.
+        value: String,
+        /// Why it is not a PromQL duration.
+        reason: String,
+    },
+    /// A duration longer than `i64` milliseconds hold.
+    #[error("`{0}` is too long a duration")]
+    TooLong(String),
+}
+
 /// A time as Prometheus takes it: Unix seconds (possibly fractional) or RFC 3339.
-pub fn parse_time_ms(value: &str) -> Result<i64, String> {
+pub fn parse_time_ms(value: &str) -> Result<i64, ParamError> {
     if let Ok(seconds) = value.parse::<f64>() {
         if !seconds.is_finite() {
-            return Err(format!("`{value}` is not a finite time"));
+            return Err(ParamError::NotFinite(value.to_owned()));
         }
         let ms = (seconds * 1000.0).round();
         if ms.abs() > 9.2e15 {
-            return Err(format!("`{value}` is out of range"));
+            return Err(ParamError::OutOfRange(value.to_owned()));
         }
         return Ok(ms as i64);
     }
     value
         .parse::<jiff::Timestamp>()
         .map(|t| t.as_millisecond())
-        .map_err(|_| {
-            format!(
-                "cannot parse `{value}` as a time: use Unix seconds (1700000000.5) or RFC 3339 (2026-01-02T15:04:05Z)"
-            )
-        })
+        .map_err(|_| ParamError::NotATime(value.to_owned()))
 }
 
 /// A duration as Prometheus takes it: seconds (possibly fractional) or a PromQL duration such
 /// as `5m`, `1h30m` or `500ms`.
-pub fn parse_duration_ms(value: &str) -> Result<i64, String> {
+pub fn parse_duration_ms(value: &str) -> Result<i64, ParamError> {
     if let Ok(seconds) = value.parse::<f64>() {
         if !seconds.is_finite() || !(0.0..=9.2e12).contains(&seconds) {
-            return Err(format!("`{value}` is not a valid duration"));
+            return Err(ParamError::InvalidSeconds(value.to_owned()));
         }
         return Ok((seconds * 1000.0).round() as i64);
     }
-    let d = parca_querylang::duration::parse(value).map_err(|e| {
-        format!("cannot parse `{value}` as a duration: {e}; or give seconds, such as 30 or 0.5")
+    let d = parca_querylang::duration::parse(value).map_err(|e| ParamError::NotADuration {
+        value: value.to_owned(),
+        reason: e.to_string(),
     })?;
-    i64::try_from(d.as_millis()).map_err(|_| format!("`{value}` is too long a duration"))
+    i64::try_from(d.as_millis()).map_err(|_| ParamError::TooLong(value.to_owned()))
 }
 
 #[cfg(test)]
@@ -121,7 +148,12 @@ mod tests {
             parse_time_ms("2023-11-14T23:13:20+01:00"),
             Ok(1_700_000_000_000)
         );
-        assert!(parse_time_ms("yesterday").unwrap_err().contains("RFC 3339"));
+        assert!(
+            parse_time_ms("yesterday")
+                .unwrap_err()
+                .to_string()
+                .contains("RFC 3339")
+        );
     }
 
     #[test]

@@ -262,25 +262,31 @@ impl Symbolizer {
     }
 
     fn reload_kallsyms(&mut self) {
+        // Why it failed is kept for `kernel_error`; the first load returns it too.
+        let _ = self.try_reload_kallsyms();
+    }
+
+    fn try_reload_kallsyms(&mut self) -> Result<usize, Error> {
         self.kernel_loaded_at = Some(Instant::now());
         self.kernel_memo.clear();
         match Kallsyms::load(&self.options.kallsyms_path) {
             Ok(k) => {
+                let n = k.len();
                 self.kernel = Some(k);
                 self.kernel_error = None;
+                Ok(n)
             }
-            Err(e) => self.kernel_error = Some(format!("{e}")),
+            Err(e) => {
+                self.kernel_error = Some(format!("{e}"));
+                Err(e)
+            }
         }
     }
 
-    /// Loads kallsyms now; the error says why kernel frames will stay unsymbolized.
-    pub fn load_kallsyms(&mut self) -> Result<usize, String> {
-        self.reload_kallsyms();
-        match (&self.kernel, &self.kernel_error) {
-            (_, Some(e)) => Err(e.clone()),
-            (Some(k), None) => Ok(k.len()),
-            (None, None) => Ok(0),
-        }
+    /// Loads kallsyms now (the number of symbols); the error says why kernel frames will stay
+    /// unsymbolized.
+    pub fn load_kallsyms(&mut self) -> Result<usize, Error> {
+        self.try_reload_kallsyms()
     }
 
     /// Why kernel frames are not symbolized, if they are not.
