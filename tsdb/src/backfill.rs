@@ -19,6 +19,7 @@ use parca_profile::{Importer, Meta, Profile, Tables};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::block::{BlockMeta, BlockWriter, Compaction, SealedBlock};
+use crate::db::series_meta;
 use crate::head::{ExtractedSeries, StoredProfile};
 use crate::labels::{Labels, NAME_LABEL};
 use crate::{Error, Options};
@@ -264,17 +265,6 @@ fn window_start(timestamp_ms: i64, block_duration_ms: i64) -> i64 {
     timestamp_ms
         .div_euclid(block_duration_ms)
         .saturating_mul(block_duration_ms)
-}
-
-/// What a series keeps of its first profile's meta: types, comments and frame filters.
-fn series_meta(meta: &Meta) -> Meta {
-    Meta {
-        time_nanos: 0,
-        duration_nanos: 0,
-        period: 0,
-        capture_id: 0,
-        ..meta.clone()
-    }
 }
 
 /// Writes one window's profiles as a level-1 block over the window, under its temporary name.

@@ -700,8 +700,8 @@ pub(crate) fn heal_wal(inner: &Inner) -> Result<bool, Error> {
 }
 
 /// What a series keeps of its first profile's meta: types, comments and frame filters, not
-/// time or capture.
-fn series_meta(meta: &Meta) -> Meta {
+/// time or capture (the head's appends and backfilled blocks alike).
+pub(crate) fn series_meta(meta: &Meta) -> Meta {
     Meta {
         time_nanos: 0,
         duration_nanos: 0,
