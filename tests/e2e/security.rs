@@ -434,6 +434,20 @@ fn limits_and_gates_name_their_flags() {
     assert!(slow.body.contains("--query-timeout"), "{slow:?}");
 
     // A second request while one is answered: 429 naming the flag; probes still answer.
+    // The refused query above may hold its place until its work stops: wait for the place.
+    poll(
+        "the timed-out query to free its place",
+        Duration::from_secs(20),
+        Duration::from_millis(50),
+        || {
+            let got = curl(d, &[&format!("{base}/api/v1/labels")]);
+            if got.status == 200 {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    );
     // A request held open for as long as the test wants: a chunked body fed from a pipe the
     // test keeps open (the server admits a request before it reads the body).
     let mut held = Command::new("curl")
@@ -459,7 +473,14 @@ fn limits_and_gates_name_their_flags() {
         Duration::from_millis(50),
         || {
             if let Ok(Some(status)) = held.try_wait() {
-                panic!("the held request ended early ({status}): it must hold its place");
+                let mut code = String::new();
+                if let Some(mut out) = held.stdout.take() {
+                    use std::io::Read as _;
+                    let _ = out.read_to_string(&mut code);
+                }
+                panic!(
+                    "the held request ended early ({status}, HTTP {code}): it must hold its place"
+                );
             }
             let got = curl(d, &[&format!("{base}/api/v1/labels")]);
             if got.status == 429 {
