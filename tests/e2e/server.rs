@@ -1022,7 +1022,7 @@ fn the_servers_heap_profile_leaves_out_the_allocators_frames() {
 
 /// The server's own CPU profile names the code that ran as each sample's leaf, not the
 /// profiler's signal handler walking the stack (`backtrace::backtrace::libunwind::trace` was the
-/// leaf of every sample).
+/// leaf of every sample with pprof-rs).
 #[test]
 fn the_servers_cpu_profile_leaves_out_the_profilers_frames() {
     let server = Server::start(&parca_binary(false), &[], |_| {
@@ -1046,10 +1046,79 @@ fn the_servers_cpu_profile_leaves_out_the_profilers_frames() {
     let leaves = leaves_of(&r.body, "cpu");
     for leaf in &leaves {
         assert!(
-            !["backtrace::", "<pprof::", "pprof::", "perf_signal_handler"]
-                .iter()
-                .any(|p| leaf.starts_with(p)),
+            ![
+                "backtrace::",
+                "parca_selfprof::",
+                "on_sigprof",
+                "__restore_rt"
+            ]
+            .iter()
+            .any(|p| leaf.starts_with(p)),
             "a profiler frame is a leaf: {leaf} (leaves: {leaves:?})"
+        );
+    }
+}
+
+/// Every frame of the server's own profiles has its full path: inlined functions were named
+/// `poll`, `run`, `new` or `{closure#0}`, so different functions fell into one row of the top
+/// table (issue 15, point 5).
+#[test]
+fn the_servers_own_profiles_name_frames_with_their_full_paths() {
+    let server = Server::start(&parca_binary(false), &[], |_| {
+        "scrape_configs: []\n".to_owned()
+    });
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let cpu = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = server.get("/api/v1/labels");
+            }
+        });
+        let r = server.get("/debug/pprof/profile?seconds=3");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        worker.join().expect("worker");
+        r
+    });
+    let heap = server.get("/debug/pprof/heap").expect("heap profile");
+    for (kind, r) in [("cpu", cpu.expect("cpu profile")), ("heap", heap)] {
+        assert_eq!(r.status, 200, "{kind}: {}", r.text());
+        let pprof = parca_pprof::decode(&r.body, &Default::default()).expect("decodes");
+        let names: Vec<String> = pprof
+            .to_proto()
+            .function
+            .iter()
+            .map(|f| pprof.string(f.name).to_owned())
+            .collect();
+        let bare: Vec<&String> = names
+            .iter()
+            .filter(|n| {
+                [
+                    "poll",
+                    "run",
+                    "new",
+                    "call_once",
+                    "{closure#0}",
+                    "{{closure}}",
+                    "alloc",
+                ]
+                .contains(&n.as_str())
+            })
+            .collect();
+        assert!(
+            bare.is_empty(),
+            "{kind}: functions without their path: {bare:?}"
+        );
+        assert!(
+            names.iter().any(|n| n.starts_with("tokio::runtime::")),
+            "{kind}: no tokio::runtime:: frame in {names:?}"
+        );
+        let mangled: Vec<&String> = names
+            .iter()
+            .filter(|n| n.starts_with("_ZN") || n.starts_with("_R") || n.contains("$LT$"))
+            .collect();
+        assert!(
+            mangled.is_empty(),
+            "{kind}: names left mangled: {mangled:?}"
         );
     }
 }

@@ -282,38 +282,6 @@ fn active_target(status: &parca_scrape::TargetStatus) -> parca_api::ActiveTarget
     }
 }
 
-/// The allocator's own frames in the server's heap profile: jemalloc's sampler and entry points,
-/// Rust's allocation shims and raw vectors' growth. Set as the profile's `drop_frames` (google/pprof's regex syntax,
-/// anchored), so every reader, our ingest included, shows the code that allocated as the leaf,
-/// as Go's and gperftools' heap profiles do for their allocators.
-const ALLOCATOR_FRAMES: &str = concat!(
-    r"prof_.*|_rjem_.*|je_.*|imalloc.*|irallocx.*|ialloc.*|do_rallocx|",
-    r"malloc|calloc|realloc|free|posix_memalign|aligned_alloc|mallocx|rallocx|sdallocx|",
-    r"(__rustc::)?__rust_(alloc|alloc_zeroed|realloc|dealloc)|__rdl_.*|",
-    r"alloc::alloc::.*|<alloc::alloc::Global.*|",
-    // Growing a vector or boxing, the way runtime.growslice is the allocator's part in Go.
-    r"<?alloc::raw_vec::.*|alloc::boxed::box_new_uninit|",
-    r"<tikv_jemallocator::Jemalloc as core::alloc::global::GlobalAlloc>::.*"
-);
-
-/// The server's heap in use, from jemalloc's sampling profiler, as gzipped pprof, with the
-/// allocator's frames marked for dropping ([`ALLOCATOR_FRAMES`]).
-fn heap_profile() -> Result<Vec<u8>, String> {
-    let ctl = jemalloc_pprof::PROF_CTL
-        .as_ref()
-        .ok_or("jemalloc heap profiling is not enabled in this build")?;
-    let dump = ctl
-        .blocking_lock()
-        .dump_pprof()
-        .map_err(|e| format!("cannot dump the heap profile: {e}"))?;
-    let mut profile = parca_pprof::decode(&dump, &parca_pprof::DecodeOptions::default())
-        .map_err(|e| format!("jemalloc's heap profile does not decode: {e}"))?
-        .to_proto();
-    profile.string_table.push(ALLOCATOR_FRAMES.to_owned());
-    profile.drop_frames = profile.string_table.len() as i64 - 1;
-    Ok(parca_pprof::encode(&profile, true))
-}
-
 /// Runs the server until SIGTERM or SIGINT.
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     init_logging(&args);
@@ -372,7 +340,7 @@ async fn serve(
                 .unwrap_or("unknown")
                 .to_owned(),
         },
-        heap_profile: Some(heap_profile),
+        heap_profile: Some(parca_selfprof::heap_profile),
         security: Arc::new(security),
         lifecycle: args.web_enable_lifecycle,
         push: args.web_enable_push,
@@ -414,7 +382,6 @@ async fn serve(
         auth = api_auth,
         "listening"
     );
-    tokio::task::spawn_blocking(parca_api::warm_up_self_profiling);
 
     let storage_path = args.storage_path.clone();
     let storage_options = parca_tsdb::Options {

@@ -52,7 +52,6 @@ pub use metrics::ApiMetrics;
 pub use ops::{ActiveTarget, BuildInfo, Control, DroppedTarget, ProfileHealth, TargetsReport};
 pub use params::{ParamError, Params, parse_duration_ms, parse_time_ms};
 pub use response::{ApiError, Body, ErrorType};
-pub use selfprof::warm_up as warm_up_self_profiling;
 
 /// What the API is configured with.
 #[derive(Debug, Clone)]
@@ -124,8 +123,9 @@ pub type ServedBody = http_body_util::combinators::UnsyncBoxBody<
     Box<dyn std::error::Error + Send + Sync + 'static>,
 >;
 
-/// Dumps the process's heap profile as gzipped pprof, or says why it cannot.
-pub type HeapProfile = fn() -> Result<Vec<u8>, String>;
+/// Takes the process's heap profile, or says why it cannot (the binary's allocator decides
+/// whether there is one: [`parca_selfprof::heap_profile`] for jemalloc).
+pub type HeapProfile = fn() -> Result<parca_pprof::proto::Profile, parca_selfprof::Error>;
 
 impl Default for Options {
     fn default() -> Self {

@@ -208,6 +208,41 @@ impl Collector for StoreCollector {
             let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
             gauge.encode(metric)?;
         }
+        if let Some(memory) = parca_selfprof::memory_stats() {
+            let gauges: [(&str, &str, u64); 3] = [
+                (
+                    "parca_memory_heap_allocated_bytes",
+                    "Bytes of heap the server holds (jemalloc)",
+                    memory.heap_allocated_bytes,
+                ),
+                (
+                    "parca_memory_heap_resident_bytes",
+                    "Bytes of memory the allocator holds: the heap, its metadata and free pages not yet returned",
+                    memory.heap_resident_bytes,
+                ),
+                (
+                    "process_resident_memory_bytes",
+                    "Resident memory of the server (VmRSS)",
+                    memory.resident_bytes,
+                ),
+            ];
+            for (name, help, value) in gauges {
+                let gauge = ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX));
+                let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+                gauge.encode(metric)?;
+            }
+            if stats.n_samples > 0 {
+                let per_sample =
+                    ConstGauge::new(memory.heap_allocated_bytes as f64 / stats.n_samples as f64);
+                let metric = encoder.encode_descriptor(
+                    "parca_memory_heap_bytes_per_stored_sample",
+                    "Heap the server holds per stack-value pair stored (blocks and head)",
+                    None,
+                    per_sample.metric_type(),
+                )?;
+                per_sample.encode(metric)?;
+            }
+        }
         let errors = ConstCounter::new(stats.n_wal_write_errors);
         let metric = encoder.encode_descriptor(
             "parca_tsdb_wal_write_errors",

@@ -41,6 +41,31 @@ impl ProfileBuilder {
         b
     }
 
+    /// Resumes building `profile`: its strings, functions and locations are found by later
+    /// calls as if this builder had added them (to add what a decoded profile lacks, such as
+    /// the lines of its unsymbolized locations: [`ProfileBuilder::location_mut`]).
+    pub fn from_profile(profile: proto::Profile) -> ProfileBuilder {
+        let mut b = ProfileBuilder::default();
+        for (id, s) in profile.string_table.iter().enumerate() {
+            b.string_ids.entry(s.clone()).or_insert(id as i64);
+        }
+        for f in &profile.function {
+            let key = (f.name, f.system_name, f.filename, f.start_line);
+            b.function_ids.entry(key).or_insert(f.id);
+        }
+        for l in &profile.location {
+            let lines = l.line.iter().map(|l| (l.function_id, l.line)).collect();
+            b.location_ids
+                .entry((l.mapping_id, l.address, lines))
+                .or_insert(l.id);
+        }
+        b.profile = profile;
+        if b.profile.string_table.is_empty() {
+            b.string("");
+        }
+        b
+    }
+
     /// The index of `s` in the string table, added on first use.
     pub fn string(&mut self, s: &str) -> i64 {
         if let Some(&id) = self.string_ids.get(s) {
@@ -136,6 +161,17 @@ impl ProfileBuilder {
             is_folded: false,
         });
         id
+    }
+
+    /// The location at `index` in the location table (not its id: decoded profiles may number
+    /// them their own way), to set its lines. The builder does not find it again by its new
+    /// lines.
+    ///
+    /// # Panics
+    ///
+    /// When there are not that many locations.
+    pub fn location_mut(&mut self, index: usize) -> &mut proto::Location {
+        &mut self.profile.location[index]
     }
 
     /// Appends a sample.

@@ -27,16 +27,14 @@ fn is_rust_legacy(name: &str) -> bool {
     let Some(body) = name.strip_prefix("_ZN") else {
         return false;
     };
-    // A `.llvm.123`-style suffix may follow the final `E`.
-    let body = body.split('.').next().unwrap_or(body);
-    let Some(body) = body.strip_suffix('E') else {
-        return false;
-    };
-    let Some(start) = body.len().checked_sub(19) else {
-        return false;
-    };
-    let (marker, hash) = body[start..].split_at(3);
-    marker == "17h" && hash.bytes().all(|b| b.is_ascii_hexdigit())
+    // The hash element, the final `E`, then perhaps a `.llvm.123`-style suffix. Path elements
+    // may hold dots themselves (`..` stands for `::` in `_$LT$a..b$GT$`).
+    body.match_indices("17h").any(|(i, _)| {
+        let rest = &body[i + 3..];
+        rest.len() > 16
+            && rest.as_bytes()[..16].iter().all(u8::is_ascii_hexdigit)
+            && (rest[16..] == *"E" || rest[16..].starts_with("E."))
+    })
 }
 
 #[cfg(test)]
@@ -52,6 +50,16 @@ mod tests {
         assert_eq!(
             demangle("_ZN3std2rt10lang_start17hdeadbeefdeadbeefE.llvm.42"),
             "std::rt::lang_start"
+        );
+    }
+
+    #[test]
+    fn rust_legacy_with_escaped_elements() {
+        assert_eq!(
+            demangle(
+                "_ZN92_$LT$tokio..runtime..io..scheduled_io..Readiness$u20$as$u20$core..future..future..Future$GT$4poll17h9e9edfec7ed9bc20E"
+            ),
+            "<tokio::runtime::io::scheduled_io::Readiness as core::future::future::Future>::poll"
         );
     }
 

@@ -16,7 +16,42 @@ use object::{Object, ObjectSection, ObjectSegment, SegmentFlags};
 use crate::{Error, Frame, demangle};
 
 /// DWARF sections are copied out of the file into shared buffers that gimli reads.
-type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+type Reader = gimli::EndianReader<gimli::RunTimeEndian, SectionBytes>;
+
+/// The bytes of one DWARF section: copied into memory, or mapped from the file
+/// ([`ElfObject::open_mapped`]). Cheap to clone: gimli's readers share them.
+#[derive(Clone, Debug)]
+enum SectionBytes {
+    Owned(Arc<[u8]>),
+    Mapped(Arc<memmap2::Mmap>, std::ops::Range<usize>),
+}
+
+impl std::ops::Deref for SectionBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            SectionBytes::Owned(bytes) => bytes,
+            SectionBytes::Mapped(map, range) => &map[range.clone()],
+        }
+    }
+}
+
+// SAFETY: both variants deref to bytes owned by an `Arc` (a buffer, or a mapping that is not
+// unmapped while any clone lives), so the slice stays put when the value moves or is cloned.
+unsafe impl gimli::StableDeref for SectionBytes {}
+// SAFETY: as above; a clone shares the same `Arc` and so derefs to the same bytes.
+unsafe impl gimli::CloneStableDeref for SectionBytes {}
+
+/// How an object's DWARF is brought in to be read.
+#[derive(Debug, Clone, Copy)]
+enum DwarfLoad {
+    /// Copied into memory, if the object has at most this many bytes of it.
+    Copy { max_bytes: u64 },
+    /// Mapped from the file, whatever its size: pages are read as lookups touch them and are
+    /// the kernel's to reclaim, and the mapping ends with the object.
+    Map,
+}
 
 /// An object's GNU build id (the bytes of its `NT_GNU_BUILD_ID` note; Go's own `.note.go.buildid`
 /// is not used). Shown as lower-case hex, as pprof and debuginfod spell it.
@@ -224,6 +259,32 @@ impl ElfObject {
         debug: Option<(&File, &Path)>,
         max_dwarf_bytes: u64,
     ) -> Result<ElfObject, Error> {
+        let load = DwarfLoad::Copy {
+            max_bytes: max_dwarf_bytes,
+        };
+        ElfObject::read_object(file, path, debug, load)
+    }
+
+    /// Opens the object at `path` with its DWARF mapped from the file instead of copied, and
+    /// so without a size bound: for a process symbolizing its own executable and libraries,
+    /// whose DWARF can be hundreds of megabytes of which a lookup reads a few pages, and which
+    /// then costs nothing once the object is dropped. Only for files that are not truncated
+    /// while in use (a truncated mapping faults its reader): other processes' objects go
+    /// through [`ElfObject::open`].
+    pub fn open_mapped(path: &Path) -> Result<ElfObject, Error> {
+        let file = File::open(path).map_err(|source| Error::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        ElfObject::read_object(&file, path, None, DwarfLoad::Map)
+    }
+
+    fn read_object(
+        file: &File,
+        path: &Path,
+        debug: Option<(&File, &Path)>,
+        load: DwarfLoad,
+    ) -> Result<ElfObject, Error> {
         let cache = ReadCache::new(file);
         let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
         let build_id = obj
@@ -339,15 +400,16 @@ impl ElfObject {
             _ => (&obj, file, path),
         };
         let dwarf_bytes = dwarf_size(dwarf_obj);
-        let (dwarf, dwarf_error) = if dwarf_bytes > max_dwarf_bytes {
-            let error = Error::DwarfTooLarge {
-                path: dwarf_path.to_owned(),
-                size_bytes: dwarf_bytes,
-                max_bytes: max_dwarf_bytes,
-            };
-            (None, Some(error))
-        } else {
-            match read_dwarf(dwarf_obj, dwarf_file) {
+        let (dwarf, dwarf_error) = match load {
+            DwarfLoad::Copy { max_bytes } if dwarf_bytes > max_bytes => {
+                let error = Error::DwarfTooLarge {
+                    path: dwarf_path.to_owned(),
+                    size_bytes: dwarf_bytes,
+                    max_bytes,
+                };
+                (None, Some(error))
+            }
+            _ => match read_dwarf(dwarf_obj, dwarf_file, load) {
                 Ok(dwarf) => (dwarf, None),
                 Err(source) => (
                     None,
@@ -356,7 +418,7 @@ impl ElfObject {
                         source,
                     }),
                 ),
-            }
+            },
         };
         let dwarf_bytes = if dwarf.is_some() { dwarf_bytes } else { 0 };
         let used_debug = symbol_source == SymbolSource::DebugFile
@@ -792,6 +854,7 @@ fn dwarf_size<'data, O: Object<'data>>(obj: &O) -> u64 {
 fn read_dwarf<'data, O: Object<'data>>(
     obj: &O,
     file: &File,
+    how: DwarfLoad,
 ) -> Result<Option<addr2line::Context<Reader>>, gimli::Error> {
     if obj.section_by_name(".debug_info").is_none() {
         return Ok(None);
@@ -801,28 +864,50 @@ fn read_dwarf<'data, O: Object<'data>>(
     } else {
         gimli::RunTimeEndian::Big
     };
+    // SAFETY: `DwarfLoad::Map` is for files not truncated while in use
+    // (`ElfObject::open_mapped`); the bytes are only read.
+    let map = match how {
+        DwarfLoad::Map => unsafe { memmap2::Mmap::map(file) }.ok().map(Arc::new),
+        DwarfLoad::Copy { .. } => None,
+    };
     let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
         // `section_by_name` also finds GNU `.zdebug_*` sections; `uncompressed_data` inflates
         // those and SHF_COMPRESSED ones (Go compresses its DWARF).
         // An uncompressed section is read from the file straight into its buffer: through
         // the read cache it would be held twice while copied, which doubled the agent's peak
         // memory on large objects.
-        let data: Arc<[u8]> = match obj.section_by_name(id.name()) {
+        let empty = || SectionBytes::Owned(Arc::from(&[][..]));
+        let data = match obj.section_by_name(id.name()) {
             Some(section) => match section.compressed_file_range() {
                 Ok(range) if range.format == object::CompressionFormat::None => {
-                    read_at(file, range.offset, range.uncompressed_size)
+                    match (&map, mapped_range(range.offset, range.uncompressed_size)) {
+                        (Some(map), Some(r)) if r.end <= map.len() => {
+                            SectionBytes::Mapped(Arc::clone(map), r)
+                        }
+                        _ => SectionBytes::Owned(read_at(
+                            file,
+                            range.offset,
+                            range.uncompressed_size,
+                        )),
+                    }
                 }
                 _ => match section.uncompressed_data() {
-                    Ok(data) => Arc::from(&*data),
-                    Err(_) => Arc::from(&[][..]),
+                    Ok(data) => SectionBytes::Owned(Arc::from(&*data)),
+                    Err(_) => empty(),
                 },
             },
-            None => Arc::from(&[][..]),
+            None => empty(),
         };
         Ok(Reader::new(data, endian))
     };
     let dwarf = gimli::Dwarf::load(load)?;
     addr2line::Context::from_dwarf(dwarf).map(Some)
+}
+
+/// The byte range of a section in a mapping of its file, if it fits in memory.
+fn mapped_range(offset: u64, len: u64) -> Option<std::ops::Range<usize>> {
+    let start = usize::try_from(offset).ok()?;
+    Some(start..start.checked_add(usize::try_from(len).ok()?)?)
 }
 
 /// `len` bytes of `file` at `offset` in one shared buffer (empty if they cannot be read).

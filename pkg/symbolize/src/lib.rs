@@ -1,5 +1,5 @@
-//! Symbolization for the agent: addresses of running processes and of the kernel to function
-//! names, files and lines.
+//! Symbolization for the agent (and the server's own profiles): addresses of running processes
+//! and of the kernel to function names, files and lines.
 //!
 //! - [`ElfObject`] reads one ELF object: its GNU build id, `PT_LOAD` segments (to turn a file
 //!   offset into a virtual address), function symbols from `.symtab` (or `.dynsym` when
@@ -35,6 +35,7 @@
 //! - Objects are read piecewise (headers, symbol tables, DWARF sections), never whole. DWARF is
 //!   copied into memory to be read, so it is bounded per object ([`DEFAULT_MAX_DWARF_BYTES`])
 //!   and in total ([`Options::max_dwarf_bytes`]); past that, symbol tables are used alone.
+//!   A process symbolizing its own code maps its DWARF instead ([`ElfObject::open_mapped`]).
 //! - Only this crate sees gimli, addr2line, object and lzma-rs.
 //!
 //! # Example
