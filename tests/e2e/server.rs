@@ -1079,7 +1079,24 @@ fn the_servers_own_profiles_name_frames_with_their_full_paths() {
         worker.join().expect("worker");
         r
     });
-    let heap = server.get("/debug/pprof/heap").expect("heap profile");
+    // jemalloc samples one allocation per 512 KiB on average: a server just started may hold
+    // no sampled allocation yet.
+    let heap = poll(
+        "the heap profile to hold a sample",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let r = server.get("/debug/pprof/heap")?;
+            let _ = server.get("/api/v1/status/tsdb");
+            let pprof =
+                parca_pprof::decode(&r.body, &Default::default()).map_err(|e| e.to_string())?;
+            if pprof.to_proto().function.is_empty() {
+                Err("no functions yet".to_owned())
+            } else {
+                Ok(r)
+            }
+        },
+    );
     for (kind, r) in [("cpu", cpu.expect("cpu profile")), ("heap", heap)] {
         assert_eq!(r.status, 200, "{kind}: {}", r.text());
         let pprof = parca_pprof::decode(&r.body, &Default::default()).expect("decodes");
