@@ -5,6 +5,7 @@
 mod agent;
 mod corpus;
 mod otlp;
+mod parca_client;
 mod pprof_oracle;
 mod prometheus_clients;
 mod query_golden;

@@ -16,7 +16,11 @@
 #   tests/tools/targets.sh python-otlp         makes a venv with opentelemetry-proto and grpcio
 #                                      from tests/targets/python-otlp/requirements.txt and prints
 #                                      its python's path
-#   tests/tools/targets.sh all         all seven, one per line
+#   tests/tools/targets.sh parca-client        installs Parca's JavaScript client (@parca/client and
+#                                      protobuf-ts' transports, tests/targets/parca-client/
+#                                      package-lock.json) with npm, bundles client.mjs with
+#                                      esbuild and prints the bundle's path (run it with node)
+#   tests/tools/targets.sh all         all eight, one per line
 # Everything is built into ${PARCA_TESTS_CACHE:-~/.cache/parca-tests}/targets, never into the
 # repository. Run as root, it installs the Debian packages it needs (golang-go, prometheus,
 # python3-venv); otherwise it says what is missing and exits 1, and the tests skip.
@@ -74,6 +78,24 @@ python_push_legacy_target() { python_venv "$here/targets/python-push/requirement
 python_promapi_target() { python_venv "$here/targets/python-promapi/requirements.txt"; }
 python_otlp_target() { python_venv "$here/targets/python-otlp/requirements.txt"; }
 
+parca_client_target() {
+  command -v npm >/dev/null || apt_install nodejs npm
+  local src=$here/targets/parca-client dir=$out/parca-client
+  local stamp
+  stamp=$(cat "$src/package-lock.json" "$src/client.mjs" | sha256sum | cut -c1-12)
+  if [ ! -e "$dir/.complete-$stamp" ]; then
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    cp "$src/package.json" "$src/package-lock.json" "$src/client.mjs" "$dir/"
+    log "installing @parca/client into $dir"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2 \
+      && npx esbuild client.mjs --bundle --platform=node --format=cjs --target=node18 \
+        --outfile=client.cjs --log-level=warning >&2)
+    touch "$dir/.complete-$stamp"
+  fi
+  echo "$dir/client.cjs"
+}
+
 prometheus_target() {
   command -v prometheus >/dev/null || apt_install prometheus
   command -v prometheus
@@ -87,8 +109,9 @@ case ${1:-all} in
   python-push-legacy) python_push_legacy_target ;;
   python-promapi) python_promapi_target ;;
   python-otlp) python_otlp_target ;;
+  parca-client) parca_client_target ;;
   all) go_target; python_target; prometheus_target; python_push_target; python_push_legacy_target
-       python_promapi_target; python_otlp_target ;;
-  *) echo "usage: $0 go|python|prometheus|python-push|python-push-legacy|python-promapi|python-otlp|all" >&2
+       python_promapi_target; python_otlp_target; parca_client_target ;;
+  *) echo "usage: $0 go|python|prometheus|python-push|python-push-legacy|python-promapi|python-otlp|parca-client|all" >&2
      exit 2 ;;
 esac

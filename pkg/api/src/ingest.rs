@@ -21,7 +21,7 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 /// The body with its `Content-Encoding: gzip` removed (bounded like a pprof).
-fn content_decoded<'a>(api: &Api, call: &'a Call) -> Result<Cow<'a, [u8]>, ApiError> {
+pub(crate) fn content_decoded<'a>(api: &Api, call: &'a Call) -> Result<Cow<'a, [u8]>, ApiError> {
     let encoding = call
         .headers
         .get(CONTENT_ENCODING)

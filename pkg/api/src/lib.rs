@@ -24,11 +24,13 @@
 //! # Ok(()) }
 //! ```
 
+mod connect;
 mod grpc;
 mod ingest;
 mod metrics;
 mod ops;
 mod params;
+mod parca_grpc;
 mod parca_rest;
 mod query;
 mod response;
@@ -214,8 +216,8 @@ impl Api {
         self: &Arc<Self>,
         request: Request<Incoming>,
     ) -> Response<ServedBody> {
-        if grpc::is_grpc(&request) {
-            grpc::handle(self, request).await
+        if let Some(protocol) = grpc::protocol(&request) {
+            grpc::handle(self, request, protocol).await
         } else {
             grpc::boxed(self.handle(request).await)
         }

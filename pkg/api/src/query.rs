@@ -450,27 +450,38 @@ pub(crate) async fn range_series(
     step_ms: i64,
 ) -> Result<Vec<parca_query::RangeSeries>, ApiError> {
     let p = &call.params;
-    let text = p.required("query")?.to_owned();
-    let expr = parse(&text)?;
+    let text = p.required("query")?;
     let start = p
         .time_ms("start")?
         .ok_or_else(|| ApiError::bad_data("parameter `start` is required"))?;
     let end = p
         .time_ms("end")?
         .ok_or_else(|| ApiError::bad_data("parameter `end` is required"))?;
+    range_series_of(api, text, start, end, step_ms).await
+}
+
+/// Evaluates `text` over `start_ms`..`end_ms` at `step_ms`.
+pub(crate) async fn range_series_of(
+    api: &Arc<Api>,
+    text: &str,
+    start_ms: i64,
+    end_ms: i64,
+    step_ms: i64,
+) -> Result<Vec<parca_query::RangeSeries>, ApiError> {
+    let expr = parse(text)?;
     if step_ms <= 0 {
         return Err(ApiError::bad_data(
             "zero or negative query resolution step widths are not accepted. Try a positive integer",
         ));
     }
-    if end < start {
+    if end_ms < start_ms {
         return Err(ApiError::bad_data(
             "end timestamp must not be before start time",
         ));
     }
     let query = RangeQuery {
-        start_ms: start,
-        end_ms: end,
+        start_ms,
+        end_ms,
         step_ms,
     };
     evaluate(api, "query_range", move |engine| {
@@ -489,10 +500,18 @@ fn metadata_window(call: &Call) -> Result<(i64, i64), ApiError> {
 
 /// The matchers of each selector in the parameter `param` (`match[]`, or Parca's `match`).
 fn match_selectors(call: &Call, param: &str) -> Result<Vec<Vec<Matcher>>, ApiError> {
-    call.params
-        .all(param)
+    selectors_matchers(call.params.all(param), param)
+}
+
+/// The matchers of each selector text (`param` names them in errors).
+pub(crate) fn selectors_matchers(
+    texts: &[impl AsRef<str>],
+    param: &str,
+) -> Result<Vec<Vec<Matcher>>, ApiError> {
+    texts
         .iter()
         .map(|text| {
+            let text = text.as_ref();
             let selector = parca_querylang::parse_series_selector(text).map_err(|e| {
                 ApiError::bad_data(format!("invalid `{param}`: {}", e.render(text)))
             })?;
@@ -507,6 +526,15 @@ pub(crate) async fn stored_profile_types(
     call: &Call,
 ) -> Result<Vec<parca_query::ProfileType>, ApiError> {
     let (start, end) = metadata_window(call)?;
+    profile_types_between(api, start, end).await
+}
+
+/// The profile types stored in `[start, end]` (milliseconds).
+pub(crate) async fn profile_types_between(
+    api: &Arc<Api>,
+    start: i64,
+    end: i64,
+) -> Result<Vec<parca_query::ProfileType>, ApiError> {
     let db = api.store()?;
     tokio::task::spawn_blocking(move || parca_query::profile_types(&db, start, end))
         .await
@@ -559,7 +587,18 @@ pub(crate) async fn metadata_data(
     match_param: &str,
 ) -> Result<serde_json::Value, ApiError> {
     let (start, end) = metadata_window(call)?;
-    let mut selectors = match_selectors(call, match_param)?;
+    let selectors = match_selectors(call, match_param)?;
+    metadata_between(api, start, end, selectors, what).await
+}
+
+/// Label names, values or series of the union of `selectors` over `[start, end]`.
+pub(crate) async fn metadata_between(
+    api: &Arc<Api>,
+    start: i64,
+    end: i64,
+    mut selectors: Vec<Vec<Matcher>>,
+    what: Metadata,
+) -> Result<serde_json::Value, ApiError> {
     if let Metadata::Series = what
         && selectors.is_empty()
     {

@@ -318,6 +318,9 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
             ),
         ));
     }
+    if crate::connect::is_connect(&call) {
+        return Ok(crate::connect::handle(api, call).await);
+    }
     if let Some(name) = call
         .path
         .strip_prefix("/api/v1/label/")

@@ -94,6 +94,29 @@ impl ChildIndex {
     }
 }
 
+/// One node of a [`FlameGraph`] ([`FlameGraph::node`]).
+#[derive(Debug, Clone, Copy)]
+pub struct FlameNode<'g> {
+    /// The tables its function or location refer to.
+    pub tables: &'g Tables,
+    /// Its function, when frames were merged by function (symbolized).
+    pub function: Option<&'g crate::tables::Function>,
+    /// Its address, when it is an unsymbolized location.
+    pub location: Option<crate::tables::LocationAddress>,
+    /// Source line when every merged occurrence has the same one, else 0.
+    pub line: i64,
+    /// Value of samples through this node.
+    pub total: i64,
+    /// Value of samples ending here.
+    pub self_value: i64,
+    /// For a diff: the base side's `total`.
+    pub base_total: i64,
+    /// For a diff: the base side's `self_value`.
+    pub base_self: i64,
+    /// Its children's node indexes, ordered by name.
+    pub children: &'g [u32],
+}
+
 /// A flame graph (icicle) tree built from a profile. Node 0 is the root.
 #[derive(Debug, Clone)]
 pub struct FlameGraph<'a> {
@@ -250,6 +273,28 @@ impl<'a> FlameGraph<'a> {
             self.child_start[node as usize + 1],
         );
         &self.children[start as usize..end as usize]
+    }
+
+    /// Node `index` (0 is the root), for writers of other formats than ours (Parca's
+    /// flame-graph table).
+    pub fn node(&self, index: u32) -> FlameNode<'_> {
+        let node = &self.nodes[index as usize];
+        let (function, location) = match node.frame {
+            Frame::Root => (None, None),
+            Frame::Function(f) => (Some(self.tables.function(f)), None),
+            Frame::Address(l) => (None, Some(self.tables.location_address(l))),
+        };
+        FlameNode {
+            tables: self.tables,
+            function,
+            location,
+            line: node.line,
+            total: node.total,
+            self_value: node.self_value,
+            base_total: node.base_total,
+            base_self: node.base_self,
+            children: self.children_of(index),
+        }
     }
 
     /// Number of nodes, the root included.

@@ -60,7 +60,7 @@ mod test_support;
 pub use error::Error;
 pub use export::to_pprof;
 pub use filter::{StackFilter, filter_stacks};
-pub use flamegraph::{COLUMNS_MAGIC, COLUMNS_VERSION, ColumnsWriter, FlameGraph};
+pub use flamegraph::{COLUMNS_MAGIC, COLUMNS_VERSION, ColumnsWriter, FlameGraph, FlameNode};
 pub use growth::{growth, is_cumulative};
 pub use hide::FrameHider;
 pub use merge::{DiffMode, Extractor, Importer, Merger, apply_diff_mode, diff, merge};

@@ -1,0 +1,128 @@
+// Parca's own client, @parca/client, over one of protobuf-ts' transports, against our server.
+// Writes a pprof file with WriteRaw, then reads it back with every QueryService method the
+// test checks, and prints what it got as one JSON object.
+//
+//   node client.cjs TRANSPORT ADDRESS PPROF_FILE JOB TIME_MS
+//
+// TIME_MS: the profile's time; queries cover the two hours around it.
+// TRANSPORT: grpc-web (binary), grpc-web-text (what Parca's UI sends) or grpc (native, HTTP/2).
+// @parca/client's dist imports its files without `.js`, which plain Node refuses: targets.sh
+// bundles this file with esbuild into client.cjs.
+import { readFileSync } from 'node:fs';
+import {
+  ProfileStoreServiceClient,
+  QueryRequest_Mode,
+  QueryRequest_ReportType,
+  QueryServiceClient,
+  Timestamp,
+} from '@parca/client';
+import { ChannelCredentials } from '@grpc/grpc-js';
+import { GrpcTransport } from '@protobuf-ts/grpc-transport';
+import { GrpcWebFetchTransport } from '@protobuf-ts/grpcweb-transport';
+
+const [transportName, address, pprofFile, job, timeMs] = process.argv.slice(2);
+const transport = transportName === 'grpc'
+  ? new GrpcTransport({ host: address, channelCredentials: ChannelCredentials.createInsecure() })
+  // Parca's UI calls under /api; the server takes the method from the path's end.
+  : new GrpcWebFetchTransport({
+    baseUrl: `http://${address}/api`,
+    format: transportName === 'grpc-web-text' ? 'text' : 'binary',
+  });
+const queries = new QueryServiceClient(transport);
+const store = new ProfileStoreServiceClient(transport);
+
+async function main() {
+  const name = 'parca_client_cpu';
+  await store.writeRaw({
+    normalized: true,
+    series: [{
+      labels: { labels: [{ name: '__name__', value: name }, { name: 'job', value: job }] },
+      samples: [{ rawProfile: readFileSync(pprofFile), executableInfo: [] }],
+    }],
+  }).response;
+
+  const { response: types } = await queries.profileTypes({});
+  const type = types.types.find((t) => t.name === name);
+  const typeName = [type.name, type.sampleType, type.sampleUnit, type.periodType, type.periodUnit]
+    .join(':') + (type.delta ? ':delta' : '');
+  const selector = `${typeName}{job="${job}"}`;
+  const start = Timestamp.fromDate(new Date(Number(timeMs) - 3600e3));
+  const end = Timestamp.fromDate(new Date(Number(timeMs) + 3600e3));
+
+  const { response: labels } = await queries.labels({ match: [], profileType: typeName, start, end });
+  const { response: values } = await queries.values({
+    labelName: 'job', match: [], profileType: typeName, start, end,
+  });
+  const { response: range } = await queries.queryRange({
+    query: selector, start, end, step: { seconds: 60n, nanos: 0 }, limit: 0, sumBy: [],
+  });
+  const merge = (reportType) => queries.query({
+    mode: QueryRequest_Mode.MERGE,
+    options: { oneofKind: 'merge', merge: { query: selector, start, end } },
+    reportType,
+    filter: [],
+  }).response;
+  const top = await merge(QueryRequest_ReportType.TOP);
+  const flame = await merge(QueryRequest_ReportType.FLAMEGRAPH_TABLE);
+  const pprof = await merge(QueryRequest_ReportType.PPROF);
+  const metadata = await merge(QueryRequest_ReportType.PROFILE_METADATA);
+  const filtered = await queries.query({
+    mode: QueryRequest_Mode.MERGE,
+    options: { oneofKind: 'merge', merge: { query: selector, start, end } },
+    reportType: QueryRequest_ReportType.TOP,
+    filter: [{
+      filter: {
+        oneofKind: 'stackFilter',
+        stackFilter: {
+          filter: {
+            oneofKind: 'criteria',
+            criteria: { functionName: { condition: { oneofKind: 'contains', contains: 'RUNTIME.' } } },
+          },
+        },
+      },
+    }],
+  }).response;
+  let unimplemented = null;
+  try {
+    await merge(QueryRequest_ReportType.CALLGRAPH);
+  } catch (e) {
+    unimplemented = { code: e.code, message: e.message };
+  }
+
+  const flameNames = flame.report.flamegraph.function
+    .map((f) => flame.report.flamegraph.stringTable[f.nameStringIndex]);
+  console.log(JSON.stringify({
+    types: types.types.map((t) => t.name),
+    type: typeName,
+    labels: labels.labelNames,
+    values: values.labelValues,
+    range: range.series.map((s) => ({
+      labels: s.labelset.labels,
+      points: s.samples.length,
+      sum: s.samples.reduce((a, p) => a + Number(p.value), 0),
+      sampleType: s.sampleType,
+    })),
+    top: {
+      total: Number(top.total),
+      rows: top.report.top.list.length,
+      unit: top.report.top.unit,
+      first: top.report.top.list[0]?.meta?.function?.name,
+    },
+    flame: {
+      total: Number(flame.total),
+      rootCumulative: Number(flame.report.flamegraph.root.cumulative),
+      height: flame.report.flamegraph.height,
+      functions: flameNames.length,
+      names: flameNames.filter((n) => n.startsWith('main.')).sort(),
+    },
+    pprofBytes: pprof.report.pprof.length,
+    metadata: metadata.report.profileMetadata,
+    filtered: { total: Number(filtered.total), filtered: Number(filtered.filtered) },
+    unimplemented,
+  }));
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});
