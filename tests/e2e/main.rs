@@ -4,6 +4,7 @@
 
 mod agent;
 mod corpus;
+mod objstore;
 mod otlp;
 mod parca_client;
 mod pprof_oracle;

@@ -449,24 +449,40 @@ fn limits_and_gates_name_their_flags() {
         },
     );
     // A request held open for as long as the test wants: a chunked body fed from a pipe the
-    // test keeps open (the server admits a request before it reads the body).
-    let mut held = Command::new("curl")
-        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}"])
-        // `-T -` streams stdin as it comes (`--data-binary @-` would read it all first).
-        .args(["-T", "-", "-X", "POST"])
-        .arg(format!("{base}/api/v1/write?__name__=x"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("run curl");
-    {
+    // test keeps open (the server admits a request before it reads the body). The probes below
+    // must not come before it is admitted, or one of them takes the place and the held request
+    // is the one refused: it is given time to be admitted, and started again if it was not.
+    let hold = || {
+        let mut held = Command::new("curl")
+            .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}"])
+            // `-T -` streams stdin as it comes (`--data-binary @-` would read it all first).
+            .args(["-T", "-", "-X", "POST"])
+            .arg(format!("{base}/api/v1/write?__name__=x"))
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run curl");
         use std::io::Write as _;
         let stdin = held.stdin.as_mut().expect("piped");
         stdin
             .write_all(b"not yet a profile")
             .expect("write to curl");
         stdin.flush().expect("flush");
-    }
+        held
+    };
+    let mut held = poll(
+        "a request to hold its place",
+        Duration::from_secs(20),
+        Duration::from_millis(10),
+        || {
+            let mut held = hold();
+            std::thread::sleep(Duration::from_millis(300));
+            match held.try_wait() {
+                Ok(None) => Ok(held),
+                other => Err(format!("it ended: {other:?}")),
+            }
+        },
+    );
     let busy = poll(
         "a request to be refused while another is answered",
         Duration::from_secs(20),

@@ -6,6 +6,7 @@
 //! the block is opened, and the index's structure is checked then too: a block that opens is
 //! one whose every reference points inside its files.
 
+use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -78,6 +79,10 @@ pub(crate) struct BlockMeta {
         skip_serializing_if = "Option::is_none"
     )]
     pub head_cut_ms: Option<Option<i64>>,
+    /// The labels of the server that wrote the block (`global.external_labels`), set when the
+    /// block is uploaded to an object store, so blocks of many servers can share a bucket.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub external_labels: BTreeMap<String, String>,
 }
 
 impl BlockMeta {
@@ -376,6 +381,7 @@ impl BlockWriter {
             compaction,
             version: encoding::FORMAT_VERSION,
             head_cut_ms: Some(head_cut_ms),
+            external_labels: BTreeMap::new(),
         };
         let mut meta_bytes = serde_json::to_vec_pretty(&meta).expect("meta serializes");
         meta_bytes.push(b'\n');
@@ -1277,6 +1283,33 @@ impl From<&StoredProfile> for BlockProfile {
             len: p.data.len() as u32,
         }
     }
+}
+
+/// The `meta.json` of the block in `block_dir` with `external_labels` added, sealed as the
+/// block's own: what is uploaded to an object store in its place.
+pub fn meta_for_upload(
+    block_dir: &Path,
+    external_labels: &BTreeMap<String, String>,
+) -> Result<Vec<u8>, Error> {
+    let path = block_dir.join("meta.json");
+    let bytes = fs::read(&path).map_err(Error::io("cannot read block file", &path))?;
+    let corrupt = |what: String| Error::BlockCorrupt {
+        block: block_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        file: "meta.json",
+        what,
+    };
+    let json = encoding::unseal(META_MAGIC, &bytes).map_err(corrupt)?;
+    let mut meta: BlockMeta = serde_json::from_slice(json)
+        .map_err(|e| corrupt(format!("is not valid block metadata: {e}")))?;
+    meta.external_labels
+        .extend(external_labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let mut out = serde_json::to_vec_pretty(&meta).expect("meta serializes");
+    out.push(b'\n');
+    encoding::seal(META_MAGIC, &mut out);
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -284,6 +284,9 @@ pub(crate) fn cut_head(inner: &Inner) -> Result<bool, Error> {
 /// of the retention time, at most 31 days), aligned; a window of one range that the head has
 /// moved past and that holds two or more blocks becomes one block.
 fn plan_compaction(inner: &Inner) -> Option<Vec<Arc<Block>>> {
+    if inner.options.ship_blocks {
+        return None;
+    }
     let blocks = inner.block_set();
     if let Some(group) = overlapping(&blocks) {
         return Some(group);
@@ -584,6 +587,11 @@ fn apply_retention(inner: &Inner) -> Result<(), Error> {
                 doomed.push(Arc::clone(b));
             }
         }
+    }
+    if inner.options.ship_blocks {
+        // A block not yet in the object store is the only copy: it stays until shipped.
+        let shipped = inner.shipped.lock().expect("shipped lock poisoned");
+        doomed.retain(|b| shipped.contains(b.name()));
     }
     if doomed.is_empty() {
         return Ok(());

@@ -57,6 +57,11 @@ pub struct Options {
     /// cut into blocks. 0: each profile must be newer than its series' last. Older profiles can
     /// be stored as blocks of their own ([`Db::stage_backfill`], [`crate::Backfill`]).
     pub out_of_order_window_ms: i64,
+    /// Whether blocks leave for an object store (uploaded by the caller, which marks them with
+    /// [`Db::mark_shipped`]): then blocks are never compacted, so the bucket never holds the
+    /// same data twice from one server (as Thanos asks of Prometheus), and retention deletes
+    /// only blocks already shipped. Default false.
+    pub ship_blocks: bool,
 }
 
 impl Default for Options {
@@ -69,8 +74,24 @@ impl Default for Options {
             wal_sync_interval: Duration::from_secs(1),
             wal_repair: true,
             out_of_order_window_ms: 2 * HOUR_MS,
+            ship_blocks: false,
         }
     }
+}
+
+/// A block on disk, as [`Db::blocks`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockInfo {
+    /// Its name, a ULID: the directory's name, and the name it keeps in an object store.
+    pub name: String,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Oldest profile time it may hold (inclusive).
+    pub min_time_ms: i64,
+    /// End of its time range (exclusive).
+    pub max_time_ms: i64,
+    /// Bytes of its files.
+    pub size_bytes: u64,
 }
 
 /// Figures about what the store holds.
@@ -140,6 +161,9 @@ pub(crate) struct Inner {
     /// other processes: so a scan never opens a block that is being added.
     pub publish: Mutex<()>,
     pub quarantined: Mutex<Vec<Quarantined>>,
+    /// Blocks uploaded to an object store ([`Options::ship_blocks`]): only these may be
+    /// deleted by retention.
+    pub shipped: Mutex<std::collections::HashSet<String>>,
     /// Damage that opening the store stepped over in the write-ahead log.
     pub wal_damage: Vec<wal::Damage>,
     worker: Mutex<Worker>,
@@ -212,6 +236,7 @@ impl Db {
             maintenance: Mutex::new(()),
             publish: Mutex::new(()),
             quarantined: Mutex::new(quarantined),
+            shipped: Mutex::new(Default::default()),
             wal_damage,
             worker: Mutex::new(Worker {
                 stop: false,
@@ -260,6 +285,31 @@ impl Db {
             last_seq: 0,
             wake: false,
         }
+    }
+
+    /// The blocks served now, oldest first.
+    pub fn blocks(&self) -> Vec<BlockInfo> {
+        self.inner
+            .block_set()
+            .iter()
+            .map(|b| BlockInfo {
+                name: b.name().to_owned(),
+                dir: b.dir.clone(),
+                min_time_ms: b.meta.min_time_ms,
+                max_time_ms: b.meta.max_time_ms,
+                size_bytes: b.size_bytes,
+            })
+            .collect()
+    }
+
+    /// Records that blocks `names` are safe in an object store ([`Options::ship_blocks`]), so
+    /// retention may delete their local copies.
+    pub fn mark_shipped(&self, names: impl IntoIterator<Item = String>) {
+        self.inner
+            .shipped
+            .lock()
+            .expect("shipped lock poisoned")
+            .extend(names);
     }
 
     /// Reads profiles whose timestamp lies in `[min_ms, max_ms]`, from blocks and head.

@@ -70,7 +70,8 @@ pub mod wal;
 mod test_support;
 
 pub use backfill::{Backfill, WrittenBlock};
-pub use db::{Appender, Db, Options, Quarantined, StagedBlocks, Stats};
+pub use block::meta_for_upload;
+pub use db::{Appender, BlockInfo, Db, Options, Quarantined, StagedBlocks, Stats};
 pub use error::{Error, ErrorClass, with_causes};
 pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL};
 pub use postings::MemPostings;

@@ -2,7 +2,7 @@
 //! and the HTTP API are libraries; this file connects them and handles signals.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -201,7 +201,14 @@ impl Control for ServerControl {
         if let Some(scrape) = self.scrape.get() {
             scrape.apply(&config);
         }
-        *self.config.lock().expect("config lock") = config;
+        let mut current = self.config.lock().expect("config lock");
+        if current.object_storage != config.object_storage {
+            tracing::warn!(
+                "object_storage changed: the bucket blocks are shipped to changes at the next start"
+            );
+        }
+        *current = config;
+        drop(current);
         tracing::info!(path = %self.config_path.display(), "configuration reloaded");
         Ok(())
     }
@@ -366,6 +373,13 @@ async fn serve(
         ..Default::default()
     };
     let scrape_metrics = parca_scrape::ScrapeMetrics::register(&mut registry);
+    let bucket = {
+        let config = control.config.lock().expect("config lock");
+        shipping_bucket(&config, &args.storage_path)?
+    };
+    let shipper_metrics = bucket
+        .as_ref()
+        .map(|_| parca_objstore::ShipperMetrics::register(&mut registry));
     let (api_tls, api_auth) = (
         options.security.tls_enabled(),
         options.security.auth_required(),
@@ -390,6 +404,7 @@ async fn serve(
         retention_bytes: args.storage_retention_size,
         wal_repair: args.storage_wal_repair,
         out_of_order_window_ms: args.storage_out_of_order_window.as_millis() as i64,
+        ship_blocks: bucket.is_some(),
         ..Default::default()
     };
     let db =
@@ -402,6 +417,23 @@ async fn serve(
     let db = Arc::new(db);
     api.set_store(Arc::clone(&db));
     tracing::info!(path = %args.storage_path.display(), "store ready");
+    if let (Some(bucket), Some(metrics)) = (bucket, shipper_metrics) {
+        let labels = control
+            .config
+            .lock()
+            .expect("config lock")
+            .global
+            .external_labels
+            .clone();
+        let shipper = parca_objstore::Shipper::new(bucket, &args.storage_path, labels, metrics)
+            .context("cannot start shipping blocks")?;
+        tracing::info!(
+            bucket = shipper.bucket().description,
+            shipped_before = shipper.shipped().count(),
+            "shipping blocks to the object store; local compaction is off"
+        );
+        tokio::spawn(ship_blocks(shipper, Arc::clone(&db)));
+    }
     let scrape = parca_scrape::Manager::new(db.clone(), Default::default(), scrape_metrics);
     scrape.apply(&control.config.lock().expect("config lock"));
     let _ = control.scrape.set(Arc::clone(&scrape));
@@ -414,6 +446,48 @@ async fn serve(
     drop(api);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// How often the shipper looks for blocks to upload.
+const SHIP_EVERY: Duration = Duration::from_secs(10);
+
+/// The bucket to ship blocks to: `object_storage`'s, unless it is a `FILESYSTEM` bucket in the
+/// store's own directory (Parca's default `parca.yaml` names `./data`, where the blocks already
+/// are: nothing to ship).
+fn shipping_bucket(
+    config: &parca_config::Config,
+    storage_path: &Path,
+) -> anyhow::Result<Option<parca_objstore::Bucket>> {
+    let Some(storage) = &config.object_storage else {
+        return Ok(None);
+    };
+    if storage.bucket.kind == parca_config::BucketType::Filesystem {
+        let directory = Path::new(storage.bucket.get_str("directory").unwrap_or("."));
+        let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => std::path::absolute(a).ok() == std::path::absolute(b).ok(),
+        };
+        if same(directory, storage_path) {
+            tracing::info!(
+                directory = %directory.display(),
+                "object_storage is a FILESYSTEM bucket in the store's own directory: the blocks are already there, nothing is shipped"
+            );
+            return Ok(None);
+        }
+    }
+    parca_objstore::Bucket::open(&storage.bucket)
+        .map(Some)
+        .context("cannot set up object_storage")
+}
+
+/// Uploads new blocks every [`SHIP_EVERY`], for the life of the server.
+async fn ship_blocks(mut shipper: parca_objstore::Shipper, db: Arc<parca_tsdb::Db>) {
+    db.mark_shipped(shipper.shipped().cloned());
+    loop {
+        let shipped = shipper.ship(&db.blocks()).await;
+        db.mark_shipped(shipped);
+        tokio::time::sleep(SHIP_EVERY).await;
+    }
 }
 
 /// Reloads on SIGHUP; returns on SIGTERM or SIGINT.

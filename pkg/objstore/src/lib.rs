@@ -1,0 +1,68 @@
+//! Blocks in object storage, as Thanos keeps Prometheus' blocks: [`Bucket::open`] makes an
+//! object store of parca.yaml's `object_storage` (Thanos' `objstore` keys mapped onto the
+//! `object_store` crate: `FILESYSTEM`, `S3` and S3-compatible stores, `GCS`, `AZURE`), and
+//! [`Shipper`] uploads every block the store cuts, its files first and its `meta.json` (with
+//! the server's external labels) last, so a reader of the bucket never sees half a block.
+//! What was shipped is recorded beside the store (`shipper.json`), so a restart ships what is
+//! missing and nothing twice.
+
+mod bucket;
+mod shipper;
+
+pub use bucket::Bucket;
+pub use shipper::{SHIPPER_STATE_FILE, Shipper, ShipperMetrics};
+
+/// Why a bucket cannot be opened or a block not shipped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The configuration names a provider this server cannot reach.
+    #[error(
+        "object_storage.bucket.type {0} is not supported by this server: use FILESYSTEM, S3 (or an S3-compatible store), GCS or AZURE"
+    )]
+    Unsupported(String),
+    /// The provider refused the settings.
+    #[error("object_storage: cannot set up the {kind} bucket: {source}")]
+    Setup {
+        /// The provider.
+        kind: String,
+        /// Its complaint.
+        source: object_store::Error,
+    },
+    /// The local folder of a `FILESYSTEM` bucket cannot be made.
+    #[error("object_storage: cannot create the FILESYSTEM bucket's directory `{path}`: {source}")]
+    Directory {
+        /// The folder.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// An upload or a read of the bucket failed.
+    #[error("cannot upload `{object}` to the bucket: {source}")]
+    Upload {
+        /// The object's path in the bucket.
+        object: String,
+        /// The provider's error.
+        source: object_store::Error,
+    },
+    /// A local file could not be read or written.
+    #[error("cannot {action} `{path}`: {source}")]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The block's own files are not readable as a block.
+    #[error(transparent)]
+    Block(#[from] parca_tsdb::Error),
+    /// `shipper.json` is not what this server writes.
+    #[error("`{path}` is not a shipper state file ({why}); move it away to ship every block again")]
+    State {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+}
