@@ -178,3 +178,164 @@ fn blocks_are_shipped_to_the_bucket_once_with_external_labels() {
     );
     assert!(shipped.iter().all(|n| more.contains(n)));
 }
+
+/// moto's S3 server on `port` (its state lives in memory: a restart empties it).
+fn start_s3(python: &Path, port: u16, log: &Path) -> crate::server_harness::Process {
+    let mut command = std::process::Command::new(python);
+    command.args([
+        "-m",
+        "moto.server",
+        "-H",
+        "127.0.0.1",
+        "-p",
+        &port.to_string(),
+    ]);
+    let process = crate::server_harness::Process::start("moto", command, log);
+    poll(
+        "the S3 server to answer",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            // An unsigned PUT creates the bucket on moto.
+            http_request(addr, "PUT", "/profiles", b"", Duration::from_secs(5))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        },
+    );
+    process
+}
+
+/// The keys under `prefix` in moto's bucket `profiles`.
+fn s3_keys(port: u16, prefix: &str) -> Vec<String> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let Ok(r) = crate::server_harness::http_get(
+        addr,
+        &format!("/profiles?list-type=2&prefix={prefix}"),
+        Duration::from_secs(5),
+    ) else {
+        return Vec::new();
+    };
+    r.text()
+        .split("<Key>")
+        .skip(1)
+        .filter_map(|s| s.split("</Key>").next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn blocks_are_shipped_to_an_s3_compatible_server() {
+    let python = match crate::server_harness::outside_target("python-s3") {
+        Ok(python) => python,
+        Err(why) => {
+            return crate::server_harness::skip(
+                "moto's S3 server (tests/tools/targets.sh python-s3)",
+                &why,
+            );
+        }
+    };
+    let work = tempfile::tempdir().expect("tempdir");
+    let port = crate::server_harness::free_port();
+    let mut s3 = start_s3(&python, port, &work.path().join("moto.log"));
+    let config = format!(
+        "global:\n  external_labels: {{replica: b}}\nobject_storage:\n  bucket:\n    type: S3\n    prefix: parca\n    config:\n      bucket: profiles\n      endpoint: 127.0.0.1:{port}\n      insecure: true\n      access_key: test\n      secret_key: test\nscrape_configs: []\n"
+    );
+    let server = Server::start(
+        &parca_binary(false),
+        &["--storage-block-duration=1m"],
+        |_| config.clone(),
+    );
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let push = |at: i64| {
+        let r = http_request(
+            server.addr,
+            "POST",
+            "/api/v1/write?__name__=process_cpu&job=s3",
+            &profile_at(at),
+            Duration::from_secs(30),
+        )
+        .expect("push");
+        assert_eq!(r.status, 200, "{}", r.text());
+    };
+    for ago in [180_000, 120_000, 60_000, 0] {
+        push(now - ago);
+    }
+    let keys = poll(
+        "a block in the S3 bucket",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || {
+            let keys = s3_keys(port, "parca/");
+            if keys.iter().any(|k| k.ends_with("/meta.json")) {
+                Ok(keys)
+            } else {
+                Err(format!("{keys:?}\n{}", server.process.log_tail()))
+            }
+        },
+    );
+    let meta_key = keys
+        .iter()
+        .find(|k| k.ends_with("/meta.json"))
+        .expect("meta");
+    let block = meta_key
+        .trim_start_matches("parca/")
+        .trim_end_matches("/meta.json");
+    for file in ["index", "symbols", "profiles"] {
+        assert!(keys.contains(&format!("parca/{block}/{file}")), "{keys:?}");
+    }
+    // Objects are private: read back with boto3 (in the same venv), signed as any client.
+    let read = std::process::Command::new(&python)
+        .args([
+            "-c",
+            "import sys, boto3; s3 = boto3.client('s3', endpoint_url=sys.argv[1], \
+             aws_access_key_id='test', aws_secret_access_key='test', region_name='us-east-1'); \
+             sys.stdout.buffer.write(s3.get_object(Bucket='profiles', Key=sys.argv[2])['Body'].read())",
+            &format!("http://127.0.0.1:{port}"),
+            meta_key,
+        ])
+        .output()
+        .expect("run boto3");
+    let meta = String::from_utf8_lossy(&read.stdout);
+    assert!(
+        meta.contains("\"replica\": \"b\""),
+        "{meta}\n{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+
+    // The S3 server goes away: new blocks wait on local disk, counted as failures; when a
+    // server is back (empty: moto keeps nothing), they are shipped.
+    drop(s3);
+    for ahead in [60_000, 120_000, 180_000] {
+        push(now + ahead);
+    }
+    poll(
+        "a failed upload to be counted",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || match metric(&server, "parca_shipper_failed_uploads_total") {
+            n if n >= 1.0 => Ok(()),
+            n => Err(format!("{n}: {}", server.process.log_tail())),
+        },
+    );
+    s3 = start_s3(&python, port, &work.path().join("moto2.log"));
+    poll(
+        "the waiting blocks to reach the new S3 server",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || {
+            let keys = s3_keys(port, "parca/");
+            if keys.iter().any(|k| k.ends_with("/meta.json"))
+                && metric(&server, "parca_shipper_pending_blocks") == 0.0
+            {
+                Ok(())
+            } else {
+                Err(format!("{keys:?}"))
+            }
+        },
+    );
+    drop(s3);
+}

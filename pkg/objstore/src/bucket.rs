@@ -8,6 +8,17 @@ use parca_config::{BucketConfig, BucketType};
 
 use crate::Error;
 
+/// The providers' clients retry a failed request a few times within this; past it the
+/// shipper's own backoff takes over (so a bucket that is down is counted and logged soon,
+/// rather than after the clients' default of minutes).
+fn retry() -> object_store::RetryConfig {
+    object_store::RetryConfig {
+        backoff: object_store::BackoffConfig::default(),
+        max_retries: 3,
+        retry_timeout: std::time::Duration::from_secs(20),
+    }
+}
+
 /// An object store and the folder (`prefix`) this server keeps its blocks under.
 #[derive(Debug, Clone)]
 pub struct Bucket {
@@ -48,8 +59,9 @@ impl Bucket {
                     config.config.get("insecure"),
                     Some(parca_config::ConfigValue::Bool(true))
                 );
-                let mut builder =
-                    object_store::aws::AmazonS3Builder::from_env().with_bucket_name(bucket);
+                let mut builder = object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_retry(retry());
                 if let Some(endpoint) = get("endpoint") {
                     let url = if endpoint.contains("://") {
                         endpoint.to_owned()
@@ -83,7 +95,8 @@ impl Bucket {
             BucketType::Gcs => {
                 let bucket = get("bucket").unwrap_or_default();
                 let mut builder = object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                    .with_bucket_name(bucket);
+                    .with_bucket_name(bucket)
+                    .with_retry(retry());
                 if let Some(key) = get("service_account") {
                     builder = builder.with_service_account_key(key);
                 }
@@ -97,7 +110,8 @@ impl Bucket {
                 let container = get("container").unwrap_or_default();
                 let mut builder = object_store::azure::MicrosoftAzureBuilder::from_env()
                     .with_account(account)
-                    .with_container_name(container);
+                    .with_container_name(container)
+                    .with_retry(retry());
                 if let Some(key) = get("storage_account_key") {
                     builder = builder.with_access_key(key);
                 }
