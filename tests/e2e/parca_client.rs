@@ -2,7 +2,8 @@
 //! code Parca's web UI uses) over protobuf-ts' gRPC-web transport (binary, and text as Parca's
 //! UI sends it, under `/api`) and its native gRPC transport. A real server that scrapes itself
 //! is written to with `WriteRaw` and read back through `ProfileTypes`, `Labels`, `Values`,
-//! `QueryRange` and `Query` (TOP, FLAMEGRAPH_TABLE, PPROF, PROFILE_METADATA, a stack filter);
+//! `QueryRange` and `Query` (TOP, FLAMEGRAPH_TABLE, PPROF, PROFILE_METADATA, a stack filter, and
+//! the Arrow reports Parca's UI draws, read with `@uwdata/flechette` as the UI reads them);
 //! every total equals what our HTTP API answers for the same selection. Connect's unary
 //! protocol is checked with plain HTTP. Without npm's packages (`tests/tools/targets.sh
 //! parca-client`) the test says so and passes, except under `PARCA_REQUIRE_TARGETS=1`.
@@ -116,6 +117,23 @@ fn parcas_own_client_writes_and_reads_over_grpc_web_and_grpc() {
         );
         assert!(
             got["pprofBytes"].as_i64().unwrap_or(0) > 1000,
+            "{transport}: {got}"
+        );
+        // The Arrow reports, decoded by the library Parca's UI uses.
+        assert_eq!(got["flameArrow"]["total"], expected, "{transport}: {got}");
+        assert_eq!(
+            got["flameArrow"]["rootCumulative"], expected,
+            "{transport}: {got}"
+        );
+        assert_eq!(got["flameArrow"]["hasSpin"], true, "{transport}: {got}");
+        assert_eq!(
+            got["flameArrow"]["height"], got["flame"]["height"],
+            "{transport}: {got}"
+        );
+        assert_eq!(got["tableArrow"]["total"], expected, "{transport}: {got}");
+        assert_eq!(got["tableArrow"]["flat"], expected, "{transport}: {got}");
+        assert_eq!(
+            got["tableArrow"]["rows"], got["top"]["rows"],
             "{transport}: {got}"
         );
         for label in ["job", "worker"] {

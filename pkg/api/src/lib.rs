@@ -30,6 +30,7 @@ mod ingest;
 mod metrics;
 mod ops;
 mod params;
+mod parca_arrow;
 mod parca_grpc;
 mod parca_rest;
 mod query;

@@ -3,8 +3,8 @@
 //! same write path as our HTTP API, so a number means the same thing in both. The transports
 //! (gRPC, gRPC-web, Connect) are in `grpc.rs`; this module maps messages.
 //!
-//! What Parca's server does and this one does not yet: the Arrow reports (`FLAMEGRAPH_ARROW`,
-//! `TABLE_ARROW`), `CALLGRAPH`, `SOURCE`, `FLAMECHART`, grouping by anything but function name,
+//! What Parca's server does and this one does not yet: `CALLGRAPH`, `SOURCE`, `FLAMECHART`,
+//! grouping by anything but function name,
 //! frame filters and the Arrow `Write` stream. Each is refused as `UNIMPLEMENTED` with a
 //! message naming it, never answered with something else.
 
@@ -229,10 +229,31 @@ impl pq::query_service_server::QueryService for ParcaQueries {
                 pq::query_response::Report::Flamegraph(flamegraph_table(&profile, trim)),
                 total,
             ),
+            ReportType::FlamegraphArrow => {
+                let (record, height, trimmed) = crate::parca_arrow::flamegraph(&profile, trim)
+                    .map_err(|e| Status::internal(format!("cannot write the Arrow record: {e}")))?;
+                let report = pq::FlamegraphArrow {
+                    record,
+                    unit: profile.meta.sample_type.unit.clone(),
+                    height,
+                    trimmed,
+                };
+                (pq::query_response::Report::FlamegraphArrow(report), total)
+            }
+            ReportType::TableArrow => {
+                let record = crate::parca_arrow::table(&profile)
+                    .map_err(|e| Status::internal(format!("cannot write the Arrow record: {e}")))?;
+                let report = pq::TableArrow {
+                    record,
+                    unit: profile.meta.sample_type.unit.clone(),
+                };
+                (pq::query_response::Report::TableArrow(report), total)
+            }
             other => {
                 return Err(Status::unimplemented(format!(
                     "report type {} is not served by this server yet; it serves \
-                     REPORT_TYPE_PPROF, REPORT_TYPE_TOP, REPORT_TYPE_FLAMEGRAPH_TABLE and \
+                     REPORT_TYPE_PPROF, REPORT_TYPE_TOP, REPORT_TYPE_FLAMEGRAPH_TABLE, \
+                     REPORT_TYPE_FLAMEGRAPH_ARROW, REPORT_TYPE_TABLE_ARROW and \
                      REPORT_TYPE_PROFILE_METADATA",
                     other.as_str_name()
                 )));

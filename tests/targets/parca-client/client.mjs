@@ -19,6 +19,7 @@ import {
 import { ChannelCredentials } from '@grpc/grpc-js';
 import { GrpcTransport } from '@protobuf-ts/grpc-transport';
 import { GrpcWebFetchTransport } from '@protobuf-ts/grpcweb-transport';
+import { tableFromIPC } from '@uwdata/flechette';
 
 const [transportName, address, pprofFile, job, timeMs] = process.argv.slice(2);
 const transport = transportName === 'grpc'
@@ -65,6 +66,16 @@ async function main() {
   const top = await merge(QueryRequest_ReportType.TOP);
   const flame = await merge(QueryRequest_ReportType.FLAMEGRAPH_TABLE);
   const pprof = await merge(QueryRequest_ReportType.PPROF);
+  // The Arrow reports Parca's UI draws, read with the library it reads them with.
+  const flameArrow = await merge(QueryRequest_ReportType.FLAMEGRAPH_ARROW);
+  // flechette reads Int32 buffers in place: the record is copied out of the message, whose
+  // bytes sit at any offset of the response.
+  const flameTable = tableFromIPC(flameArrow.report.flamegraphArrow.record.slice(), { useBigInt: true });
+  const arrowNames = flameTable.getChild('function_name').toArray()
+    .map((v) => (v == null ? null : new TextDecoder().decode(v)));
+  const tableArrow = await merge(QueryRequest_ReportType.TABLE_ARROW);
+  const table = tableFromIPC(tableArrow.report.tableArrow.record.slice(), { useBigInt: true });
+  const flat = table.getChild('flat').toArray().reduce((a, v) => a + Number(v), 0);
   const metadata = await merge(QueryRequest_ReportType.PROFILE_METADATA);
   const filtered = await queries.query({
     mode: QueryRequest_Mode.MERGE,
@@ -116,6 +127,15 @@ async function main() {
       names: flameNames.filter((n) => n.startsWith('main.')).sort(),
     },
     pprofBytes: pprof.report.pprof.length,
+    flameArrow: {
+      total: Number(flameArrow.total),
+      rows: flameTable.numRows,
+      rootCumulative: Number(flameTable.getChild('cumulative').at(0)),
+      height: flameArrow.report.flamegraphArrow.height,
+      unit: flameArrow.report.flamegraphArrow.unit,
+      hasSpin: arrowNames.includes('main.spin'),
+    },
+    tableArrow: { total: Number(tableArrow.total), rows: table.numRows, flat },
     metadata: metadata.report.profileMetadata,
     filtered: { total: Number(filtered.total), filtered: Number(filtered.filtered) },
     unimplemented,
