@@ -8,6 +8,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
     println!("cargo:rerun-if-changed=proto");
     let descriptors = protox::compile(files, ["proto"])?;
+    // The descriptors themselves, for Connect's JSON (transcoding by reflection).
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out.join("parca_api.fds"),
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(false)

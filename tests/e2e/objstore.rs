@@ -25,6 +25,19 @@ fn profile_at(ms: i64) -> Vec<u8> {
     parca_pprof::encode(&profile, true)
 }
 
+/// Pushes [`profile_at`] `at` as series `process_cpu{job=…}`.
+fn push_at(server: &Server, job: &str, at: i64) {
+    let r = http_request(
+        server.addr,
+        "POST",
+        &format!("/api/v1/write?__name__=process_cpu&job={job}"),
+        &profile_at(at),
+        Duration::from_secs(30),
+    )
+    .expect("push");
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
 fn metric(server: &Server, name: &str) -> f64 {
     let text = server.get("/metrics").expect("metrics").text();
     text.lines()
@@ -60,15 +73,7 @@ fn blocks_are_shipped_to_the_bucket_once_with_external_labels() {
     let server = Server::start_with_storage(&binary, Some(&storage), &args, |_| config(&bucket));
     // Profiles over three minutes: the head cuts the oldest minutes into blocks.
     for ago in [180_000, 120_000, 60_000, 0] {
-        let r = http_request(
-            server.addr,
-            "POST",
-            "/api/v1/write?__name__=process_cpu&job=ship",
-            &profile_at(now - ago),
-            Duration::from_secs(30),
-        )
-        .expect("push");
-        assert_eq!(r.status, 200, "{}", r.text());
+        push_at(&server, "ship", now - ago);
     }
     let shipped = poll(
         "a block in the bucket",
@@ -139,16 +144,8 @@ fn blocks_are_shipped_to_the_bucket_once_with_external_labels() {
     // counted as failures, and are shipped once the folder is back.
     std::fs::rename(&bucket, work.path().join("bucket.away")).expect("move bucket");
     std::fs::write(&bucket, b"not a folder").expect("block the bucket");
-    for ago in [-60_000, -120_000, -180_000] {
-        let r = http_request(
-            server.addr,
-            "POST",
-            "/api/v1/write?__name__=process_cpu&job=ship",
-            &profile_at(now - ago),
-            Duration::from_secs(30),
-        )
-        .expect("push");
-        assert_eq!(r.status, 200, "{}", r.text());
+    for ahead in [60_000, 120_000, 180_000] {
+        push_at(&server, "ship", now + ahead);
     }
     poll(
         "a failed upload to be counted",
@@ -250,17 +247,7 @@ fn blocks_are_shipped_to_an_s3_compatible_server() {
         .duration_since(UNIX_EPOCH)
         .expect("clock")
         .as_millis() as i64;
-    let push = |at: i64| {
-        let r = http_request(
-            server.addr,
-            "POST",
-            "/api/v1/write?__name__=process_cpu&job=s3",
-            &profile_at(at),
-            Duration::from_secs(30),
-        )
-        .expect("push");
-        assert_eq!(r.status, 200, "{}", r.text());
-    };
+    let push = |at: i64| push_at(&server, "s3", at);
     for ago in [180_000, 120_000, 60_000, 0] {
         push(now - ago);
     }

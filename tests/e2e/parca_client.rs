@@ -5,7 +5,7 @@
 //! `QueryRange` and `Query` (TOP, FLAMEGRAPH_TABLE, PPROF, PROFILE_METADATA, a stack filter, and
 //! the Arrow reports Parca's UI draws, read with `@uwdata/flechette` as the UI reads them);
 //! every total equals what our HTTP API answers for the same selection. Connect's unary
-//! protocol is checked with plain HTTP. Without npm's packages (`tests/tools/targets.sh
+//! protocol (protobuf and JSON) is checked with plain HTTP. Without npm's packages (`tests/tools/targets.sh
 //! parca-client`) the test says so and passes, except under `PARCA_REQUIRE_TARGETS=1`.
 
 use std::process::Command;
@@ -136,6 +136,16 @@ fn parcas_own_client_writes_and_reads_over_grpc_web_and_grpc() {
             got["tableArrow"]["rows"], got["top"]["rows"],
             "{transport}: {got}"
         );
+        assert_eq!(got["callgraph"]["total"], expected, "{transport}: {got}");
+        assert_eq!(got["callgraph"]["flat"], expected, "{transport}: {got}");
+        assert_eq!(
+            got["callgraph"]["nodes"], got["top"]["rows"],
+            "{transport}: {got}"
+        );
+        assert!(
+            got["callgraph"]["edges"].as_i64().unwrap_or(0) > 0,
+            "{transport}: {got}"
+        );
         for label in ["job", "worker"] {
             assert!(
                 got["labels"].to_string().contains(label),
@@ -211,6 +221,35 @@ fn parcas_own_client_writes_and_reads_over_grpc_web_and_grpc() {
             .as_str()
             .unwrap_or("")
             .contains("`start` is required"),
+        "{error}"
+    );
+    // Connect's JSON: proto3's JSON mapping both ways.
+    let (status, body) = connect("ProfileTypes", "application/json", b"{}");
+    assert_eq!(status, "200", "{}", String::from_utf8_lossy(&body));
+    let types: serde_json::Value = serde_json::from_slice(&body).expect("JSON answer");
+    assert!(
+        types["types"]
+            .as_array()
+            .is_some_and(|t| t.iter().any(|t| t["name"] == "parca_client_cpu")),
+        "{types}"
+    );
+    let (status, body) = connect(
+        "Values",
+        "application/json",
+        br#"{"labelName": "job", "match": ["{job=~\"client-.*\"}"]}"#,
+    );
+    assert_eq!(status, "200", "{}", String::from_utf8_lossy(&body));
+    let values: serde_json::Value = serde_json::from_slice(&body).expect("JSON answer");
+    assert_eq!(
+        values["labelValues"],
+        serde_json::json!(["client-grpc", "client-grpc-web", "client-grpc-web-text"]),
+        "{values}"
+    );
+    let (status, body) = connect("Labels", "application/json", b"{\"nonsense\": 1}");
+    assert_eq!(status, "400", "{}", String::from_utf8_lossy(&body));
+    let error: serde_json::Value = serde_json::from_slice(&body).expect("JSON error");
+    assert!(
+        error["message"].as_str().unwrap_or("").contains("nonsense"),
         "{error}"
     );
 }

@@ -1021,6 +1021,24 @@ fn the_servers_heap_profile_leaves_out_the_allocators_frames() {
     }
 }
 
+/// The server's own CPU profile over 3 s while `path` is asked again and again: work for the
+/// profiler to see.
+fn busy_cpu_profile(server: &Server, path: &str) -> crate::server_harness::Response {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let _ = server.get(path);
+            }
+        });
+        let r = server.get("/debug/pprof/profile?seconds=3");
+        stop.store(true, Ordering::Relaxed);
+        worker.join().expect("worker");
+        r
+    })
+    .expect("cpu profile")
+}
+
 /// The server's own CPU profile names the code that ran as each sample's leaf, not the
 /// profiler's signal handler walking the stack (`backtrace::backtrace::libunwind::trace` was the
 /// leaf of every sample with pprof-rs).
@@ -1029,20 +1047,7 @@ fn the_servers_cpu_profile_leaves_out_the_profilers_frames() {
     let server = Server::start(&parca_binary(false), &[], |_| {
         "scrape_configs: []\n".to_owned()
     });
-    // Work for the profiler to see: the server answering requests while it samples.
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let busy = std::thread::scope(|scope| {
-        let worker = scope.spawn(|| {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = server.get("/api/v1/status/buildinfo");
-            }
-        });
-        let r = server.get("/debug/pprof/profile?seconds=3");
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        worker.join().expect("worker");
-        r
-    });
-    let r = busy.expect("cpu profile");
+    let r = busy_cpu_profile(&server, "/api/v1/status/buildinfo");
     assert_eq!(r.status, 200, "{}", r.text());
     let leaves = leaves_of(&r.body, "cpu");
     for leaf in &leaves {
@@ -1062,24 +1067,13 @@ fn the_servers_cpu_profile_leaves_out_the_profilers_frames() {
 
 /// Every frame of the server's own profiles has its full path: inlined functions were named
 /// `poll`, `run`, `new` or `{closure#0}`, so different functions fell into one row of the top
-/// table (issue 15, point 5).
+/// table.
 #[test]
 fn the_servers_own_profiles_name_frames_with_their_full_paths() {
     let server = Server::start(&parca_binary(false), &[], |_| {
         "scrape_configs: []\n".to_owned()
     });
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    let cpu = std::thread::scope(|scope| {
-        let worker = scope.spawn(|| {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = server.get("/api/v1/labels");
-            }
-        });
-        let r = server.get("/debug/pprof/profile?seconds=3");
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        worker.join().expect("worker");
-        r
-    });
+    let cpu = busy_cpu_profile(&server, "/api/v1/labels");
     // jemalloc samples one allocation per 512 KiB on average: a server just started may hold
     // no sampled allocation yet.
     let heap = poll(
@@ -1098,7 +1092,7 @@ fn the_servers_own_profiles_name_frames_with_their_full_paths() {
             }
         },
     );
-    for (kind, r) in [("cpu", cpu.expect("cpu profile")), ("heap", heap)] {
+    for (kind, r) in [("cpu", cpu), ("heap", heap)] {
         assert_eq!(r.status, 200, "{kind}: {}", r.text());
         let pprof = parca_pprof::decode(&r.body, &Default::default()).expect("decodes");
         let names: Vec<String> = pprof

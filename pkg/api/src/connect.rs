@@ -1,8 +1,9 @@
 //! Connect's unary protocol (connectrpc.com) for Parca's services: `POST
-//! /<package>.<Service>/<Method>` with the bare message as the body (`application/proto`), the
-//! bare answer back with 200, and errors as Connect's JSON (`{"code", "message"}`) with the
-//! HTTP status Connect assigns to the code. The methods are the same implementations gRPC calls
-//! (`parca_grpc.rs`). Connect's JSON encoding is refused with a message saying so.
+//! /<package>.<Service>/<Method>` with the bare message as the body, in protobuf
+//! (`application/proto`) or in proto3's JSON (`application/json`, transcoded by reflection over
+//! the `.proto` files' descriptors), the bare answer back with 200 in the same encoding, and
+//! errors as Connect's JSON (`{"code", "message"}`) with the HTTP status Connect assigns to the
+//! code. The methods are the same implementations gRPC calls (`parca_grpc.rs`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -36,74 +37,138 @@ pub(crate) fn is_connect(call: &Call) -> bool {
 
 /// Answers a Connect unary call.
 pub(crate) async fn handle(api: &Arc<Api>, call: Call) -> Response<Body> {
-    let content_type = call
+    let json = call
         .headers
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if content_type.starts_with("application/json") {
-        return error(
-            tonic::Code::Unimplemented,
-            "Connect's JSON encoding is not served yet: send `Content-Type: application/proto`",
-        );
-    }
+        .is_some_and(|t| t.starts_with("application/json"));
     let body = match ingest::content_decoded(api, &call) {
         Ok(body) => body.into_owned(),
         Err(e) => return error(tonic::Code::InvalidArgument, &e.message),
     };
     let path = &call.path[call.path.find("/parca.").unwrap_or(0)..];
+    let Some((service, method)) = path.strip_prefix('/').and_then(|p| p.split_once('/')) else {
+        return error(tonic::Code::NotFound, &format!("no method {path}"));
+    };
+    let body = if json {
+        match json_to_proto(service, method, &body) {
+            Ok(bytes) => bytes,
+            Err(status) => return error(status.code(), status.message()),
+        }
+    } else {
+        body
+    };
+    let answer = call_method(api, path, &body).await;
+    match answer {
+        Ok(bytes) if json => match proto_to_json(service, method, &bytes) {
+            Ok(text) => with_type(text, "application/json"),
+            Err(status) => error(status.code(), status.message()),
+        },
+        Ok(bytes) => with_type(bytes, "application/proto"),
+        Err(status) => error(status.code(), status.message()),
+    }
+}
+
+/// Calls the method at `path` with the protobuf `body`; its protobuf answer.
+async fn call_method(api: &Arc<Api>, path: &str, body: &[u8]) -> Result<Vec<u8>, tonic::Status> {
     let queries = ParcaQueries {
         api: Arc::clone(api),
     };
     let store = ParcaProfileStore {
         api: Arc::clone(api),
     };
-    let Some(method) = path
+    let no_method = || tonic::Status::not_found(format!("no method {path}"));
+    let method = path
         .strip_prefix(PARCA_QUERY)
         .or_else(|| path.strip_prefix(PARCA_STORE))
-    else {
-        return error(tonic::Code::NotFound, &format!("no method {path}"));
-    };
+        .ok_or_else(no_method)?;
     match (path.starts_with(PARCA_QUERY), method) {
-        (true, "QueryRange") => unary(&body, |r| queries.query_range(r)).await,
-        (true, "Query") => unary(&body, |r| queries.query(r)).await,
-        (true, "Series") => unary(&body, |r| queries.series(r)).await,
-        (true, "ProfileTypes") => unary(&body, |r| queries.profile_types(r)).await,
-        (true, "Labels") => unary(&body, |r| queries.labels(r)).await,
-        (true, "Values") => unary(&body, |r| queries.values(r)).await,
-        (true, "ShareProfile") => unary(&body, |r| queries.share_profile(r)).await,
-        (true, "HasProfileData") => unary(&body, |r| queries.has_profile_data(r)).await,
-        (false, "WriteRaw") => unary(&body, |r| store.write_raw(r)).await,
-        (false, "WriteArrow") => unary(&body, |r| store.write_arrow(r)).await,
-        (false, "Write") => error(
-            tonic::Code::Unimplemented,
+        (true, "QueryRange") => unary(body, |r| queries.query_range(r)).await,
+        (true, "Query") => unary(body, |r| queries.query(r)).await,
+        (true, "Series") => unary(body, |r| queries.series(r)).await,
+        (true, "ProfileTypes") => unary(body, |r| queries.profile_types(r)).await,
+        (true, "Labels") => unary(body, |r| queries.labels(r)).await,
+        (true, "Values") => unary(body, |r| queries.values(r)).await,
+        (true, "ShareProfile") => unary(body, |r| queries.share_profile(r)).await,
+        (true, "HasProfileData") => unary(body, |r| queries.has_profile_data(r)).await,
+        (false, "WriteRaw") => unary(body, |r| store.write_raw(r)).await,
+        (false, "WriteArrow") => unary(body, |r| store.write_arrow(r)).await,
+        (false, "Write") => Err(tonic::Status::unimplemented(
             "Write is a bidirectional stream, which Connect's unary protocol cannot carry: use gRPC",
-        ),
-        _ => error(tonic::Code::NotFound, &format!("no method {path}")),
+        )),
+        _ => Err(no_method()),
     }
 }
 
-/// Decodes the request message, calls `method`, encodes its answer or its status.
-async fn unary<Req, Res, F, Fut>(body: &[u8], method: F) -> Response<Body>
+/// Decodes the request message, calls `method`, encodes its answer.
+async fn unary<Req, Res, F, Fut>(body: &[u8], method: F) -> Result<Vec<u8>, tonic::Status>
 where
     Req: Message + Default,
     Res: Message,
     F: FnOnce(tonic::Request<Req>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<Res>, tonic::Status>>,
 {
-    let request = match Req::decode(body) {
-        Ok(r) => r,
-        Err(e) => {
-            return error(
-                tonic::Code::InvalidArgument,
-                &format!("the body is not the method's protobuf message: {e}"),
-            );
-        }
+    let request = Req::decode(body).map_err(|e| {
+        tonic::Status::invalid_argument(format!(
+            "the body is not the method's protobuf message: {e}"
+        ))
+    })?;
+    let response = method(tonic::Request::new(request)).await?;
+    Ok(response.into_inner().encode_to_vec())
+}
+
+/// Parca's `.proto` files, read once, for transcoding JSON.
+fn descriptors() -> &'static prost_reflect::DescriptorPool {
+    static POOL: std::sync::OnceLock<prost_reflect::DescriptorPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        prost_reflect::DescriptorPool::decode(parca_grpc_proto::FILE_DESCRIPTOR_SET)
+            .expect("the descriptors generated at build time decode")
+    })
+}
+
+/// The request (`input`) or response message of `service`'s `method`.
+fn message(
+    service: &str,
+    method: &str,
+    input: bool,
+) -> Result<prost_reflect::MessageDescriptor, tonic::Status> {
+    let method = descriptors()
+        .get_service_by_name(service)
+        .and_then(|s| s.methods().find(|m| m.name() == method))
+        .ok_or_else(|| tonic::Status::not_found(format!("no method /{service}/{method}")))?;
+    Ok(if input {
+        method.input()
+    } else {
+        method.output()
+    })
+}
+
+/// A JSON request (proto3's JSON mapping) as the method's protobuf message.
+fn json_to_proto(service: &str, method: &str, body: &[u8]) -> Result<Vec<u8>, tonic::Status> {
+    let descriptor = message(service, method, true)?;
+    let body = if body.iter().all(u8::is_ascii_whitespace) {
+        &b"{}"[..]
+    } else {
+        body
     };
-    match method(tonic::Request::new(request)).await {
-        Ok(response) => with_type(response.into_inner().encode_to_vec(), "application/proto"),
-        Err(status) => error(status.code(), status.message()),
-    }
+    let mut json = serde_json::Deserializer::from_slice(body);
+    let message = prost_reflect::DynamicMessage::deserialize(descriptor, &mut json)
+        .and_then(|m| json.end().map(|()| m))
+        .map_err(|e| {
+            tonic::Status::invalid_argument(format!(
+                "the body is not the method's message in JSON: {e}"
+            ))
+        })?;
+    Ok(message.encode_to_vec())
+}
+
+/// A protobuf answer as proto3's JSON.
+fn proto_to_json(service: &str, method: &str, bytes: &[u8]) -> Result<Vec<u8>, tonic::Status> {
+    let descriptor = message(service, method, false)?;
+    let message = prost_reflect::DynamicMessage::decode(descriptor, bytes)
+        .map_err(|e| tonic::Status::internal(format!("cannot read the answer back: {e}")))?;
+    serde_json::to_vec(&message)
+        .map_err(|e| tonic::Status::internal(format!("cannot write the answer as JSON: {e}")))
 }
 
 /// Connect's error answer: the code's name and the message as JSON, with its HTTP status.

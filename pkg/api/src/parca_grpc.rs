@@ -3,8 +3,8 @@
 //! same write path as our HTTP API, so a number means the same thing in both. The transports
 //! (gRPC, gRPC-web, Connect) are in `grpc.rs`; this module maps messages.
 //!
-//! What Parca's server does and this one does not yet: `CALLGRAPH`, `SOURCE`, `FLAMECHART`,
-//! grouping by anything but function name,
+//! What Parca's server does and this one does not yet: `SOURCE`, `FLAMECHART`, grouping by
+//! anything but function name,
 //! frame filters and the Arrow `Write` stream. Each is refused as `UNIMPLEMENTED` with a
 //! message naming it, never answered with something else.
 
@@ -240,6 +240,10 @@ impl pq::query_service_server::QueryService for ParcaQueries {
                 };
                 (pq::query_response::Report::FlamegraphArrow(report), total)
             }
+            ReportType::Callgraph => (
+                pq::query_response::Report::Callgraph(callgraph(&profile)),
+                total,
+            ),
             ReportType::TableArrow => {
                 let record = crate::parca_arrow::table(&profile)
                     .map_err(|e| Status::internal(format!("cannot write the Arrow record: {e}")))?;
@@ -253,8 +257,8 @@ impl pq::query_service_server::QueryService for ParcaQueries {
                 return Err(Status::unimplemented(format!(
                     "report type {} is not served by this server yet; it serves \
                      REPORT_TYPE_PPROF, REPORT_TYPE_TOP, REPORT_TYPE_FLAMEGRAPH_TABLE, \
-                     REPORT_TYPE_FLAMEGRAPH_ARROW, REPORT_TYPE_TABLE_ARROW and \
-                     REPORT_TYPE_PROFILE_METADATA",
+                     REPORT_TYPE_FLAMEGRAPH_ARROW, REPORT_TYPE_TABLE_ARROW, \
+                     REPORT_TYPE_CALLGRAPH and REPORT_TYPE_PROFILE_METADATA",
                     other.as_str_name()
                 )));
             }
@@ -617,6 +621,74 @@ fn top(profile: &Profile) -> pq::Top {
         list,
         total: i32::try_from(profile.total()).unwrap_or(i32::MAX),
         unit: profile.meta.sample_type.unit.clone(),
+    }
+}
+
+/// `CALLGRAPH`: one node per function (its flat and cumulative values, as the top table has
+/// them) and one edge per caller and callee, with the value that went through the call.
+fn callgraph(profile: &Profile) -> pq::Callgraph {
+    let table = parca_profile::TopTable::build(profile);
+    let graph = FlameGraph::build(profile);
+    let name_of = |node: &parca_profile::FlameNode<'_>| {
+        let t = node.tables;
+        match (node.function, node.location) {
+            (Some(f), _) => t.string(f.name).to_owned(),
+            (None, Some(l)) => match l.mapping {
+                Some(m) => {
+                    let file = t.string(t.mapping(m).file);
+                    format!(
+                        "{}+0x{:x}",
+                        file.rsplit('/').next().unwrap_or(file),
+                        l.address
+                    )
+                }
+                None => format!("0x{:x}", l.address),
+            },
+            (None, None) => String::new(),
+        }
+    };
+    let mut edges: std::collections::BTreeMap<(String, String), i64> = Default::default();
+    let mut stack: Vec<(u32, Option<String>)> = vec![(0, None)];
+    while let Some((index, caller)) = stack.pop() {
+        let node = graph.node(index);
+        let name = (index != 0).then(|| name_of(&node));
+        if let (Some(caller), Some(name)) = (&caller, &name) {
+            *edges.entry((caller.clone(), name.clone())).or_default() += node.total;
+        }
+        for &child in node.children {
+            stack.push((child, name.clone()));
+        }
+    }
+    let nodes = table
+        .rows
+        .iter()
+        .map(|row| pq::CallgraphNode {
+            id: row.name.clone(),
+            meta: Some(pq::CallgraphNodeMeta {
+                function: Some(pm::Function {
+                    name: row.name.clone(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            cumulative: row.cum,
+            flat: row.flat,
+        })
+        .collect();
+    let edges = edges
+        .into_iter()
+        .map(|((source, target), cumulative)| pq::CallgraphEdge {
+            id: format!("{source} -> {target}"),
+            source,
+            target,
+            cumulative,
+            is_collapsed: false,
+        })
+        .collect();
+    pq::Callgraph {
+        nodes,
+        edges,
+        cumulative: profile.total(),
     }
 }
 

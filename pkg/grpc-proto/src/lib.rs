@@ -14,3 +14,7 @@ include!(concat!(env!("OUT_DIR"), "/parca_api.rs"));
 pub use parca::metastore::v1alpha1 as metastore;
 pub use parca::profilestore::v1alpha1 as profilestore;
 pub use parca::query::v1alpha1 as query;
+
+/// The encoded `FileDescriptorSet` of the `.proto` files (with their imports), for readers that
+/// work by reflection (Connect's JSON encoding).
+pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/parca_api.fds"));

@@ -93,9 +93,10 @@ async function main() {
       },
     }],
   }).response;
+  const callgraph = await merge(QueryRequest_ReportType.CALLGRAPH);
   let unimplemented = null;
   try {
-    await merge(QueryRequest_ReportType.CALLGRAPH);
+    await merge(QueryRequest_ReportType.SOURCE);
   } catch (e) {
     unimplemented = { code: e.code, message: e.message };
   }
@@ -136,6 +137,12 @@ async function main() {
       hasSpin: arrowNames.includes('main.spin'),
     },
     tableArrow: { total: Number(tableArrow.total), rows: table.numRows, flat },
+    callgraph: {
+      total: Number(callgraph.total),
+      nodes: callgraph.report.callgraph.nodes.length,
+      edges: callgraph.report.callgraph.edges.length,
+      flat: callgraph.report.callgraph.nodes.reduce((a, n) => a + Number(n.flat), 0),
+    },
     metadata: metadata.report.profileMetadata,
     filtered: { total: Number(filtered.total), filtered: Number(filtered.filtered) },
     unimplemented,
