@@ -136,6 +136,17 @@ fn parcas_own_client_writes_and_reads_over_grpc_web_and_grpc() {
             got["tableArrow"]["rows"], got["top"]["rows"],
             "{transport}: {got}"
         );
+        // Inverted: the functions that ran are the roots.
+        assert_eq!(
+            got["inverted"]["rootCumulative"], expected,
+            "{transport}: {got}"
+        );
+        assert!(
+            got["inverted"]["roots"]
+                .to_string()
+                .contains("main.(*counter).inc"),
+            "{transport}: {got}"
+        );
         assert_eq!(got["callgraph"]["total"], expected, "{transport}: {got}");
         assert_eq!(got["callgraph"]["flat"], expected, "{transport}: {got}");
         assert_eq!(

@@ -217,6 +217,11 @@ impl pq::query_service_server::QueryService for ParcaQueries {
             parca_profile::filter_stacks(&profile, &filters)
         };
         let filtered = before - profile.total();
+        let profile = if r.invert_call_stack == Some(true) {
+            parca_profile::invert_stacks(&profile)
+        } else {
+            profile
+        };
         let total = profile.total();
         let trim = f64::from(r.node_trim_threshold.unwrap_or(0.0)).max(0.0) / 100.0;
         let (report, total) = match report {
@@ -498,11 +503,6 @@ fn check_options(r: &pq::QueryRequest) -> Result<(), Status> {
         return Err(Status::unimplemented(format!(
             "grouping by `{field}` is not served yet: frames are grouped by function name"
         )));
-    }
-    if r.invert_call_stack == Some(true) {
-        return Err(Status::unimplemented(
-            "`invert_call_stack` is not served yet",
-        ));
     }
     if r.sandwich_by_function
         .as_deref()

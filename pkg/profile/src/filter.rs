@@ -139,6 +139,35 @@ pub fn filter_stacks(profile: &Profile, filters: &[StackFilter]) -> Profile {
     })
 }
 
+/// `profile` with every stack turned around: the leaf becomes the root, as a bottom-up (inverted)
+/// call tree shows callers under the functions that ran. Inlined frames keep their order within
+/// their location.
+pub fn invert_stacks(profile: &Profile) -> Profile {
+    let mut tables = (*profile.tables).clone();
+    let mut inverted = rustc_hash::FxHashMap::default();
+    let mut frames = Vec::new();
+    let stacks = profile
+        .samples
+        .stacks
+        .iter()
+        .map(|&stack| {
+            *inverted.entry(stack).or_insert_with(|| {
+                frames.clear();
+                frames.extend(profile.tables.stack(stack).iter().rev());
+                tables.intern_stack(&frames)
+            })
+        })
+        .collect();
+    Profile {
+        tables: std::sync::Arc::new(tables),
+        meta: profile.meta.clone(),
+        samples: crate::Samples {
+            stacks,
+            ..profile.samples.clone()
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,6 +179,18 @@ mod tests {
             ("main;compute", 3),
             ("main;net/http.read", 2),
         ])
+    }
+
+    #[test]
+    fn inverted_stacks_start_at_the_leaf() {
+        let p = invert_stacks(&sample());
+        let text = folded(&p);
+        assert!(
+            text.contains("runtime.mallocgc;net/http.serve;main 5\n"),
+            "{text}"
+        );
+        assert!(text.contains("compute;main 3\n"), "{text}");
+        assert_eq!(p.total(), sample().total());
     }
 
     #[test]

@@ -59,7 +59,7 @@ mod test_support;
 
 pub use error::Error;
 pub use export::to_pprof;
-pub use filter::{StackFilter, filter_stacks};
+pub use filter::{StackFilter, filter_stacks, invert_stacks};
 pub use flamegraph::{COLUMNS_MAGIC, COLUMNS_VERSION, ColumnsWriter, FlameGraph, FlameNode};
 pub use growth::{growth, is_cumulative};
 pub use hide::FrameHider;

@@ -94,6 +94,18 @@ async function main() {
     }],
   }).response;
   const callgraph = await merge(QueryRequest_ReportType.CALLGRAPH);
+  const inverted = (await queries.query({
+    mode: QueryRequest_Mode.MERGE,
+    options: { oneofKind: 'merge', merge: { query: selector, start, end } },
+    reportType: QueryRequest_ReportType.FLAMEGRAPH_TABLE,
+    invertCallStack: true,
+    filter: [],
+  }).response).report.flamegraph;
+  const nameOfNode = (fg, node) => {
+    const location = fg.locations[node.meta.locationIndex - 1];
+    const fn = fg.function[location.lines[0].functionIndex - 1];
+    return fg.stringTable[fn.nameStringIndex];
+  };
   let unimplemented = null;
   try {
     await merge(QueryRequest_ReportType.SOURCE);
@@ -137,6 +149,10 @@ async function main() {
       hasSpin: arrowNames.includes('main.spin'),
     },
     tableArrow: { total: Number(tableArrow.total), rows: table.numRows, flat },
+    inverted: {
+      rootCumulative: Number(inverted.root.cumulative),
+      roots: inverted.root.children.map((c) => nameOfNode(inverted, c)),
+    },
     callgraph: {
       total: Number(callgraph.total),
       nodes: callgraph.report.callgraph.nodes.length,
