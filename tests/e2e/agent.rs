@@ -1717,3 +1717,54 @@ fn which(program: &str) -> Result<PathBuf, String> {
         .find(|p| p.exists())
         .ok_or_else(|| format!("no {program} on PATH"))
 }
+
+/// A CPython process's samples say which runtime and version run it, so a query can select them
+/// (`{runtime="python"}`): Debian's stripped `/usr/bin/python3.11`, recognized by its exported
+/// `_PyRuntime` and `Py_Version`. Other processes carry no such labels.
+#[test]
+fn agent_labels_python_processes_with_their_runtime_and_version() {
+    let _exclusive = crate::support::exclusive();
+    if !can_run("agent_labels_python_processes_with_their_runtime_and_version") {
+        return;
+    }
+    let python = Path::new("/usr/bin/python3.11");
+    if !python.exists() {
+        return crate::server_harness::skip(
+            "agent_labels_python_processes_with_their_runtime_and_version",
+            "no /usr/bin/python3.11 (apt-get install python3.11)",
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(python);
+    command.args([
+        "-c",
+        "import time\nend = time.time() + 60\nx = 0\nwhile time.time() < end:\n    x += 1\n",
+    ]);
+    let py = Process::start("python3.11", command, &dir.path().join("python.log"));
+    let agent = Agent::start(dir.path(), &[]);
+    let p = agent.profile("seconds=3");
+    let pid = py.pid().to_string();
+    let ours: Vec<&proto::Sample> = p
+        .sample
+        .iter()
+        .filter(|s| label(&p, s, "pid") == Some(pid.as_str()))
+        .collect();
+    assert!(!ours.is_empty(), "no samples of the python process");
+    let version = std::process::Command::new(python)
+        .args(["-c", "import platform; print(platform.python_version())"])
+        .output()
+        .expect("python version");
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    for s in &ours {
+        assert_eq!(label(&p, s, "runtime"), Some("python"));
+        assert_eq!(label(&p, s, "runtime_version"), Some(version.as_str()));
+    }
+    let agent_pid = agent.process.pid().to_string();
+    assert!(
+        p.sample
+            .iter()
+            .filter(|s| label(&p, s, "pid") == Some(agent_pid.as_str()))
+            .all(|s| label(&p, s, "runtime").is_none()),
+        "the agent itself is no Python process"
+    );
+}

@@ -41,6 +41,17 @@ pub struct ProcessInfo {
     pub read_no: u64,
 }
 
+impl ProcessInfo {
+    /// The language runtime it runs and its version (`("python", "3.11.2")`), when one of its
+    /// objects is an interpreter the agent recognizes.
+    pub fn runtime(&self) -> Option<(&'static str, &str)> {
+        self.mappings
+            .iter()
+            .find_map(|m| m.object.as_ref()?.python_version.as_deref())
+            .map(|version| ("python", version))
+    }
+}
+
 /// `/proc/PID/stat`'s start time: the 22nd field, counted after the parenthesized name (which
 /// may itself hold spaces and parentheses).
 fn start_time(stat: &str) -> Option<u64> {
@@ -145,6 +156,8 @@ pub struct MappedObject {
     pub debug_file: Option<(File, PathBuf)>,
     /// Whether it lacks `.symtab` or DWARF (so a debug file, perhaps from debuginfod, helps).
     pub wants_debug_file: bool,
+    /// The CPython version, when it is a CPython interpreter (`python3.X` or `libpython3.X`).
+    pub python_version: Option<String>,
 }
 
 /// Processes seen, by pid.
@@ -390,6 +403,16 @@ impl ProcessTable {
                 inode: meta.ino(),
             },
         };
+        // Only objects named like an interpreter are looked into (their dynamic symbols).
+        let python_version = Path::new(path)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("python"))
+            .then(|| {
+                parca_symbolize::read_python_version(&file, &opened_as)
+                    .ok()
+                    .flatten()
+            })
+            .flatten();
         let object = Arc::new(MappedObject {
             key,
             build_id,
@@ -397,6 +420,7 @@ impl ProcessTable {
             opened_as,
             debug_file,
             wants_debug_file: needs.wants_debug_file(),
+            python_version,
         });
         self.objects.insert(id, Arc::downgrade(&object));
         Some(object)
@@ -440,6 +464,7 @@ fn vdso_object() -> Option<Arc<MappedObject>> {
             opened_as,
             debug_file: None,
             wants_debug_file: false,
+            python_version: None,
         }))
     })
     .clone()

@@ -219,6 +219,10 @@ pub(crate) fn build(
                     "container_id",
                     info.container_id.as_deref().unwrap_or(""),
                 );
+                if let Some((runtime, version)) = info.runtime() {
+                    add(&mut b, "runtime", runtime);
+                    add(&mut b, "runtime_version", version);
+                }
             }
             if let Some(node) = &node {
                 add(&mut b, "node", node);

@@ -114,7 +114,7 @@ pub fn read_build_id(file: &File, path: &Path) -> Result<Option<BuildId>, Error>
     Ok(None)
 }
 
-fn elf_error(path: &Path, source: object::Error) -> Error {
+pub(crate) fn elf_error(path: &Path, source: object::Error) -> Error {
     Error::Elf {
         path: path.to_owned(),
         source,
