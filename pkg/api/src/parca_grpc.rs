@@ -504,18 +504,11 @@ fn check_options(r: &pq::QueryRequest) -> Result<(), Status> {
             "grouping by `{field}` is not served yet: frames are grouped by function name"
         )));
     }
-    if r.sandwich_by_function
-        .as_deref()
-        .is_some_and(|s| !s.is_empty())
-    {
-        return Err(Status::unimplemented(
-            "`sandwich_by_function` is not served yet",
-        ));
-    }
     Ok(())
 }
 
-/// The stack filters of a request (`filter`, and the deprecated `filter_query`), as ours:
+/// The stack filters of a request (`filter`, `sandwich_by_function` and the deprecated
+/// `filter_query`), as ours:
 /// Parca's conditions on function names, compared without regard to ASCII case.
 fn stack_filters(r: &pq::QueryRequest) -> Result<Vec<StackFilter>, Status> {
     use pq::filter::Filter as F;
@@ -524,6 +517,13 @@ fn stack_filters(r: &pq::QueryRequest) -> Result<Vec<StackFilter>, Status> {
     let mut out = Vec::new();
     if let Some(text) = r.filter_query.as_deref().filter(|t| !t.is_empty()) {
         out.push(insensitive(&format!(".*{}.*", regex_escape(text)), true)?);
+    }
+    // The sandwich view: the stacks through one function, as Parca selects them.
+    if let Some(function) = r.sandwich_by_function.as_deref().filter(|f| !f.is_empty()) {
+        out.push(insensitive(
+            &format!(".*{}.*", regex_escape(function)),
+            true,
+        )?);
     }
     for filter in &r.filter {
         let criteria = match &filter.filter {
