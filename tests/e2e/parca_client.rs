@@ -136,6 +136,9 @@ fn parcas_own_client_writes_and_reads_over_grpc_web_and_grpc() {
             got["tableArrow"]["rows"], got["top"]["rows"],
             "{transport}: {got}"
         );
+        let through_spin = http_total(&server, &format!("{selector} |= \"main.spin\""), start, end);
+        assert!(through_spin > 0);
+        assert_eq!(got["sandwich"]["total"], through_spin, "{transport}: {got}");
         // Inverted: the functions that ran are the roots.
         assert_eq!(
             got["inverted"]["rootCumulative"], expected,

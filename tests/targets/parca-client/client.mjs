@@ -94,6 +94,13 @@ async function main() {
     }],
   }).response;
   const callgraph = await merge(QueryRequest_ReportType.CALLGRAPH);
+  const sandwich = await queries.query({
+    mode: QueryRequest_Mode.MERGE,
+    options: { oneofKind: 'merge', merge: { query: selector, start, end } },
+    reportType: QueryRequest_ReportType.TOP,
+    sandwichByFunction: 'main.spin',
+    filter: [],
+  }).response;
   const inverted = (await queries.query({
     mode: QueryRequest_Mode.MERGE,
     options: { oneofKind: 'merge', merge: { query: selector, start, end } },
@@ -149,6 +156,7 @@ async function main() {
       hasSpin: arrowNames.includes('main.spin'),
     },
     tableArrow: { total: Number(tableArrow.total), rows: table.numRows, flat },
+    sandwich: { total: Number(sandwich.total) },
     inverted: {
       rootCumulative: Number(inverted.root.cumulative),
       roots: inverted.root.children.map((c) => nameOfNode(inverted, c)),
