@@ -139,6 +139,8 @@ fn parcas_own_client_writes_and_reads_over_grpc_web_and_grpc() {
         let through_spin = http_total(&server, &format!("{selector} |= \"main.spin\""), start, end);
         assert!(through_spin > 0);
         assert_eq!(got["sandwich"]["total"], through_spin, "{transport}: {got}");
+        assert_eq!(got["onlyLibc"]["total"], expected, "{transport}: {got}");
+        assert_eq!(got["onlyLibc"]["roots"], 0, "{transport}: {got}");
         // Inverted: the functions that ran are the roots.
         assert_eq!(
             got["inverted"]["rootCumulative"], expected,

@@ -4,8 +4,7 @@
 //! (gRPC, gRPC-web, Connect) are in `grpc.rs`; this module maps messages.
 //!
 //! What Parca's server does and this one does not yet: `SOURCE`, `FLAMECHART`, grouping by
-//! anything but function name,
-//! frame filters and the Arrow `Write` stream. Each is refused as `UNIMPLEMENTED` with a
+//! anything but function name, frame filters other than by binary and the Arrow `Write` stream. Each is refused as `UNIMPLEMENTED` with a
 //! message naming it, never answered with something else.
 
 // Deprecated fields are filled and read on purpose: older clients of Parca still use them.
@@ -215,6 +214,10 @@ impl pq::query_service_server::QueryService for ParcaQueries {
             profile
         } else {
             parca_profile::filter_stacks(&profile, &filters)
+        };
+        let profile = match frame_hider(&r)? {
+            Some(hider) => hider.apply(&profile),
+            None => profile,
         };
         let filtered = before - profile.total();
         let profile = if r.invert_call_stack == Some(true) {
@@ -495,6 +498,51 @@ fn selector_name(query: &str) -> &str {
     query.split('{').next().unwrap_or("").trim()
 }
 
+/// The frames a request's frame filters keep, as a hider of the others: Parca's binary filter
+/// (`include_binaries`, or `binary` equal to a name), which keeps the frames of those object
+/// files. Other frame criteria are refused, naming them.
+fn frame_hider(r: &pq::QueryRequest) -> Result<Option<parca_profile::FrameHider>, Status> {
+    use pq::frame_filter::Filter as Ff;
+    use pq::string_condition::Condition as C;
+    let mut binaries: Option<Vec<String>> = None;
+    for filter in &r.filter {
+        let Some(pq::filter::Filter::FrameFilter(frame)) = &filter.filter else {
+            continue;
+        };
+        let names = match &frame.filter {
+            Some(Ff::BinaryFrameFilter(b)) => b.include_binaries.clone(),
+            Some(Ff::Criteria(c)) => match c.binary.as_ref().and_then(|b| b.condition.as_ref()) {
+                Some(C::Equal(name))
+                    if c.function_name.is_none()
+                        && c.system_name.is_none()
+                        && c.filename.is_none()
+                        && c.address.is_none()
+                        && c.line_number.is_none() =>
+                {
+                    vec![name.clone()]
+                }
+                _ => {
+                    return Err(Status::unimplemented(
+                        "frame filters are served for binaries (`include_binaries`, or `binary` \
+                         equal to a name); other frame criteria are not yet",
+                    ));
+                }
+            },
+            None => {
+                return Err(Status::invalid_argument(
+                    "a frame filter without its criteria",
+                ));
+            }
+        };
+        // Several filters: a frame passes each of them.
+        binaries = Some(match binaries {
+            None => names,
+            Some(kept) => kept.into_iter().filter(|b| names.contains(b)).collect(),
+        });
+    }
+    Ok(binaries.map(|b| parca_profile::FrameHider::default().keeping_only_binaries(b)))
+}
+
 /// Refuses the request options this server does not apply, naming them.
 fn check_options(r: &pq::QueryRequest) -> Result<(), Status> {
     if let Some(group_by) = &r.group_by
@@ -537,11 +585,7 @@ fn stack_filters(r: &pq::QueryRequest) -> Result<Vec<StackFilter>, Status> {
                 out.push(insensitive(&pattern, !f.exclude)?);
                 continue;
             }
-            Some(F::FrameFilter(_)) => {
-                return Err(Status::unimplemented(
-                    "frame filters are not served yet; stack filters on function names are",
-                ));
-            }
+            Some(F::FrameFilter(_)) => continue,
             _ => return Err(Status::invalid_argument("a filter without its criteria")),
         };
         let unsupported = [

@@ -17,6 +17,8 @@ use crate::tables::{LabelSetId, Line, LocationId, StackId};
 pub struct FrameHider {
     name: Option<Regex>,
     binary: Option<Regex>,
+    /// When set: every frame whose object file (base name) is not one of these is hidden.
+    only_binaries: Option<Vec<String>>,
 }
 
 impl FrameHider {
@@ -39,12 +41,20 @@ impl FrameHider {
         Ok(FrameHider {
             name: compile(name)?,
             binary: compile(binary)?,
+            only_binaries: None,
         })
+    }
+
+    /// Also hides every frame, symbolized or not, whose object file's base name is not one of
+    /// `binaries` (Parca's binary frame filter).
+    pub fn keeping_only_binaries(mut self, binaries: Vec<String>) -> Self {
+        self.only_binaries = Some(binaries);
+        self
     }
 
     /// Whether it hides nothing.
     pub fn is_empty(&self) -> bool {
-        self.name.is_none() && self.binary.is_none()
+        self.name.is_none() && self.binary.is_none() && self.only_binaries.is_none()
     }
 
     /// `profile` without the hidden frames: each stack keeps its other frames in order (a
@@ -60,7 +70,13 @@ impl FrameHider {
         for idx in 0..tables.n_locations() {
             let id = LocationId(idx as u32);
             let lines = tables.lines(id);
-            let out = if lines.is_empty() {
+            let outside = self.only_binaries.as_ref().is_some_and(|keep| {
+                let binary = tables.location_binary(id);
+                !keep.iter().any(|b| b == binary)
+            });
+            let out = if outside {
+                None
+            } else if lines.is_empty() {
                 let hidden = self
                     .name
                     .as_ref()
@@ -204,6 +220,9 @@ mod tests {
         assert_eq!(folded(&no_helper.apply(&p)), "libc.so.6+0x20;main 1\n");
         let no_libc = FrameHider::new(None, Some("LIBC")).expect("valid");
         assert_eq!(folded(&no_libc.apply(&p)), "main;helper 1\n");
+        // Only libc's frames: the frame without an object file goes.
+        let only_libc = FrameHider::default().keeping_only_binaries(vec!["libc.so.6".into()]);
+        assert_eq!(folded(&only_libc.apply(&p)), "libc.so.6+0x20 1\n");
     }
 
     #[test]

@@ -108,6 +108,18 @@ async function main() {
     invertCallStack: true,
     filter: [],
   }).response).report.flamegraph;
+  // Only libc's frames: the Go program has none, so nothing is left under the root.
+  const onlyLibc = (await queries.query({
+    mode: QueryRequest_Mode.MERGE,
+    options: { oneofKind: 'merge', merge: { query: selector, start, end } },
+    reportType: QueryRequest_ReportType.FLAMEGRAPH_TABLE,
+    filter: [{
+      filter: {
+        oneofKind: 'frameFilter',
+        frameFilter: { filter: { oneofKind: 'binaryFrameFilter', binaryFrameFilter: { includeBinaries: ['libc.so.6'] } } },
+      },
+    }],
+  }).response);
   const nameOfNode = (fg, node) => {
     const location = fg.locations[node.meta.locationIndex - 1];
     const fn = fg.function[location.lines[0].functionIndex - 1];
@@ -157,6 +169,10 @@ async function main() {
     },
     tableArrow: { total: Number(tableArrow.total), rows: table.numRows, flat },
     sandwich: { total: Number(sandwich.total) },
+    onlyLibc: {
+      total: Number(onlyLibc.total),
+      roots: onlyLibc.report.flamegraph.root.children.length,
+    },
     inverted: {
       rootCumulative: Number(inverted.root.cumulative),
       roots: inverted.root.children.map((c) => nameOfNode(inverted, c)),
