@@ -178,7 +178,16 @@ struct Entry {
     info: Arc<ProcessInfo>,
     last_sampled_window: u64,
     read_at: Instant,
+    /// Read when the process had just started (an `exec` announces it before the dynamic
+    /// loader has mapped its libraries): read once more on a later sample.
+    young: bool,
 }
+
+/// A process younger than this when read is read once more ([`Entry::young`]).
+const YOUNG: Duration = Duration::from_secs(1);
+
+/// How long after the first read of a young process the second one comes at the earliest.
+const SETTLE_AFTER: Duration = Duration::from_millis(200);
 
 impl ProcessTable {
     /// An empty table reading processes under `proc_root` (normally `/proc`).
@@ -202,14 +211,35 @@ impl ProcessTable {
     /// A process was announced (first sample, or first since exec): reads it now.
     pub fn announce(&mut self, pid: u32, comm: &str, window: u64) {
         let info = Arc::new(self.read(pid, comm));
+        self.insert(pid, info, window);
+    }
+
+    fn insert(&mut self, pid: u32, info: Arc<ProcessInfo>, window: u64) {
+        let young = info.readable && self.is_young(info.start_time_ticks);
         self.entries.insert(
             pid,
             Entry {
                 info,
                 last_sampled_window: window,
                 read_at: Instant::now(),
+                young,
             },
         );
+    }
+
+    /// Whether a process started `start_time_ticks` after boot is younger than [`YOUNG`].
+    fn is_young(&self, start_time_ticks: u64) -> bool {
+        // SAFETY: sysconf has no preconditions.
+        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let uptime = std::fs::read_to_string(self.proc_root.join("uptime"))
+            .ok()
+            .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok());
+        match (uptime, u64::try_from(ticks_per_second)) {
+            (Some(uptime), Ok(hz)) if hz > 0 => {
+                uptime - (start_time_ticks as f64 / hz as f64) < YOUNG.as_secs_f64()
+            }
+            _ => false,
+        }
     }
 
     /// Reads the process `pid` again if it was last read at least `min_age` ago (its mappings
@@ -225,14 +255,7 @@ impl ProcessTable {
             // Gone: keep what was known.
             return None;
         }
-        self.entries.insert(
-            pid,
-            Entry {
-                info: info.clone(),
-                last_sampled_window: window,
-                read_at: Instant::now(),
-            },
-        );
+        self.insert(pid, Arc::clone(&info), window);
         Some(info)
     }
 
@@ -240,17 +263,25 @@ impl ProcessTable {
     pub fn get(&mut self, pid: u32, window: u64) -> Arc<ProcessInfo> {
         if let Some(entry) = self.entries.get_mut(&pid) {
             entry.last_sampled_window = window;
-            return entry.info.clone();
+            if !entry.young || entry.read_at.elapsed() < SETTLE_AFTER {
+                return entry.info.clone();
+            }
+            // Read just after it started: its libraries may have been mapped since. A return
+            // address in them would not prompt a reread (only the sampled address does).
+            entry.young = false;
+            let comm = entry.info.comm.clone();
+            let info = Arc::new(self.read(pid, &comm));
+            if !info.readable {
+                return self.entries[&pid].info.clone();
+            }
+            self.insert(pid, Arc::clone(&info), window);
+            if let Some(entry) = self.entries.get_mut(&pid) {
+                entry.young = false;
+            }
+            return info;
         }
         let info = Arc::new(self.read(pid, ""));
-        self.entries.insert(
-            pid,
-            Entry {
-                info: info.clone(),
-                last_sampled_window: window,
-                read_at: Instant::now(),
-            },
-        );
+        self.insert(pid, Arc::clone(&info), window);
         info
     }
 
@@ -693,6 +724,30 @@ bogus line
         assert!(Arc::ptr_eq(object, m2.object.as_ref().unwrap()));
         table.expire(10, 3);
         assert!(table.is_empty());
+    }
+
+    /// A process read right after its `exec` is read again on a later sample: by then the
+    /// dynamic loader has mapped its libraries, whose return addresses would otherwise stay
+    /// unknown (only a sampled address in no mapping prompts a reread).
+    #[test]
+    fn a_young_process_is_read_again_once() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("run sleep");
+        let pid = child.id();
+        let mut table = ProcessTable::new("/proc");
+        table.announce(pid, "sleep", 1);
+        let first = table.get(pid, 1);
+        assert!(table.entries[&pid].young, "just started");
+        std::thread::sleep(SETTLE_AFTER);
+        let second = table.get(pid, 2);
+        assert!(second.read_no > first.read_no, "read again");
+        let third = table.get(pid, 3);
+        assert_eq!(third.read_no, second.read_no, "only once");
+        assert!(!table.is_young(0), "a process started at boot is not young");
+        let _ = child.kill();
+        let _ = child.wait();
     }
 
     #[test]
