@@ -38,6 +38,19 @@ fn push_at(server: &Server, job: &str, at: i64) {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
+/// Waits until the server has counted a failed upload.
+fn wait_for_a_failed_upload(server: &Server) {
+    poll(
+        "a failed upload to be counted",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || match metric(server, "parca_shipper_failed_uploads_total") {
+            n if n >= 1.0 => Ok(()),
+            n => Err(format!("{n}: {}", server.process.log_tail())),
+        },
+    );
+}
+
 fn metric(server: &Server, name: &str) -> f64 {
     let text = server.get("/metrics").expect("metrics").text();
     text.lines()
@@ -147,15 +160,7 @@ fn blocks_are_shipped_to_the_bucket_once_with_external_labels() {
     for ahead in [60_000, 120_000, 180_000] {
         push_at(&server, "ship", now + ahead);
     }
-    poll(
-        "a failed upload to be counted",
-        Duration::from_secs(60),
-        Duration::from_millis(250),
-        || match metric(&server, "parca_shipper_failed_uploads_total") {
-            n if n >= 1.0 => Ok(()),
-            n => Err(format!("{n}: {}", server.process.log_tail())),
-        },
-    );
+    wait_for_a_failed_upload(&server);
     assert!(metric(&server, "parca_shipper_pending_blocks") >= 1.0);
     std::fs::remove_file(&bucket).expect("unblock");
     std::fs::rename(work.path().join("bucket.away"), &bucket).expect("bucket back");
@@ -299,15 +304,7 @@ fn blocks_are_shipped_to_an_s3_compatible_server() {
     for ahead in [60_000, 120_000, 180_000] {
         push(now + ahead);
     }
-    poll(
-        "a failed upload to be counted",
-        Duration::from_secs(60),
-        Duration::from_millis(250),
-        || match metric(&server, "parca_shipper_failed_uploads_total") {
-            n if n >= 1.0 => Ok(()),
-            n => Err(format!("{n}: {}", server.process.log_tail())),
-        },
-    );
+    wait_for_a_failed_upload(&server);
     s3 = start_s3(&python, port, &work.path().join("moto2.log"));
     poll(
         "the waiting blocks to reach the new S3 server",

@@ -212,21 +212,8 @@ pub(crate) fn table(profile: &Profile) -> Result<Vec<u8>, ArrowError> {
             None
         } else {
             let f = frame(&node);
-            let display = f.name.clone().unwrap_or_else(|| {
-                node.location
-                    .map(|l| match l.mapping {
-                        Some(_) => format!(
-                            "{}+0x{:x}",
-                            f.mapping_file
-                                .map(|m| m.rsplit('/').next().unwrap_or(m))
-                                .unwrap_or(""),
-                            l.address
-                        ),
-                        None => format!("0x{:x}", l.address),
-                    })
-                    .unwrap_or_default()
-            });
-            let row = row_of.get(display.as_str()).copied();
+            let display = graph.name(index);
+            let row = row_of.get(display.as_ref()).copied();
             if let Some(row) = row {
                 details[row].get_or_insert(f);
                 if let Some(p) = parent_row {

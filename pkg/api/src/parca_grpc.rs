@@ -673,29 +673,11 @@ fn top(profile: &Profile) -> pq::Top {
 fn callgraph(profile: &Profile) -> pq::Callgraph {
     let table = parca_profile::TopTable::build(profile);
     let graph = FlameGraph::build(profile);
-    let name_of = |node: &parca_profile::FlameNode<'_>| {
-        let t = node.tables;
-        match (node.function, node.location) {
-            (Some(f), _) => t.string(f.name).to_owned(),
-            (None, Some(l)) => match l.mapping {
-                Some(m) => {
-                    let file = t.string(t.mapping(m).file);
-                    format!(
-                        "{}+0x{:x}",
-                        file.rsplit('/').next().unwrap_or(file),
-                        l.address
-                    )
-                }
-                None => format!("0x{:x}", l.address),
-            },
-            (None, None) => String::new(),
-        }
-    };
     let mut edges: std::collections::BTreeMap<(String, String), i64> = Default::default();
     let mut stack: Vec<(u32, Option<String>)> = vec![(0, None)];
     while let Some((index, caller)) = stack.pop() {
         let node = graph.node(index);
-        let name = (index != 0).then(|| name_of(&node));
+        let name = (index != 0).then(|| graph.name(index).into_owned());
         if let (Some(caller), Some(name)) = (&caller, &name) {
             *edges.entry((caller.clone(), name.clone())).or_default() += node.total;
         }

@@ -312,7 +312,9 @@ impl<'a> FlameGraph<'a> {
         self.nodes[0].total
     }
 
-    fn name(&self, idx: u32) -> std::borrow::Cow<'a, str> {
+    /// The name node `idx` shows: its function's, or `binary+0xaddress` for an unsymbolized
+    /// frame (as the top table names it); `root` for node 0.
+    pub fn name(&self, idx: u32) -> std::borrow::Cow<'a, str> {
         match self.nodes[idx as usize].frame {
             Frame::Root => "root".into(),
             Frame::Function(f) => self.tables.string(self.tables.function(f).name).into(),
