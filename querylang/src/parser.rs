@@ -87,9 +87,11 @@ fn unknown_function(query: &str, pos: usize) -> Option<String> {
         return None;
     }
     let before = query[..pos].trim_end_matches([' ', '\t', '\r', '\n']);
+    // After the last character that cannot be in a name (which may take several bytes).
     let name_start = before
-        .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-        .map_or(0, |i| i + 1);
+        .char_indices()
+        .rfind(|&(_, c)| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     let name = &before[name_start..];
     let is_name =
         name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && !name.contains(':');
@@ -538,4 +540,24 @@ fn too_deep(query: &str, span: Span) -> ParseError {
         span,
         format!("the query nests deeper than {MAX_DEPTH} levels"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unknown_function;
+
+    /// A character of several bytes right before a name must not be cut in two (the query
+    /// fuzzer found `…ƙr_se_space:t:u\n\n(…`).
+    #[test]
+    fn names_after_multibyte_characters() {
+        assert_eq!(unknown_function("ƙ(", 2), None);
+        assert_eq!(
+            unknown_function("aƙrate(", 7).as_deref(),
+            Some(
+                "unknown function `rate`: the functions are merge, diff, sum, avg, min, max, count and topk"
+            )
+        );
+        let fuzzed = "ory\u{199}r_se_space:t:u\n\n(";
+        assert_eq!(unknown_function(fuzzed, fuzzed.len() - 1), None);
+    }
 }
