@@ -24,6 +24,13 @@
 // with its CFI: a sample in a prologue, an epilogue or a frameless leaf would skip a caller).
 // Any step that leaves that code or reads nothing falls back to the stack copy.
 //
+// CPython processes (userspace writes a `py_config` for each: `pkg/agent/src/python/`) also get
+// their Python frames read at sample time, since the interpreter changes its frame chain within
+// microseconds: the thread's PyThreadState from glibc's thread-specific data (the thread pointer,
+// fsbase, plus the slot of CPython's `autoTSSkey`), then each frame's code object, instruction and
+// entry marker, innermost first. Userspace names the code objects from /proc/PID/mem and places
+// the Python frames among the native ones (ebpf/python.md).
+//
 // Build: ebpf/build.sh (clang -O2 -g -target bpf; the object is committed as profiler.bpf.o).
 
 #include <linux/bpf.h>
@@ -31,7 +38,14 @@
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
 
-struct task_struct;
+// The kernel fields read, relocated by the loader against the running kernel's BTF (CO-RE).
+struct thread_struct {
+	unsigned long fsbase;
+} __attribute__((preserve_access_index));
+
+struct task_struct {
+	struct thread_struct thread;
+} __attribute__((preserve_access_index));
 
 // Deepest stack recorded, in frames: the kernel's own limit for stack maps
 // (`sysctl kernel.perf_event_max_stack` defaults to 127).
@@ -62,6 +76,17 @@ struct task_struct;
 // to frame-pointer stacks, counted in STAT_COPY_LOST.
 #define STACK_SAMPLES_BYTES (8 * 1024 * 1024)
 
+// Python frames read per sample, at most (innermost first); a deeper chain is cut (PY_DEPTH).
+#define MAX_PY_FRAMES 96
+// CPython processes whose frames are read at once.
+#define MAX_PY_PROCESSES 4096
+// Bytes read of each Python frame at most (`py_config.window_len`); a power of two.
+#define PY_WINDOW_BYTES 128
+// `py_config.cframe_frame` when the thread state points at the frame itself (3.10, 3.13+).
+#define PY_NO_CFRAME 0xffffffff
+// glibc keeps the first 32 thread-specific keys inline in the thread descriptor.
+#define PY_INLINE_TSD_KEYS 32
+
 // `bpf_get_stackid` returns -EFAULT when there is no stack of that kind (the kernel stack of a
 // sample taken in user mode, the user stack of a kernel thread), -EEXIST when another stack
 // already holds its hash bucket (no BPF_F_REUSE_STACKID: reusing would corrupt counted ids).
@@ -81,7 +106,9 @@ enum stat {
 	STAT_COPIED = 8,           // samples sent with a copy of their user stack
 	STAT_FP_WALKED = 9,        // samples sent with their user stack walked by frame pointers
 	STAT_FP_FALLBACK = 10,     // a frame-pointer walk left the process's frame-pointer code: copied instead
-	STAT_LEN = 11,
+	STAT_PY_WALKED = 11,       // samples of a Python thread sent with its Python frames
+	STAT_PY_CUT = 12,          // of which the Python frame chain was cut (depth or an unreadable frame)
+	STAT_LEN = 13,
 };
 
 struct count_key {
@@ -104,10 +131,48 @@ enum walk_end {
 	WALK_DEPTH = 2,      // stopped at MAX_STACK_DEPTH frames with more left
 };
 
+// How the Python frame chain of a sample ended (`stack_sample.py_end`).
+enum py_end {
+	PY_NONE = 0,         // not a Python thread (or a process without `py_config`)
+	PY_COMPLETE = 1,     // reached the thread's outermost frame
+	PY_DEPTH = 2,        // stopped at MAX_PY_FRAMES frames with more left
+	PY_UNREADABLE = 3,   // a frame could not be read: the frames before it are sent
+};
+
+// One Python frame as read at sample time: mirrored by `parse_sample` in pkg/agent/src/bpf.rs.
+struct py_frame {
+	__u64 code;          // the code object (or, for a 3.12+ shim frame, whatever it points at)
+	__u64 fingerprint;   // of the code object's fields, to tell a reused address (py_fingerprint)
+	__s32 index;         // the instruction, in code units from the start of the bytecode
+	__u32 marker;        // the entry marker byte (is_entry in 3.11, owner in 3.12+), 0 in 3.10
+};
+
+// Where a CPython process keeps its frames: written by userspace (`python::BpfConfig`) for
+// each process running a CPython it recognized, from that version's layout.
+struct py_config {
+	__u64 tss;              // address of the interpreter's `Py_tss_t autoTSSkey`: {int initialized; unsigned key}
+	__u32 tsd_offset;       // from the thread pointer to glibc's slot 0 value; slots are 16 bytes apart
+	__u32 tstate_frame;     // offset in PyThreadState of the frame (3.10, 3.13+) or of the _PyCFrame (3.11, 3.12)
+	__u32 cframe_frame;     // offset in _PyCFrame of `current_frame`; PY_NO_CFRAME when there is none
+	__u32 frame_window;     // offset in a frame of the bytes read of it,
+	__u32 window_len;       // how many (at most PY_WINDOW_BYTES),
+	__u32 window_code;      // and offsets in them of: the code object,
+	__u32 window_previous;  // the caller's frame,
+	__u32 window_instr;     // the instruction (a pointer into the code object; 3.10: the int f_lasti),
+	__u32 window_marker;    // the entry marker byte (PY_WINDOW_BYTES when there is none: 3.10)
+	__u32 instr_is_pointer; // 1: `window_instr` holds a pointer; 0: an int index
+	__u32 code_bytecode;    // offset of the bytecode in the code object (co_code_adaptive)
+	__u32 code_argcount;    // offset of co_argcount: 8 bytes from there are fingerprinted
+	__u32 code_firstlineno; // offset of co_firstlineno: the 8 bytes ending with it are fingerprinted
+	__u32 pad;
+};
+
 // A sample with its user stack copied or walked: mirrored by `parse_sample` in
 // pkg/agent/src/bpf.rs. Only the header, the kernel frames and `stack_len` bytes of `stack`
-// are sent. A walked sample's `stack` holds `user_len` bytes of return addresses (8 each,
-// innermost first; the sampled `ip` is not among them), then the top of the stack from `sp`.
+// are sent. `stack` holds `user_len` bytes of return addresses (8 each, innermost first; the
+// sampled `ip` is not among them) when the stack was walked, then `py_len` bytes of Python
+// frames (`struct py_frame`) when the thread runs Python, then the top of the stack from `sp`
+// (all of it that was copied, or enough to check a walked stack's leaf frame).
 struct stack_sample {
 	__u32 pid;
 	__u32 tid;
@@ -115,6 +180,8 @@ struct stack_sample {
 	__u32 stack_len;     // bytes of `stack` sent
 	__u32 user_len;      // bytes of return addresses at the start of `stack` (walked samples)
 	__u32 walk_end;      // enum walk_end
+	__u32 py_len;        // bytes of `struct py_frame` after the return addresses
+	__u32 py_end;        // enum py_end
 	__u64 ip;            // user registers: where the thread was in user mode
 	__u64 sp;
 	__u64 bp;
@@ -163,6 +230,25 @@ struct {
 	__type(key, __u32);
 	__type(value, struct fp_code);
 } fp_code SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_PY_PROCESSES);
+	__type(key, __u32);
+	__type(value, struct py_config);
+} py_configs SEC(".maps");
+
+// Scratch space for the bytes of one Python frame per CPU.
+struct py_window {
+	__u8 bytes[PY_WINDOW_BYTES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct py_window);
+} py_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -325,6 +411,131 @@ static __always_inline __u32 walk_frame_pointers(struct stack_sample *s, const s
 	return bp == 0 ? WALK_COMPLETE : WALK_DEPTH;
 }
 
+// The u64 at `off` in a Python frame's window (0 when `off` is out of it).
+static __always_inline __u64 py_window_u64(const struct py_window *w, __u32 off)
+{
+	asm volatile("" : "+r"(off));
+	if (off > PY_WINDOW_BYTES - 8)
+		return 0;
+	return *(const __u64 *)&w->bytes[off];
+}
+
+// What tells one code object from another that later takes its address: 8 bytes from
+// co_argcount (argcount, posonlyargcount) and the 8 ending with co_firstlineno. Userspace
+// computes the same from the code object it reads (`python::fingerprint`).
+static __always_inline __u64 py_fingerprint(const struct py_config *c, __u64 code)
+{
+	__u64 args = 0, lines = 0;
+	bpf_probe_read_user(&args, sizeof(args), (void *)(code + c->code_argcount));
+	bpf_probe_read_user(&lines, sizeof(lines), (void *)(code + c->code_firstlineno - 4));
+	return args ^ (lines * 0x9E3779B97F4A7C15ULL);
+}
+
+// The state of a Python frame walk, for its steps (`py_step`).
+struct py_walk {
+	struct stack_sample *s;
+	const struct py_config *c;
+	struct py_window *w;
+	__u64 frame;         // the next frame to read (0: the chain's end)
+	__u32 at;            // where in `s->stack` the frames go
+	__u32 n;             // frames written
+	__u32 end;           // enum py_end, once the walk stops
+};
+
+// One step of a Python frame walk: reads frame `walk->frame` and moves to its caller; 1 stops.
+static long py_step(__u32 index, void *data)
+{
+	struct py_walk *walk = data;
+	struct stack_sample *s = walk->s;
+	const struct py_config *c = walk->c;
+	struct py_window *w = walk->w;
+	__u64 frame = walk->frame;
+	if (frame == 0) {
+		walk->end = PY_COMPLETE;
+		return 1;
+	}
+	__u64 window_len = c->window_len;
+	asm volatile("" : "+r"(window_len));
+	if (window_len == 0 || window_len > PY_WINDOW_BYTES ||
+	    bpf_probe_read_user(w->bytes, window_len, (void *)(frame + c->frame_window)) != 0) {
+		walk->end = PY_UNREADABLE;
+		return 1;
+	}
+	__u64 code = py_window_u64(w, c->window_code);
+	__u64 instr = py_window_u64(w, c->window_instr);
+	__u32 marker_at = c->window_marker;
+	asm volatile("" : "+r"(marker_at));
+	__u32 marker = marker_at < PY_WINDOW_BYTES ? w->bytes[marker_at] : 0;
+	__u32 off = walk->at + walk->n * sizeof(struct py_frame);
+	asm volatile("" : "+r"(off));
+	if (off > STACK_COPY_BYTES - sizeof(struct py_frame)) {
+		walk->end = PY_DEPTH;
+		return 1;
+	}
+	struct py_frame *f = (struct py_frame *)&s->stack[off];
+	f->code = code;
+	f->fingerprint = code ? py_fingerprint(c, code) : 0;
+	f->index = c->instr_is_pointer ? (__s32)((__s64)(instr - code - c->code_bytecode) >> 1)
+				       : (__s32)instr;
+	f->marker = marker;
+	walk->n++;
+	walk->frame = py_window_u64(w, c->window_previous);
+	return 0;
+}
+
+// Reads the Python frames of the current thread into `s->stack` at `at`, innermost first, when
+// its process runs a CPython that userspace described (`py_configs`) and the thread has a
+// Python thread state. Returns the bytes written; sets `s->py_end`.
+static __always_inline __u32 walk_python(struct stack_sample *s, __u32 at)
+{
+	s->py_end = PY_NONE;
+	struct py_config *c = bpf_map_lookup_elem(&py_configs, &s->pid);
+	if (!c)
+		return 0;
+	__u32 tss[2];
+	if (bpf_probe_read_user(tss, sizeof(tss), (void *)c->tss) != 0 || tss[0] != 1 ||
+	    tss[1] >= PY_INLINE_TSD_KEYS)
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 fsbase = task->thread.fsbase;
+	__u64 tstate = 0, frame = 0;
+	// A thread that never ran Python has no thread state in its slot.
+	if (bpf_probe_read_user(&tstate, sizeof(tstate),
+				(void *)(fsbase + c->tsd_offset + 16 * (__u64)tss[1])) != 0 ||
+	    tstate == 0)
+		return 0;
+	if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(tstate + c->tstate_frame)) != 0)
+		return 0;
+	if (c->cframe_frame != PY_NO_CFRAME && frame != 0 &&
+	    bpf_probe_read_user(&frame, sizeof(frame), (void *)(frame + c->cframe_frame)) != 0)
+		return 0;
+	__u32 zero = 0;
+	struct py_window *w = bpf_map_lookup_elem(&py_scratch, &zero);
+	if (!w)
+		return 0;
+	struct py_walk walk = {
+		.s = s,
+		.c = c,
+		.w = w,
+		.frame = frame,
+		.at = at,
+		.n = 0,
+		.end = PY_DEPTH,
+	};
+	// bpf_loop: the verifier checks one step, not MAX_PY_FRAMES unrolled ones (which, with the
+	// stack copy after them, passed its limit of a million instructions).
+	bpf_loop(MAX_PY_FRAMES, py_step, &walk, 0);
+	__u32 n = walk.n;
+	__u32 end = walk.end;
+	if (n == 0 && end == PY_COMPLETE)
+		return 0; // a thread state with no frame: the thread runs no Python now
+	s->py_end = end;
+	bump(STAT_PY_WALKED);
+	if (end != PY_COMPLETE)
+		bump(STAT_PY_CUT);
+	return n * sizeof(struct py_frame);
+}
+
 // Sends the sample with its user registers and kernel stack, and its user stack walked by frame
 // pointers (when the process's code keeps them) or copied; 1 when sent. 0 when there is no user
 // context (a kernel thread) or the ring buffer is full: the caller then counts it with
@@ -377,8 +588,18 @@ static __always_inline int send_user_stack(struct bpf_perf_event_data *ctx, __u3
 	asm volatile("" : "+r"(at));
 	if (at > (MAX_STACK_DEPTH - 1) * 8)
 		return 0;
+	s->py_len = walk_python(s, at);
+	at += s->py_len;
+	asm volatile("" : "+r"(at));
+	if (at > (MAX_STACK_DEPTH - 1) * 8 + MAX_PY_FRAMES * sizeof(struct py_frame))
+		return 0;
 	__u32 limit = s->walk_end == WALK_NONE ? STACK_COPY_BYTES : LEAF_COPY_BYTES;
-	__u32 len = at + copy_user_stack(s, at, s->sp, limit);
+	__u64 len = at + copy_user_stack(s, at, s->sp, limit);
+	// Python frames take their room from the copy: what was copied past STACK_COPY_BYTES
+	// (into the slack page) is not sent. (A limit of STACK_COPY_BYTES - at for the copy
+	// itself made the verifier's work pass its limit.)
+	if (len > STACK_COPY_BYTES)
+		len = STACK_COPY_BYTES;
 	asm volatile("" : "+r"(len));
 	if (len > STACK_COPY_BYTES)
 		return 0;
@@ -453,6 +674,7 @@ int on_exec(void *ctx)
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	bpf_map_delete_elem(&known_pids, &pid);
 	bpf_map_delete_elem(&fp_code, &pid);
+	bpf_map_delete_elem(&py_configs, &pid);
 	return 0;
 }
 
@@ -466,6 +688,7 @@ int on_exit(void *ctx)
 	if ((__u32)pid_tgid == pid) {
 		bpf_map_delete_elem(&known_pids, &pid);
 		bpf_map_delete_elem(&fp_code, &pid);
+		bpf_map_delete_elem(&py_configs, &pid);
 	}
 	return 0;
 }

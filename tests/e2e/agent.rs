@@ -54,7 +54,7 @@ fn bpf_unavailable() -> Option<String> {
 }
 
 /// Says why `test` is skipped (or fails under `PARCA_REQUIRE_BPF=1`); `true` when it can run.
-fn can_run(test: &str) -> bool {
+pub(crate) fn can_run(test: &str) -> bool {
     let Some(why) = bpf_unavailable() else {
         return true;
     };
@@ -66,7 +66,7 @@ fn can_run(test: &str) -> bool {
     false
 }
 
-fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     #[allow(clippy::print_stderr)]
     {
         eprintln!("{line}");
@@ -229,13 +229,13 @@ fn start_target(bin: &Path, seconds: f64, dir: &Path) -> Process {
 }
 
 /// A running agent.
-struct Agent {
-    process: Process,
-    addr: SocketAddr,
+pub(crate) struct Agent {
+    pub(crate) process: Process,
+    pub(crate) addr: SocketAddr,
 }
 
 impl Agent {
-    fn start(dir: &Path, extra: &[&str]) -> Agent {
+    pub(crate) fn start(dir: &Path, extra: &[&str]) -> Agent {
         let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let mut command = Command::new(agent_binary());
         command
@@ -262,7 +262,7 @@ impl Agent {
     }
 
     /// `GET /debug/pprof/profile?{query}`, decoded.
-    fn profile(&self, query: &str) -> proto::Profile {
+    pub(crate) fn profile(&self, query: &str) -> proto::Profile {
         let r = http_get(
             self.addr,
             &format!("/debug/pprof/profile?{query}"),
@@ -276,11 +276,11 @@ impl Agent {
     }
 }
 
-fn string(p: &proto::Profile, i: i64) -> &str {
+pub(crate) fn string(p: &proto::Profile, i: i64) -> &str {
     &p.string_table[i as usize]
 }
 
-fn label<'a>(p: &'a proto::Profile, s: &proto::Sample, key: &str) -> Option<&'a str> {
+pub(crate) fn label<'a>(p: &'a proto::Profile, s: &proto::Sample, key: &str) -> Option<&'a str> {
     s.label
         .iter()
         .find(|l| string(p, l.key) == key)
@@ -1100,7 +1100,7 @@ fn share_with(p: &proto::Profile, pid: u32, pred: impl Fn(&str) -> bool) -> (i64
     (hit, total)
 }
 
-fn metric_value(metrics: &str, name: &str) -> f64 {
+pub(crate) fn metric_value(metrics: &str, name: &str) -> f64 {
     metrics
         .lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
@@ -1716,55 +1716,4 @@ fn which(program: &str) -> Result<PathBuf, String> {
         .map(|d| d.join(program))
         .find(|p| p.exists())
         .ok_or_else(|| format!("no {program} on PATH"))
-}
-
-/// A CPython process's samples say which runtime and version run it, so a query can select them
-/// (`{runtime="python"}`): Debian's stripped `/usr/bin/python3.11`, recognized by its exported
-/// `_PyRuntime` and `Py_Version`. Other processes carry no such labels.
-#[test]
-fn agent_labels_python_processes_with_their_runtime_and_version() {
-    let _exclusive = crate::support::exclusive();
-    if !can_run("agent_labels_python_processes_with_their_runtime_and_version") {
-        return;
-    }
-    let python = Path::new("/usr/bin/python3.11");
-    if !python.exists() {
-        return crate::server_harness::skip(
-            "agent_labels_python_processes_with_their_runtime_and_version",
-            "no /usr/bin/python3.11 (apt-get install python3.11)",
-        );
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let mut command = Command::new(python);
-    command.args([
-        "-c",
-        "import time\nend = time.time() + 60\nx = 0\nwhile time.time() < end:\n    x += 1\n",
-    ]);
-    let py = Process::start("python3.11", command, &dir.path().join("python.log"));
-    let agent = Agent::start(dir.path(), &[]);
-    let p = agent.profile("seconds=3");
-    let pid = py.pid().to_string();
-    let ours: Vec<&proto::Sample> = p
-        .sample
-        .iter()
-        .filter(|s| label(&p, s, "pid") == Some(pid.as_str()))
-        .collect();
-    assert!(!ours.is_empty(), "no samples of the python process");
-    let version = std::process::Command::new(python)
-        .args(["-c", "import platform; print(platform.python_version())"])
-        .output()
-        .expect("python version");
-    let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
-    for s in &ours {
-        assert_eq!(label(&p, s, "runtime"), Some("python"));
-        assert_eq!(label(&p, s, "runtime_version"), Some(version.as_str()));
-    }
-    let agent_pid = agent.process.pid().to_string();
-    assert!(
-        p.sample
-            .iter()
-            .filter(|s| label(&p, s, "pid") == Some(agent_pid.as_str()))
-            .all(|s| label(&p, s, "runtime").is_none()),
-        "the agent itself is no Python process"
-    );
 }

@@ -3,6 +3,7 @@
 //! passes without checking, and CI installs every such tool so that nothing is skipped there.
 
 mod agent;
+mod agent_python;
 mod corpus;
 mod objstore;
 mod otlp;

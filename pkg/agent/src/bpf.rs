@@ -51,6 +51,8 @@ enum Stat {
     Copied = 8,
     FpWalked = 9,
     FpFallback = 10,
+    PyWalked = 11,
+    PyCut = 12,
 }
 
 /// Counters kept by the BPF program since it was loaded, summed over CPUs.
@@ -78,11 +80,16 @@ pub struct BpfStats {
     pub fp_walked: u64,
     /// Frame-pointer walks that left the process's frame-pointer code: sent as copies.
     pub fp_fallbacks: u64,
+    /// Samples of Python threads sent with their Python frames.
+    pub python_walks: u64,
+    /// Of which the Python frame chain was cut (too deep, or a frame unreadable).
+    pub python_walks_cut: u64,
 }
 
-/// `struct stack_sample`'s header: pid, tid, kernel_len, stack_len, user_len, walk_end (u32
-/// each), then ip, sp, bp (u64 each), then 127 kernel frames; the user stack follows.
-const SAMPLE_KERNEL_AT: usize = 48;
+/// `struct stack_sample`'s header: pid, tid, kernel_len, stack_len, user_len, walk_end,
+/// py_len, py_end (u32 each), then ip, sp, bp (u64 each), then 127 kernel frames; the user
+/// stack follows.
+const SAMPLE_KERNEL_AT: usize = 56;
 const SAMPLE_STACK_AT: usize = SAMPLE_KERNEL_AT + 127 * 8;
 
 /// Most frame-pointer code ranges of one process the BPF program takes (`MAX_FP_RANGES`).
@@ -101,6 +108,55 @@ struct FpCode {
 // SAFETY: `FpCode` is `repr(C)`: two u32 then two arrays of u64, no padding (8 + 2 × 128
 // bytes), and every bit pattern is a valid value.
 unsafe impl aya::Pod for FpCode {}
+
+/// `PY_WINDOW_BYTES`: most bytes of a Python frame the program reads
+/// ([`PyConfig::window_len`]); an offset of it stands for "no such field".
+pub(crate) const PY_WINDOW_BYTES: u32 = 128;
+/// `PY_NO_CFRAME`: [`PyConfig::cframe_frame`] of versions whose thread state points at the
+/// frame itself.
+pub(crate) const PY_NO_CFRAME: u32 = u32::MAX;
+
+/// Value of the `py_configs` map (`struct py_config`): where the program finds a CPython
+/// process's frames. Built by `python::bpf_config`, which says what each field is.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PyConfig {
+    pub tss: u64,
+    pub tsd_offset: u32,
+    pub tstate_frame: u32,
+    pub cframe_frame: u32,
+    pub frame_window: u32,
+    pub window_len: u32,
+    pub window_code: u32,
+    pub window_previous: u32,
+    pub window_instr: u32,
+    pub window_marker: u32,
+    pub instr_is_pointer: u32,
+    pub code_bytecode: u32,
+    pub code_argcount: u32,
+    pub code_firstlineno: u32,
+    pub pad: u32,
+}
+
+// SAFETY: `PyConfig` is `repr(C)`: a u64 then fourteen u32 (64 bytes, no padding), and every
+// bit pattern is a valid value.
+unsafe impl aya::Pod for PyConfig {}
+
+/// One Python frame as the program read it (`struct py_frame`), innermost first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PyFrameSample {
+    /// The code object's address.
+    pub code: u64,
+    /// Of the code object's fields (`python::code::fingerprint`).
+    pub fingerprint: u64,
+    /// The instruction, in code units from the start of the bytecode.
+    pub index: i32,
+    /// The frame's entry marker byte (`is_entry` in 3.11, `owner` in 3.12+).
+    pub marker: u32,
+}
+
+/// `sizeof(struct py_frame)`.
+const PY_FRAME_BYTES: usize = 24;
 
 /// A user stack the BPF program walked by frame pointers.
 #[derive(Debug)]
@@ -123,6 +179,8 @@ pub(crate) struct CopiedSample<'a> {
     pub kernel: Vec<u64>,
     /// The frame-pointer walk, when the stack was walked rather than copied.
     pub walked: Option<Walked>,
+    /// The thread's Python frames, innermost first (none unless it runs CPython).
+    pub python: Vec<PyFrameSample>,
     /// The stack from `sp` up: all that was copied, or for a walked stack its top (enough to
     /// check the leaf's frame).
     pub stack: &'a [u8],
@@ -139,6 +197,7 @@ pub(crate) fn parse_sample(bytes: &[u8]) -> Option<CopiedSample<'_>> {
     let kernel_len = (u32_at(8)? as usize).min(127 * 8);
     let stack_len = u32_at(12)? as usize;
     let user_len = u32_at(16)? as usize;
+    let py_len = u32_at(24)? as usize;
     let kernel = (0..kernel_len / 8)
         .map(|i| u64_at(SAMPLE_KERNEL_AT + 8 * i))
         .collect::<Option<Vec<u64>>>()?;
@@ -160,18 +219,26 @@ pub(crate) fn parse_sample(bytes: &[u8]) -> Option<CopiedSample<'_>> {
         }),
         _ => return None,
     };
-    let stack = if walked.is_some() {
-        sent.get(user_len..)?
-    } else {
-        sent
-    };
+    let return_addresses = if walked.is_some() { user_len } else { 0 };
+    let python = sent
+        .get(return_addresses..return_addresses.checked_add(py_len)?)?
+        .chunks_exact(PY_FRAME_BYTES)
+        .map(|f| PyFrameSample {
+            code: u64::from_ne_bytes(f[0..8].try_into().expect("8 bytes")),
+            fingerprint: u64::from_ne_bytes(f[8..16].try_into().expect("8 bytes")),
+            index: i32::from_ne_bytes(f[16..20].try_into().expect("4 bytes")),
+            marker: u32::from_ne_bytes(f[20..24].try_into().expect("4 bytes")),
+        })
+        .collect();
+    let stack = sent.get(return_addresses + py_len..)?;
     Some(CopiedSample {
         pid: u32_at(0)?,
-        ip: u64_at(24)?,
-        sp: u64_at(32)?,
-        bp: u64_at(40)?,
+        ip: u64_at(32)?,
+        sp: u64_at(40)?,
+        bp: u64_at(48)?,
         kernel,
         walked,
+        python,
         stack,
     })
 }
@@ -206,6 +273,7 @@ pub(crate) struct Sampler {
     stats: PerCpuArray<MapData, u64>,
     samples: RingBuf<MapData>,
     fp_code: HashMap<MapData, u32, FpCode>,
+    py_configs: HashMap<MapData, u32, PyConfig>,
     current: u32,
     n_cpus: usize,
     /// Owns the programs and their links: keep it last so maps are dropped first.
@@ -313,6 +381,8 @@ impl Sampler {
             .map_err(map_error("stack_samples"))?;
         let fp_code =
             HashMap::try_from(take_map(&mut ebpf, "fp_code")?).map_err(map_error("fp_code"))?;
+        let py_configs = HashMap::try_from(take_map(&mut ebpf, "py_configs")?)
+            .map_err(map_error("py_configs"))?;
         Ok((
             Sampler {
                 half,
@@ -321,6 +391,7 @@ impl Sampler {
                 stats,
                 samples,
                 fp_code,
+                py_configs,
                 current: 0,
                 n_cpus: cpus.len(),
                 _ebpf: ebpf,
@@ -424,6 +495,21 @@ impl Sampler {
             .map_err(map_error("fp_code"))
     }
 
+    /// Tells the program where process `pid`'s Python frames are (`None`: it reads none).
+    pub fn set_python(&mut self, pid: u32, config: Option<&PyConfig>) -> Result<(), Error> {
+        match config {
+            Some(config) => self
+                .py_configs
+                .insert(pid, *config, 0)
+                .map_err(map_error("py_configs")),
+            None => {
+                // Absent already is fine.
+                self.py_configs.remove(&pid).ok();
+                Ok(())
+            }
+        }
+    }
+
     /// The program's counters so far.
     pub fn stats(&self) -> Result<BpfStats, Error> {
         let read = |stat: Stat| -> Result<u64, Error> {
@@ -445,6 +531,8 @@ impl Sampler {
             copies_lost: read(Stat::CopyLost)?,
             fp_walked: read(Stat::FpWalked)?,
             fp_fallbacks: read(Stat::FpFallback)?,
+            python_walks: read(Stat::PyWalked)?,
+            python_walks_cut: read(Stat::PyCut)?,
         })
     }
 }
@@ -540,10 +628,10 @@ mod tests {
         bytes[0..4].copy_from_slice(&7u32.to_ne_bytes());
         bytes[8..12].copy_from_slice(&16u32.to_ne_bytes());
         bytes[12..16].copy_from_slice(&24u32.to_ne_bytes());
-        bytes[24..32].copy_from_slice(&0x401000u64.to_ne_bytes());
-        bytes[32..40].copy_from_slice(&0x7ff0u64.to_ne_bytes());
-        bytes[40..48].copy_from_slice(&0x7ff8u64.to_ne_bytes());
-        bytes[48..56].copy_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
+        bytes[32..40].copy_from_slice(&0x401000u64.to_ne_bytes());
+        bytes[40..48].copy_from_slice(&0x7ff0u64.to_ne_bytes());
+        bytes[48..56].copy_from_slice(&0x7ff8u64.to_ne_bytes());
+        bytes[56..64].copy_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
         let s = parse_sample(&bytes).unwrap();
         assert_eq!((s.pid, s.ip, s.sp, s.bp), (7, 0x401000, 0x7ff0, 0x7ff8));
         assert_eq!(s.kernel.len(), 2);
@@ -564,6 +652,39 @@ mod tests {
         // An unknown walk end is refused.
         bytes[20..24].copy_from_slice(&9u32.to_ne_bytes());
         assert!(parse_sample(&bytes).is_none());
+    }
+
+    #[test]
+    fn python_frames_sit_between_the_return_addresses_and_the_stack() {
+        // Walked (one return address), one Python frame, 8 bytes of stack.
+        let mut bytes = vec![0u8; SAMPLE_STACK_AT + 8 + PY_FRAME_BYTES + 8];
+        bytes[12..16].copy_from_slice(&((8 + PY_FRAME_BYTES + 8) as u32).to_ne_bytes());
+        bytes[16..20].copy_from_slice(&8u32.to_ne_bytes());
+        bytes[20..24].copy_from_slice(&1u32.to_ne_bytes());
+        bytes[24..28].copy_from_slice(&(PY_FRAME_BYTES as u32).to_ne_bytes());
+        let at = SAMPLE_STACK_AT + 8;
+        bytes[at..at + 8].copy_from_slice(&0x7f00_1000u64.to_ne_bytes());
+        bytes[at + 8..at + 16].copy_from_slice(&0xfeedu64.to_ne_bytes());
+        bytes[at + 16..at + 20].copy_from_slice(&(-1i32).to_ne_bytes());
+        bytes[at + 20..at + 24].copy_from_slice(&3u32.to_ne_bytes());
+        bytes[at + 24..at + 32].copy_from_slice(&0x5555u64.to_ne_bytes());
+        let s = parse_sample(&bytes).unwrap();
+        assert_eq!(
+            s.python,
+            [PyFrameSample {
+                code: 0x7f00_1000,
+                fingerprint: 0xfeed,
+                index: -1,
+                marker: 3
+            }]
+        );
+        assert_eq!(s.walked.unwrap().return_addresses.len(), 1);
+        assert_eq!(s.stack, 0x5555u64.to_ne_bytes());
+    }
+
+    #[test]
+    fn py_config_matches_the_c_struct() {
+        assert_eq!(std::mem::size_of::<PyConfig>(), 64);
     }
 
     #[test]

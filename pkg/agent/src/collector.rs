@@ -14,10 +14,11 @@ use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
 use crate::Error;
-use crate::bpf::{DrainedStack, ProcEvents, Sampler};
+use crate::bpf::{DrainedStack, ProcEvents, PyConfig, Sampler};
 use crate::metrics::Metrics;
 use crate::process::{ProcessInfo, ProcessTable};
 use crate::profile::RawProfile;
+use crate::python::{FrameTable, PythonStacks};
 use crate::unwind::{REREAD_MAPS_AFTER, Unwinder};
 
 /// A process's frame-pointer code as the BPF program takes it: [start, end) address ranges.
@@ -47,6 +48,8 @@ pub(crate) struct Shared {
     pub window: std::sync::atomic::AtomicU64,
     /// Which processes are profiled.
     pub filter: crate::ProcessFilter,
+    /// The Python frames named so far (user stacks hold their ids: `python::frame_address`).
+    pub python_frames: Arc<Mutex<FrameTable>>,
 }
 
 /// How often the ring buffer of stack copies is emptied and its samples unwound (it is sized
@@ -69,66 +72,88 @@ pub(crate) fn run(
     let mut requests: FxHashMap<u64, RawProfile> = FxHashMap::default();
     let mut next_id = 0u64;
     let mut unwinder = Unwinder::default();
+    let mut python = PythonStacks::new("/proc", shared.python_frames.clone());
     // Stacks unwound since the last drain.
     let mut pending: Vec<DrainedStack> = Vec::new();
 
     // Empties the ring buffer of stack copies, unwinding each into `pending`.
-    let read_copies =
-        |sampler: &mut Sampler, unwinder: &mut Unwinder, pending: &mut Vec<DrainedStack>| {
-            let window_no = shared.window.load(Relaxed);
-            // Announcements first: a new process is read before its first samples are unwound.
-            let events = shared.events.get_ref().read();
-            let mut table = shared.processes.lock().expect("process table lock");
-            shared
-                .metrics
-                .process_events
-                .fetch_add(events.len() as u64, Relaxed);
-            for event in events {
-                table.announce(event.pid, &event.comm, window_no);
+    let read_copies = |sampler: &mut Sampler,
+                       unwinder: &mut Unwinder,
+                       python: &mut PythonStacks,
+                       pending: &mut Vec<DrainedStack>| {
+        let window_no = shared.window.load(Relaxed);
+        // Announcements first: a new process is read before its first samples are unwound.
+        let events = shared.events.get_ref().read();
+        let mut table = shared.processes.lock().expect("process table lock");
+        shared
+            .metrics
+            .process_events
+            .fetch_add(events.len() as u64, Relaxed);
+        for event in events {
+            table.announce(event.pid, &event.comm, window_no);
+        }
+        // What to tell the BPF program of processes' frame-pointer code, once the ring
+        // buffer (which borrows the sampler) is read.
+        let mut fp_code: Vec<(u32, Option<FpRanges>)> = Vec::new();
+        // And of where CPython processes keep their frames.
+        let mut py_configs: Vec<(u32, Option<PyConfig>)> = Vec::new();
+        sampler.read_copies(|sample| {
+            let mut info = table.get(sample.pid, window_no);
+            if !shared.filter.admits(&info) {
+                shared.metrics.filtered_samples.fetch_add(1, Relaxed);
+                return;
             }
-            // What to tell the BPF program of processes' frame-pointer code, once the ring
-            // buffer (which borrows the sampler) is read.
-            let mut fp_code: Vec<(u32, Option<FpRanges>)> = Vec::new();
-            sampler.read_copies(|sample| {
-                let mut info = table.get(sample.pid, window_no);
-                if !shared.filter.admits(&info) {
-                    shared.metrics.filtered_samples.fetch_add(1, Relaxed);
-                    return;
-                }
-                let mut unwound = unwinder.unwind(&sample, &info);
-                if unwound.unknown_address
-                    && let Some(reread) = table.reread(sample.pid, window_no, REREAD_MAPS_AFTER)
-                {
-                    shared.metrics.maps_rereads.fetch_add(1, Relaxed);
-                    info = reread;
-                    unwound = unwinder.unwind(&sample, &info);
-                }
-                if unwound.fp_wrong {
-                    unwinder.fp_revoked(sample.pid);
-                    fp_code.push((sample.pid, None));
-                } else if let Some(ranges) = unwinder.fp_code(&info) {
-                    fp_code.push((sample.pid, ranges));
-                }
-                unwinder.count(unwound.end);
-                pending.push(DrainedStack {
-                    pid: sample.pid,
-                    user: Arc::from(unwound.frames),
-                    kernel: Arc::from(sample.kernel),
-                    count: 1,
-                    end: Some(unwound.end),
-                });
+            let mut unwound = unwinder.unwind(&sample, &info);
+            if unwound.unknown_address
+                && let Some(reread) = table.reread(sample.pid, window_no, REREAD_MAPS_AFTER)
+            {
+                shared.metrics.maps_rereads.fetch_add(1, Relaxed);
+                info = reread;
+                unwound = unwinder.unwind(&sample, &info);
+            }
+            if unwound.fp_wrong {
+                unwinder.fp_revoked(sample.pid);
+                fp_code.push((sample.pid, None));
+            } else if let Some(ranges) = unwinder.fp_code(&info) {
+                fp_code.push((sample.pid, ranges));
+            }
+            unwinder.count(unwound.end);
+            if let Some(config) = python.config_update(&info) {
+                py_configs.push((sample.pid, config));
+            }
+            let frames = if sample.python.is_empty() {
+                unwound.frames
+            } else {
+                python.interleave(&info, unwound.frames, &sample.python)
+            };
+            pending.push(DrainedStack {
+                pid: sample.pid,
+                user: Arc::from(frames),
+                kernel: Arc::from(sample.kernel),
+                count: 1,
+                end: Some(unwound.end),
             });
-            for (pid, ranges) in fp_code {
-                if let Err(e) = sampler.set_fp_code(pid, ranges.as_deref()) {
-                    // The copy path stays: nothing is lost but speed.
-                    tracing::debug!(pid, error = %e, "cannot update the frame-pointer code map");
-                }
+        });
+        for (pid, ranges) in fp_code {
+            if let Err(e) = sampler.set_fp_code(pid, ranges.as_deref()) {
+                // The copy path stays: nothing is lost but speed.
+                tracing::debug!(pid, error = %e, "cannot update the frame-pointer code map");
             }
-            shared.metrics.record_unwind(unwinder.stats());
-        };
+        }
+        for (pid, config) in py_configs {
+            if let Err(e) = sampler.set_python(pid, config.as_ref()) {
+                // Its samples go on, without Python frames.
+                tracing::debug!(pid, error = %e, "cannot update the Python frames map");
+            }
+        }
+        shared
+            .metrics
+            .record_unwind(unwinder.stats(), python.stats());
+    };
 
     let drain = |sampler: &mut Sampler,
                  unwinder: &mut Unwinder,
+                 python: &mut PythonStacks,
                  pending: &mut Vec<DrainedStack>,
                  window: &mut RawProfile,
                  requests: &mut FxHashMap<u64, RawProfile>|
@@ -136,7 +161,7 @@ pub(crate) fn run(
         let started = Instant::now();
         let mut drained = sampler.drain()?;
         // After the switch: every copy taken before it is in the ring buffer by now.
-        read_copies(sampler, unwinder, pending);
+        read_copies(sampler, unwinder, python, pending);
         drained.append(pending);
         let window_no = shared.window.load(Relaxed);
         let mut processes: FxHashMap<u32, Arc<ProcessInfo>> = FxHashMap::default();
@@ -194,6 +219,7 @@ pub(crate) fn run(
                 drain(
                     &mut sampler,
                     &mut unwinder,
+                    &mut python,
                     &mut pending,
                     &mut window,
                     &mut requests,
@@ -209,6 +235,7 @@ pub(crate) fn run(
                 drain(
                     &mut sampler,
                     &mut unwinder,
+                    &mut python,
                     &mut pending,
                     &mut window,
                     &mut requests,
@@ -222,12 +249,13 @@ pub(crate) fn run(
                 requests.remove(&id);
             }
             Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {
-                read_copies(&mut sampler, &mut unwinder, &mut pending);
+                read_copies(&mut sampler, &mut unwinder, &mut python, &mut pending);
             }
             Err(RecvTimeoutError::Timeout) => {
                 drain(
                     &mut sampler,
                     &mut unwinder,
+                    &mut python,
                     &mut pending,
                     &mut window,
                     &mut requests,
@@ -244,6 +272,7 @@ pub(crate) fn run(
                 {
                     let table = shared.processes.lock().expect("process table lock");
                     unwinder.trim(|pid| table.contains(pid));
+                    python.trim(|pid| table.contains(pid));
                 }
                 shared.metrics.record_window(&done);
                 windows.try_send(done).ok();

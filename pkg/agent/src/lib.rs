@@ -54,6 +54,7 @@ mod privileges;
 mod process;
 mod profile;
 mod push;
+mod python;
 mod unwind;
 
 use std::future::Future;
@@ -239,6 +240,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         metrics: metrics::Metrics::default(),
         window: Default::default(),
         filter: config.process_filter.clone(),
+        python_frames: Default::default(),
     });
     let (commands, command_rx) = std::sync::mpsc::channel();
     let (window_tx, mut window_rx) = tokio::sync::mpsc::channel::<profile::RawProfile>(2);
@@ -300,6 +302,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         external_labels: config.external_labels.clone(),
         debuginfod,
         perf_maps: Default::default(),
+        python_frames: shared.python_frames.clone(),
     };
     let state = Arc::new(http::HttpState {
         shared: shared.clone(),

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::bpf::BpfStats;
 use crate::profile::RawProfile;
+use crate::python::PythonStats;
 use crate::unwind::UnwindStats;
 
 /// Counters updated by the sampling thread and the HTTP side.
@@ -33,6 +34,7 @@ pub(crate) struct Metrics {
     /// Reads of a process's mappings again because an address fell outside them.
     pub maps_rereads: AtomicU64,
     unwind: Mutex<UnwindStats>,
+    python: Mutex<PythonStats>,
 }
 
 /// Figures owned elsewhere, read when `/metrics` is served.
@@ -58,8 +60,9 @@ impl Metrics {
         *self.bpf.lock().expect("metrics lock") = bpf;
     }
 
-    pub fn record_unwind(&self, stats: UnwindStats) {
+    pub fn record_unwind(&self, stats: UnwindStats, python: PythonStats) {
         *self.unwind.lock().expect("metrics lock") = stats;
+        *self.python.lock().expect("metrics lock") = python;
     }
 
     pub fn record_window(&self, window: &RawProfile) {
@@ -273,6 +276,52 @@ impl Metrics {
             "gauge",
             "Processes whose code keeps frame pointers, walked by them in the BPF program.",
             &[("", unwind.fp_processes as f64)],
+        );
+        let python = *self.python.lock().expect("metrics lock");
+        metric(
+            "parca_agent_python_processes",
+            "gauge",
+            "CPython processes whose Python frames the BPF program reads.",
+            &[("", python.processes as f64)],
+        );
+        metric(
+            "parca_agent_python_stacks_total",
+            "counter",
+            "Samples of Python threads sent with their Python frames, by whether the frame \
+             chain was read whole or cut (too deep, or a frame unreadable).",
+            &[
+                (
+                    "{chain=\"whole\"}",
+                    bpf.python_walks.saturating_sub(bpf.python_walks_cut) as f64,
+                ),
+                ("{chain=\"cut\"}", bpf.python_walks_cut as f64),
+            ],
+        );
+        metric(
+            "parca_agent_python_frames_total",
+            "counter",
+            "Python frames in samples, by whether their code object could be read and named.",
+            &[
+                (
+                    "{code=\"named\"}",
+                    python.frames.saturating_sub(python.unreadable_frames) as f64,
+                ),
+                ("{code=\"unreadable\"}", python.unreadable_frames as f64),
+            ],
+        );
+        metric(
+            "parca_agent_python_frames_unplaced_total",
+            "counter",
+            "Python frames for which no native evaluation frame was found in the stack (it \
+             was cut, or the frame was in code without a symbol): placed below the last one \
+             found.",
+            &[("", python.unplaced_frames as f64)],
+        );
+        metric(
+            "parca_agent_python_frame_names",
+            "gauge",
+            "Distinct Python frames (function, file, line) held for naming.",
+            &[("", python.frames_held as f64)],
         );
         metric(
             "parca_agent_stack_copies_lost_total",

@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use parca_symbolize::{BuildId, DebugFileQuery, ObjectKey, find_debug_file, read_debug_needs};
+use parca_symbolize::{
+    BuildId, DebugFileQuery, ObjectKey, PythonRuntime, find_debug_file, read_debug_needs,
+};
 use rustc_hash::FxHashMap;
 
 /// What is known of a process.
@@ -45,10 +47,30 @@ impl ProcessInfo {
     /// The language runtime it runs and its version (`("python", "3.11.2")`), when one of its
     /// objects is an interpreter the agent recognizes.
     pub fn runtime(&self) -> Option<(&'static str, &str)> {
+        self.python()
+            .map(|(_, python)| ("python", python.version.as_str()))
+    }
+
+    /// The CPython interpreter it runs, and the mapping of its code (the executable's, or
+    /// libpython's when the program loads the library).
+    pub fn python(&self) -> Option<(&Mapping, &PythonRuntime)> {
         self.mappings
             .iter()
-            .find_map(|m| m.object.as_ref()?.python_version.as_deref())
-            .map(|version| ("python", version))
+            .find_map(|m| Some((m, m.object.as_ref()?.python.as_ref()?)))
+    }
+
+    /// Whether `addr` is in a CPython evaluation loop (`_PyEval_EvalFrameDefault`): a native
+    /// frame there runs Python frames.
+    pub fn in_python_eval_loop(&self, addr: u64) -> bool {
+        let Some((_, mapping)) = self.mapping_of(addr) else {
+            return false;
+        };
+        let Some(python) = mapping.object.as_ref().and_then(|o| o.python.as_ref()) else {
+            return false;
+        };
+        python
+            .vaddr_of_file_offset(addr - mapping.start + mapping.offset)
+            .is_some_and(|vaddr| python.in_eval_loop(vaddr))
     }
 }
 
@@ -156,8 +178,8 @@ pub struct MappedObject {
     pub debug_file: Option<(File, PathBuf)>,
     /// Whether it lacks `.symtab` or DWARF (so a debug file, perhaps from debuginfod, helps).
     pub wants_debug_file: bool,
-    /// The CPython version, when it is a CPython interpreter (`python3.X` or `libpython3.X`).
-    pub python_version: Option<String>,
+    /// What it holds of a CPython interpreter, when it is one (`python3.X` or `libpython3.X`).
+    pub python: Option<PythonRuntime>,
 }
 
 /// Processes seen, by pid.
@@ -435,11 +457,11 @@ impl ProcessTable {
             },
         };
         // Only objects named like an interpreter are looked into (their dynamic symbols).
-        let python_version = Path::new(path)
+        let python = Path::new(path)
             .file_name()
             .is_some_and(|n| n.to_string_lossy().contains("python"))
             .then(|| {
-                parca_symbolize::read_python_version(&file, &opened_as)
+                parca_symbolize::read_python_runtime(&file, &opened_as)
                     .ok()
                     .flatten()
             })
@@ -451,7 +473,7 @@ impl ProcessTable {
             opened_as,
             debug_file,
             wants_debug_file: needs.wants_debug_file(),
-            python_version,
+            python,
         });
         self.objects.insert(id, Arc::downgrade(&object));
         Some(object)
@@ -495,7 +517,7 @@ fn vdso_object() -> Option<Arc<MappedObject>> {
             opened_as,
             debug_file: None,
             wants_debug_file: false,
-            python_version: None,
+            python: None,
         }))
     })
     .clone()

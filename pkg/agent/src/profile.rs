@@ -136,6 +136,8 @@ pub(crate) struct BuildOptions {
     pub debuginfod: Option<Arc<crate::Debuginfod>>,
     /// Names of JIT code from the processes' perf maps.
     pub perf_maps: Arc<std::sync::Mutex<crate::perfmap::PerfMaps>>,
+    /// The Python frames that user stacks hold by id.
+    pub python_frames: Arc<std::sync::Mutex<crate::python::FrameTable>>,
 }
 
 /// Builds the pprof of `raw`: one sample per (process, stack), kernel frames above user ones,
@@ -179,6 +181,10 @@ pub(crate) fn build(
             locations.push(b.kernel_location(addr, symbolizer));
         }
         for (i, &addr) in key.user.iter().enumerate() {
+            if let Some(id) = crate::python::frame_id(addr) {
+                locations.push(b.python_location(id, options));
+                continue;
+            }
             let addr = if i == 0 { addr } else { addr.wrapping_sub(1) };
             locations.push(b.user_location(key.pid, info, addr, symbolizer, options));
         }
@@ -280,6 +286,8 @@ struct Builder {
     location_ids: FxHashMap<(u64, u64, u32), u64>,
     /// The synthetic frames of truncated stacks, by how they ended.
     truncation_ids: FxHashMap<StackEnd, u64>,
+    /// Python frames (`python::FrameTable` ids) → location id.
+    python_ids: FxHashMap<u32, u64>,
 }
 
 impl Default for Builder {
@@ -291,6 +299,7 @@ impl Default for Builder {
             mapping_seen: Vec::new(),
             location_ids: FxHashMap::default(),
             truncation_ids: FxHashMap::default(),
+            python_ids: FxHashMap::default(),
         }
     }
 }
@@ -351,6 +360,30 @@ impl Builder {
         let id = self.pprof.add_location(0, 0, &[(function_id, 0)]);
         self.truncation_ids.insert(end, id);
         id
+    }
+
+    /// A Python frame: no mapping or address (it is no machine code), its function, file and
+    /// line.
+    fn python_location(&mut self, id: u32, options: &BuildOptions) -> u64 {
+        if let Some(&location) = self.python_ids.get(&id) {
+            return location;
+        }
+        let frame = options
+            .python_frames
+            .lock()
+            .expect("python frame table lock")
+            .get(id)
+            .cloned();
+        let location = match frame {
+            Some(frame) => {
+                let function = self.function(&frame);
+                self.pprof
+                    .add_location(0, 0, &[(function, i64::from(frame.line))])
+            }
+            None => self.pprof.add_location(0, 0, &[]),
+        };
+        self.python_ids.insert(id, location);
+        location
     }
 
     fn kernel_location(&mut self, addr: u64, symbolizer: &mut Symbolizer) -> u64 {
@@ -515,6 +548,7 @@ mod tests {
             external_labels: vec![("region".into(), "eu-1".into())],
             debuginfod: None,
             perf_maps: Default::default(),
+            python_frames: Default::default(),
         };
         let p = build(&raw, &Filter::default(), &mut symbolizer, &options);
         let s = |i: i64| p.string_table[i as usize].as_str();
@@ -584,6 +618,7 @@ mod tests {
             external_labels: Vec::new(),
             debuginfod: None,
             perf_maps: Default::default(),
+            python_frames: Default::default(),
         };
         let by_pid = Filter {
             pid: Some(999_999_999),

@@ -1,35 +1,87 @@
 //! Recognizing interpreters by their objects: a CPython interpreter (the `python3.X`
 //! executable, or `libpython3.X.so` loaded by another program) exports `_PyRuntime` and, from
-//! 3.11, its exact version as `Py_Version`.
+//! 3.11, its exact version as `Py_Version`; its evaluation loop is `_PyEval_EvalFrameDefault`.
 
 use std::fs::File;
+use std::ops::Range;
 use std::path::Path;
 
 use object::read::ReadCache;
-use object::{Object, ObjectSection, ObjectSymbol};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable};
 
 use crate::Error;
 use crate::elf::elf_error;
 
-/// The CPython version an object holds (`3.11.2`, `3.13.0rc1`; `3.10` where only the file name
-/// says it), or `None` when the object is no CPython interpreter (no `_PyRuntime` symbol).
-/// Reads the dynamic symbol table and, for `Py_Version`, eight bytes.
-pub fn read_python_version(file: &File, path: &Path) -> Result<Option<String>, Error> {
+/// What a profiler needs of a CPython interpreter's object (the `python3.X` executable or
+/// `libpython3.X.so`) to read its threads' Python frames: its version, where its runtime state
+/// is, and which code is the bytecode evaluation loop. Addresses are the object's virtual
+/// addresses; [`PythonRuntime::vaddr_of_file_offset`] relates them to a process's mappings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PythonRuntime {
+    /// The version: `3.11.2`, `3.13.0rc1`; `3.10` where only the file name says it.
+    pub version: String,
+    /// Major and minor version (`(3, 11)`); `None` when neither `Py_Version` nor the file name
+    /// tells.
+    pub major_minor: Option<(u8, u8)>,
+    /// `_PyRuntime`: the interpreter's global state, where its interpreters and threads hang.
+    pub runtime: u64,
+    /// `_PyEval_EvalFrameDefault`, and its compiler-split `.cold` part where the object's own
+    /// symbol table names it: a native frame here is running Python frames.
+    pub eval_loop: Vec<Range<u64>>,
+    /// The object's loadable segments: (file offset, virtual address, size in the file).
+    segments: Vec<(u64, u64, u64)>,
+}
+
+impl PythonRuntime {
+    /// The virtual address of file offset `offset`, when a loadable segment holds it.
+    pub fn vaddr_of_file_offset(&self, offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|&&(start, _, size)| offset >= start && offset - start < size)
+            .map(|&(start, vaddr, _)| vaddr + (offset - start))
+    }
+
+    /// Whether virtual address `vaddr` is in the evaluation loop.
+    pub fn in_eval_loop(&self, vaddr: u64) -> bool {
+        self.eval_loop.iter().any(|r| r.contains(&vaddr))
+    }
+}
+
+/// The CPython interpreter an object holds, or `None` when it holds none (no `_PyRuntime`
+/// symbol). Reads the dynamic symbol table (where CPython exports its C API, even from
+/// Debian's stripped executable), eight bytes for `Py_Version`, and the symbol table when the
+/// object has one (for the evaluation loop's `.cold` part).
+pub fn read_python_runtime(file: &File, path: &Path) -> Result<Option<PythonRuntime>, Error> {
     let cache = ReadCache::new(file);
     let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
-    let mut runtime = false;
+    let mut runtime = None;
     let mut version_at = None;
-    for symbol in obj.dynamic_symbols() {
-        match symbol.name() {
-            Ok("_PyRuntime") => runtime = true,
-            Ok("Py_Version") => version_at = Some(symbol.address()),
+    let mut eval_loop = Vec::new();
+    let symbols = obj.dynamic_symbols().chain(
+        obj.symbol_table()
+            .into_iter()
+            .flat_map(|table| table.symbols()),
+    );
+    for symbol in symbols {
+        let name = symbol.name().unwrap_or("");
+        let range = symbol.address()..symbol.address() + symbol.size().max(1);
+        match name {
+            "_PyRuntime" => runtime = Some(symbol.address()),
+            "Py_Version" => version_at = Some(symbol.address()),
+            // The `.cold` parts are what GCC splits off a function (`.cold`, `.cold.12`).
+            _ if (name == "_PyEval_EvalFrameDefault"
+                || name.starts_with("_PyEval_EvalFrameDefault.cold"))
+                && !eval_loop.contains(&range) =>
+            {
+                eval_loop.push(range);
+            }
             _ => {}
         }
     }
-    if !runtime {
+    let Some(runtime) = runtime else {
         return Ok(None);
-    }
-    let from_symbol = version_at.and_then(|address| {
+    };
+    let hex = version_at.and_then(|address| {
         let section = obj
             .sections()
             .find(|s| address >= s.address() && address + 4 <= s.address() + s.size())?;
@@ -38,14 +90,39 @@ pub fn read_python_version(file: &File, path: &Path) -> Result<Option<String>, E
         let mut bytes = [0u8; 4];
         use std::os::unix::fs::FileExt;
         file.read_exact_at(&mut bytes, at).ok()?;
-        let hex = if obj.is_little_endian() {
+        Some(if obj.is_little_endian() {
             u32::from_le_bytes(bytes)
         } else {
             u32::from_be_bytes(bytes)
-        };
-        Some(version_of_hex(hex))
+        })
     });
-    Ok(Some(from_symbol.unwrap_or_else(|| version_of_name(path))))
+    let (version, major_minor) = match hex {
+        Some(hex) => (
+            version_of_hex(hex),
+            Some(((hex >> 24) as u8, (hex >> 16) as u8)),
+        ),
+        None => {
+            let version = version_of_name(path);
+            let major_minor = version
+                .split_once('.')
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+            (version, major_minor)
+        }
+    };
+    let segments = obj
+        .segments()
+        .map(|s| {
+            let (offset, size) = s.file_range();
+            (offset, s.address(), size)
+        })
+        .collect();
+    Ok(Some(PythonRuntime {
+        version,
+        major_minor,
+        runtime,
+        eval_loop,
+        segments,
+    }))
 }
 
 /// `PY_VERSION_HEX` as text: `0x030b02f0` → `3.11.2`, `0x030d00c1` → `3.13.0rc1`.
@@ -106,14 +183,22 @@ mod tests {
     fn debians_python_is_recognized_and_other_programs_are_not() {
         let python = Path::new("/usr/bin/python3.11");
         if let Ok(file) = File::open(python) {
-            let version = read_python_version(&file, python).unwrap();
-            assert!(
-                version.as_deref().is_some_and(|v| v.starts_with("3.11.")),
-                "{version:?}"
+            let found = read_python_runtime(&file, python).unwrap().unwrap();
+            assert!(found.version.starts_with("3.11."), "{found:?}");
+            assert_eq!(found.major_minor, Some((3, 11)));
+            assert!(found.runtime != 0);
+            // The stripped executable exports the loop (its `.cold` part has no symbol there).
+            assert!(!found.eval_loop.is_empty(), "{found:?}");
+            let loop_start = found.eval_loop[0].start;
+            // Debian's python3.11 is not PIE: its text is at file offset = vaddr − 0x400000.
+            assert_eq!(
+                found.vaddr_of_file_offset(loop_start - 0x40_0000),
+                Some(loop_start)
             );
+            assert!(found.in_eval_loop(loop_start + 1));
         }
         let exe = std::env::current_exe().unwrap();
         let file = File::open(&exe).unwrap();
-        assert_eq!(read_python_version(&file, &exe).unwrap(), None);
+        assert_eq!(read_python_runtime(&file, &exe).unwrap(), None);
     }
 }

@@ -1,0 +1,474 @@
+//! Python frames: for each process running a CPython the agent knows (3.10 to 3.13), the BPF
+//! program reads the sampled thread's Python frame chain at sample time (where to look is this
+//! module's [`PyConfig`] for it); here each (code object, instruction) becomes a named frame
+//! (function, file, line) read from the process's memory, and the Python frames take the
+//! place of the native `_PyEval_EvalFrameDefault` frames that run them, so that a C
+//! extension's native frames sit under the Python function that called it (as py-spy and the
+//! OpenTelemetry profiler show them). The facts used are in `ebpf/python.md`.
+//!
+//! A Python frame travels in a user stack as an address no code can have
+//! ([`frame_address`]): the index of its name in the shared [`FrameTable`], which the profile
+//! builder reads.
+
+mod code;
+mod layout;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use parca_symbolize::Frame;
+use rustc_hash::FxHashMap;
+
+use crate::bpf::{PY_NO_CFRAME, PY_WINDOW_BYTES, PyConfig, PyFrameSample};
+use crate::process::ProcessInfo;
+use code::{Code, Memory};
+use layout::{EntryRule, IS_ENTRY, Layout, OWNED_BY_CSTACK};
+
+/// Where glibc (x86_64, 2.26 and later) keeps the value of pthread key 0 from the thread
+/// pointer: `struct pthread.specific_1stblock[0].data`; key K is 16 × K further. Used until a
+/// process's own threads confirm or correct it (see [`find_tsd_offset`]).
+const GLIBC_TSD_OFFSET: u32 = 0x318;
+
+/// Bytes of a thread descriptor searched for a thread's own `PyThreadState`.
+const THREAD_DESCRIPTOR_BYTES: usize = 0x1000;
+
+/// Threads of an interpreter looked at to find where their thread states are kept.
+const MAX_THREADS_CHECKED: usize = 64;
+
+/// Distinct Python frames (function, file, line) held; past it, new ones are named
+/// [`TABLE_FULL`]. A frame costs about 100 bytes.
+const MAX_FRAMES: usize = 200_000;
+const TABLE_FULL: &str = "[python: frame table full]";
+/// The name of a frame whose code object could not be read (the process exited, or the
+/// memory was not a code object).
+const UNREADABLE_CODE: &str = "[python: unreadable code object]";
+
+/// Code objects remembered per process, and (code, instruction) lines; past either, the
+/// process's memo starts over.
+const MAX_CODES_PER_PROCESS: usize = 16_384;
+const MAX_LINES_PER_PROCESS: usize = 65_536;
+
+/// A Python frame in a user stack: an address with the top bit set (no user or kernel code
+/// has one), whose low 32 bits index the [`FrameTable`].
+const FRAME_TAG: u64 = 1 << 63;
+
+/// The address standing for Python frame `id` in a user stack.
+pub(crate) fn frame_address(id: u32) -> u64 {
+    FRAME_TAG | u64::from(id)
+}
+
+/// The Python frame a user stack's address stands for, if it stands for one.
+pub(crate) fn frame_id(addr: u64) -> Option<u32> {
+    (addr & !0xffff_ffff == FRAME_TAG).then_some(addr as u32)
+}
+
+/// Every Python frame named so far, shared by the sampling thread (which names them) and the
+/// profile builder (which writes them into pprof).
+#[derive(Debug, Default)]
+pub(crate) struct FrameTable {
+    ids: FxHashMap<(String, String, u32), u32>,
+    frames: Vec<Frame>,
+}
+
+impl FrameTable {
+    /// The frame of id `id`.
+    pub fn get(&self, id: u32) -> Option<&Frame> {
+        self.frames.get(id as usize)
+    }
+
+    /// Number of frames held.
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    fn intern(&mut self, function: &str, file: &str, line: u32) -> u32 {
+        if let Some(&id) = self.ids.get(&(function.to_owned(), file.to_owned(), line)) {
+            return id;
+        }
+        if self.frames.len() >= MAX_FRAMES && function != TABLE_FULL {
+            return self.intern(TABLE_FULL, "", 0);
+        }
+        let id = self.frames.len() as u32;
+        self.frames.push(Frame {
+            function: function.to_owned(),
+            system_name: function.to_owned(),
+            file: (!file.is_empty()).then(|| file.to_owned()),
+            line,
+        });
+        self.ids
+            .insert((function.to_owned(), file.to_owned(), line), id);
+        id
+    }
+}
+
+/// Counters of the Python side, for metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PythonStats {
+    /// Processes whose Python frames are read (the BPF program was told how).
+    pub processes: u64,
+    /// Samples that carried Python frames.
+    pub stacks: u64,
+    /// Python frames named.
+    pub frames: u64,
+    /// Of which had a code object that could not be read.
+    pub unreadable_frames: u64,
+    /// Python frames that no native evaluation frame was found for (placed below the last
+    /// one that was).
+    pub unplaced_frames: u64,
+    /// Distinct frames held in the frame table.
+    pub frames_held: u64,
+}
+
+/// A CPython process whose frames are read.
+#[derive(Debug)]
+struct Process {
+    layout: &'static Layout,
+    memory: Memory,
+    /// Code objects by address (checked against the sample's fingerprint: addresses are
+    /// reused once a code object is freed); `None` when unreadable.
+    codes: FxHashMap<u64, Option<Arc<Code>>>,
+    /// (code, fingerprint, instruction) → frame id.
+    lines: FxHashMap<(u64, u64, i32), u32>,
+}
+
+/// The Python side of the sampling thread: per process, what the BPF program was told and the
+/// code objects read.
+#[derive(Debug)]
+pub(crate) struct PythonStacks {
+    proc_root: PathBuf,
+    frames: Arc<Mutex<FrameTable>>,
+    /// Per process: the read of it ([`ProcessInfo::read_no`]) the BPF program was told about.
+    told: FxHashMap<u32, u64>,
+    processes: FxHashMap<u32, Process>,
+    stats: PythonStats,
+}
+
+impl PythonStacks {
+    /// Reads processes under `proc_root` (normally `/proc`) and names frames into `frames`.
+    pub fn new(proc_root: impl Into<PathBuf>, frames: Arc<Mutex<FrameTable>>) -> PythonStacks {
+        PythonStacks {
+            proc_root: proc_root.into(),
+            frames,
+            told: FxHashMap::default(),
+            processes: FxHashMap::default(),
+            stats: PythonStats::default(),
+        }
+    }
+
+    /// What the BPF program must be told of `info`'s Python frames, when that changed since
+    /// it was last told (a new read of the process): `Some(Some(config))` to read them,
+    /// `Some(None)` to stop; `None` when nothing changed.
+    pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
+        if self.told.get(&info.pid) == Some(&info.read_no) {
+            return None;
+        }
+        self.told.insert(info.pid, info.read_no);
+        let had = self.processes.remove(&info.pid).is_some();
+        match self.prepare(info) {
+            Some((process, config)) => {
+                self.processes.insert(info.pid, process);
+                Some(Some(config))
+            }
+            None => had.then_some(None),
+        }
+    }
+
+    fn prepare(&self, info: &ProcessInfo) -> Option<(Process, PyConfig)> {
+        let (mapping, python) = info.python()?;
+        let Some(layout) = python
+            .major_minor
+            .and_then(|(major, minor)| Layout::of(major, minor))
+        else {
+            tracing::debug!(
+                pid = info.pid,
+                version = %python.version,
+                "no Python frames: this CPython version's layout is not known (3.10 to 3.13 are)"
+            );
+            return None;
+        };
+        let bias = mapping
+            .start
+            .checked_sub(python.vaddr_of_file_offset(mapping.offset)?)?;
+        let runtime = python.runtime.checked_add(bias)?;
+        let memory = match Memory::open(&self.proc_root, info.pid) {
+            Ok(memory) => memory,
+            Err(e) => {
+                tracing::debug!(pid = info.pid, error = %e, "no Python frames: cannot read the process's memory");
+                return None;
+            }
+        };
+        let tsd_offset = match find_tsd_offset(&memory, layout, runtime) {
+            Ok(offset) => offset.unwrap_or(GLIBC_TSD_OFFSET),
+            Err(()) => {
+                tracing::warn!(
+                    pid = info.pid,
+                    version = %python.version,
+                    "no Python frames: none of the interpreter's threads keeps its thread \
+                     state where glibc keeps thread-specific data (another C library?)"
+                );
+                return None;
+            }
+        };
+        let config = bpf_config(layout, runtime + layout.runtime_tss, tsd_offset);
+        let process = Process {
+            layout,
+            memory,
+            codes: FxHashMap::default(),
+            lines: FxHashMap::default(),
+        };
+        Some((process, config))
+    }
+
+    /// The user stack of a sample of `info` (native frames, leaf first) with its Python
+    /// frames (`python`, innermost first) in the place of the native evaluation frames that
+    /// run them. Python frames left over (the native walk ended early, or missed an evaluation
+    /// frame) go below the last evaluation frame found, or at the bottom.
+    pub fn interleave(
+        &mut self,
+        info: &ProcessInfo,
+        native: Vec<u64>,
+        python: &[PyFrameSample],
+    ) -> Vec<u64> {
+        let Some(process) = self.processes.get_mut(&info.pid) else {
+            return native;
+        };
+        self.stats.stacks += 1;
+        let mut frames = self.frames.lock().expect("python frame table lock");
+        // The frames of each native evaluation call, innermost call first.
+        let mut calls: Vec<Vec<u64>> = Vec::new();
+        let mut call: Vec<u64> = Vec::new();
+        for f in python {
+            let rule = process.layout.entry_rule;
+            if rule == EntryRule::Shim && f.marker == OWNED_BY_CSTACK {
+                if !call.is_empty() {
+                    calls.push(std::mem::take(&mut call));
+                }
+                continue;
+            }
+            let id = process.name(&mut frames, f, &mut self.stats);
+            call.push(frame_address(id));
+            let ends_call = match rule {
+                EntryRule::EveryFrame => true,
+                EntryRule::IsEntry => f.marker == IS_ENTRY,
+                EntryRule::Shim => false,
+            };
+            if ends_call {
+                calls.push(std::mem::take(&mut call));
+            }
+        }
+        if !call.is_empty() {
+            calls.push(call);
+        }
+        self.stats.frames_held = frames.len() as u64;
+        drop(frames);
+
+        let mut out = Vec::with_capacity(native.len() + python.len());
+        let mut calls = calls.into_iter();
+        let mut below_last_call = None;
+        for (i, &addr) in native.iter().enumerate() {
+            // A return address is one past its call instruction.
+            let pc = if i == 0 { addr } else { addr.wrapping_sub(1) };
+            if info.in_python_eval_loop(pc)
+                && let Some(call) = calls.next()
+            {
+                out.extend(call);
+                below_last_call = Some(out.len());
+            } else {
+                out.push(addr);
+            }
+        }
+        let rest: Vec<u64> = calls.flatten().collect();
+        if !rest.is_empty() {
+            self.stats.unplaced_frames += rest.len() as u64;
+            let at = below_last_call.unwrap_or(out.len());
+            out.splice(at..at, rest);
+        }
+        out
+    }
+
+    /// Forgets processes `alive` says are gone.
+    pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
+        self.told.retain(|&pid, _| alive(pid));
+        self.processes.retain(|&pid, _| alive(pid));
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> PythonStats {
+        PythonStats {
+            processes: self.processes.len() as u64,
+            ..self.stats
+        }
+    }
+}
+
+impl Process {
+    /// The frame id of a sampled Python frame: its code object's name and file, and the line
+    /// of its instruction.
+    fn name(&mut self, frames: &mut FrameTable, f: &PyFrameSample, stats: &mut PythonStats) -> u32 {
+        stats.frames += 1;
+        let key = (f.code, f.fingerprint, f.index);
+        if let Some(&id) = self.lines.get(&key) {
+            return id;
+        }
+        let fresh = |code: &Option<Arc<Code>>| {
+            code.as_ref()
+                .is_some_and(|c| c.fingerprint == f.fingerprint)
+        };
+        if !self.codes.get(&f.code).is_some_and(fresh) {
+            if self.codes.len() >= MAX_CODES_PER_PROCESS {
+                self.codes.clear();
+            }
+            let code = Code::read(&self.memory, self.layout, f.code).map(Arc::new);
+            self.codes.insert(f.code, code);
+        }
+        let id = match &self.codes[&f.code] {
+            // A code object read after it was freed and its address reused says so by its
+            // fingerprint: its name would be another function's.
+            Some(code) if code.fingerprint == f.fingerprint => {
+                frames.intern(&code.name, &code.file, code.line(f.index))
+            }
+            _ => {
+                stats.unreadable_frames += 1;
+                return frames.intern(UNREADABLE_CODE, "", 0);
+            }
+        };
+        if self.lines.len() >= MAX_LINES_PER_PROCESS {
+            self.lines.clear();
+        }
+        self.lines.insert(key, id);
+        id
+    }
+}
+
+/// What the BPF program needs to read frames of `layout`'s version: its `Py_tss_t` at `tss`,
+/// and glibc's thread-specific data at `tsd_offset` from the thread pointer.
+fn bpf_config(layout: &Layout, tss: u64, tsd_offset: u32) -> PyConfig {
+    let instr_len = if layout.code_bytecode == 0 { 4 } else { 8 };
+    let marker = layout.frame_marker;
+    let window = [
+        Some(layout.frame_code),
+        Some(layout.frame_previous),
+        Some(layout.frame_instr),
+        marker,
+    ]
+    .into_iter()
+    .flatten()
+    .min()
+    .unwrap_or(0);
+    let end = [
+        layout.frame_code + 8,
+        layout.frame_previous + 8,
+        layout.frame_instr + instr_len,
+        marker.map_or(0, |m| m + 1),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    PyConfig {
+        tss,
+        tsd_offset,
+        tstate_frame: layout.tstate_frame,
+        cframe_frame: layout.cframe_frame.unwrap_or(PY_NO_CFRAME),
+        frame_window: window,
+        // Whole u64s: the program reads the instruction as one.
+        window_len: (end - window).next_multiple_of(8),
+        window_code: layout.frame_code - window,
+        window_previous: layout.frame_previous - window,
+        window_instr: layout.frame_instr - window,
+        window_marker: marker.map_or(PY_WINDOW_BYTES, |m| m - window),
+        instr_is_pointer: u32::from(layout.code_bytecode != 0),
+        code_bytecode: layout.code_bytecode,
+        code_argcount: layout.code_argcount,
+        code_firstlineno: layout.code_firstlineno,
+        pad: 0,
+    }
+}
+
+/// Where this process's threads keep their `PyThreadState` in their thread-specific data,
+/// from the thread pointer: found by looking, in the thread descriptor of each thread the
+/// interpreter lists (`thread_id` is `pthread_self()`, the thread pointer on glibc), for the
+/// thread's own state at CPython's key's slot. `Ok(None)` when the interpreter has no
+/// thread yet (the default then holds until the process is read again); `Err` when none of
+/// its threads has its state where glibc would keep it.
+fn find_tsd_offset(memory: &Memory, layout: &Layout, runtime: u64) -> Result<Option<u32>, ()> {
+    let tss = runtime + layout.runtime_tss;
+    let (Some(initialized), Some(key)) = (memory.u32(tss), memory.u32(tss + 4)) else {
+        return Ok(None);
+    };
+    let interp = memory
+        .u64(runtime + layout.runtime_interpreters_head)
+        .unwrap_or(0);
+    if initialized != 1 || interp == 0 {
+        return Ok(None);
+    }
+    let mut tstate = memory.u64(interp + layout.interp_threads_head).unwrap_or(0);
+    let mut checked = 0;
+    while tstate != 0 && checked < MAX_THREADS_CHECKED {
+        checked += 1;
+        if let Some(descriptor) = memory
+            .u64(tstate + layout.tstate_thread_id)
+            .and_then(|thread| memory.bytes(thread, THREAD_DESCRIPTOR_BYTES))
+        {
+            let slot = descriptor
+                .chunks_exact(8)
+                .position(|word| u64::from_ne_bytes(word.try_into().expect("8 bytes")) == tstate);
+            if let Some(offset) = slot
+                .map(|i| i as u64 * 8)
+                .and_then(|at| at.checked_sub(16 * u64::from(key)))
+            {
+                return Ok(Some(offset as u32));
+            }
+        }
+        tstate = memory.u64(tstate + layout.tstate_next).unwrap_or(0);
+    }
+    if checked == 0 { Ok(None) } else { Err(()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_addresses_are_no_code_addresses() {
+        assert_eq!(frame_id(frame_address(7)), Some(7));
+        assert_eq!(frame_id(frame_address(u32::MAX)), Some(u32::MAX));
+        assert_eq!(frame_id(0x7fff_1234_5678), None);
+        assert_eq!(frame_id(0xffff_ffff_8100_0000), None);
+    }
+
+    #[test]
+    fn the_frame_table_is_bounded() {
+        let mut table = FrameTable::default();
+        let a = table.intern("f", "a.py", 3);
+        assert_eq!(table.intern("f", "a.py", 3), a);
+        assert_ne!(table.intern("f", "a.py", 4), a);
+        assert_eq!(table.get(a).unwrap().file.as_deref(), Some("a.py"));
+        for i in 0..MAX_FRAMES {
+            table.intern("g", "b.py", i as u32);
+        }
+        let full = table.intern("h", "c.py", 1);
+        assert_eq!(table.get(full).unwrap().function, TABLE_FULL);
+        assert_eq!(table.len(), MAX_FRAMES + 1);
+    }
+
+    #[test]
+    fn configs_read_the_fields_of_each_version() {
+        for minor in 10..=13 {
+            let layout = Layout::of(3, minor).unwrap();
+            let c = bpf_config(layout, 0x1000, GLIBC_TSD_OFFSET);
+            assert!(c.window_len <= PY_WINDOW_BYTES && c.window_len.is_multiple_of(8));
+            assert_eq!(c.frame_window + c.window_code, layout.frame_code);
+            assert_eq!(c.frame_window + c.window_previous, layout.frame_previous);
+            assert_eq!(c.frame_window + c.window_instr, layout.frame_instr);
+            assert!(c.window_code + 8 <= c.window_len);
+            assert!(c.window_previous + 8 <= c.window_len);
+        }
+        let v310 = bpf_config(Layout::of(3, 10).unwrap(), 0, 0);
+        assert_eq!((v310.frame_window, v310.window_len), (24, 80));
+        assert_eq!(v310.window_marker, PY_WINDOW_BYTES);
+        assert_eq!(v310.cframe_frame, PY_NO_CFRAME);
+        let v311 = bpf_config(Layout::of(3, 11).unwrap(), 0, 0);
+        assert_eq!((v311.frame_window, v311.window_len), (32, 40));
+        assert_eq!(v311.window_marker, 36);
+    }
+}

@@ -1,0 +1,15 @@
+"""C extension code under its Python caller: compress_loop calls zlib.compress (libz) in a
+loop. Runs for argv[1] seconds."""
+import sys
+import time
+import zlib
+
+
+def compress_loop(seconds):
+    data = bytes(range(256)) * 4096 + b"".join(str(i).encode() for i in range(100000))
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        zlib.compress(data, 9)
+
+
+compress_loop(float(sys.argv[1]))
