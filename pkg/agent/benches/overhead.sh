@@ -13,8 +13,10 @@
 # file; `perf report` unwinds them afterwards, reported as its own line).
 # AGENT_HZ="19" limits the frequencies tried. LOAD=go runs the Go program
 # tests/targets/agent/hot.go instead (it keeps frame pointers: its stacks take the fast path,
-# walked by frame pointers in the BPF program), when Go is installed. Needs root, gcc, curl,
-# bpftool and perf (Debian: linux-perf), and golang-go for LOAD=go.
+# walked by frame pointers in the BPF program), when Go is installed. LOAD=python runs Debian's
+# /usr/bin/python3.11 on tests/targets/python-frames/chain.py (every sample also reads the
+# Python frame chain in the BPF program and names its frames). Needs root, gcc, curl, bpftool
+# and perf (Debian: linux-perf), golang-go for LOAD=go and python3.11 for LOAD=python.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 seconds=${1:-60}
@@ -30,7 +32,9 @@ agent=target/release/parca-agent
 case "${LOAD:-c}" in
   c) gcc -O2 -fomit-frame-pointer -g -o "$tmp/hot" tests/targets/agent/hot.c ;;
   go) (cd tests/targets/agent && GO111MODULE=off GOFLAGS= GOCACHE="$tmp/gocache" go build -o "$tmp/hot" hot.go) ;;
-  *) echo "overhead.sh: LOAD is c or go" >&2; exit 2 ;;
+  python) printf '#!/bin/sh\nexec /usr/bin/python3.11 %s "$@"\n' \
+    "$PWD/tests/targets/python-frames/chain.py" >"$tmp/hot" && chmod +x "$tmp/hot" ;;
+  *) echo "overhead.sh: LOAD is c, go or python" >&2; exit 2 ;;
 esac
 echo "load: ${LOAD:-c}, one busy program per CPU ($ncpu)"
 for _ in $(seq "$ncpu"); do "$tmp/hot" 100000 & pids+=($!); done
