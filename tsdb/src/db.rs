@@ -599,70 +599,8 @@ fn replay(
             return Ok(());
         }
         let h = pending.as_mut().unwrap_or(&mut head);
-        match record {
-            record::Record::CheckpointBegin { .. } | record::Record::CheckpointEnd => {
-                unreachable!("handled above")
-            }
-            record::Record::Series {
-                series,
-                labels,
-                meta,
-            } => {
-                if series as usize != h.series.len() {
-                    return Err(corrupt(format!(
-                        "series {series} out of sequence (expected {})",
-                        h.series.len()
-                    )));
-                }
-                h.add_series(labels, meta);
-            }
-            record::Record::Symbols(bytes) => {
-                let mut r = Reader::new(bytes);
-                encoding::decode_tables(&mut r, &mut h.tables)
-                    .map_err(|e| corrupt(format!("symbols {e}")))?;
-            }
-            record::Record::Profile {
-                series,
-                timestamp_ms,
-                duration_nanos,
-                period,
-                capture_id,
-                samples,
-            } => {
-                if series as usize >= h.series.len() {
-                    return Err(corrupt(format!("profile of unknown series {series}")));
-                }
-                let (mut n, mut total) = (0u32, 0i64);
-                let mut r = Reader::new(samples);
-                encoding::for_each_sample(&mut r, h.limits(), |_, _, v| {
-                    n += 1;
-                    total = total.wrapping_add(v);
-                })
-                .map_err(|e| corrupt(format!("profile samples {e}")))?;
-                let s = &mut h.series[series as usize];
-                // A profile already replayed (a checkpoint repeats the head) is skipped; one
-                // appended out of order is put in its place.
-                if timestamp_ms < h.min_valid_ms
-                    || s.profiles
-                        .binary_search_by_key(&timestamp_ms, |p| p.timestamp_ms)
-                        .is_ok()
-                {
-                    n_skipped += 1;
-                    return Ok(());
-                }
-                h.push(
-                    series,
-                    StoredProfile {
-                        timestamp_ms,
-                        duration_nanos,
-                        period,
-                        capture_id,
-                        total,
-                        n_samples: n,
-                        data: samples.into(),
-                    },
-                );
-            }
+        if !apply_record(h, record, corrupt)? {
+            n_skipped += 1;
         }
         Ok(())
     })?;
@@ -677,6 +615,81 @@ fn replay(
         "replayed WAL"
     );
     Ok((head, damage))
+}
+
+/// Applies one replayed series, symbols or profile record to `h`; `Ok(false)` for a profile
+/// `h` already holds (a checkpoint repeats the head) or that is older than its blocks' end.
+/// `corrupt` makes the error naming where the record is.
+fn apply_record(
+    h: &mut Head,
+    record: record::Record<'_>,
+    corrupt: impl Fn(String) -> Error,
+) -> Result<bool, Error> {
+    match record {
+        record::Record::CheckpointBegin { .. } | record::Record::CheckpointEnd => {
+            unreachable!("checkpoint markers are handled by the replay")
+        }
+        record::Record::Series {
+            series,
+            labels,
+            meta,
+        } => {
+            if series as usize != h.series.len() {
+                return Err(corrupt(format!(
+                    "series {series} out of sequence (expected {})",
+                    h.series.len()
+                )));
+            }
+            h.add_series(labels, meta);
+        }
+        record::Record::Symbols(bytes) => {
+            let mut r = Reader::new(bytes);
+            encoding::decode_tables(&mut r, &mut h.tables)
+                .map_err(|e| corrupt(format!("symbols {e}")))?;
+        }
+        record::Record::Profile {
+            series,
+            timestamp_ms,
+            duration_nanos,
+            period,
+            capture_id,
+            samples,
+        } => {
+            if series as usize >= h.series.len() {
+                return Err(corrupt(format!("profile of unknown series {series}")));
+            }
+            let (mut n, mut total) = (0u32, 0i64);
+            let mut r = Reader::new(samples);
+            encoding::for_each_sample(&mut r, h.limits(), |_, _, v| {
+                n += 1;
+                total = total.wrapping_add(v);
+            })
+            .map_err(|e| corrupt(format!("profile samples {e}")))?;
+            let s = &mut h.series[series as usize];
+            // A profile already replayed is skipped; one appended out of order is put in its
+            // place.
+            if timestamp_ms < h.min_valid_ms
+                || s.profiles
+                    .binary_search_by_key(&timestamp_ms, |p| p.timestamp_ms)
+                    .is_ok()
+            {
+                return Ok(false);
+            }
+            h.push(
+                series,
+                StoredProfile {
+                    timestamp_ms,
+                    duration_nanos,
+                    period,
+                    capture_id,
+                    total,
+                    n_samples: n,
+                    data: samples.into(),
+                },
+            );
+        }
+    }
+    Ok(true)
 }
 
 /// After a replay that stepped over damage: writes what was recovered as a checkpoint in a new

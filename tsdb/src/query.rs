@@ -66,6 +66,33 @@ type ExtractedProfile = (i64, Meta, Samples);
 /// A matched series and where its profiles lie.
 type MatchedSeries<'m> = (&'m Labels, &'m Vec<Source>);
 
+/// The matched series by `key`, groups in the order their first series comes.
+fn group_by_key<'m, K: Eq + std::hash::Hash + Clone>(
+    matched: &'m BTreeMap<Labels, Vec<Source>>,
+    key: &impl Fn(&Labels) -> K,
+) -> Vec<(K, Vec<MatchedSeries<'m>>)> {
+    let mut index_of: FxHashMap<K, usize> = FxHashMap::default();
+    let mut grouped: Vec<(K, Vec<MatchedSeries<'m>>)> = Vec::new();
+    for (labels, sources) in matched {
+        let k = key(labels);
+        let i = *index_of.entry(k.clone()).or_insert_with(|| {
+            grouped.push((k, Vec::new()));
+            grouped.len() - 1
+        });
+        grouped[i].1.push((labels, sources));
+    }
+    grouped
+}
+
+/// A group's samples summed per origin, before they share one set of tables.
+struct SummedGroup<K> {
+    key: K,
+    meta: Meta,
+    n_profiles: usize,
+    /// `[block 0, …, block n-1, head]`, each in its origin's stack ids.
+    per_origin: Vec<Samples>,
+}
+
 /// Where a series' profiles lie: a block's series (with its index entry) or a head series, and
 /// which of its profiles another source holds too and counts instead.
 enum Source {
@@ -597,32 +624,35 @@ impl Read<'_> {
             .collect())
     }
 
+    /// Merges the matched series per `key`, in three steps: group the series, sum each
+    /// group's samples per origin (each block, then the head) in that origin's stack ids, then
+    /// bring every origin's sums into one set of tables.
     fn merge_grouped<K: Eq + std::hash::Hash + Clone>(
         &self,
         matchers: &[Matcher],
         key: &impl Fn(&Labels) -> K,
     ) -> Result<Vec<MergedGroup<K>>, Fault> {
         let matched = self.matched(matchers)?;
-        let mut index_of: FxHashMap<K, usize> = FxHashMap::default();
-        let mut grouped: Vec<(K, Vec<MatchedSeries<'_>>)> = Vec::new();
-        for (labels, sources) in &matched {
-            let k = key(labels);
-            let i = *index_of.entry(k.clone()).or_insert_with(|| {
-                grouped.push((k, Vec::new()));
-                grouped.len() - 1
-            });
-            grouped[i].1.push((labels, sources));
-        }
+        let grouped = group_by_key(&matched, key);
         let block_tables = self.block_tables()?;
-        // Origins are the blocks, then the head. Per origin: values by stack id (reused across
-        // groups; `touched` lists the ids to read back and reset).
-        let n_origins = self.blocks.len() + 1;
-        let head_origin = n_origins - 1;
-        let mut sums: Vec<OriginSums> = (0..n_origins).map(|_| OriginSums::default()).collect();
+        let summed = self.sum_per_origin(grouped, &block_tables)?;
+        self.into_shared_tables(summed, &block_tables)
+    }
+
+    /// Each group's samples summed per origin: `[block 0, …, block n-1, head]`, each in its
+    /// origin's stack ids. Groups with no profile in range are left out.
+    fn sum_per_origin<K>(
+        &self,
+        grouped: Vec<(K, Vec<MatchedSeries<'_>>)>,
+        block_tables: &[Option<Arc<Tables>>],
+    ) -> Result<Vec<SummedGroup<K>>, Fault> {
+        // Per origin: values by stack id (reused across groups; `touched` lists the ids to
+        // read back and reset).
+        let head_origin = self.blocks.len();
+        let mut sums: Vec<OriginSums> = (0..=head_origin).map(|_| OriginSums::default()).collect();
         let mut ctx = ReadCtx::new(&self.inner.dir)?;
-        // Per group: key, meta, profiles merged, and its samples per origin in that origin's ids.
-        let mut summed: Vec<(K, Meta, usize, Vec<Samples>)> = Vec::with_capacity(grouped.len());
-        for (k, series) in grouped {
+        let mut summed = Vec::with_capacity(grouped.len());
+        for (key, series) in grouped {
             let mut group = GroupSum::default();
             for (labels, sources) in series {
                 for source in sources {
@@ -662,14 +692,30 @@ impl Read<'_> {
                     }
                 }
             }
-            let Some(meta) = group.meta else {
-                continue;
-            };
-            let per_origin = sums.iter_mut().map(OriginSums::take).collect();
-            summed.push((k, meta, group.n_profiles, per_origin));
+            if let Some(meta) = group.meta {
+                summed.push(SummedGroup {
+                    key,
+                    meta,
+                    n_profiles: group.n_profiles,
+                    per_origin: sums.iter_mut().map(OriginSums::take).collect(),
+                });
+            }
         }
+        Ok(summed)
+    }
+
+    /// The groups' profiles over one set of tables: a copy of the largest contributing
+    /// origin's (a clone costs far less than interning its stacks again), into which the other
+    /// origins' stacks are imported.
+    fn into_shared_tables<K>(
+        &self,
+        summed: Vec<SummedGroup<K>>,
+        block_tables: &[Option<Arc<Tables>>],
+    ) -> Result<Vec<MergedGroup<K>>, Fault> {
+        let head_origin = self.blocks.len();
+        let contributes = |origin: usize| summed.iter().any(|g| !g.per_origin[origin].is_empty());
         // The head's tables are read once more, under one hold of its lock; they only grew.
-        let head = if summed.iter().any(|g| !g.3[head_origin].is_empty()) {
+        let head = if contributes(head_origin) {
             Some(self.head()?)
         } else {
             None
@@ -681,19 +727,17 @@ impl Read<'_> {
                 block_tables[origin].as_deref()
             }
         };
-        // The result's tables start as a copy of the largest contributing origin's (a clone
-        // costs far less than interning its stacks again); the other origins are imported.
-        let base = (0..n_origins)
-            .filter(|&o| summed.iter().any(|g| !g.3[o].is_empty()))
+        let base = (0..=head_origin)
+            .filter(|&o| contributes(o))
             .max_by_key(|&o| source_tables(o).map_or(0, Tables::n_stacks));
         let mut tables = base
             .and_then(source_tables)
             .map_or_else(Tables::new, Tables::clone);
-        let mut extractors: Vec<Option<Extractor<'_>>> = (0..n_origins).map(|_| None).collect();
+        let mut extractors: Vec<Option<Extractor<'_>>> = (0..=head_origin).map(|_| None).collect();
         let mut merged = Vec::with_capacity(summed.len());
-        for (k, meta, n_profiles, per_origin) in summed {
+        for group in summed {
             let mut out = MergeAcc::default();
-            for (origin, samples) in per_origin.iter().enumerate() {
+            for (origin, samples) in group.per_origin.iter().enumerate() {
                 if samples.is_empty() {
                     continue;
                 }
@@ -705,7 +749,7 @@ impl Read<'_> {
                     out.add(&extractor.samples(&mut tables, samples));
                 }
             }
-            merged.push((k, meta, n_profiles, out.finish()));
+            merged.push((group.key, group.meta, group.n_profiles, out.finish()));
         }
         drop(extractors);
         drop(head);

@@ -23,6 +23,9 @@ type Reader = gimli::EndianReader<gimli::RunTimeEndian, SectionBytes>;
 #[derive(Clone, Debug)]
 enum SectionBytes {
     Owned(Arc<[u8]>),
+    /// Inflated from a compressed section: kept in the buffer inflating made (an `Arc<[u8]>`
+    /// would copy it, holding the section twice at once).
+    Inflated(Arc<Vec<u8>>),
     Mapped(Arc<memmap2::Mmap>, std::ops::Range<usize>),
 }
 
@@ -32,12 +35,13 @@ impl std::ops::Deref for SectionBytes {
     fn deref(&self) -> &[u8] {
         match self {
             SectionBytes::Owned(bytes) => bytes,
+            SectionBytes::Inflated(bytes) => bytes,
             SectionBytes::Mapped(map, range) => &map[range.clone()],
         }
     }
 }
 
-// SAFETY: both variants deref to bytes owned by an `Arc` (a buffer, or a mapping that is not
+// SAFETY: every variant derefs to bytes owned by an `Arc` (a buffer, or a mapping that is not
 // unmapped while any clone lives), so the slice stays put when the value moves or is cloned.
 unsafe impl gimli::StableDeref for SectionBytes {}
 // SAFETY: as above; a clone shares the same `Arc` and so derefs to the same bytes.
@@ -918,7 +922,8 @@ fn read_dwarf<'data, O: Object<'data>>(
                     }
                 }
                 _ => match section.uncompressed_data() {
-                    Ok(data) => SectionBytes::Owned(Arc::from(&*data)),
+                    Ok(std::borrow::Cow::Owned(data)) => SectionBytes::Inflated(Arc::new(data)),
+                    Ok(std::borrow::Cow::Borrowed(data)) => SectionBytes::Owned(Arc::from(data)),
                     Err(_) => empty(),
                 },
             },
@@ -959,7 +964,12 @@ mod tests {
 
     #[test]
     fn location_lists_and_name_indexes_are_not_loaded() {
-        for read in [".debug_info", ".debug_line", ".zdebug_str", ".debug_rnglists"] {
+        for read in [
+            ".debug_info",
+            ".debug_line",
+            ".zdebug_str",
+            ".debug_rnglists",
+        ] {
             assert!(symbolizing_reads(read), "{read}");
         }
         for skipped in [".debug_loclists", ".zdebug_loc", ".debug_macro", ".text"] {
