@@ -636,7 +636,7 @@ impl Read<'_> {
         let grouped = group_by_key(&matched, key);
         let block_tables = self.block_tables()?;
         let summed = self.sum_per_origin(grouped, &block_tables)?;
-        self.into_shared_tables(summed, &block_tables)
+        self.over_shared_tables(summed, &block_tables)
     }
 
     /// Each group's samples summed per origin: `[block 0, …, block n-1, head]`, each in its
@@ -707,7 +707,7 @@ impl Read<'_> {
     /// The groups' profiles over one set of tables: a copy of the largest contributing
     /// origin's (a clone costs far less than interning its stacks again), into which the other
     /// origins' stacks are imported.
-    fn into_shared_tables<K>(
+    fn over_shared_tables<K>(
         &self,
         summed: Vec<SummedGroup<K>>,
         block_tables: &[Option<Arc<Tables>>],
