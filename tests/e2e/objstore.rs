@@ -1,7 +1,8 @@
 //! Blocks shipped to object storage (a `FILESYSTEM` bucket, the `object_store` crate's local
 //! provider): every block the store cuts is uploaded whole, `meta.json` last and carrying the
 //! server's external labels; a restart ships nothing twice; a bucket that refuses writes keeps
-//! the data local, counted as failures, and the block is shipped once the bucket is back.
+//! the data local, counted as failures, and the block is shipped once the bucket is back; a
+//! server killed while shipping leaves no block half visible and loses none.
 
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -322,4 +323,125 @@ fn blocks_are_shipped_to_an_s3_compatible_server() {
         },
     );
     drop(s3);
+}
+
+/// Every block visible in the bucket (one with its `meta.json`) is whole: its data files are
+/// there, byte for byte the local block's. Returns the visible blocks.
+fn assert_visible_blocks_whole(bucket: &Path, storage: &Path) -> Vec<String> {
+    let visible = shipped_blocks(bucket);
+    for name in &visible {
+        for file in ["index", "symbols", "profiles"] {
+            let remote = std::fs::read(bucket.join("fleet/eu").join(name).join(file))
+                .unwrap_or_else(|e| panic!("{name} is visible but its {file} is not there: {e}"));
+            let local = std::fs::read(storage.join(name).join(file)).expect("local file");
+            assert!(
+                remote == local,
+                "{name}/{file} differs from the local block"
+            );
+        }
+    }
+    visible
+}
+
+/// The blocks the server's store holds (directories with a `meta.json`, named by ULID).
+fn local_blocks(storage: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(storage)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("meta.json").exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.len() == 26)
+        .collect();
+    names.sort();
+    names
+}
+
+/// kill -9 while blocks are being shipped, then a restart: no block is ever visible half
+/// uploaded (a reader keys on `meta.json`, which goes last), none is lost (the restarted server
+/// ships what was not finished), and none recorded as shipped is uploaded again.
+#[test]
+fn a_server_killed_while_shipping_loses_no_block_and_shows_none_half_uploaded() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let bucket = work.path().join("bucket");
+    let storage = work.path().join("data");
+    let binary = parca_binary(false);
+    let args = ["--storage-block-duration=1m"];
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let server = Server::start_with_storage(&binary, Some(&storage), &args, |_| config(&bucket));
+    // Twelve minutes of profiles: about ten blocks cut, shipped one after another.
+    for minute in (0..=12).rev() {
+        push_at(&server, "killed", now - minute * 60_000);
+        push_at(&server, "killed-too", now - minute * 60_000 + 1_000);
+    }
+    // Killed as soon as the first object of the first block is in the bucket: that block is
+    // half uploaded, the others still to go. (A restart that ships nothing twice is
+    // `blocks_are_shipped_to_the_bucket_once_with_external_labels`'s.)
+    poll(
+        "the first object in the bucket",
+        Duration::from_secs(60),
+        Duration::from_millis(1),
+        || {
+            let any = std::fs::read_dir(bucket.join("fleet/eu"))
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(false);
+            if any {
+                Ok(())
+            } else {
+                Err(server.process.log_tail())
+            }
+        },
+    );
+    drop(server); // SIGKILL
+    let visible = assert_visible_blocks_whole(&bucket, &storage);
+    let local = local_blocks(&storage);
+    let partial = std::fs::read_dir(bucket.join("fleet/eu"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| !e.path().join("meta.json").exists())
+        .count();
+    crate::agent::say(&format!(
+        "killed while shipping: {} of {} blocks visible in the bucket, {partial} partly \
+         uploaded (invisible)",
+        visible.len(),
+        local.len()
+    ));
+    assert!(local.len() >= 3, "too few blocks cut: {local:?}");
+    let modified = |name: &str| {
+        std::fs::metadata(bucket.join("fleet/eu").join(name).join("meta.json"))
+            .and_then(|m| m.modified())
+            .expect("mtime")
+    };
+    let recorded = std::fs::read_to_string(storage.join("shipper.json")).unwrap_or_default();
+    let recorded: Vec<&String> = visible
+        .iter()
+        .filter(|n| recorded.contains(n.as_str()))
+        .collect();
+    let before: Vec<_> = recorded.iter().map(|n| modified(n)).collect();
+
+    let server = Server::start_with_storage(&binary, Some(&storage), &args, |_| config(&bucket));
+    poll(
+        "every local block in the bucket",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || {
+            let shipped = shipped_blocks(&bucket);
+            let missing: Vec<&String> = local.iter().filter(|n| !shipped.contains(n)).collect();
+            if missing.is_empty() && metric(&server, "parca_shipper_pending_blocks") == 0.0 {
+                Ok(())
+            } else {
+                Err(format!("missing {missing:?}"))
+            }
+        },
+    );
+    assert_visible_blocks_whole(&bucket, &storage);
+    let after: Vec<_> = recorded.iter().map(|n| modified(n)).collect();
+    assert_eq!(
+        before, after,
+        "a block recorded as shipped was uploaded again"
+    );
 }

@@ -465,7 +465,22 @@ impl ProcessTable {
                     .ok()
                     .flatten()
             })
-            .flatten();
+            .flatten()
+            .map(|mut python| {
+                // A debug file's symbol table also names the loop's `.cold` part, which the
+                // stripped object does not (Debian's python3.11 with python3.11-dbg).
+                if let Some((debug, debug_path)) = &debug_file
+                    && let Ok(Some(from_debug)) =
+                        parca_symbolize::read_python_runtime(debug, debug_path)
+                {
+                    for range in from_debug.eval_loop {
+                        if !python.eval_loop.contains(&range) {
+                            python.eval_loop.push(range);
+                        }
+                    }
+                }
+                python
+            });
         let object = Arc::new(MappedObject {
             key,
             build_id,

@@ -201,4 +201,22 @@ mod tests {
         let file = File::open(&exe).unwrap();
         assert_eq!(read_python_runtime(&file, &exe).unwrap(), None);
     }
+
+    /// python3.11-dbg's debug file for Debian's python3.11 names the loop's `.cold` part.
+    #[test]
+    fn a_debug_files_symbol_table_names_the_cold_part_of_the_loop() {
+        let python = Path::new("/usr/bin/python3.11");
+        let Some(build_id) = File::open(python)
+            .ok()
+            .and_then(|f| crate::read_build_id(&f, python).ok().flatten())
+        else {
+            return;
+        };
+        let path = Path::new("/usr/lib/debug").join(crate::build_id_path(&build_id).unwrap());
+        let Ok(file) = File::open(&path) else {
+            return; // python3.11-dbg is not installed
+        };
+        let found = read_python_runtime(&file, &path).unwrap().unwrap();
+        assert!(found.eval_loop.len() >= 2, "{found:?}");
+    }
 }
