@@ -234,55 +234,17 @@ impl PythonStacks {
         };
         self.stats.stacks += 1;
         let mut frames = self.frames.lock().expect("python frame table lock");
-        // The frames of each native evaluation call, innermost call first.
-        let mut calls: Vec<Vec<u64>> = Vec::new();
-        let mut call: Vec<u64> = Vec::new();
-        for f in python {
-            let rule = process.layout.entry_rule;
-            if rule == EntryRule::Shim && f.marker == OWNED_BY_CSTACK {
-                if !call.is_empty() {
-                    calls.push(std::mem::take(&mut call));
-                }
-                continue;
-            }
-            let id = process.name(&mut frames, f, &mut self.stats);
-            call.push(frame_address(id));
-            let ends_call = match rule {
-                EntryRule::EveryFrame => true,
-                EntryRule::IsEntry => f.marker == IS_ENTRY,
-                EntryRule::Shim => false,
-            };
-            if ends_call {
-                calls.push(std::mem::take(&mut call));
-            }
-        }
-        if !call.is_empty() {
-            calls.push(call);
-        }
+        let calls = split_into_calls(process.layout.entry_rule, python, |f| {
+            frame_address(process.name(&mut frames, f, &mut self.stats))
+        });
         self.stats.frames_held = frames.len() as u64;
         drop(frames);
-
-        let mut out = Vec::with_capacity(native.len() + python.len());
-        let mut calls = calls.into_iter();
-        let mut below_last_call = None;
-        for (i, &addr) in native.iter().enumerate() {
+        let (out, unplaced) = place_calls(native, calls, |i, addr| {
             // A return address is one past its call instruction.
             let pc = if i == 0 { addr } else { addr.wrapping_sub(1) };
-            if info.in_python_eval_loop(pc)
-                && let Some(call) = calls.next()
-            {
-                out.extend(call);
-                below_last_call = Some(out.len());
-            } else {
-                out.push(addr);
-            }
-        }
-        let rest: Vec<u64> = calls.flatten().collect();
-        if !rest.is_empty() {
-            self.stats.unplaced_frames += rest.len() as u64;
-            let at = below_last_call.unwrap_or(out.len());
-            out.splice(at..at, rest);
-        }
+            info.in_python_eval_loop(pc)
+        });
+        self.stats.unplaced_frames += unplaced as u64;
         out
     }
 
@@ -338,6 +300,67 @@ impl Process {
         self.lines.insert(key, id);
         id
     }
+}
+
+/// The sampled Python frames (innermost first) as the frames of each native evaluation call,
+/// innermost call first, by the version's `rule`; shim frames are left out. `address` names a
+/// frame.
+fn split_into_calls(
+    rule: EntryRule,
+    python: &[PyFrameSample],
+    mut address: impl FnMut(&PyFrameSample) -> u64,
+) -> Vec<Vec<u64>> {
+    let mut calls: Vec<Vec<u64>> = Vec::new();
+    let mut call: Vec<u64> = Vec::new();
+    for f in python {
+        if rule == EntryRule::Shim && f.marker == OWNED_BY_CSTACK {
+            if !call.is_empty() {
+                calls.push(std::mem::take(&mut call));
+            }
+            continue;
+        }
+        call.push(address(f));
+        let ends_call = match rule {
+            EntryRule::EveryFrame => true,
+            EntryRule::IsEntry => f.marker == IS_ENTRY,
+            EntryRule::Shim => false,
+        };
+        if ends_call {
+            calls.push(std::mem::take(&mut call));
+        }
+    }
+    if !call.is_empty() {
+        calls.push(call);
+    }
+    calls
+}
+
+/// The native stack (leaf first) with each evaluation frame (`is_eval(position, address)`)
+/// replaced by the next call's Python frames; calls left over go below the last evaluation
+/// frame replaced (or at the bottom). Returns the stack and how many frames were left over.
+fn place_calls(
+    native: Vec<u64>,
+    calls: Vec<Vec<u64>>,
+    is_eval: impl Fn(usize, u64) -> bool,
+) -> (Vec<u64>, usize) {
+    let mut out = Vec::with_capacity(native.len() + calls.iter().map(Vec::len).sum::<usize>());
+    let mut calls = calls.into_iter();
+    let mut below_last_call = None;
+    for (i, &addr) in native.iter().enumerate() {
+        if is_eval(i, addr)
+            && let Some(call) = calls.next()
+        {
+            out.extend(call);
+            below_last_call = Some(out.len());
+        } else {
+            out.push(addr);
+        }
+    }
+    let rest: Vec<u64> = calls.flatten().collect();
+    let unplaced = rest.len();
+    let at = below_last_call.unwrap_or(out.len());
+    out.splice(at..at, rest);
+    (out, unplaced)
 }
 
 /// What the BPF program needs to read frames of `layout`'s version: its `Py_tss_t` at `tss`,
@@ -449,6 +472,69 @@ mod tests {
         let full = table.intern("h", "c.py", 1);
         assert_eq!(table.get(full).unwrap().function, TABLE_FULL);
         assert_eq!(table.len(), MAX_FRAMES + 1);
+    }
+
+    fn sampled(code: u64, marker: u32) -> PyFrameSample {
+        PyFrameSample {
+            code,
+            fingerprint: 0,
+            index: 0,
+            marker,
+        }
+    }
+
+    #[test]
+    fn frames_split_into_calls_by_each_versions_rule() {
+        let code = |f: &PyFrameSample| f.code;
+        // 3.10: a call per frame.
+        let frames = [sampled(1, 0), sampled(2, 0)];
+        assert_eq!(
+            split_into_calls(EntryRule::EveryFrame, &frames, code),
+            [vec![1], vec![2]]
+        );
+        // 3.11: a call ends with its entry frame.
+        let frames = [
+            sampled(1, 0),
+            sampled(2, IS_ENTRY),
+            sampled(3, 0),
+            sampled(4, IS_ENTRY),
+        ];
+        assert_eq!(
+            split_into_calls(EntryRule::IsEntry, &frames, code),
+            [vec![1, 2], vec![3, 4]]
+        );
+        // 3.12+: a shim frame begins each call and is no Python code.
+        let frames = [
+            sampled(1, 0),
+            sampled(2, 0),
+            sampled(9, OWNED_BY_CSTACK),
+            sampled(3, 0),
+            sampled(9, OWNED_BY_CSTACK),
+        ];
+        assert_eq!(
+            split_into_calls(EntryRule::Shim, &frames, code),
+            [vec![1, 2], vec![3]]
+        );
+    }
+
+    #[test]
+    fn calls_take_the_place_of_evaluation_frames_and_leftovers_go_below_the_last() {
+        const EVAL: u64 = 0xe0;
+        let is_eval = |_: usize, addr: u64| addr == EVAL;
+        // native: leaf (a C function), eval, a C caller, eval, main.
+        let native = vec![0x10, EVAL, 0x20, EVAL, 0x30];
+        let (out, unplaced) = place_calls(native.clone(), vec![vec![1, 2], vec![3]], is_eval);
+        assert_eq!((out, unplaced), (vec![0x10, 1, 2, 0x20, 3, 0x30], 0));
+        // More calls than evaluation frames: the rest below the last one replaced.
+        let (out, unplaced) =
+            place_calls(native.clone(), vec![vec![1], vec![2], vec![3, 4]], is_eval);
+        assert_eq!((out, unplaced), (vec![0x10, 1, 0x20, 2, 3, 4, 0x30], 2));
+        // Fewer: the evaluation frame without Python frames stays.
+        let (out, _) = place_calls(native.clone(), vec![vec![1]], is_eval);
+        assert_eq!(out, vec![0x10, 1, 0x20, EVAL, 0x30]);
+        // None found (a native walk cut short): the Python frames at the bottom.
+        let (out, unplaced) = place_calls(vec![0x10, 0x20], vec![vec![1, 2]], is_eval);
+        assert_eq!((out, unplaced), (vec![0x10, 0x20, 1, 2], 2));
     }
 
     #[test]
