@@ -59,10 +59,9 @@ fn metric(server: &Server, name: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// The blocks (directories with a `meta.json`) under the bucket's prefix.
-fn shipped_blocks(bucket: &Path) -> Vec<String> {
-    let dir = bucket.join("fleet/eu");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
+/// The blocks (directories with a `meta.json`) in `dir`, by name.
+fn blocks_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
@@ -73,18 +72,37 @@ fn shipped_blocks(bucket: &Path) -> Vec<String> {
     names
 }
 
-#[test]
-fn blocks_are_shipped_to_the_bucket_once_with_external_labels() {
-    let work = tempfile::tempdir().expect("tempdir");
-    let bucket = work.path().join("bucket");
-    let storage = work.path().join("data");
-    let binary = parca_binary(false);
-    let args = ["--storage-block-duration=1m"];
+/// The blocks under the bucket's prefix.
+fn shipped_blocks(bucket: &Path) -> Vec<String> {
+    blocks_in(&bucket.join("fleet/eu"))
+}
+
+/// A server shipping to a `FILESYSTEM` bucket, cutting one-minute blocks, with its store and
+/// bucket in `work`; and the time it started at, in ms.
+fn start_shipping(work: &Path) -> (Server, i64) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("clock")
         .as_millis() as i64;
-    let server = Server::start_with_storage(&binary, Some(&storage), &args, |_| config(&bucket));
+    (restart_shipping(work), now)
+}
+
+/// The same server, on the same store and bucket.
+fn restart_shipping(work: &Path) -> Server {
+    let bucket = work.join("bucket");
+    Server::start_with_storage(
+        &parca_binary(false),
+        Some(&work.join("data")),
+        &["--storage-block-duration=1m"],
+        |_| config(&bucket),
+    )
+}
+
+#[test]
+fn blocks_are_shipped_to_the_bucket_once_with_external_labels() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let (bucket, storage) = (work.path().join("bucket"), work.path().join("data"));
+    let (server, now) = start_shipping(work.path());
     // Profiles over three minutes: the head cuts the oldest minutes into blocks.
     for ago in [180_000, 120_000, 60_000, 0] {
         push_at(&server, "ship", now - ago);
@@ -148,7 +166,7 @@ fn blocks_are_shipped_to_the_bucket_once_with_external_labels() {
             .expect("mtime")
     };
     let before: Vec<_> = shipped.iter().map(|n| modified(n)).collect();
-    let server = Server::start_with_storage(&binary, Some(&storage), &args, |_| config(&bucket));
+    let server = restart_shipping(work.path());
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(metric(&server, "parca_shipper_uploaded_blocks_total"), 0.0);
     let after: Vec<_> = shipped.iter().map(|n| modified(n)).collect();
@@ -343,35 +361,14 @@ fn assert_visible_blocks_whole(bucket: &Path, storage: &Path) -> Vec<String> {
     visible
 }
 
-/// The blocks the server's store holds (directories with a `meta.json`, named by ULID).
-fn local_blocks(storage: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(storage)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.path().join("meta.json").exists())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.len() == 26)
-        .collect();
-    names.sort();
-    names
-}
-
 /// kill -9 while blocks are being shipped, then a restart: no block is ever visible half
 /// uploaded (a reader keys on `meta.json`, which goes last), none is lost (the restarted server
 /// ships what was not finished), and none recorded as shipped is uploaded again.
 #[test]
 fn a_server_killed_while_shipping_loses_no_block_and_shows_none_half_uploaded() {
     let work = tempfile::tempdir().expect("tempdir");
-    let bucket = work.path().join("bucket");
-    let storage = work.path().join("data");
-    let binary = parca_binary(false);
-    let args = ["--storage-block-duration=1m"];
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64;
-    let server = Server::start_with_storage(&binary, Some(&storage), &args, |_| config(&bucket));
+    let (bucket, storage) = (work.path().join("bucket"), work.path().join("data"));
+    let (server, now) = start_shipping(work.path());
     // Twelve minutes of profiles: about ten blocks cut, shipped one after another.
     for minute in (0..=12).rev() {
         push_at(&server, "killed", now - minute * 60_000);
@@ -397,7 +394,11 @@ fn a_server_killed_while_shipping_loses_no_block_and_shows_none_half_uploaded() 
     );
     drop(server); // SIGKILL
     let visible = assert_visible_blocks_whole(&bucket, &storage);
-    let local = local_blocks(&storage);
+    // Blocks only: a block still being written (`<ulid>.tmp`) is no block yet.
+    let local: Vec<String> = blocks_in(&storage)
+        .into_iter()
+        .filter(|n| n.len() == 26)
+        .collect();
     let partial = std::fs::read_dir(bucket.join("fleet/eu"))
         .into_iter()
         .flatten()
@@ -423,7 +424,7 @@ fn a_server_killed_while_shipping_loses_no_block_and_shows_none_half_uploaded() 
         .collect();
     let before: Vec<_> = recorded.iter().map(|n| modified(n)).collect();
 
-    let server = Server::start_with_storage(&binary, Some(&storage), &args, |_| config(&bucket));
+    let server = restart_shipping(work.path());
     poll(
         "every local block in the bucket",
         Duration::from_secs(60),
