@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         let again = parca_profile::decode(&exported, &DecodeOptions::default()).expect("our own export decodes");
         assert_eq!(again[0].total(), profile.total());
         let mut sink = Vec::new();
-        parca_profile::FlameGraph::build(profile).write_json(&mut sink).expect("write to vec");
+        parca_profile::FlameGraph::build(profile).write_folded(&mut sink).expect("write to vec");
         let _ = parca_profile::TopTable::build(profile);
         let _ = parca_profile::merge([profile, &again[0]]);
     }

@@ -116,9 +116,14 @@ fn write(
 ) -> anyhow::Result<()> {
     match format {
         Format::Top => out.write_all(TopTable::build(profile).to_text(style).as_bytes())?,
-        Format::TopJson => serde_json::to_writer(&mut *out, &TopTable::build(profile))?,
+        Format::TopJson => serde_json::to_writer(
+            &mut *out,
+            &parca_api::render::TopTableJson::from(&TopTable::build(profile)),
+        )?,
         Format::Folded => FlameGraph::build(profile).write_folded(out)?,
-        Format::Json => FlameGraph::build(profile).write_json(out)?,
+        Format::Json => {
+            parca_api::render::write_flame_graph_json(&FlameGraph::build(profile), out)?
+        }
         Format::Pprof => out.write_all(&parca_pprof::encode(
             &parca_profile::to_pprof(profile),
             true,

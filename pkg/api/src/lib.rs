@@ -34,6 +34,7 @@ mod parca_arrow;
 mod parca_grpc;
 mod parca_rest;
 mod query;
+pub mod render;
 mod response;
 mod router;
 mod selfprof;

@@ -6,7 +6,9 @@ use std::io::Write;
 use std::sync::Arc;
 
 use hyper::Response;
-use parca_profile::{ColumnsWriter, FlameGraph, FrameHider, TopTable};
+use parca_profile::{FlameGraph, FrameHider, TopTable};
+
+use crate::render::{ColumnsWriter, TopTableJson, write_flame_graph_json};
 use parca_query::{Engine, InstantQuery, ProfileGroup, RangeQuery};
 use parca_querylang::{Expr, ExprKind};
 use parca_tsdb::{Labels, Matcher};
@@ -109,7 +111,7 @@ fn labels_map(labels: &Labels) -> BTreeMap<&str, &str> {
         .collect()
 }
 
-/// The content type of `format=columns` (layout: `parca_profile::ColumnsWriter`).
+/// The content type of `format=columns` (layout: `render::ColumnsWriter`).
 pub(crate) const COLUMNS_CONTENT_TYPE: &str = "application/vnd.parca.flamegraph-columns";
 
 /// `GET/POST /api/v1/query`: a profile in the asked format.
@@ -301,7 +303,7 @@ fn render(
             if let Some(limit) = limit {
                 table.rows.truncate(limit);
             }
-            success(&table)
+            success(&TopTableJson::from(&table))
         }
         "folded" => {
             let mut out = Vec::new();
@@ -340,16 +342,12 @@ fn render(
                     serde_json::to_writer(&mut out, &labels_map(&g.labels))
                         .map_err(|e| ApiError::internal(e.to_string()))?;
                     write!(out, r#","profiles":{},"flamegraph":"#, g.n_profiles).map_err(io)?;
-                    FlameGraph::build(&g.profile)
-                        .write_json(&mut out)
-                        .map_err(io)?;
+                    write_flame_graph_json(&FlameGraph::build(&g.profile), &mut out).map_err(io)?;
                     out.push(b'}');
                 }
                 out.extend_from_slice(b"]}");
             } else {
-                FlameGraph::build(profile)
-                    .write_json(&mut out)
-                    .map_err(io)?;
+                write_flame_graph_json(&FlameGraph::build(profile), &mut out).map_err(io)?;
             }
             out.push(b'}');
             with_type(out, "application/json")

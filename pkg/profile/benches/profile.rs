@@ -14,7 +14,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 use std::path::Path;
 use std::sync::Arc;
 
-use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use parca_pprof::DecodeOptions;
 use parca_profile::{FlameGraph, Meta, Profile, Samples, Tables, TopTable};
 
@@ -127,17 +127,6 @@ fn views(c: &mut Criterion) {
     group.throughput(Throughput::Elements(large.samples.len() as u64));
     group.bench_function("flamegraph_build/large.cpu", |b| {
         b.iter(|| FlameGraph::build(&large).len())
-    });
-    group.bench_function("flamegraph_json/large.cpu", |b| {
-        b.iter_batched(
-            || Vec::with_capacity(4 << 20),
-            |mut out| {
-                FlameGraph::build(&large)
-                    .write_json(&mut out)
-                    .map(|()| out.len())
-            },
-            BatchSize::SmallInput,
-        )
     });
     group.bench_function("top/large.cpu", |b| {
         b.iter(|| TopTable::build(&large).rows.len())

@@ -35,8 +35,9 @@
 //! assert_eq!(merged.total(), 10);
 //! let only_main = filter_stacks(&merged, &[StackFilter::contains("main")]);
 //! assert_eq!(TopTable::build(&only_main).rows[0].name, "main");
-//! let mut json = Vec::new();
-//! FlameGraph::build(&only_main).write_json(&mut json).unwrap();
+//! let mut folded = Vec::new();
+//! FlameGraph::build(&only_main).write_folded(&mut folded).unwrap();
+//! assert_eq!(folded, b"main 10\n");
 //! ```
 
 mod error;
@@ -54,13 +55,15 @@ pub mod tables;
 mod top;
 pub mod units;
 
-#[cfg(test)]
-mod test_support;
+/// Small profiles from folded stacks, for tests (here and, with the `test-support` feature, in
+/// crates that render profiles).
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 
 pub use error::Error;
 pub use export::to_pprof;
 pub use filter::{StackFilter, filter_stacks, invert_stacks};
-pub use flamegraph::{COLUMNS_MAGIC, COLUMNS_VERSION, ColumnsWriter, FlameGraph, FlameNode};
+pub use flamegraph::{FlameFrame, FlameGraph, FlameNode};
 pub use growth::{growth, is_cumulative};
 pub use hide::FrameHider;
 pub use merge::{DiffMode, Extractor, Importer, Merger, apply_diff_mode, diff, merge};

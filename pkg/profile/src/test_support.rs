@@ -6,7 +6,7 @@ use crate::profile::{Meta, Profile, Samples, ValueType};
 use crate::tables::{Function, LabelSetId, Line, StringId, Tables};
 
 /// A CPU profile from `("main;work;leaf", value)` pairs (root first), all in fresh tables.
-pub(crate) fn profile(stacks: &[(&str, i64)]) -> Profile {
+pub fn profile(stacks: &[(&str, i64)]) -> Profile {
     let mut tables = Tables::new();
     let mut samples = Samples::default();
     for &(folded, value) in stacks {
@@ -43,7 +43,7 @@ pub(crate) fn profile(stacks: &[(&str, i64)]) -> Profile {
 }
 
 /// The folded text of a profile, for compact assertions.
-pub(crate) fn folded(profile: &Profile) -> String {
+pub fn folded(profile: &Profile) -> String {
     let mut out = Vec::new();
     crate::FlameGraph::build(profile)
         .write_folded(&mut out)

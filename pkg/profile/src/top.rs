@@ -2,13 +2,12 @@
 
 use indexmap::IndexSet;
 use rustc_hash::{FxBuildHasher, FxHashMap};
-use serde::Serialize;
 
 use crate::profile::Profile;
 use crate::tables::{FunctionId, LocationId, StackId, Tables, basename};
 
 /// One function's row.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopRow {
     /// Function name; `[binary]` for frames without a function name, `<unknown>` without a binary
     /// either (google/pprof's names at function granularity).
@@ -18,16 +17,14 @@ pub struct TopRow {
     /// Value of samples with this function anywhere on the stack (counted once per sample).
     pub cum: i64,
     /// For a diff: the base side's flat value.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub base_flat: Option<i64>,
     /// For a diff: the base side's cumulative value.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub base_cum: Option<i64>,
 }
 
 /// The top table of a profile, rows sorted by flat value (largest magnitude first), then
 /// cumulative, then name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopTable {
     /// What the values measure, e.g. `cpu`.
     pub sample_type: String,
@@ -36,7 +33,6 @@ pub struct TopTable {
     /// Sum of all sample values.
     pub total: i64,
     /// For a diff: sum of the base side's values.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub base_total: Option<i64>,
     /// One row per function.
     pub rows: Vec<TopRow>,
