@@ -29,8 +29,10 @@ use layout::{EntryRule, IS_ENTRY, Layout, OWNED_BY_CSTACK};
 /// process's own threads confirm or correct it (see [`find_tsd_offset`]).
 const GLIBC_TSD_OFFSET: u32 = 0x318;
 
-/// Bytes of a thread descriptor searched for a thread's own `PyThreadState`.
-const THREAD_DESCRIPTOR_BYTES: usize = 0x1000;
+/// Bytes of a thread descriptor searched for a thread's own `PyThreadState`: glibc's inline
+/// thread-specific slots end before 0x600 (0x318 + 32 × 16), and a thread's descriptor sits
+/// near the end of its stack's mapping (0x1000 would read past it).
+const THREAD_DESCRIPTOR_BYTES: usize = 0x600;
 
 /// Threads of an interpreter looked at to find where their thread states are kept.
 const MAX_THREADS_CHECKED: usize = 64;
@@ -411,8 +413,8 @@ fn bpf_config(layout: &Layout, tss: u64, tsd_offset: u32) -> PyConfig {
 /// from the thread pointer: found by looking, in the thread descriptor of each thread the
 /// interpreter lists (`thread_id` is `pthread_self()`, the thread pointer on glibc), for the
 /// thread's own state at CPython's key's slot. `Ok(None)` when the interpreter has no
-/// thread yet (the default then holds until the process is read again); `Err` when none of
-/// its threads has its state where glibc would keep it.
+/// thread yet, or none whose descriptor could be read (the default then holds until the
+/// process is read again); `Err` when none of those read has its state where glibc keeps it.
 fn find_tsd_offset(memory: &Memory, layout: &Layout, runtime: u64) -> Result<Option<u32>, ()> {
     let tss = runtime + layout.runtime_tss;
     let (Some(initialized), Some(key)) = (memory.u32(tss), memory.u32(tss + 4)) else {
@@ -425,13 +427,14 @@ fn find_tsd_offset(memory: &Memory, layout: &Layout, runtime: u64) -> Result<Opt
         return Ok(None);
     }
     let mut tstate = memory.u64(interp + layout.interp_threads_head).unwrap_or(0);
-    let mut checked = 0;
-    while tstate != 0 && checked < MAX_THREADS_CHECKED {
-        checked += 1;
+    let (mut seen, mut checked) = (0, 0);
+    while tstate != 0 && seen < MAX_THREADS_CHECKED {
+        seen += 1;
         if let Some(descriptor) = memory
             .u64(tstate + layout.tstate_thread_id)
             .and_then(|thread| memory.bytes(thread, THREAD_DESCRIPTOR_BYTES))
         {
+            checked += 1;
             let slot = descriptor
                 .chunks_exact(8)
                 .position(|word| u64::from_ne_bytes(word.try_into().expect("8 bytes")) == tstate);
