@@ -993,7 +993,31 @@ fn the_servers_heap_profile_leaves_out_the_allocators_frames() {
     let server = Server::start(&parca_binary(false), &[], |_| {
         "scrape_configs: []\n".to_owned()
     });
-    let r = server.get("/debug/pprof/heap").expect("heap profile");
+    // jemalloc samples one allocation per 512 KiB on average: a server just started may hold
+    // no sampled allocation yet (its idle heap is small), so it is given work until it does.
+    let r = poll(
+        "the heap profile to hold a sample",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let r = server.get("/debug/pprof/heap")?;
+            let _ = server.get("/api/v1/status/tsdb");
+            let profiles =
+                parca_profile::decode(&r.body, &Default::default()).map_err(|e| e.to_string())?;
+            let sampled = profiles.iter().any(|p| {
+                p.meta.sample_type.kind == "inuse_space"
+                    && parca_profile::TopTable::build(p)
+                        .rows
+                        .iter()
+                        .any(|row| row.flat != 0)
+            });
+            if sampled {
+                Ok(r)
+            } else {
+                Err("no inuse_space sample yet".to_owned())
+            }
+        },
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     let pprof = parca_pprof::decode(&r.body, &Default::default()).expect("decodes");
     assert!(
