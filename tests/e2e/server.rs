@@ -985,17 +985,11 @@ fn leaves_of(pprof: &[u8], kind: &str) -> Vec<String> {
     leaves
 }
 
-/// The server's own heap profile names the code that allocated as each sample's leaf, not
-/// jemalloc's sampler (`prof_backtrace_impl`) or Rust's allocation shims: the profile carries
-/// `drop_frames` for them, which every reader (google/pprof, our ingest) applies.
-#[test]
-fn the_servers_heap_profile_leaves_out_the_allocators_frames() {
-    let server = Server::start(&parca_binary(false), &[], |_| {
-        "scrape_configs: []\n".to_owned()
-    });
-    // jemalloc samples one allocation per 512 KiB on average: a server just started may hold
-    // no sampled allocation yet (its idle heap is small), so it is given work until it does.
-    let r = poll(
+/// The server's heap profile once it holds a sampled allocation with named frames. jemalloc
+/// samples one allocation per 512 KiB on average: a server just started may hold none yet (its
+/// idle heap is small), so it is given work until it does.
+fn heap_profile_with_a_sample(server: &Server) -> crate::server_harness::Response {
+    poll(
         "the heap profile to hold a sample",
         Duration::from_secs(30),
         Duration::from_millis(200),
@@ -1011,13 +1005,26 @@ fn the_servers_heap_profile_leaves_out_the_allocators_frames() {
                         .iter()
                         .any(|row| row.flat != 0)
             });
-            if sampled {
+            let named = parca_pprof::decode(&r.body, &Default::default())
+                .is_ok_and(|pprof| !pprof.to_proto().function.is_empty());
+            if sampled && named {
                 Ok(r)
             } else {
-                Err("no inuse_space sample yet".to_owned())
+                Err("no named inuse_space sample yet".to_owned())
             }
         },
-    );
+    )
+}
+
+/// The server's own heap profile names the code that allocated as each sample's leaf, not
+/// jemalloc's sampler (`prof_backtrace_impl`) or Rust's allocation shims: the profile carries
+/// `drop_frames` for them, which every reader (google/pprof, our ingest) applies.
+#[test]
+fn the_servers_heap_profile_leaves_out_the_allocators_frames() {
+    let server = Server::start(&parca_binary(false), &[], |_| {
+        "scrape_configs: []\n".to_owned()
+    });
+    let r = heap_profile_with_a_sample(&server);
     assert_eq!(r.status, 200, "{}", r.text());
     let pprof = parca_pprof::decode(&r.body, &Default::default()).expect("decodes");
     assert!(
@@ -1098,24 +1105,7 @@ fn the_servers_own_profiles_name_frames_with_their_full_paths() {
         "scrape_configs: []\n".to_owned()
     });
     let cpu = busy_cpu_profile(&server, "/api/v1/labels");
-    // jemalloc samples one allocation per 512 KiB on average: a server just started may hold
-    // no sampled allocation yet.
-    let heap = poll(
-        "the heap profile to hold a sample",
-        Duration::from_secs(30),
-        Duration::from_millis(200),
-        || {
-            let r = server.get("/debug/pprof/heap")?;
-            let _ = server.get("/api/v1/status/tsdb");
-            let pprof =
-                parca_pprof::decode(&r.body, &Default::default()).map_err(|e| e.to_string())?;
-            if pprof.to_proto().function.is_empty() {
-                Err("no functions yet".to_owned())
-            } else {
-                Ok(r)
-            }
-        },
-    );
+    let heap = heap_profile_with_a_sample(&server);
     for (kind, r) in [("cpu", cpu), ("heap", heap)] {
         assert_eq!(r.status, 200, "{kind}: {}", r.text());
         let pprof = parca_pprof::decode(&r.body, &Default::default()).expect("decodes");
