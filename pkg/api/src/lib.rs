@@ -33,6 +33,7 @@ mod params;
 mod parca_arrow;
 mod parca_grpc;
 mod parca_rest;
+mod parse_query;
 mod query;
 pub mod render;
 mod response;

@@ -1287,3 +1287,77 @@ async fn pushes_of_google_pprofs_legacy_formats_are_stored() {
     assert_eq!(status, 400, "{text}");
     assert!(text.contains("legacy formats"), "{text}");
 }
+
+#[tokio::test]
+async fn parse_query_says_where_a_querys_selector_and_its_parts_are() {
+    let server = Server::ready().await;
+    let ask = |q: &str, lenient: bool| {
+        format!(
+            "/api/v1/parse_query?query={}{}",
+            enc(q),
+            if lenient { "&lenient=true" } else { "" }
+        )
+    };
+    // Offsets count characters: `é` is one, though two bytes.
+    let q = r#"a:b:c:d:e{who="é", job="a[p]i", x=~"y"}[5m] offset 1h |= "main""#;
+    let (status, body) = server.get(&ask(q, false)).await;
+    assert_eq!(status, 200, "{body}");
+    let data = &json(&body)["data"];
+    assert_eq!(data["value_type"], "profile_set", "{body}");
+    let s = &data["selectors"][0];
+    let chars: Vec<char> = q.chars().collect();
+    let slice = |a: &Value, b: &Value| -> String {
+        chars[a.as_u64().unwrap() as usize..b.as_u64().unwrap() as usize]
+            .iter()
+            .collect()
+    };
+    assert_eq!(
+        slice(&s["start"], &s["end"]),
+        r#"a:b:c:d:e{who="é", job="a[p]i", x=~"y"}[5m]"#
+    );
+    assert_eq!(
+        slice(&s["start"], &s["body_end"]),
+        r#"a:b:c:d:e{who="é", job="a[p]i", x=~"y"}"#
+    );
+    assert_eq!(
+        slice(&s["braces"]["start"], &s["braces"]["end"]),
+        r#"{who="é", job="a[p]i", x=~"y"}"#
+    );
+    assert_eq!(s["profile_type"], "a:b:c:d:e");
+    assert_eq!(s["range"], "5m");
+    let m = &s["matchers"][2];
+    assert_eq!(
+        (m["name"].as_str(), m["op"].as_str(), m["value"].as_str()),
+        (Some("x"), Some("=~"), Some("y"))
+    );
+    assert_eq!(slice(&m["start"], &m["end"]), r#"x=~"y""#);
+
+    // A profile, a series set, and a type named by `__name__`.
+    let (_, body) = server
+        .get(&ask(r#"diff(a:b:c:d:e, {__name__="f:g:h:i:j"})"#, false))
+        .await;
+    let data = &json(&body)["data"];
+    assert_eq!(data["value_type"], "profile");
+    assert_eq!(data["selectors"][0]["braces"], Value::Null);
+    assert_eq!(data["selectors"][1]["profile_type"], "f:g:h:i:j");
+    let (_, body) = server.get(&ask("sum by (job) (a:b:c:d:e)", false)).await;
+    assert_eq!(json(&body)["data"]["value_type"], "series_set");
+
+    // Strict: a fault is a 400 with its position, as a query's is.
+    let (status, body) = server.get(&ask("merge(a:b:c:d:e{job=}", false)).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        json(&body)["position"],
+        serde_json::json!({"line": 1, "column": 21})
+    );
+    // Lenient: what a half-typed query would be, and its errors as fields.
+    let (status, body) = server.get(&ask(r#"sum(a:b:c:d:e{job="ap"#, true)).await;
+    assert_eq!(status, 200, "{body}");
+    let data = &json(&body)["data"];
+    assert_eq!(data["selectors"][0]["profile_type"], "a:b:c:d:e", "{body}");
+    assert_eq!(data["selectors"][0]["matchers"][0]["value"], "ap", "{body}");
+    assert_eq!(data["errors"][0]["position"]["column"], 19, "{body}");
+    let (status, body) = server.get(&ask("x", true).replace("true", "maybe")).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("`lenient` is true or false"), "{body}");
+}

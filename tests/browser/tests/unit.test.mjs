@@ -4,11 +4,11 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readColumns, invert, hide, hidePredicate, search, topTable, folded } from '../../../web/static/js/tree.js';
-import { withMatchers, mergeWindow, duration, graphQuery, queryKind, selectorEnd, hasRange, pointSelection, windowQuery, sideQuery, withFrameFilters } from '../../../web/static/js/querytext.js';
+import { withFrameFilters } from '../../../web/static/js/querytext.js';
 import { formatValue, formatPercent, ago } from '../../../web/static/js/units.js';
 import { packageOf, colorFor } from '../../../web/static/js/colors.js';
 import { completionContext, offsetOf } from '../../../web/static/js/querybox.js';
-import { describe, typeOfQuery } from '../../../web/static/js/profiletypes.js';
+import { describe } from '../../../web/static/js/profiletypes.js';
 import { timeTicks } from '../../../web/static/js/metricsgraph.js';
 
 /** A flame-graph JSON from folded lines (`a;b;c 5`), as the API would send it. */
@@ -192,42 +192,6 @@ test('a diff carries both sides through every derived tree', () => {
   assert.deepEqual([row.baseFlat, row.flat], [9, 5]);
 });
 
-test('queries: matchers, ranges and offsets, grouping', () => {
-  const cpu = 'process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta';
-  assert.equal(withMatchers(cpu, { job: 'a', __name__: cpu }), `${cpu}{job="a"}`);
-  assert.equal(withMatchers(`${cpu}{job="a"} |= "x"`, { instance: 'i"1' }), `${cpu}{job="a", instance="i\\"1"} |= "x"`);
-  assert.equal(withMatchers('{__name__=~"m.*"}', { __name__: 'm1' }), '{__name__=~"m.*", __name__="m1"}');
-  assert.equal(withMatchers(`${cpu}{job="a", x!="b"}`, { job: 'a', x: 'b' }), `${cpu}{job="a", x!="b", x="b"}`);
-  assert.equal(withMatchers(`${cpu}{job = "a"}`, { job: 'a' }), `${cpu}{job = "a"}`);
-  assert.equal(selectorEnd(`${cpu}{a="}"} |= "y"`), cpu.length + 7);
-  assert.equal(duration(5400e3 + 1500), '1h30m1s500ms');
-  assert.equal(mergeWindow(`${cpu}{job="a"} |= "x"`, 0, 3600e3, 3660e3), `merge(${cpu}{job="a"}[1h] offset 1m |= "x")`);
-  assert.equal(mergeWindow(cpu, 0, 60e3, 60e3), `merge(${cpu}[1m])`);
-  assert.equal(graphQuery('x', ' job, instance '), 'sum by (job, instance) (x)');
-  assert.equal(graphQuery('x', ''), 'x');
-  assert.deepEqual(['merge(x)', 'sum(x)', 'x{a="b"}'].map(queryKind), ['profile', 'series', 'set']);
-});
-
-test('a point of the metrics graph selects the window its value sums', () => {
-  const cpu = 'process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta';
-  const heap = 'memory:inuse_space:bytes:space:bytes';
-  // Delta types: the step's window (t − step, t] of the clicked series.
-  assert.deepEqual(pointSelection(`${cpu}{job="a"}`, { instance: 'i' }, 100e3, 10e3, true),
-    { pfrom: '90000', pto: '100000', labels: '{"instance":"i"}', time: '' });
-  assert.equal(windowQuery(`${cpu}{job="a"} |= "x"`, { instance: 'i' }, 90e3, 100e3), `merge(${cpu}{job="a", instance="i"}[10s] |= "x")`);
-  // Snapshots, and queries with their own range: the query at the point's time.
-  assert.deepEqual(pointSelection(heap, {}, 100e3, 10e3, false), { time: '100000', labels: '{}', pfrom: '', pto: '' });
-  assert.ok(hasRange(`${cpu}{job="a"} [5m] |= "x"`) && !hasRange(`${cpu}{job="a"} |= "[x]"`));
-  assert.equal(pointSelection(`${cpu}[1m]`, {}, 100e3, 10e3, true).time, '100000');
-});
-
-test('compare sides are windows or times reached from one evaluation time', () => {
-  const cpu = 'process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta';
-  assert.equal(sideQuery(`${cpu}{job="a"}`, { start: 90e3, end: 100e3 }, 160e3), `merge(${cpu}{job="a"}[10s] offset 1m)`);
-  assert.equal(sideQuery('memory:inuse_space:bytes:space:bytes |= "x"', { time: 100e3 }, 160e3), 'merge(memory:inuse_space:bytes:space:bytes offset 1m |= "x")');
-  assert.equal(sideQuery(cpu, { time: 100e3 }, 100e3), `merge(${cpu})`);
-});
-
 test('a zoom path becomes exact-name stack filters', () => {
   assert.equal(withFrameFilters('merge(x)', []), 'merge(x)');
   assert.equal(withFrameFilters('merge(x)', ['main.(*T).run', 'a-b', 'main.(*T).run']), 'merge(x) |~ `main\\.\\(\\*T\\)\\.run` |~ `a\\-b`');
@@ -270,9 +234,6 @@ test('profile types have human names', () => {
   assert.equal(describe('process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta').title, 'CPU time');
   assert.equal(describe('memory:inuse_space:bytes:space:bytes').title, 'Memory in use (bytes)');
   assert.equal(describe('custom:things:count:x:y').known, false);
-  assert.equal(typeOfQuery('memory:alloc_space:bytes:space:bytes{job="a"}'), 'memory:alloc_space:bytes:space:bytes');
-  assert.equal(typeOfQuery('{__name__="a:b:c:d:e", job="x"}'), 'a:b:c:d:e');
-  assert.equal(typeOfQuery('merge by (i) (a:b:c:d:e:delta{job="x"})'), 'a:b:c:d:e:delta');
 });
 
 test('time ticks fall on round times with distinct labels', () => {

@@ -118,3 +118,25 @@ export async function queryProfile(query, w, opts) {
   performance.mark('parca:profile-bytes');
   return readColumns(bytes);
 }
+
+const parsedQueries = new Map();
+
+/**
+ * The structure of `query` from the server's parser (`/api/v1/parse_query`): its value type
+ * and where its selectors, matchers and range are (offsets in characters). Strict by default:
+ * a query that does not parse throws the ApiError a query would (with its position). With
+ * `lenient`, a half-typed query is repaired and its errors come in `errors`. Answers are kept
+ * per text: the UI asks again for every click on a graph.
+ */
+export function parseQuery(query, { lenient = false } = {}) {
+  const key = `${lenient ? 'l' : 's'}${query}`;
+  let answer = parsedQueries.get(key);
+  if (!answer) {
+    answer = get('/api/v1/parse_query', { query, lenient: lenient ? 'true' : '' });
+    // A failed request (not a failed parse, which is an answer too) is asked again next time.
+    answer.catch((e) => { if (!e.position) parsedQueries.delete(key); });
+    if (parsedQueries.size >= 256) parsedQueries.delete(parsedQueries.keys().next().value);
+    parsedQueries.set(key, answer);
+  }
+  return answer;
+}

@@ -2,13 +2,13 @@
 // (red grew, green shrank).
 
 import { h, replace, stateBox } from './dom.js';
-import { profileTypes, queryRange, queryProfile, ApiError } from './api.js';
-import { typeString, typeOfQuery } from './profiletypes.js';
+import { profileTypes, queryRange, queryProfile, parseQuery, ApiError } from './api.js';
+import { typeString } from './profiletypes.js';
 import { rangePicker, window as rangeWindow, stepFor, describeRange } from './timerange.js';
 import { queryEditor } from './querybox.js';
 import { metricsGraph } from './metricsgraph.js';
 import { profileView, emptyProfile } from './profileview.js';
-import { sideQuery, queryKind, pointSelection } from './querytext.js';
+import { sideQuery, queryKind, typeOf, pointSelection } from './querytext.js';
 import { formatTime } from './units.js';
 import { readState, writeState, permalink } from './urlstate.js';
 
@@ -86,7 +86,17 @@ export function mountCompare(app) {
       replace(s.graph, stateBox('empty', 'Type a query for this side.'));
       return;
     }
-    if (queryKind(q) !== 'set') {
+    let parsed;
+    try {
+      parsed = await parseQuery(q);
+    } catch (e) {
+      if (signal.aborted) return;
+      if (e instanceof ApiError && e.position) s.editor.setError(e);
+      replace(s.graph, stateBox('error', 'The query is not valid.', e.message));
+      return;
+    }
+    if (signal.aborted) return;
+    if (queryKind(parsed) !== 'set') {
       replace(s.graph, stateBox('error', 'Each side takes a profile set: a selector, optionally with stack filters.', `got: ${q}`));
       return;
     }
@@ -107,7 +117,7 @@ export function mountCompare(app) {
         // A point sums its step's window (delta types): compare that window, whose total is
         // the point's value; a snapshot point is the profiles at its time.
         onPoint: (_metric, t) => {
-          const p = pointSelection(q, {}, Math.round(t), step, (typeOfQuery(q) || '').endsWith(':delta'));
+          const p = pointSelection(parsed, {}, Math.round(t), step, (typeOf(parsed) || '').endsWith(':delta'));
           run({ [`${k}pfrom`]: p.pfrom, [`${k}pto`]: p.pto, [`${k}time`]: p.time });
         },
       });
@@ -124,15 +134,17 @@ export function mountCompare(app) {
     const qa = (state.a || '').trim();
     const qb = (state.b || '').trim();
     replace(diffHead);
-    if (!qa || !qb || queryKind(qa) !== 'set' || queryKind(qb) !== 'set') {
-      replace(diffPanel, stateBox('empty', 'Give both A and B a query to see how B differs from A.'));
+    const [pa, pb] = await Promise.all([qa, qb].map((q) => (q ? parseQuery(q).catch(() => null) : null)));
+    if (signal.aborted) return;
+    if (!pa || !pb || queryKind(pa) !== 'set' || queryKind(pb) !== 'set') {
+      replace(diffPanel, stateBox('empty', 'Give both A and B a query of a profile set to see how B differs from A.'));
       return;
     }
     const wa = selectionOf('a') || rangeWindow(rangeOf('a'));
     const wb = selectionOf('b') || rangeWindow(rangeOf('b'));
     // Both sides are evaluated at one time: each reaches its own window with [range] offset.
     const at = Math.max(wa.time ?? wa.end, wb.time ?? wb.end);
-    const query = `diff(${sideQuery(qa, wa, at)}, ${sideQuery(qb, wb, at)})`;
+    const query = `diff(${sideQuery(qa, pa, wa, at)}, ${sideQuery(qb, pb, wb, at)})`;
     replace(diffHead, h('h2', {}, 'B compared with A'), h('code', { class: 'profile-query muted' }, query));
     replace(diffPanel, stateBox('loading', 'Loading the diff…'));
     try {

@@ -2,15 +2,15 @@
 // the metrics graph shows totals over time; the profile below is the merge of the range, the
 // profile of a clicked point, or the merge of a dragged range.
 
-import { h, replace, stateBox } from './dom.js';
-import { profileTypes, queryRange, queryProfile, labelNames, ApiError } from './api.js';
+import { h, replace, stateBox, debounce } from './dom.js';
+import { profileTypes, queryRange, queryProfile, labelNames, parseQuery, ApiError } from './api.js';
 import { matcherBuilder } from './matcherbuilder.js';
-import { typeString, describe, typeOfQuery } from './profiletypes.js';
+import { typeString, describe } from './profiletypes.js';
 import { rangePicker, window as rangeWindow, stepFor, describeRange } from './timerange.js';
 import { queryEditor } from './querybox.js';
 import { metricsGraph, labelText } from './metricsgraph.js';
 import { profileView, emptyProfile } from './profileview.js';
-import { graphQuery, withMatchers, queryKind, pointSelection, windowQuery } from './querytext.js';
+import { graphQuery, withMatchers, queryKind, typeOf, pointSelection, windowQuery } from './querytext.js';
 import { readState, writeState, permalink } from './urlstate.js';
 import { formatTime } from './units.js';
 
@@ -26,6 +26,8 @@ export function mountExplorer(app) {
   let controller = null;
   let profile = null;
   let graph = null;
+  /** The query shown and its structure from the server's parser. */
+  let shown = { q: '', parsed: null };
 
   const typeSelect = h('select', { class: 'type-select', 'aria-label': 'profile type', onchange: () => chooseType(typeSelect.value) });
   const typeHelp = h('p', { class: 'type-help muted' });
@@ -34,14 +36,19 @@ export function mountExplorer(app) {
     placeholder: 'process_cpu:samples:count:cpu:nanoseconds:delta{job="api"}',
     types: () => types,
     onSubmit: (text) => run({ query: text.trim() }),
-    onInput: (text) => showTypeHelp(typeOfQuery(text)),
+    onInput: (text) => typeHelpSoon(text),
   });
   const byInput = h('input', { type: 'text', class: 'sum-by', placeholder: 'label, label', value: state.by || '', list: 'label-names', 'aria-label': 'sum by labels',
     onchange: () => run({ by: byInput.value.trim() }) });
   const labelList = h('datalist', { id: 'label-names' });
-  const builder = matcherBuilder(() => typeOfQuery(editor.value()), (m) => {
-    editor.setValue(withMatchers(editor.value(), m));
-    run({ query: editor.value() });
+  const builder = matcherBuilder(() => typeOfText(editor.value()), async (m) => {
+    const text = editor.value();
+    try {
+      editor.setValue(withMatchers(text, await parseQuery(text), m));
+      run({ query: editor.value() });
+    } catch (e) {
+      editor.setError(e);
+    }
   });
   const graphPanel = h('section', { class: 'panel graph-panel', 'aria-label': 'metrics graph' });
   const profileHead = h('div', { class: 'profile-head' });
@@ -59,6 +66,13 @@ export function mountExplorer(app) {
       picker),
     graphPanel, h('div', { class: 'panel profile-wrap' }, profileHead, profilePanel)));
 
+  /** The profile type a (maybe half-typed) query selects, from the server's lenient parse. */
+  const typeOfText = (text) => parseQuery(text, { lenient: true }).then(typeOf, () => null);
+  const typeHelpSoon = debounce(async (text) => {
+    const type = await typeOfText(text);
+    if (editor.value() === text) showTypeHelp(type);
+  }, 150);
+
   const showTypeHelp = (type) => {
     if (!type) {
       typeHelp.textContent = '';
@@ -69,10 +83,13 @@ export function mountExplorer(app) {
     if ([...typeSelect.options].some((o) => o.value === type)) typeSelect.value = type;
   };
 
-  const chooseType = (type) => {
+  /** The query with its profile type written before `{` replaced, or the type alone. */
+  const chooseType = async (type) => {
     const q = editor.value();
-    const old = typeOfQuery(q);
-    const next = old && q.trimStart().startsWith(old) ? q.replace(old, type) : type;
+    const sel = (await parseQuery(q, { lenient: true }).catch(() => null))?.selectors[0];
+    const chars = Array.from(q);
+    const named = sel && sel.profile_type && chars.slice(sel.start, sel.start + sel.profile_type.length).join('') === sel.profile_type;
+    const next = named ? [...chars.slice(0, sel.start), type, ...chars.slice(sel.start + sel.profile_type.length)].join('') : type;
     editor.setValue(next);
     run({ query: next });
   };
@@ -103,24 +120,38 @@ export function mountExplorer(app) {
     const q = (state.query || '').trim();
     if (editor.value().trim() !== q) editor.setValue(q);
     byInput.value = state.by || '';
-    showTypeHelp(typeOfQuery(q));
     editor.setError(null);
     if (!q) {
+      showTypeHelp(null);
       replace(graphPanel, stateBox('empty', 'Choose a profile type or type a query to start.'));
       replace(profilePanel);
       replace(profileHead);
       return;
     }
+    let parsed;
+    try {
+      parsed = await parseQuery(q);
+    } catch (e) {
+      if (signal.aborted) return;
+      typeOfText(q).then(showTypeHelp);
+      replace(profileHead);
+      showError(graphPanel, e, q, q);
+      showError(profilePanel, e, q, q);
+      return;
+    }
+    if (signal.aborted) return;
+    shown = { q, parsed };
+    const type = typeOf(parsed);
+    showTypeHelp(type);
     const range = { from: state.from || 'now-1h', to: state.to || 'now' };
     const { start, end } = rangeWindow(range);
-    const kind = queryKind(q);
-    loadGraph(q, kind, start, end, range, signal);
-    loadProfile(q, kind, start, end, range, signal);
-    const type = typeOfQuery(q);
+    loadGraph(q, parsed, start, end, range, signal);
+    loadProfile(q, parsed, start, end, range, signal);
     if (type) labelNames(`{__name__="${type}"}`, { signal }).then((names) => replace(labelList, names.filter((n) => n !== '__name__').map((n) => h('option', { value: n })))).catch(() => {});
   }
 
-  async function loadGraph(q, kind, start, end, range, signal) {
+  async function loadGraph(q, parsed, start, end, range, signal) {
+    const kind = queryKind(parsed);
     if (graph) graph.destroy();
     graph = null;
     if (kind === 'profile') {
@@ -144,8 +175,8 @@ export function mountExplorer(app) {
         // A point's profile: the merge of the window its value sums (delta types), or the
         // profiles at its time (snapshots).
         onPoint: (metric, t) => {
-          const delta = (metric.__name__ || typeOfQuery(q) || '').endsWith(':delta');
-          select(pointSelection(q, metric, Math.round(t), step, delta));
+          const delta = (metric.__name__ || typeOf(parsed) || '').endsWith(':delta');
+          select(pointSelection(parsed, metric, Math.round(t), step, delta));
         },
         onRange: (a, b) => select({ pfrom: String(a), pto: String(b), time: '', labels: '' }),
         omitted: data.omitted,
@@ -166,13 +197,18 @@ export function mountExplorer(app) {
     if (controller) controller.abort();
     controller = new AbortController();
     const q = state.query.trim();
+    if (shown.q !== q) {
+      load();
+      return;
+    }
     const range = { from: state.from || 'now-1h', to: state.to || 'now' };
     const { start, end } = rangeWindow(range);
-    loadGraph(q, queryKind(q), start, end, range, controller.signal);
-    loadProfile(q, queryKind(q), start, end, range, controller.signal);
+    loadGraph(q, shown.parsed, start, end, range, controller.signal);
+    loadProfile(q, shown.parsed, start, end, range, controller.signal);
   };
 
-  async function loadProfile(q, kind, start, end, range, signal) {
+  async function loadProfile(q, parsed, start, end, range, signal) {
+    const kind = queryKind(parsed);
     if (profile) profile.destroy();
     profile = null;
     if (kind === 'series') {
@@ -189,14 +225,14 @@ export function mountExplorer(app) {
       title = `Profile of ${describeRange(range)}`;
     } else if (state.time) {
       const labels = state.labels ? JSON.parse(state.labels) : {};
-      pq = withMatchers(q, labels);
+      pq = withMatchers(q, parsed, labels);
       win = { time: Number(state.time) };
       title = `Profile at ${formatTime(win.time)} of ${labelText(labels)}`;
     } else if (state.pfrom && state.labels) {
       // A clicked point of a delta type: the window its value sums, (pfrom, pto].
       const labels = JSON.parse(state.labels);
       const [a, b] = [Number(state.pfrom), Number(state.pto)];
-      pq = windowQuery(q, labels, a, b);
+      pq = windowQuery(q, parsed, labels, a, b);
       win = { time: b };
       title = `Profile of ${labelText(labels)} in (${formatTime(a)} – ${formatTime(b)}]`;
     } else if (state.pfrom) {
@@ -294,7 +330,7 @@ export function mountExplorer(app) {
         load();
       });
     } else {
-      showTypeHelp(typeOfQuery(state.query));
+      typeOfText(state.query).then(showTypeHelp);
     }
   }).catch((e) => replace(graphPanel, stateBox('error', 'Cannot list profile types.', e.message)));
 

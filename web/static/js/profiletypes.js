@@ -40,11 +40,3 @@ export function describe(type) {
     known: false,
   };
 }
-
-/** The profile type at the start of a selector, e.g. `memory:inuse_space:bytes:space:bytes`. */
-export function typeOfQuery(query) {
-  const m = /(?:^|[\s(,])([a-zA-Z_][\w]*(?::[\w.]*){4}(?::delta)?)/.exec(query);
-  if (m) return m[1];
-  const n = /__name__\s*=\s*"([^"]+)"/.exec(query);
-  return n ? n[1] : null;
-}

@@ -2,8 +2,9 @@
 // from the API, and marks a parse error at its line and column.
 
 import { h, replace, debounce } from './dom.js';
-import { labelNames, labelValues } from './api.js';
-import { typeOfQuery, describe } from './profiletypes.js';
+import { labelNames, labelValues, parseQuery } from './api.js';
+import { describe } from './profiletypes.js';
+import { typeOf } from './querytext.js';
 
 /**
  * Where the cursor is in a selector: completing a profile type, a label name or a label value.
@@ -131,7 +132,8 @@ export function queryEditor({ value = '', placeholder = '', types, onSubmit, onI
     ctx = completionContext(area.value, area.selectionStart);
     if (!ctx || document.activeElement !== area) return close();
     const mine = ++request;
-    const type = typeOfQuery(area.value);
+    // The type the query selects, from the server's lenient parse of the half-typed text.
+    const type = await parseQuery(area.value, { lenient: true }).then(typeOf, () => null);
     const match = type ? `{__name__="${type}"}` : '{__name__=~".+"}';
     let all = [];
     try {

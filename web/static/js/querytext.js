@@ -1,12 +1,18 @@
 // Building queries from the explorer's parts: which query draws the graph, which gives the
-// profile, matchers for a clicked series, a range and offset for compare.
+// profile, matchers for a clicked series, a range and offset for compare. Where a query's parts
+// are comes from the server's parser (`parseQuery` in api.js): the grammar has one owner.
 
-/** The kind of a typed query: 'profile' (merge, diff), 'series' (an aggregation) or 'set'. */
-export function queryKind(q) {
-  const s = q.trim();
-  if (/^(merge|diff)\b/.test(s)) return 'profile';
-  if (/^(sum|avg|min|max|count|topk)\b/.test(s)) return 'series';
-  return 'set';
+/**
+ * The kind of a query from its structure (`parseQuery`'s answer): 'profile' (merge, diff),
+ * 'series' (an aggregation) or 'set' (a selector, with offsets and stack filters).
+ */
+export function queryKind(parsed) {
+  return { profile: 'profile', series_set: 'series', profile_set: 'set' }[parsed.value_type] || 'set';
+}
+
+/** The profile type the query's first selector selects, or null. */
+export function typeOf(parsed) {
+  return (parsed && parsed.selectors[0] && parsed.selectors[0].profile_type) || null;
 }
 
 /** The query of the metrics graph: the profile set, summed by labels when asked. */
@@ -15,46 +21,36 @@ export function graphQuery(q, by) {
   return labels.length ? `sum by (${labels.join(', ')}) (${q})` : q;
 }
 
-/** Where the selector at the start of `q` ends (after its `}`, or after the type name). */
-export function selectorEnd(q) {
-  let i = 0;
-  while (i < q.length && /\s/.test(q[i])) i++;
-  while (i < q.length && /[\w:]/.test(q[i])) i++;
-  let j = i;
-  while (j < q.length && /\s/.test(q[j])) j++;
-  if (q[j] !== '{') return i;
-  let inString = null;
-  for (let k = j + 1; k < q.length; k++) {
-    const c = q[k];
-    if (inString) {
-      if (c === '\\') k++;
-      else if (c === inString) inString = null;
-    } else if (c === '"' || c === "'" || c === '`') inString = c;
-    else if (c === '}') return k + 1;
-  }
-  return q.length;
-}
-
 const quote = (v) => `"${String(v).replace(/["\\]/g, '\\$&')}"`;
 
+/**
+ * `q` with its first selector changed: equality matchers for `labels` added (those it has
+ * already and a `__name__` its type names are left out), and `range` and `offset` (querylang
+ * durations) put after its matchers. The places come from the server's parse (`parsed`), whose
+ * offsets count characters.
+ */
+export function editSelector(q, parsed, { labels = {}, range = '', offset = '' } = {}) {
+  const sel = parsed.selectors[0];
+  if (!sel) return q;
+  const chars = Array.from(q);
+  const text = (a, b) => chars.slice(a, b).join('');
+  const has = new Set(sel.matchers.filter((m) => m.op === '=').map((m) => `${m.name}=${m.value}`));
+  const extra = Object.entries(labels)
+    .filter(([k, v]) => !(k === '__name__' && sel.profile_type) && !has.has(`${k}=${v}`))
+    .map(([k, v]) => `${k}=${quote(v)}`);
+  let body = text(sel.start, sel.body_end);
+  if (extra.length && sel.braces) {
+    // Inside the braces, without the `}`: a comma after what is there already.
+    const open = text(sel.start, sel.braces.end - 1).trimEnd();
+    const sep = open.endsWith('{') || open.endsWith(',') ? '' : ', ';
+    body = `${open}${open.endsWith(',') ? ' ' : sep}${extra.join(', ')}}`;
+  } else if (extra.length) body = `${body}{${extra.join(', ')}}`;
+  return `${text(0, sel.start)}${body}${range ? `[${range}]` : ''}${text(sel.body_end, sel.end)}${offset ? ` offset ${offset}` : ''}${text(sel.end)}`;
+}
+
 /** `q` with equality matchers for `labels` added to its selector. */
-export function withMatchers(q, labels) {
-  // A selector that starts with its profile type may not match `__name__` again.
-  const typed = !q.trimStart().startsWith('{');
-  const end = selectorEnd(q);
-  const head = q.slice(0, end);
-  const tail = q.slice(end);
-  // A matcher the selector already has (`job="api"`, spaces aside) is not added again.
-  const has = new Set((head.match(/[\w]+\s*=\s*"(?:[^"\\]|\\.)*"/g) || []).map((m) => m.replace(/\s*=\s*/, '=')));
-  const extra = Object.entries(labels).filter(([k]) => !(typed && k === '__name__'))
-    .map(([k, v]) => `${k}=${quote(v)}`).filter((m) => !has.has(m));
-  if (!extra.length) return q;
-  if (head.trimEnd().endsWith('}')) {
-    const close = head.lastIndexOf('}');
-    const inside = head.slice(head.indexOf('{') + 1, close).trim();
-    return `${head.slice(0, head.indexOf('{') + 1)}${inside ? `${inside.replace(/,\s*$/, '')}, ` : ''}${extra.join(', ')}}${tail}`;
-  }
-  return `${head}{${extra.join(', ')}}${tail}`;
+export function withMatchers(q, parsed, labels) {
+  return editSelector(q, parsed, { labels });
 }
 
 /** A duration in querylang's units: 1h30m, 45s, 250ms. */
@@ -74,18 +70,16 @@ export function duration(ms) {
 
 /**
  * `merge(q[range] offset o)` covering `[start, end]` when evaluated at time `at` (for compare,
- * where both sides are evaluated at one time).
+ * where both sides are evaluated at one time); `labels` are added as matchers.
  */
-export function mergeWindow(q, start, end, at) {
-  const end0 = selectorEnd(q);
+export function mergeWindow(q, parsed, start, end, at, labels = {}) {
   const off = at - end;
-  const ranged = `${q.slice(0, end0)}[${duration(end - start)}]${off > 0 ? ` offset ${duration(off)}` : ''}${q.slice(end0)}`;
-  return `merge(${ranged})`;
+  return `merge(${editSelector(q, parsed, { labels, range: duration(end - start), offset: off > 0 ? duration(off) : '' })})`;
 }
 
-/** Whether the selector at the start of `q` has its own range (`x{…}[5m]`). */
-export function hasRange(q) {
-  return /^\s*\[/.test(q.slice(selectorEnd(q)));
+/** Whether the query's selector has its own range (`x{…}[5m]`). */
+export function hasRange(parsed) {
+  return !!(parsed.selectors[0] && parsed.selectors[0].range);
 }
 
 /**
@@ -95,9 +89,9 @@ export function hasRange(q) {
  * whose merge totals the point's value. For snapshots, and for queries with their own `[range]`,
  * the query at time `t` is already what the point shows: the click selects `time`.
  */
-export function pointSelection(q, labels, t, stepMs, delta) {
+export function pointSelection(parsed, labels, t, stepMs, delta) {
   const l = JSON.stringify(labels);
-  if (delta && !hasRange(q)) return { pfrom: String(t - stepMs), pto: String(t), labels: l, time: '' };
+  if (delta && !hasRange(parsed)) return { pfrom: String(t - stepMs), pto: String(t), labels: l, time: '' };
   return { time: String(t), labels: l, pfrom: '', pto: '' };
 }
 
@@ -106,19 +100,18 @@ export function pointSelection(q, labels, t, stepMs, delta) {
  * `(start, end]` (`{start, end}`), or of the latest profile of each series at `time` (`{time}`,
  * how snapshot types are shown at a point).
  */
-export function sideQuery(q, { start, end, time }, at) {
-  if (time === undefined) return mergeWindow(q, start, end, at);
-  const cut = selectorEnd(q);
+export function sideQuery(q, parsed, { start, end, time }, at) {
+  if (time === undefined) return mergeWindow(q, parsed, start, end, at);
   const off = at - time;
-  return `merge(${q.slice(0, cut)}${off > 0 ? ` offset ${duration(off)}` : ''}${q.slice(cut)})`;
+  return `merge(${editSelector(q, parsed, { offset: off > 0 ? duration(off) : '' })})`;
 }
 
 /**
  * The query of a selected window `(fromMs, toMs]` of one series (`labels`) of `q`, evaluated at
  * `toMs`: `merge(q{labels}[range])`.
  */
-export function windowQuery(q, labels, fromMs, toMs) {
-  return mergeWindow(withMatchers(q, labels), fromMs, toMs, toMs);
+export function windowQuery(q, parsed, labels, fromMs, toMs) {
+  return mergeWindow(q, parsed, fromMs, toMs, toMs, labels);
 }
 
 /** A stack filter keeping the samples with a frame named exactly `name` (`|~`, regex-escaped). */
