@@ -7,6 +7,7 @@ mod agent_python;
 mod corpus;
 mod objstore;
 mod otlp;
+mod parca_agent_writes;
 mod parca_client;
 mod pprof_oracle;
 mod prometheus_clients;

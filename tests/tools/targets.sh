@@ -16,6 +16,9 @@
 #   tests/tools/targets.sh python-otlp         makes a venv with opentelemetry-proto and grpcio
 #                                      from tests/targets/python-otlp/requirements.txt and prints
 #                                      its python's path
+#   tests/tools/targets.sh python-arrow        makes a venv with pyarrow and grpcio from
+#                                      tests/targets/python-arrow/requirements.txt (records
+#                                      of Parca Agent's Arrow schemas) and prints its python's path
 #   tests/tools/targets.sh python-s3           makes a venv with moto's S3-compatible server from
 #                                      tests/targets/python-s3/requirements.txt and prints its
 #                                      python's path (run `python -m moto.server`)
@@ -23,7 +26,7 @@
 #                                      protobuf-ts' transports, tests/targets/parca-client/
 #                                      package-lock.json) with npm, bundles client.mjs with
 #                                      esbuild and prints the bundle's path (run it with node)
-#   tests/tools/targets.sh all         all nine, one per line
+#   tests/tools/targets.sh all         all ten, one per line
 # Everything is built into ${PARCA_TESTS_CACHE:-~/.cache/parca-tests}/targets, never into the
 # repository. Run as root, it installs the Debian packages it needs (golang-go, prometheus,
 # python3-venv); otherwise it says what is missing and exits 1, and the tests skip.
@@ -80,6 +83,7 @@ python_push_target() { python_venv "$here/targets/python-push/requirements.txt";
 python_push_legacy_target() { python_venv "$here/targets/python-push/requirements-legacy.txt"; }
 python_promapi_target() { python_venv "$here/targets/python-promapi/requirements.txt"; }
 python_otlp_target() { python_venv "$here/targets/python-otlp/requirements.txt"; }
+python_arrow_target() { python_venv "$here/targets/python-arrow/requirements.txt"; }
 python_s3_target() { python_venv "$here/targets/python-s3/requirements.txt"; }
 
 parca_client_target() {
@@ -113,10 +117,12 @@ case ${1:-all} in
   python-push-legacy) python_push_legacy_target ;;
   python-promapi) python_promapi_target ;;
   python-otlp) python_otlp_target ;;
+  python-arrow) python_arrow_target ;;
   python-s3) python_s3_target ;;
   parca-client) parca_client_target ;;
   all) go_target; python_target; prometheus_target; python_push_target; python_push_legacy_target
-       python_promapi_target; python_otlp_target; python_s3_target; parca_client_target ;;
-  *) echo "usage: $0 go|python|prometheus|python-push|python-push-legacy|python-promapi|python-otlp|python-s3|parca-client|all" >&2
+       python_promapi_target; python_otlp_target; python_arrow_target; python_s3_target
+       parca_client_target ;;
+  *) echo "usage: $0 go|python|prometheus|python-push|python-push-legacy|python-promapi|python-otlp|python-arrow|python-s3|parca-client|all" >&2
      exit 2 ;;
 esac

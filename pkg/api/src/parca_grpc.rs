@@ -4,8 +4,8 @@
 //! (gRPC, gRPC-web, Connect) are in `grpc.rs`; this module maps messages.
 //!
 //! What Parca's server does and this one does not yet: `SOURCE`, `FLAMECHART`, grouping by
-//! anything but function name, frame filters other than by binary and the Arrow `Write` stream. Each is refused as `UNIMPLEMENTED` with a
-//! message naming it, never answered with something else.
+//! anything but function name, and frame filters other than by binary. Each is refused as
+//! `UNIMPLEMENTED` with a message naming it, never answered with something else.
 
 // Deprecated fields are filled and read on purpose: older clients of Parca still use them.
 #![allow(deprecated)]
@@ -17,6 +17,7 @@ use parca_grpc_proto::metastore as pm;
 use parca_grpc_proto::profilestore as ps;
 use parca_grpc_proto::query as pq;
 use parca_grpc_proto::query::query_request::{Mode, Options, ReportType};
+use parca_ingest::parca_arrow::V1Samples;
 use parca_profile::{DiffMode, FlameGraph, Profile, StackFilter};
 use parca_query::InstantQuery;
 use parca_tsdb::{Labels, MatchOp, Matcher, NAME_LABEL};
@@ -901,7 +902,8 @@ impl FlameTables {
     }
 }
 
-/// `ProfileStoreService`: `WriteRaw` stores what `/api/v1/write` stores.
+/// `ProfileStoreService`: `WriteRaw` stores what `/api/v1/write` stores; `WriteArrow` and
+/// `Write` take Parca Agent's Arrow records (`parca_ingest::parca_arrow`).
 pub(crate) struct ParcaProfileStore {
     pub(crate) api: Arc<Api>,
 }
@@ -949,16 +951,7 @@ impl ps::profile_store_service_server::ProfileStoreService for ParcaProfileStore
                 );
             }
         }
-        let outcome = ingest::write_batch(&self.api, "parca_write_raw", batch)
-            .await
-            .map_err(from_api)?;
-        if outcome.n_written == 0 && !outcome.refused.is_empty() {
-            let refused: Vec<String> = outcome.refused.iter().map(ToString::to_string).collect();
-            return Err(Status::invalid_argument(format!(
-                "profile refused: {}",
-                refused.join("; ")
-            )));
-        }
+        store(&self.api, "parca_write_raw", batch).await?;
         Ok(Response::new(ps::WriteRawResponse {}))
     }
 
@@ -966,24 +959,99 @@ impl ps::profile_store_service_server::ProfileStoreService for ParcaProfileStore
         Box<dyn futures_util::Stream<Item = Result<ps::WriteResponse, Status>> + Send>,
     >;
 
+    /// The two-phase `v1` stream: a sample record naming stacks by id; the answer asks for
+    /// every id (this server keeps no stacks between requests); the client sends their
+    /// locations; the samples are stored and the stream ends.
     async fn write(
         &self,
-        _request: Request<tonic::Streaming<ps::WriteRequest>>,
+        request: Request<tonic::Streaming<ps::WriteRequest>>,
     ) -> Result<Response<Self::WriteStream>, Status> {
-        Err(Status::unimplemented(
-            "the Arrow `Write` stream is not served yet; send pprof with WriteRaw (Parca Agent: \
-             its pprof upload), /api/v1/write or OTLP",
-        ))
+        let mut inbound = request.into_inner();
+        let api = Arc::clone(&self.api);
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<ps::WriteResponse, Status>>(2);
+        tokio::spawn(async move {
+            let exchange = async {
+                let first = inbound.message().await?.ok_or_else(|| {
+                    Status::invalid_argument("the Write stream ended before its sample record")
+                })?;
+                let (samples, wanted) = blocking(move || {
+                    let samples = V1Samples::read(&first.record)?;
+                    let ids = samples.stacktrace_ids()?;
+                    let wanted = if ids.is_empty() {
+                        Vec::new()
+                    } else {
+                        V1Samples::request_record(&ids)?
+                    };
+                    Ok((samples, wanted))
+                })
+                .await?;
+                if wanted.is_empty() {
+                    return Ok(());
+                }
+                tx.send(Ok(ps::WriteResponse { record: wanted }))
+                    .await
+                    .map_err(|_| Status::cancelled("the client left the Write stream"))?;
+                let second = inbound.message().await?.ok_or_else(|| {
+                    Status::invalid_argument(
+                        "the Write stream ended before the locations of the stacks it was asked for",
+                    )
+                })?;
+                let batch =
+                    blocking(move || samples.series(&second.record, ingest::now_ms())).await?;
+                store(&api, "parca_write", batch).await
+            };
+            if let Err(status) = exchange.await {
+                let _ = tx.send(Err(status)).await;
+            }
+        });
+        let answers = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|answer| (answer, rx))
+        });
+        Ok(Response::new(Box::pin(answers)))
     }
 
+    /// Parca Agent's report (schema `v2`): one Arrow IPC stream, each row a sample.
     async fn write_arrow(
         &self,
-        _request: Request<ps::WriteArrowRequest>,
+        request: Request<ps::WriteArrowRequest>,
     ) -> Result<Response<ps::WriteArrowResponse>, Status> {
-        Err(Status::unimplemented(
-            "WriteArrow is not served yet; send pprof with WriteRaw, /api/v1/write or OTLP",
-        ))
+        let ipc = request.into_inner().ipc_buffer;
+        let batch =
+            blocking(move || parca_ingest::parca_arrow::write_arrow_series(&ipc, ingest::now_ms()))
+                .await?;
+        store(&self.api, "parca_write_arrow", batch).await?;
+        Ok(Response::new(ps::WriteArrowResponse {}))
     }
+}
+
+/// Runs a conversion off the async workers; a fault in what was sent is `INVALID_ARGUMENT`.
+async fn blocking<T: Send + 'static>(
+    convert: impl FnOnce() -> Result<T, parca_ingest::Error> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(convert)
+        .await
+        .map_err(|e| Status::internal(format!("the conversion task failed: {e}")))?
+        .map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+/// Stores `batch` as `/api/v1/write` stores a push; a write of which nothing was stored is an
+/// error naming why.
+async fn store(
+    api: &Arc<Api>,
+    source: &'static str,
+    batch: Vec<parca_ingest::Series>,
+) -> Result<(), Status> {
+    let outcome = ingest::write_batch(api, source, batch)
+        .await
+        .map_err(from_api)?;
+    if outcome.n_written == 0 && !outcome.refused.is_empty() {
+        let refused: Vec<String> = outcome.refused.iter().map(ToString::to_string).collect();
+        return Err(Status::invalid_argument(format!(
+            "profile refused: {}",
+            refused.join("; ")
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

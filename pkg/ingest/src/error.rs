@@ -30,6 +30,12 @@ pub enum Error {
         /// What is wrong, and where in the request.
         fault: String,
     },
+    /// A Parca Arrow write (`WriteArrow`, `Write`) could not be converted.
+    #[error("invalid Arrow write: {fault}")]
+    Arrow {
+        /// What is wrong, and in which column.
+        fault: String,
+    },
     /// A file given to an import cannot be imported.
     #[error("`{}` {fault}", path.display())]
     ImportFile {

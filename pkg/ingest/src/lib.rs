@@ -37,6 +37,7 @@
 mod error;
 mod import;
 mod otlp;
+pub mod parca_arrow;
 mod pyroscope;
 mod series;
 mod sink;
