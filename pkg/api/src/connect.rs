@@ -60,7 +60,7 @@ pub(crate) async fn handle(api: &Arc<Api>, call: Call) -> Response<Body> {
     };
     let answer = call_method(api, path, &body).await;
     match answer {
-        Ok(bytes) if json => match proto_to_json(service, method, &bytes) {
+        Ok(bytes) if json => match proto_to_json(service, method, &bytes, false) {
             Ok(text) => with_type(text, "application/json"),
             Err(status) => error(status.code(), status.message()),
         },
@@ -70,7 +70,11 @@ pub(crate) async fn handle(api: &Arc<Api>, call: Call) -> Response<Body> {
 }
 
 /// Calls the method at `path` with the protobuf `body`; its protobuf answer.
-async fn call_method(api: &Arc<Api>, path: &str, body: &[u8]) -> Result<Vec<u8>, tonic::Status> {
+pub(crate) async fn call_method(
+    api: &Arc<Api>,
+    path: &str,
+    body: &[u8],
+) -> Result<Vec<u8>, tonic::Status> {
     let queries = ParcaQueries {
         api: Arc::clone(api),
     };
@@ -127,7 +131,7 @@ fn descriptors() -> &'static prost_reflect::DescriptorPool {
 }
 
 /// The request (`input`) or response message of `service`'s `method`.
-fn message(
+pub(crate) fn message(
     service: &str,
     method: &str,
     input: bool,
@@ -144,7 +148,7 @@ fn message(
 }
 
 /// A JSON request (proto3's JSON mapping) as the method's protobuf message.
-fn json_to_proto(service: &str, method: &str, body: &[u8]) -> Result<Vec<u8>, tonic::Status> {
+pub(crate) fn json_to_proto(service: &str, method: &str, body: &[u8]) -> Result<Vec<u8>, tonic::Status> {
     let descriptor = message(service, method, true)?;
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         &b"{}"[..]
@@ -162,41 +166,71 @@ fn json_to_proto(service: &str, method: &str, body: &[u8]) -> Result<Vec<u8>, to
     Ok(message.encode_to_vec())
 }
 
-/// A protobuf answer as proto3's JSON.
-fn proto_to_json(service: &str, method: &str, bytes: &[u8]) -> Result<Vec<u8>, tonic::Status> {
+/// A protobuf answer as proto3's JSON; with `every_field`, fields at their default values are
+/// written too (grpc-gateway's `EmitUnpopulated`), else left out (Connect's way).
+pub(crate) fn proto_to_json(
+    service: &str,
+    method: &str,
+    bytes: &[u8],
+    every_field: bool,
+) -> Result<Vec<u8>, tonic::Status> {
     let descriptor = message(service, method, false)?;
     let message = prost_reflect::DynamicMessage::decode(descriptor, bytes)
         .map_err(|e| tonic::Status::internal(format!("cannot read the answer back: {e}")))?;
-    serde_json::to_vec(&message)
-        .map_err(|e| tonic::Status::internal(format!("cannot write the answer as JSON: {e}")))
+    let options = prost_reflect::SerializeOptions::new().skip_default_fields(!every_field);
+    let mut out = Vec::new();
+    message
+        .serialize_with_options(&mut serde_json::Serializer::new(&mut out), &options)
+        .map_err(|e| tonic::Status::internal(format!("cannot write the answer as JSON: {e}")))?;
+    Ok(out)
+}
+
+/// The HTTP status of a gRPC code, as Connect and grpc-gateway both map them.
+pub(crate) fn http_status(code: tonic::Code) -> hyper::StatusCode {
+    use tonic::Code as C;
+    let status = match code {
+        C::Ok => 200,
+        C::Cancelled => 499,
+        C::InvalidArgument | C::FailedPrecondition | C::OutOfRange => 400,
+        C::Unauthenticated => 401,
+        C::PermissionDenied => 403,
+        C::NotFound => 404,
+        C::AlreadyExists | C::Aborted => 409,
+        C::ResourceExhausted => 429,
+        C::Unimplemented => 501,
+        C::Unavailable => 503,
+        C::DeadlineExceeded => 504,
+        C::Unknown | C::Internal | C::DataLoss => 500,
+    };
+    hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// Connect's error answer: the code's name and the message as JSON, with its HTTP status.
 fn error(code: tonic::Code, message: &str) -> Response<Body> {
     use tonic::Code as C;
-    let (http, name) = match code {
-        C::Cancelled => (499, "canceled"),
-        C::Unknown => (500, "unknown"),
-        C::InvalidArgument => (400, "invalid_argument"),
-        C::DeadlineExceeded => (504, "deadline_exceeded"),
-        C::NotFound => (404, "not_found"),
-        C::AlreadyExists => (409, "already_exists"),
-        C::PermissionDenied => (403, "permission_denied"),
-        C::ResourceExhausted => (429, "resource_exhausted"),
-        C::FailedPrecondition => (400, "failed_precondition"),
-        C::Aborted => (409, "aborted"),
-        C::OutOfRange => (400, "out_of_range"),
-        C::Unimplemented => (501, "unimplemented"),
-        C::Internal => (500, "internal"),
-        C::Unavailable => (503, "unavailable"),
-        C::DataLoss => (500, "data_loss"),
-        C::Unauthenticated => (401, "unauthenticated"),
-        C::Ok => (200, "ok"),
+    let name = match code {
+        C::Cancelled => "canceled",
+        C::Unknown => "unknown",
+        C::InvalidArgument => "invalid_argument",
+        C::DeadlineExceeded => "deadline_exceeded",
+        C::NotFound => "not_found",
+        C::AlreadyExists => "already_exists",
+        C::PermissionDenied => "permission_denied",
+        C::ResourceExhausted => "resource_exhausted",
+        C::FailedPrecondition => "failed_precondition",
+        C::Aborted => "aborted",
+        C::OutOfRange => "out_of_range",
+        C::Unimplemented => "unimplemented",
+        C::Internal => "internal",
+        C::Unavailable => "unavailable",
+        C::DataLoss => "data_loss",
+        C::Unauthenticated => "unauthenticated",
+        C::Ok => "ok",
     };
     let mut response = with_type(
         serde_json::json!({"code": name, "message": message}).to_string(),
         "application/json",
     );
-    *response.status_mut() = hyper::StatusCode::from_u16(http).unwrap_or_default();
+    *response.status_mut() = http_status(code);
     response
 }

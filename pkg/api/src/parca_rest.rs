@@ -1,251 +1,202 @@
-//! Parca's HTTP/JSON routes (what its grpc-gateway maps from the `google.api.http` annotations
-//! of `parca.query.v1alpha1.QueryService`): `GET /profiles/types`, `/profiles/labels`,
-//! `/profiles/labels/{label_name}/values` and `/profiles/query_range`, answered with the JSON
-//! grpc-gateway writes (protojson: lowerCamelCase names, 64-bit integers as strings, RFC 3339
-//! timestamps), so scripts written against Parca run unchanged. Errors are grpc-gateway's
-//! `{"code", "message", "details"}`.
+//! Parca's HTTP/JSON routes, as its grpc-gateway maps them from the `google.api.http`
+//! annotations of `parca.query.v1alpha1.QueryService`: `GET /profiles/types`,
+//! `/profiles/labels`, `/profiles/labels/{label_name}/values`, `/profiles/query_range`,
+//! `/profiles/query`, `/profiles/series`, `/profiles/has_profile_data` and `POST
+//! /profiles/share`.
+//!
+//! As in grpc-gateway, a route is the gRPC method itself: the path's variables and the query
+//! parameters fill the request message (a parameter names a field, dotted into nested
+//! messages: `merge.query`, `diff.a.merge.start`; by its JSON or its proto name; enums by name
+//! or number, times and durations as proto3's JSON writes them), the method answers as it
+//! answers gRPC, and the answer is written in proto3's JSON with every field present (the
+//! gateway's `EmitUnpopulated`). So a number is the same over every transport, and every mode
+//! and report of `Query` is served here too. Errors are grpc-gateway's
+//! `{"code", "message", "details"}` with the HTTP status of the gRPC code.
 
 use std::sync::Arc;
 
 use hyper::Response;
-use parca_tsdb::NAME_LABEL;
+use prost::Message as _;
+use prost_reflect::{DynamicMessage, Kind, ReflectMessage as _, Value};
 
 use crate::Api;
-use crate::query::{self, Metadata};
-use crate::response::{ApiError, Body, ErrorType, json_response};
+use crate::connect;
+use crate::grpc::PARCA_QUERY;
+use crate::response::{Body, json_response, with_type};
 use crate::router::Call;
 
-/// Steps of a range query without `step`: Parca's UI always sends one; a script that does not
-/// gets about this many points.
-const DEFAULT_POINTS: i64 = 300;
+/// The service whose methods the routes map.
+const SERVICE: &str = "parca.query.v1alpha1.QueryService";
 
 /// Answers a path under `/profiles/`; unknown ones get a JSON 404.
 pub(crate) async fn handle(api: &Arc<Api>, call: Call) -> Response<Body> {
-    answer(api, call)
-        .await
-        .unwrap_or_else(ApiError::into_gateway_response)
+    match answer(api, &call).await {
+        Ok(json) => with_type(json, "application/json"),
+        Err(status) => gateway_error(&status),
+    }
 }
 
-async fn answer(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
-    if call.method != hyper::Method::GET && call.method != hyper::Method::HEAD {
-        return Err(ApiError::new(
-            ErrorType::MethodNotAllowed,
-            format!("{} is not allowed on {}; use GET", call.method, call.path),
-        ));
-    }
+async fn answer(api: &Arc<Api>, call: &Call) -> Result<Vec<u8>, tonic::Status> {
+    let (method, variables) = route(call)?;
+    let descriptor = connect::message(SERVICE, method, true)?;
+    let request = if method == "ShareProfile" {
+        // `body: "*"`: the whole request is the JSON body.
+        connect::json_to_proto(SERVICE, method, &call.body)?
+    } else {
+        let mut request = DynamicMessage::new(descriptor);
+        for (name, value) in variables.iter().map(|(n, v)| (*n, v.as_str())).chain(
+            call.params
+                .pairs()
+                .filter(|(name, _)| !name.is_empty()),
+        ) {
+            set_parameter(&mut request, name, value).map_err(|fault| {
+                tonic::Status::invalid_argument(format!("parameter `{name}`: {fault}"))
+            })?;
+        }
+        request.encode_to_vec()
+    };
+    let answer = connect::call_method(api, &format!("{PARCA_QUERY}{method}"), &request).await?;
+    connect::proto_to_json(SERVICE, method, &answer, true)
+}
+
+/// A gRPC method's name and the request fields a path's variables fill.
+type Route = (&'static str, Vec<(&'static str, String)>);
+
+/// The method a path and HTTP method map to, and the path's variables.
+fn route(call: &Call) -> Result<Route, tonic::Status> {
+    let get = call.method == hyper::Method::GET || call.method == hyper::Method::HEAD;
     if let Some(name) = call
         .path
         .strip_prefix("/profiles/labels/")
         .and_then(|rest| rest.strip_suffix("/values"))
+        && get
     {
-        let name = percent_decode(name);
-        let values = query::metadata_data(api, &call, Metadata::Values(name), "match").await?;
-        return Ok(json_response(&serde_json::json!({
-            "labelValues": values,
-            "warnings": [],
-        })));
+        return Ok(("Values", vec![("label_name", percent_decode(name))]));
     }
-    match call.path.as_str() {
-        "/profiles/types" => {
-            let types: Vec<serde_json::Value> = query::stored_profile_types(api, &call)
-                .await?
-                .into_iter()
-                .map(|t| {
-                    serde_json::json!({
-                        "name": t.name,
-                        "sampleType": t.sample_type,
-                        "sampleUnit": t.sample_unit,
-                        "periodType": t.period_type,
-                        "periodUnit": t.period_unit,
-                        "delta": t.delta,
-                    })
-                })
-                .collect();
-            Ok(json_response(&serde_json::json!({ "types": types })))
+    let method = match (call.path.as_str(), get) {
+        ("/profiles/types", true) => "ProfileTypes",
+        ("/profiles/labels", true) => "Labels",
+        ("/profiles/query_range", true) => "QueryRange",
+        ("/profiles/query", true) => "Query",
+        ("/profiles/series", true) => "Series",
+        ("/profiles/has_profile_data", true) => "HasProfileData",
+        ("/profiles/share", false) if call.method == hyper::Method::POST => "ShareProfile",
+        (
+            "/profiles/types" | "/profiles/labels" | "/profiles/query_range" | "/profiles/query"
+            | "/profiles/series" | "/profiles/has_profile_data" | "/profiles/share",
+            _,
+        ) => {
+            return Err(tonic::Status::unimplemented(format!(
+                "{} is not allowed on {}: Parca's gateway takes GET there (POST on /profiles/share)",
+                call.method, call.path
+            )));
         }
-        "/profiles/labels" => {
-            let names = query::metadata_data(api, &call, Metadata::Names, "match").await?;
-            Ok(json_response(&serde_json::json!({
-                "labelNames": names,
-                "warnings": [],
-            })))
-        }
-        "/profiles/query_range" => query_range(api, &call).await,
-        "/profiles/query" => profile_query(api, &call).await,
-        _ => Err(ApiError::new(
-            ErrorType::NotFound,
-            format!(
-                "no endpoint at {}: Parca's HTTP routes served here are /profiles/types, \
-                 /profiles/labels, /profiles/labels/{{name}}/values, /profiles/query_range and \
-                 /profiles/query",
+        _ => {
+            return Err(tonic::Status::not_found(format!(
+                "no endpoint at {}: Parca's HTTP routes are /profiles/types, /profiles/labels, \
+                 /profiles/labels/{{name}}/values, /profiles/query_range, /profiles/query, \
+                 /profiles/series, /profiles/has_profile_data and /profiles/share",
                 call.path
-            ),
-        )),
-    }
-}
-
-/// `QueryRange`: one series per stored series (or group), each point a step's total with
-/// Parca's `valuePerSecond` (the total over the step's length) and `duration` (the step, in
-/// nanoseconds).
-async fn query_range(api: &Arc<Api>, call: &Call) -> Result<Response<Body>, ApiError> {
-    let step_ms = match call.params.duration_ms("step")? {
-        Some(step) => step,
-        None => {
-            let start = call.params.time_ms("start")?.unwrap_or(0);
-            let end = call.params.time_ms("end")?.unwrap_or(start);
-            ((end - start) / DEFAULT_POINTS).max(1000)
-        }
-    };
-    let limit = match call.params.get("limit") {
-        None | Some("0") => usize::MAX,
-        Some(text) => text.parse().map_err(|_| {
-            ApiError::bad_data(format!(
-                "parameter `limit` must be a whole number, got `{text}`"
-            ))
-        })?,
-    };
-    let series = query::range_series(api, call, step_ms).await?;
-    let step_seconds = step_ms as f64 / 1000.0;
-    let out: Vec<serde_json::Value> = series
-        .iter()
-        .take(limit)
-        .map(|s| {
-            let labels: Vec<serde_json::Value> = s
-                .labels
-                .iter()
-                .filter(|l| l.name != NAME_LABEL)
-                .map(|l| serde_json::json!({"name": l.name, "value": l.value}))
-                .collect();
-            let samples: Vec<serde_json::Value> = s
-                .points
-                .iter()
-                .map(|p| {
-                    let value = p.value.round() as i64;
-                    serde_json::json!({
-                        "timestamp": rfc3339(p.timestamp_ms),
-                        "value": value.to_string(),
-                        "valuePerSecond": p.value / step_seconds,
-                        "duration": (step_ms.saturating_mul(1_000_000)).to_string(),
-                    })
-                })
-                .collect();
-            let (sample_type, period_type) = type_parts(&s.labels);
-            serde_json::json!({
-                "labelset": {"labels": labels},
-                "samples": samples,
-                "sampleType": sample_type,
-                "periodType": period_type,
-            })
-        })
-        .collect();
-    Ok(json_response(&serde_json::json!({ "series": out })))
-}
-
-/// `Query` in modes `MODE_MERGE` (`merge.query`, `merge.start`, `merge.end`) and
-/// `MODE_SINGLE_UNSPECIFIED` (`single.query`, `single.time`), with reports
-/// `REPORT_TYPE_TOP` and `REPORT_TYPE_PPROF` (the JSON the gateway writes for them).
-async fn profile_query(api: &Arc<Api>, call: &Call) -> Result<Response<Body>, ApiError> {
-    let p = &call.params;
-    let (text, query) = match p.get("mode").unwrap_or("MODE_SINGLE_UNSPECIFIED") {
-        "MODE_MERGE" => {
-            let start = p
-                .time_ms("merge.start")?
-                .ok_or_else(|| ApiError::bad_data("parameter `merge.start` is required"))?;
-            let end = p
-                .time_ms("merge.end")?
-                .ok_or_else(|| ApiError::bad_data("parameter `merge.end` is required"))?;
-            (
-                p.required("merge.query")?,
-                parca_query::InstantQuery::over(start, end),
-            )
-        }
-        "MODE_SINGLE_UNSPECIFIED" => {
-            let time = p
-                .time_ms("single.time")?
-                .ok_or_else(|| ApiError::bad_data("parameter `single.time` is required"))?;
-            (
-                p.required("single.query")?,
-                parca_query::InstantQuery::at(time),
-            )
-        }
-        "MODE_DIFF" => {
-            return Err(ApiError::bad_data(
-                "MODE_DIFF is not served over the HTTP gateway: ask /api/v1/query with diff(…)",
-            ));
-        }
-        other => {
-            return Err(ApiError::bad_data(format!(
-                "mode `{other}` is not one of MODE_SINGLE_UNSPECIFIED, MODE_MERGE, MODE_DIFF"
             )));
         }
     };
-    let report = p
-        .get("reportType")
-        .or_else(|| p.get("report_type"))
-        .unwrap_or("REPORT_TYPE_FLAMEGRAPH_UNSPECIFIED");
-    if !matches!(report, "REPORT_TYPE_TOP" | "REPORT_TYPE_PPROF") {
-        return Err(ApiError::bad_data(format!(
-            "report type `{report}` is not served over the HTTP gateway: use REPORT_TYPE_TOP or \
-             REPORT_TYPE_PPROF (or /api/v1/query's formats)"
-        )));
-    }
-    let report = report.to_owned();
-    let profile = query::one_profile(api, text, query).await?;
-    let total = profile.total();
-    let body = if report == "REPORT_TYPE_PPROF" {
-        use base64::Engine as _;
-        let bytes = parca_pprof::encode(&parca_profile::to_pprof(&profile), true);
-        serde_json::json!({
-            "pprof": base64::engine::general_purpose::STANDARD.encode(bytes),
-            "total": total.to_string(),
-            "filtered": "0",
-        })
-    } else {
-        let table = parca_profile::TopTable::build(&profile);
-        let list: Vec<serde_json::Value> = table
-            .rows
-            .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "meta": {"function": {"name": r.name}},
-                    "cumulative": r.cum.to_string(),
-                    "flat": r.flat.to_string(),
-                })
-            })
-            .collect();
-        serde_json::json!({
-            "top": {
-                "list": list,
-                "reported": table.rows.len(),
-                "total": table.rows.len(),
-                "unit": profile.meta.sample_type.unit,
-            },
-            "total": total.to_string(),
-            "filtered": "0",
-        })
-    };
-    Ok(json_response(&body))
+    Ok((method, Vec::new()))
 }
 
-/// The sample and period types named by a series' `__name__`
-/// (`name:sample_type:sample_unit:period_type:period_unit[:delta]`).
-fn type_parts(labels: &parca_tsdb::Labels) -> (serde_json::Value, serde_json::Value) {
-    let name = labels.get(NAME_LABEL).unwrap_or("");
-    match parca_querylang::ProfileTypeName::parse(name) {
-        Ok(t) => (
-            serde_json::json!({"type": t.sample_type(), "unit": t.sample_unit()}),
-            serde_json::json!({"type": t.period_type(), "unit": t.period_unit()}),
-        ),
-        // A group of an aggregation has no `__name__`.
-        Err(_) => (serde_json::json!({}), serde_json::json!({})),
+/// Sets the field a (dotted) parameter names to `text`; repeated fields take one value per
+/// occurrence.
+fn set_parameter(message: &mut DynamicMessage, path: &str, text: &str) -> Result<(), String> {
+    let mut current = message;
+    let mut parts = path.split('.').peekable();
+    while let Some(part) = parts.next() {
+        let descriptor = current.descriptor();
+        let field = descriptor
+            .get_field_by_json_name(part)
+            .or_else(|| descriptor.get_field_by_name(part))
+            .ok_or_else(|| format!("{} has no field `{part}`", descriptor.name()))?;
+        if parts.peek().is_some() {
+            if field.is_list() || field.is_map() || !matches!(field.kind(), Kind::Message(_)) {
+                return Err(format!("`{part}` is not a message with fields of its own"));
+            }
+            current = current
+                .get_field_mut(&field)
+                .as_message_mut()
+                .ok_or_else(|| format!("`{part}` is not a message"))?;
+            continue;
+        }
+        if field.is_map() {
+            return Err(format!("`{part}` is a map, which a query parameter cannot fill"));
+        }
+        let value = scalar(&field.kind(), text)?;
+        if field.is_list() {
+            if let Some(list) = current.get_field_mut(&field).as_list_mut() {
+                list.push(value);
+            }
+        } else {
+            current.set_field(&field, value);
+        }
     }
+    Ok(())
 }
 
-/// protojson's `Timestamp`: RFC 3339 in UTC.
-fn rfc3339(timestamp_ms: i64) -> String {
-    jiff::Timestamp::from_millisecond(timestamp_ms)
-        .map(|t| t.to_string())
-        .unwrap_or_default()
+/// `text` as a value of `kind`, read as grpc-gateway reads query parameters.
+fn scalar(kind: &Kind, text: &str) -> Result<Value, String> {
+    let bad = |what: &str| format!("`{text}` is not {what}");
+    Ok(match kind {
+        Kind::Double => Value::F64(text.parse().map_err(|_| bad("a number"))?),
+        Kind::Float => Value::F32(text.parse().map_err(|_| bad("a number"))?),
+        Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => {
+            Value::I32(text.parse().map_err(|_| bad("a 32-bit integer"))?)
+        }
+        Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => {
+            Value::I64(text.parse().map_err(|_| bad("an integer"))?)
+        }
+        Kind::Uint32 | Kind::Fixed32 => {
+            Value::U32(text.parse().map_err(|_| bad("a whole number"))?)
+        }
+        Kind::Uint64 | Kind::Fixed64 => {
+            Value::U64(text.parse().map_err(|_| bad("a whole number"))?)
+        }
+        Kind::Bool => Value::Bool(text.parse().map_err(|_| bad("true or false"))?),
+        Kind::String => Value::String(text.to_owned()),
+        Kind::Bytes => {
+            use base64::Engine as _;
+            let engines = [
+                base64::engine::general_purpose::STANDARD,
+                base64::engine::general_purpose::URL_SAFE,
+            ];
+            let bytes = engines
+                .iter()
+                .find_map(|e| e.decode(text).ok())
+                .ok_or_else(|| bad("base64"))?;
+            Value::Bytes(bytes.into())
+        }
+        Kind::Enum(e) => match e.get_value_by_name(text) {
+            Some(v) => Value::EnumNumber(v.number()),
+            None => Value::EnumNumber(text.parse().map_err(|_| {
+                let names: Vec<String> = e.values().map(|v| v.name().to_owned()).collect();
+                format!("`{text}` is not one of {}", names.join(", "))
+            })?),
+        },
+        // Timestamps, durations and wrappers: their proto3 JSON form as a string.
+        Kind::Message(m) => {
+            let json = serde_json::Value::String(text.to_owned());
+            let message = DynamicMessage::deserialize(m.clone(), json)
+                .map_err(|e| format!("`{text}` is not a {}: {e}", m.name()))?;
+            Value::Message(message)
+        }
+    })
+}
+
+/// grpc-gateway's error body with the HTTP status of the gRPC code.
+fn gateway_error(status: &tonic::Status) -> Response<Body> {
+    let mut response = json_response(&serde_json::json!({
+        "code": status.code() as i32,
+        "message": status.message(),
+        "details": [],
+    }));
+    *response.status_mut() = connect::http_status(status.code());
+    response
 }
 
 /// A path segment with its `%XX` escapes decoded (label names are ASCII; anything else is
@@ -261,27 +212,50 @@ fn percent_decode(segment: &str) -> String {
 mod tests {
     use super::*;
 
+    fn request(method: &str, pairs: &[(&str, &str)]) -> Result<DynamicMessage, String> {
+        let descriptor = connect::message(SERVICE, method, true).map_err(|e| e.to_string())?;
+        let mut m = DynamicMessage::new(descriptor);
+        for (name, value) in pairs {
+            set_parameter(&mut m, name, value)?;
+        }
+        Ok(m)
+    }
+
     #[test]
-    fn names_and_times_as_grpc_gateway_writes_them() {
-        let labels = parca_tsdb::Labels::new([
-            (
-                NAME_LABEL,
-                "process_cpu:samples:count:cpu:nanoseconds:delta",
-            ),
-            ("job", "api"),
-        ])
-        .unwrap();
-        let (sample, period) = type_parts(&labels);
-        assert_eq!(
-            sample,
-            serde_json::json!({"type": "samples", "unit": "count"})
-        );
-        assert_eq!(
-            period,
-            serde_json::json!({"type": "cpu", "unit": "nanoseconds"})
-        );
-        assert_eq!(rfc3339(1_700_000_000_500), "2023-11-14T22:13:20.5Z");
-        assert_eq!(percent_decode("service_name"), "service_name");
+    fn parameters_fill_nested_fields_as_grpc_gateway_does() {
+        let m = request(
+            "Query",
+            &[
+                ("mode", "MODE_DIFF"),
+                ("diff.a.mode", "MODE_MERGE"),
+                ("diff.a.merge.query", "a:b:c:d:e"),
+                ("diff.a.merge.start", "2023-11-14T22:00:00Z"),
+                ("report_type", "3"),
+                ("nodeTrimThreshold", "0.5"),
+            ],
+        )
+        .expect("fills");
+        let json = serde_json::to_value(&m).expect("json");
+        assert_eq!(json["mode"], "MODE_DIFF");
+        assert_eq!(json["diff"]["a"]["merge"]["query"], "a:b:c:d:e");
+        assert_eq!(json["diff"]["a"]["merge"]["start"], "2023-11-14T22:00:00Z");
+        assert_eq!(json["nodeTrimThreshold"], 0.5);
+        assert!(json["reportType"].is_string(), "{json}");
+        let m = request("QueryRange", &[("step", "60s"), ("sumBy", "a"), ("sumBy", "b")])
+            .expect("fills");
+        let json = serde_json::to_value(&m).expect("json");
+        assert_eq!(json["step"], "60s");
+        assert_eq!(json["sumBy"], serde_json::json!(["a", "b"]));
+    }
+
+    #[test]
+    fn bad_parameters_are_named() {
+        let fault = request("Query", &[("merge.qury", "x")]).unwrap_err();
+        assert_eq!(fault, "MergeProfile has no field `qury`");
+        let fault = request("Query", &[("mode", "MODE_NOPE")]).unwrap_err();
+        assert!(fault.starts_with("`MODE_NOPE` is not one of MODE_SINGLE_UNSPECIFIED"), "{fault}");
+        let fault = request("QueryRange", &[("start", "yesterday")]).unwrap_err();
+        assert!(fault.starts_with("`yesterday` is not a Timestamp"), "{fault}");
         assert_eq!(percent_decode("a%2Eb"), "a.b");
     }
 }

@@ -205,21 +205,6 @@ impl ApiError {
     }
 }
 
-impl ApiError {
-    /// The error as Parca's HTTP gateway (grpc-gateway) writes it:
-    /// `{"code": <gRPC code>, "message": …, "details": []}` with our status.
-    pub fn into_gateway_response(self) -> Response<Body> {
-        let body = serde_json::json!({
-            "code": self.kind.grpc_code(),
-            "message": self.message,
-            "details": [],
-        });
-        let mut response = json_response(&body);
-        *response.status_mut() = self.kind.status();
-        response
-    }
-}
-
 /// `{"status":"success","data":…}`.
 pub fn success(data: &impl Serialize) -> Response<Body> {
     #[derive(Serialize)]

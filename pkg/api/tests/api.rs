@@ -687,16 +687,19 @@ async fn parca_http_routes_answer_as_parcas_gateway() {
         t["periodType"].as_str().unwrap(),
         t["periodUnit"].as_str().unwrap()
     );
+    // The gateway is the gRPC method: as Parca, a delta type's series are summed (one per
+    // `sumBy` group) and CPU sample counts are given in the period's unit.
     let (status, range) = server
         .get(&format!(
-            "/profiles/query_range?query={}&{window}&step=60s",
+            "/profiles/query_range?query={}&{window}&step=60s&sumBy=env",
             enc(&query)
         ))
         .await;
     assert_eq!(status, 200, "{range}");
     let range = json(&range);
     let series = &range["series"][0];
-    assert_eq!(series["sampleType"]["type"], "samples", "{range}");
+    assert_eq!(series["sampleType"]["type"], "cpu", "{range}");
+    assert_eq!(series["sampleType"]["unit"], "nanoseconds", "{range}");
     let labels = series["labelset"]["labels"].as_array().unwrap();
     assert!(
         labels
@@ -705,8 +708,8 @@ async fn parca_http_routes_answer_as_parcas_gateway() {
         "{range}"
     );
     let sample = &series["samples"][0];
-    assert_eq!(sample["value"], "15", "{range}");
-    assert_eq!(sample["valuePerSecond"], 0.25, "{range}");
+    assert_eq!(sample["value"], "150000000", "{range}");
+    assert_eq!(sample["valuePerSecond"], 2_500_000.0, "{range}");
     assert!(
         sample["timestamp"].as_str().unwrap().ends_with('Z'),
         "{range}"
@@ -758,6 +761,43 @@ async fn parca_http_routes_answer_as_parcas_gateway() {
     };
     let decoded = parca_profile::decode(&bytes, &Default::default()).unwrap();
     assert_eq!(decoded[0].total(), 15);
+
+    // Every mode and report of Query is served by the gateway, as the gRPC method serves it:
+    // a diff of the window against itself, and a bad parameter named.
+    let side = |s: &str| {
+        format!(
+            "diff.{s}.mode=MODE_MERGE&diff.{s}.merge.query={}&diff.{s}.merge.start=2023-11-14T22:00:00Z&diff.{s}.merge.end=2023-11-14T23:00:00Z",
+            enc(&query)
+        )
+    };
+    let (status, diff) = server
+        .get(&format!(
+            "/profiles/query?mode=MODE_DIFF&{}&{}&reportType=REPORT_TYPE_TOP&diff.absolute=true",
+            side("a"),
+            side("b")
+        ))
+        .await;
+    assert_eq!(status, 200, "{diff}");
+    let diff = json(&diff);
+    let work = diff["top"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["meta"]["function"]["name"] == "work")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(work["diff"], "0", "{diff}");
+    let (status, body) = server
+        .get("/profiles/query?mode=MODE_MERGE&merge.qury=x")
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        json(&body)["message"],
+        "parameter `merge.qury`: MergeProfile has no field `qury`"
+    );
+    let (status, body) = server.get("/profiles/has_profile_data").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["hasData"], true, "{body}");
 
     // Unknown paths under API prefixes: JSON 404s, never the UI's page.
     for path in [
