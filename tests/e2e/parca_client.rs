@@ -184,6 +184,25 @@ fn parcas_own_client_writes_and_reads_over_grpc_web_and_grpc() {
             expected - filtered,
             "{transport}: {got}"
         );
+        // Criteria on other fields: a frame filter keeps only `main.` frames (case aside), the
+        // total unchanged; a stack filter on the source file keeps every Go sample.
+        let main_frames: Vec<&str> = got["onlyMain"]["names"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|n| n.as_str())
+            .collect();
+        assert!(
+            !main_frames.is_empty() && main_frames.iter().all(|n| n.starts_with("main.")),
+            "{transport}: {got}"
+        );
+        assert_eq!(got["onlyMain"]["total"], expected, "{transport}: {got}");
+        assert_eq!(
+            got["onlyMain"]["rootCumulative"], expected,
+            "{transport}: {got}"
+        );
+        assert_eq!(got["inGoFiles"]["total"], expected, "{transport}: {got}");
+        assert_eq!(got["inGoFiles"]["filtered"], 0, "{transport}: {got}");
         assert_eq!(
             got["unimplemented"]["code"], "UNIMPLEMENTED",
             "{transport}: {got}"

@@ -148,7 +148,11 @@ pub(crate) fn message(
 }
 
 /// A JSON request (proto3's JSON mapping) as the method's protobuf message.
-pub(crate) fn json_to_proto(service: &str, method: &str, body: &[u8]) -> Result<Vec<u8>, tonic::Status> {
+pub(crate) fn json_to_proto(
+    service: &str,
+    method: &str,
+    body: &[u8],
+) -> Result<Vec<u8>, tonic::Status> {
     let descriptor = message(service, method, true)?;
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         &b"{}"[..]

@@ -3,9 +3,9 @@
 //! same write path as our HTTP API, so a number means the same thing in both. The transports
 //! (gRPC, gRPC-web, Connect) are in `grpc.rs`; this module maps messages.
 //!
-//! What Parca's server does and this one does not yet: `SOURCE`, `FLAMECHART`, grouping by
-//! anything but function name, and frame filters other than by binary. Each is refused as
-//! `UNIMPLEMENTED` with a message naming it, never answered with something else.
+//! What Parca's server does and this one does not yet: `SOURCE`, `FLAMECHART`, and grouping by
+//! anything but function name. Each is refused as `UNIMPLEMENTED` with a message naming it,
+//! never answered with something else.
 
 // Deprecated fields are filled and read on purpose: older clients of Parca still use them.
 #![allow(deprecated)]
@@ -500,48 +500,82 @@ fn selector_name(query: &str) -> &str {
 }
 
 /// The frames a request's frame filters keep, as a hider of the others: Parca's binary filter
-/// (`include_binaries`, or `binary` equal to a name), which keeps the frames of those object
-/// files. Other frame criteria are refused, naming them.
+/// (`include_binaries`: those object files' frames) and its criteria (a frame is kept when it
+/// passes every condition of every frame filter).
 fn frame_hider(r: &pq::QueryRequest) -> Result<Option<parca_profile::FrameHider>, Status> {
     use pq::frame_filter::Filter as Ff;
-    use pq::string_condition::Condition as C;
     let mut binaries: Option<Vec<String>> = None;
+    let mut tests = Vec::new();
     for filter in &r.filter {
         let Some(pq::filter::Filter::FrameFilter(frame)) = &filter.filter else {
             continue;
         };
-        let names = match &frame.filter {
-            Some(Ff::BinaryFrameFilter(b)) => b.include_binaries.clone(),
-            Some(Ff::Criteria(c)) => match c.binary.as_ref().and_then(|b| b.condition.as_ref()) {
-                Some(C::Equal(name))
-                    if c.function_name.is_none()
-                        && c.system_name.is_none()
-                        && c.filename.is_none()
-                        && c.address.is_none()
-                        && c.line_number.is_none() =>
-                {
-                    vec![name.clone()]
-                }
-                _ => {
-                    return Err(Status::unimplemented(
-                        "frame filters are served for binaries (`include_binaries`, or `binary` \
-                         equal to a name); other frame criteria are not yet",
-                    ));
-                }
-            },
+        match &frame.filter {
+            Some(Ff::BinaryFrameFilter(b)) => {
+                // Several filters: a frame passes each of them.
+                let names = b.include_binaries.clone();
+                binaries = Some(match binaries {
+                    None => names,
+                    Some(kept) => kept.into_iter().filter(|b| names.contains(b)).collect(),
+                });
+            }
+            Some(Ff::Criteria(c)) => tests.extend(criteria_tests(c)),
             None => {
                 return Err(Status::invalid_argument(
                     "a frame filter without its criteria",
                 ));
             }
-        };
-        // Several filters: a frame passes each of them.
-        binaries = Some(match binaries {
-            None => names,
-            Some(kept) => kept.into_iter().filter(|b| names.contains(b)).collect(),
-        });
+        }
     }
-    Ok(binaries.map(|b| parca_profile::FrameHider::default().keeping_only_binaries(b)))
+    if binaries.is_none() && tests.is_empty() {
+        return Ok(None);
+    }
+    let mut hider = parca_profile::FrameHider::default().keeping_frames(tests);
+    if let Some(binaries) = binaries {
+        hider = hider.keeping_only_binaries(binaries);
+    }
+    Ok(Some(hider))
+}
+
+/// The conditions of Parca's filter criteria as frame tests (text compared without regard to
+/// case, as Parca compares).
+fn criteria_tests(c: &pq::FilterCriteria) -> Vec<parca_profile::FrameTest> {
+    use parca_profile::{FrameTest, NumberField, TextField, TextOp};
+    use pq::number_condition::Condition as N;
+    use pq::string_condition::Condition as C;
+    let text = |field, condition: &Option<pq::StringCondition>| {
+        let (op, value) = match condition.as_ref()?.condition.as_ref()? {
+            C::Equal(v) => (TextOp::Equal, v),
+            C::NotEqual(v) => (TextOp::NotEqual, v),
+            C::Contains(v) => (TextOp::Contains, v),
+            C::NotContains(v) => (TextOp::NotContains, v),
+            C::StartsWith(v) => (TextOp::StartsWith, v),
+            C::NotStartsWith(v) => (TextOp::NotStartsWith, v),
+        };
+        Some(FrameTest::text(field, op, value))
+    };
+    let number = |field, condition: &Option<pq::NumberCondition>| {
+        let (equal, value) = match condition.as_ref()?.condition.as_ref()? {
+            N::Equal(v) => (true, *v),
+            N::NotEqual(v) => (false, *v),
+        };
+        Some(FrameTest::Number {
+            field,
+            equal,
+            value,
+        })
+    };
+    [
+        text(TextField::FunctionName, &c.function_name),
+        text(TextField::SystemName, &c.system_name),
+        text(TextField::Binary, &c.binary),
+        text(TextField::Filename, &c.filename),
+        number(NumberField::Address, &c.address),
+        number(NumberField::LineNumber, &c.line_number),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Refuses the request options this server does not apply, naming them.
@@ -557,12 +591,11 @@ fn check_options(r: &pq::QueryRequest) -> Result<(), Status> {
 }
 
 /// The stack filters of a request (`filter`, `sandwich_by_function` and the deprecated
-/// `filter_query`), as ours:
-/// Parca's conditions on function names, compared without regard to ASCII case.
+/// `filter_query`), as ours: each condition of a criteria is a filter of its own (all must
+/// pass), compared without regard to ASCII case as Parca compares.
 fn stack_filters(r: &pq::QueryRequest) -> Result<Vec<StackFilter>, Status> {
     use pq::filter::Filter as F;
     use pq::stack_filter::Filter as Sf;
-    use pq::string_condition::Condition as C;
     let mut out = Vec::new();
     if let Some(text) = r.filter_query.as_deref().filter(|t| !t.is_empty()) {
         out.push(insensitive(&format!(".*{}.*", regex_escape(text)), true)?);
@@ -589,34 +622,11 @@ fn stack_filters(r: &pq::QueryRequest) -> Result<Vec<StackFilter>, Status> {
             Some(F::FrameFilter(_)) => continue,
             _ => return Err(Status::invalid_argument("a filter without its criteria")),
         };
-        let unsupported = [
-            ("system_name", criteria.system_name.is_some()),
-            ("binary", criteria.binary.is_some()),
-            ("filename", criteria.filename.is_some()),
-            ("address", criteria.address.is_some()),
-            ("line_number", criteria.line_number.is_some()),
-        ];
-        if let Some((name, _)) = unsupported.iter().find(|(_, set)| *set) {
-            return Err(Status::unimplemented(format!(
-                "stack filters on `{name}` are not served yet; filters on `function_name` are"
-            )));
-        }
-        let Some(condition) = criteria
-            .function_name
-            .as_ref()
-            .and_then(|c| c.condition.as_ref())
-        else {
-            continue;
-        };
-        let (pattern, keep) = match condition {
-            C::Equal(s) => (regex_escape(s), true),
-            C::NotEqual(s) => (regex_escape(s), false),
-            C::Contains(s) => (format!(".*{}.*", regex_escape(s)), true),
-            C::NotContains(s) => (format!(".*{}.*", regex_escape(s)), false),
-            C::StartsWith(s) => (format!("{}.*", regex_escape(s)), true),
-            C::NotStartsWith(s) => (format!("{}.*", regex_escape(s)), false),
-        };
-        out.push(insensitive(&pattern, keep)?);
+        out.extend(
+            criteria_tests(criteria)
+                .into_iter()
+                .map(StackFilter::frames),
+        );
     }
     Ok(out)
 }

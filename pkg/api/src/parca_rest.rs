@@ -44,11 +44,11 @@ async fn answer(api: &Arc<Api>, call: &Call) -> Result<Vec<u8>, tonic::Status> {
         connect::json_to_proto(SERVICE, method, &call.body)?
     } else {
         let mut request = DynamicMessage::new(descriptor);
-        for (name, value) in variables.iter().map(|(n, v)| (*n, v.as_str())).chain(
-            call.params
-                .pairs()
-                .filter(|(name, _)| !name.is_empty()),
-        ) {
+        for (name, value) in variables
+            .iter()
+            .map(|(n, v)| (*n, v.as_str()))
+            .chain(call.params.pairs().filter(|(name, _)| !name.is_empty()))
+        {
             set_parameter(&mut request, name, value).map_err(|fault| {
                 tonic::Status::invalid_argument(format!("parameter `{name}`: {fault}"))
             })?;
@@ -82,8 +82,13 @@ fn route(call: &Call) -> Result<Route, tonic::Status> {
         ("/profiles/has_profile_data", true) => "HasProfileData",
         ("/profiles/share", false) if call.method == hyper::Method::POST => "ShareProfile",
         (
-            "/profiles/types" | "/profiles/labels" | "/profiles/query_range" | "/profiles/query"
-            | "/profiles/series" | "/profiles/has_profile_data" | "/profiles/share",
+            "/profiles/types"
+            | "/profiles/labels"
+            | "/profiles/query_range"
+            | "/profiles/query"
+            | "/profiles/series"
+            | "/profiles/has_profile_data"
+            | "/profiles/share",
             _,
         ) => {
             return Err(tonic::Status::unimplemented(format!(
@@ -125,7 +130,9 @@ fn set_parameter(message: &mut DynamicMessage, path: &str, text: &str) -> Result
             continue;
         }
         if field.is_map() {
-            return Err(format!("`{part}` is a map, which a query parameter cannot fill"));
+            return Err(format!(
+                "`{part}` is a map, which a query parameter cannot fill"
+            ));
         }
         let value = scalar(&field.kind(), text)?;
         if field.is_list() {
@@ -241,8 +248,11 @@ mod tests {
         assert_eq!(json["diff"]["a"]["merge"]["start"], "2023-11-14T22:00:00Z");
         assert_eq!(json["nodeTrimThreshold"], 0.5);
         assert!(json["reportType"].is_string(), "{json}");
-        let m = request("QueryRange", &[("step", "60s"), ("sumBy", "a"), ("sumBy", "b")])
-            .expect("fills");
+        let m = request(
+            "QueryRange",
+            &[("step", "60s"), ("sumBy", "a"), ("sumBy", "b")],
+        )
+        .expect("fills");
         let json = serde_json::to_value(&m).expect("json");
         assert_eq!(json["step"], "60s");
         assert_eq!(json["sumBy"], serde_json::json!(["a", "b"]));
@@ -253,9 +263,15 @@ mod tests {
         let fault = request("Query", &[("merge.qury", "x")]).unwrap_err();
         assert_eq!(fault, "MergeProfile has no field `qury`");
         let fault = request("Query", &[("mode", "MODE_NOPE")]).unwrap_err();
-        assert!(fault.starts_with("`MODE_NOPE` is not one of MODE_SINGLE_UNSPECIFIED"), "{fault}");
+        assert!(
+            fault.starts_with("`MODE_NOPE` is not one of MODE_SINGLE_UNSPECIFIED"),
+            "{fault}"
+        );
         let fault = request("QueryRange", &[("start", "yesterday")]).unwrap_err();
-        assert!(fault.starts_with("`yesterday` is not a Timestamp"), "{fault}");
+        assert!(
+            fault.starts_with("`yesterday` is not a Timestamp"),
+            "{fault}"
+        );
         assert_eq!(percent_decode("a%2Eb"), "a.b");
     }
 }

@@ -798,8 +798,9 @@ mod tests {
         let strings = StringArray::from(vec![Some("a"), None, Some("b")]);
         assert_eq!(str_at(&strings, 0).unwrap().as_deref(), Some("a"));
         assert_eq!(str_at(&strings, 1).unwrap(), None);
-        let dictionary: DictionaryArray<UInt32Type> =
-            vec![Some("x"), Some("y"), None, Some("x")].into_iter().collect();
+        let dictionary: DictionaryArray<UInt32Type> = vec![Some("x"), Some("y"), None, Some("x")]
+            .into_iter()
+            .collect();
         assert_eq!(str_at(&dictionary, 3).unwrap().as_deref(), Some("x"));
         assert_eq!(str_at(&dictionary, 2).unwrap(), None);
         let runs: RunArray<Int32Type> = vec!["p", "p", "q"].into_iter().collect();
@@ -808,6 +809,10 @@ mod tests {
         assert!(str_at(&runs, 3).unwrap_err().contains("past the end"));
         let ints = Int64Array::from(vec![7]);
         assert_eq!(int_at(&ints, 0).unwrap(), Some(7));
-        assert!(int_at(&strings, 0).unwrap_err().contains("does not hold integers"));
+        assert!(
+            int_at(&strings, 0)
+                .unwrap_err()
+                .contains("does not hold integers")
+        );
     }
 }

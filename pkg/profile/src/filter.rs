@@ -4,6 +4,7 @@
 use regex::Regex;
 
 use crate::Error;
+use crate::frame_test::{FrameTest, NumberField};
 use crate::profile::Profile;
 use crate::tables::{LocationId, StackId, Tables};
 
@@ -12,6 +13,8 @@ use crate::tables::{LocationId, StackId, Tables};
 enum Pattern {
     Substring(String),
     Regex(Regex),
+    /// A test of one part of a frame (Parca's filter criteria).
+    Frame(FrameTest),
 }
 
 /// One stack filter. A sample passes when some frame matches (for `keep` filters) or no frame
@@ -57,10 +60,73 @@ impl StackFilter {
         })
     }
 
+    /// Keeps samples by a test of their frames, as Parca's stack filter criteria do: a test of
+    /// a location's object file or address keeps samples with some location that passes it; a
+    /// test of a function's name, system name or file, or of a line number, keeps samples with
+    /// some line that passes it when positive, and samples whose every line passes it when
+    /// negative (`not_contains "x"`: no function containing `x`). Unsymbolized frames have no
+    /// lines to test.
+    pub fn frames(test: FrameTest) -> Self {
+        use crate::frame_test::FrameTest as T;
+        if test.is_location_test() {
+            return StackFilter {
+                pattern: Pattern::Frame(test),
+                keep: true,
+            };
+        }
+        let (test, keep) = match test {
+            T::Text { field, op, value } => (
+                T::Text {
+                    field,
+                    op: op.positive(),
+                    value,
+                },
+                !op.is_negative(),
+            ),
+            T::Number {
+                field: NumberField::LineNumber,
+                equal,
+                value,
+            } => (
+                T::Number {
+                    field: NumberField::LineNumber,
+                    equal: true,
+                    value,
+                },
+                equal,
+            ),
+            other => (other, true),
+        };
+        StackFilter {
+            pattern: Pattern::Frame(test),
+            keep,
+        }
+    }
+
     fn test(&self, name: &str) -> bool {
         match &self.pattern {
             Pattern::Substring(s) => name.contains(s.as_str()),
             Pattern::Regex(re) => re.is_match(name),
+            Pattern::Frame(_) => false,
+        }
+    }
+
+    /// Whether a location matches: some line's function name (or an unsymbolized frame's
+    /// display name) for patterns, the frame test otherwise.
+    fn location(&self, tables: &Tables, id: LocationId) -> bool {
+        let lines = tables.lines(id);
+        if let Pattern::Frame(test) = &self.pattern {
+            return match test.on_location(tables, id) {
+                Some(hit) => hit,
+                None => lines.iter().any(|l| test.on_line(tables, l) == Some(true)),
+            };
+        }
+        if lines.is_empty() {
+            self.test(&tables.location_display_name(id))
+        } else {
+            lines
+                .iter()
+                .any(|l| self.test(tables.string(tables.function(l.function).name)))
         }
     }
 }
@@ -89,15 +155,7 @@ struct StackMatcher<'a> {
 impl StackMatcher<'_> {
     fn location(&mut self, id: LocationId) -> bool {
         if self.locations[id.idx()] == UNKNOWN {
-            let lines = self.tables.lines(id);
-            let hit = if lines.is_empty() {
-                self.filter.test(&self.tables.location_display_name(id))
-            } else {
-                lines.iter().any(|l| {
-                    self.filter
-                        .test(self.tables.string(self.tables.function(l.function).name))
-                })
-            };
+            let hit = self.filter.location(self.tables, id);
             self.locations[id.idx()] = if hit { YES } else { NO };
         }
         self.locations[id.idx()] == YES
@@ -191,6 +249,26 @@ mod tests {
         );
         assert!(text.contains("compute;main 3\n"), "{text}");
         assert_eq!(p.total(), sample().total());
+    }
+
+    #[test]
+    fn frame_tests_keep_stacks_as_parcas_criteria_do() {
+        use crate::frame_test::{FrameTest, TextField, TextOp};
+        let keep = |op, value| {
+            let filter = StackFilter::frames(FrameTest::text(TextField::FunctionName, op, value));
+            folded(&filter_stacks(&sample(), &[filter]))
+        };
+        // Positive: some function passes; negative: every function passes.
+        assert_eq!(
+            keep(TextOp::StartsWith, "NET/"),
+            "main;net/http.read 2\nmain;net/http.serve;runtime.mallocgc 5\n"
+        );
+        assert_eq!(keep(TextOp::NotContains, "HTTP"), "main;compute 3\n");
+        assert_eq!(keep(TextOp::Equal, "compute"), "main;compute 3\n");
+        assert_eq!(
+            keep(TextOp::NotEqual, "compute"),
+            "main;net/http.read 2\nmain;net/http.serve;runtime.mallocgc 5\n"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use regex::Regex;
 use rustc_hash::FxHashMap;
 
 use crate::Error;
+use crate::frame_test::FrameTest;
 use crate::profile::{Profile, Samples};
 use crate::tables::{LabelSetId, Line, LocationId, StackId};
 
@@ -19,6 +20,8 @@ pub struct FrameHider {
     binary: Option<Regex>,
     /// When set: every frame whose object file (base name) is not one of these is hidden.
     only_binaries: Option<Vec<String>>,
+    /// Every frame that fails one of these is hidden (Parca's frame filter criteria).
+    keep_frames: Vec<FrameTest>,
 }
 
 impl FrameHider {
@@ -42,6 +45,7 @@ impl FrameHider {
             name: compile(name)?,
             binary: compile(binary)?,
             only_binaries: None,
+            keep_frames: Vec::new(),
         })
     }
 
@@ -52,9 +56,34 @@ impl FrameHider {
         self
     }
 
+    /// Also hides every frame that fails one of `tests`, as Parca's frame filter criteria keep
+    /// only the frames that pass all of theirs: a line is kept when it passes them all; a
+    /// location without lines (unsymbolized) is tested by its object file and address only.
+    pub fn keeping_frames(mut self, tests: Vec<FrameTest>) -> Self {
+        self.keep_frames.extend(tests);
+        self
+    }
+
     /// Whether it hides nothing.
     pub fn is_empty(&self) -> bool {
-        self.name.is_none() && self.binary.is_none() && self.only_binaries.is_none()
+        self.name.is_none()
+            && self.binary.is_none()
+            && self.only_binaries.is_none()
+            && self.keep_frames.is_empty()
+    }
+
+    /// Whether the criteria keep location `id`'s own parts (object file, address).
+    fn keeps_location(&self, tables: &crate::Tables, id: LocationId) -> bool {
+        self.keep_frames
+            .iter()
+            .all(|t| t.on_location(tables, id) != Some(false))
+    }
+
+    /// Whether the criteria keep `line`.
+    fn keeps_line(&self, tables: &crate::Tables, line: &Line) -> bool {
+        self.keep_frames
+            .iter()
+            .all(|t| t.on_line(tables, line) != Some(false))
     }
 
     /// `profile` without the hidden frames: each stack keeps its other frames in order (a
@@ -73,7 +102,7 @@ impl FrameHider {
             let outside = self.only_binaries.as_ref().is_some_and(|keep| {
                 let binary = tables.location_binary(id);
                 !keep.iter().any(|b| b == binary)
-            });
+            }) || !self.keeps_location(&tables, id);
             let out = if outside {
                 None
             } else if lines.is_empty() {
@@ -93,7 +122,7 @@ impl FrameHider {
                     .filter(|l| {
                         !self.name.as_ref().is_some_and(|re| {
                             re.is_match(tables.string(tables.function(l.function).name))
-                        })
+                        }) && self.keeps_line(&tables, l)
                     })
                     .collect();
                 if shown.is_empty() {
@@ -174,6 +203,24 @@ mod tests {
         assert_eq!(hidden.samples.len(), 2);
         assert_eq!(hidden.total(), p.total());
         assert_eq!(folded(&FrameHider::default().apply(&p)), folded(&p));
+    }
+
+    #[test]
+    fn frame_criteria_keep_only_the_frames_that_pass_them_all() {
+        use crate::frame_test::{FrameTest, TextField, TextOp};
+        let p = profile(&[
+            ("main;runtime.mcall;work", 3),
+            ("main;work", 2),
+            ("main;RUNTIME.gc", 1),
+        ]);
+        let hider = FrameHider::default().keeping_frames(vec![
+            FrameTest::text(TextField::FunctionName, TextOp::NotStartsWith, "runtime."),
+            FrameTest::text(TextField::FunctionName, TextOp::NotEqual, "MAIN"),
+        ]);
+        let kept = hider.apply(&p);
+        // The sample left with no frame keeps its value (folded text has no line for it).
+        assert_eq!(folded(&kept), "work 5\n");
+        assert_eq!(kept.total(), p.total());
     }
 
     #[test]

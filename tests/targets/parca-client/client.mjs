@@ -120,6 +120,21 @@ async function main() {
       },
     }],
   }).response);
+  // Filter criteria on other fields than function names: frames of functions starting with
+  // `MAIN.` (any case) only; stacks with a frame in a `.GO` file (every Go sample).
+  const criteria = (kind, c) => [{ filter: { oneofKind: kind, [kind]: { filter: { oneofKind: 'criteria', criteria: c } } } }];
+  const onlyMain = (await queries.query({
+    mode: QueryRequest_Mode.MERGE,
+    options: { oneofKind: 'merge', merge: { query: selector, start, end } },
+    reportType: QueryRequest_ReportType.FLAMEGRAPH_TABLE,
+    filter: criteria('frameFilter', { functionName: { condition: { oneofKind: 'startsWith', startsWith: 'MAIN.' } } }),
+  }).response);
+  const inGoFiles = (await queries.query({
+    mode: QueryRequest_Mode.MERGE,
+    options: { oneofKind: 'merge', merge: { query: selector, start, end } },
+    reportType: QueryRequest_ReportType.TOP,
+    filter: criteria('stackFilter', { filename: { condition: { oneofKind: 'contains', contains: '.GO' } } }),
+  }).response);
   const nameOfNode = (fg, node) => {
     const location = fg.locations[node.meta.locationIndex - 1];
     const fn = fg.function[location.lines[0].functionIndex - 1];
@@ -185,6 +200,14 @@ async function main() {
     },
     metadata: metadata.report.profileMetadata,
     filtered: { total: Number(filtered.total), filtered: Number(filtered.filtered) },
+    onlyMain: (() => {
+      const fg = onlyMain.report.flamegraph;
+      const names = new Set();
+      const walk = (node) => { for (const c of node.children) { names.add(nameOfNode(fg, c)); walk(c); } };
+      walk(fg.root);
+      return { total: Number(onlyMain.total), rootCumulative: Number(fg.root.cumulative), names: [...names].sort() };
+    })(),
+    inGoFiles: { total: Number(inGoFiles.total), filtered: Number(inGoFiles.filtered) },
     unimplemented,
   }));
 }
