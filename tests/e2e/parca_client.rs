@@ -130,6 +130,25 @@ fn parcas_own_client_writes_and_reads_over_grpc_web_and_grpc() {
             got["flameArrow"]["height"], got["flame"]["height"],
             "{transport}: {got}"
         );
+        // Grouped by the `worker` label: a label row per worker, their values adding up to
+        // the total, each equal to that worker's merge over our HTTP API.
+        let label_rows = got["byWorker"]["labelRows"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(label_rows.len() > 1, "{transport}: {got}");
+        let sum: i64 = label_rows
+            .iter()
+            .filter_map(|r| r["cumulative"].as_i64())
+            .sum();
+        assert_eq!(sum, expected, "{transport}: {got}");
+        for row in &label_rows {
+            // A group without the label is the series without it: `worker=""`.
+            let worker = row["worker"].as_str().unwrap_or("");
+            let selector = selector.replacen('}', &format!(", worker=\"{worker}\"}}"), 1);
+            let theirs = http_total(&server, &selector, start, end);
+            assert_eq!(row["cumulative"], theirs, "{transport}: {worker}: {got}");
+        }
         assert_eq!(got["tableArrow"]["total"], expected, "{transport}: {got}");
         assert_eq!(got["tableArrow"]["flat"], expected, "{transport}: {got}");
         assert_eq!(

@@ -14,7 +14,7 @@ use arrow_array::builder::{
 use arrow_array::types::Int32Type;
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::ArrowError;
-use parca_profile::{FlameGraph, FlameNode, Profile, TopTable};
+use parca_profile::{FlameGraph, FlameGrouping, FlameNode, Profile, TopTable};
 
 /// One node's identity as Parca's UI shows it: object file, build id, address, function.
 struct Frame<'a> {
@@ -29,32 +29,27 @@ struct Frame<'a> {
 
 fn frame<'a>(node: &FlameNode<'a>) -> Frame<'a> {
     let t = node.tables;
-    match (node.function, node.location) {
-        (Some(f), _) => Frame {
-            mapping_file: None,
-            build_id: None,
-            address: None,
+    // A function node carries its location when grouped by address or object file.
+    let mapping = node.location.and_then(|l| l.mapping).map(|m| t.mapping(m));
+    let (mapping_file, build_id) = (
+        mapping.map(|m| t.string(m.file)),
+        mapping.map(|m| t.string(m.build_id)),
+    );
+    let address = node.location.map(|l| l.address);
+    match node.function {
+        Some(f) => Frame {
+            mapping_file,
+            build_id,
+            address,
             name: Some(t.string(f.name).to_owned()),
             system_name: Some(t.string(f.system_name)),
             file: Some(t.string(f.filename)),
             start_line: u64::try_from(f.start_line).ok(),
         },
-        (None, Some(location)) => {
-            let mapping = location.mapping.map(|m| t.mapping(m));
-            Frame {
-                mapping_file: mapping.map(|m| t.string(m.file)),
-                build_id: mapping.map(|m| t.string(m.build_id)),
-                address: Some(location.address),
-                name: None,
-                system_name: None,
-                file: None,
-                start_line: None,
-            }
-        }
-        (None, None) => Frame {
-            mapping_file: None,
-            build_id: None,
-            address: None,
+        None => Frame {
+            mapping_file,
+            build_id,
+            address,
             name: None,
             system_name: None,
             file: None,
@@ -72,22 +67,93 @@ fn append_text(b: &mut BinaryDictionaryBuilder<Int32Type>, text: Option<&str>) {
     }
 }
 
+/// One group of a flame graph: the values of the labels it is grouped by (none when not
+/// grouped), and its profile.
+pub(crate) struct FlameGroup<'a> {
+    pub(crate) labels: Vec<Option<String>>,
+    pub(crate) profile: &'a Profile,
+}
+
+/// A row of the breadth-first flame graph: the root, a group's label row, or a node of a
+/// group's graph.
+#[derive(Clone, Copy)]
+enum Item {
+    Root,
+    Labels(usize),
+    Node(usize, u32),
+}
+
 /// `FLAMEGRAPH_ARROW`: the record, the height (deepest row + 1) and the value of the rows
-/// trimmed away (smaller than `trim` of the total).
-pub(crate) fn flamegraph(profile: &Profile, trim: f64) -> Result<(Vec<u8>, i32, i64), ArrowError> {
-    let graph = FlameGraph::build(profile);
-    let is_diff = profile.is_diff();
-    let threshold = (graph.total().unsigned_abs() as f64 * trim) as u64;
-    // Breadth-first: (node, parent row, depth, value offset).
-    let mut rows: Vec<(u32, i32, u32, i64)> = vec![(0, -1, 0, 0)];
+/// trimmed away (smaller than `trim` of the total). Grouped by labels (`label_names`, one
+/// value per name in each group), each group is a `labels_only` row under the root with its
+/// stacks below it, and every row carries its group's values in `labels.<name>` columns, as
+/// Parca writes them.
+pub(crate) fn flamegraph(
+    groups: &[FlameGroup<'_>],
+    label_names: &[String],
+    grouping: FlameGrouping,
+    trim: f64,
+) -> Result<(Vec<u8>, i32, i64), ArrowError> {
+    let graphs: Vec<FlameGraph<'_>> = groups
+        .iter()
+        .map(|g| FlameGraph::build_grouped(g.profile, grouping))
+        .collect();
+    let is_diff = groups.iter().any(|g| g.profile.is_diff());
+    let grand_total: i64 = graphs.iter().map(FlameGraph::total).sum();
+    let threshold = (grand_total.unsigned_abs() as f64 * trim) as u64;
+    let labelled = !label_names.is_empty();
+    let children_of = |item: Item| -> Vec<Item> {
+        match item {
+            Item::Root if labelled => (0..graphs.len()).map(Item::Labels).collect(),
+            Item::Root => graphs.first().map_or_else(Vec::new, |g| {
+                g.node(0)
+                    .children
+                    .iter()
+                    .map(|&c| Item::Node(0, c))
+                    .collect()
+            }),
+            Item::Labels(g) => graphs[g]
+                .node(0)
+                .children
+                .iter()
+                .map(|&c| Item::Node(g, c))
+                .collect(),
+            Item::Node(g, n) => graphs[g]
+                .node(n)
+                .children
+                .iter()
+                .map(|&c| Item::Node(g, c))
+                .collect(),
+        }
+    };
+    // (total, self, base total) of an item.
+    let values = |item: Item| -> (i64, i64, i64) {
+        match item {
+            Item::Root => (
+                grand_total,
+                0,
+                graphs.iter().map(|g| g.node(0).base_total).sum(),
+            ),
+            Item::Labels(g) => {
+                let root = graphs[g].node(0);
+                (root.total, root.self_value, root.base_total)
+            }
+            Item::Node(g, n) => {
+                let node = graphs[g].node(n);
+                (node.total, node.self_value, node.base_total)
+            }
+        }
+    };
+    // Breadth-first: (item, parent row, depth, value offset).
+    let mut rows: Vec<(Item, i32, u32, i64)> = vec![(Item::Root, -1, 0, 0)];
     let mut children: Vec<Vec<u32>> = vec![Vec::new()];
     let mut trimmed = 0i64;
     let mut i = 0;
     while i < rows.len() {
-        let (node, _, depth, offset) = rows[i];
+        let (item, _, depth, offset) = rows[i];
         let mut next_offset = offset;
-        for &child in graph.node(node).children {
-            let value = graph.node(child).total;
+        for child in children_of(item) {
+            let value = values(child).0;
             if value.unsigned_abs() < threshold {
                 trimmed += value;
                 continue;
@@ -119,35 +185,54 @@ pub(crate) fn flamegraph(profile: &Profile, trim: f64) -> Result<(Vec<u8>, i32, 
     let mut timestamp = Int64Builder::new();
     let mut depth_column = UInt32Builder::new();
     let mut value_offset = Int64Builder::new();
-    for (row, &(index, parent_row, depth, offset)) in rows.iter().enumerate() {
-        let node = graph.node(index);
-        if row == 0 {
-            labels_only.append_null();
-            address.append_null();
-            for b in [
-                &mut mapping_file,
-                &mut build_id,
-                &mut name,
-                &mut system_name,
-                &mut file,
-            ] {
-                b.append_null();
+    let mut label_columns: Vec<BinaryDictionaryBuilder<Int32Type>> = label_names
+        .iter()
+        .map(|_| BinaryDictionaryBuilder::new())
+        .collect();
+    for (row, &(item, parent_row, depth, offset)) in rows.iter().enumerate() {
+        let group = match item {
+            Item::Root => None,
+            Item::Labels(g) | Item::Node(g, _) => Some(g),
+        };
+        for (k, column) in label_columns.iter_mut().enumerate() {
+            let value = group.and_then(|g| groups[g].labels.get(k).cloned().flatten());
+            append_text(column, value.as_deref());
+        }
+        match item {
+            Item::Node(g, n) => {
+                let node = graphs[g].node(n);
+                let f = frame(&node);
+                labels_only.append_value(false);
+                address.append_option(f.address);
+                append_text(&mut mapping_file, f.mapping_file);
+                append_text(&mut build_id, f.build_id);
+                line.append_option(u64::try_from(node.line).ok().filter(|&l| l > 0));
+                inlined.append_value(false);
+                start_line.append_option(f.start_line);
+                append_text(&mut name, f.name.as_deref());
+                append_text(&mut system_name, f.system_name);
+                append_text(&mut file, f.file);
             }
-            line.append_null();
-            inlined.append_null();
-            start_line.append_null();
-        } else {
-            let f = frame(&node);
-            labels_only.append_value(false);
-            address.append_option(f.address);
-            append_text(&mut mapping_file, f.mapping_file);
-            append_text(&mut build_id, f.build_id);
-            line.append_option(u64::try_from(node.line).ok().filter(|&l| l > 0));
-            inlined.append_value(false);
-            start_line.append_option(f.start_line);
-            append_text(&mut name, f.name.as_deref());
-            append_text(&mut system_name, f.system_name);
-            append_text(&mut file, f.file);
+            Item::Root | Item::Labels(_) => {
+                if matches!(item, Item::Root) {
+                    labels_only.append_null();
+                } else {
+                    labels_only.append_value(true);
+                }
+                address.append_null();
+                for b in [
+                    &mut mapping_file,
+                    &mut build_id,
+                    &mut name,
+                    &mut system_name,
+                    &mut file,
+                ] {
+                    b.append_null();
+                }
+                line.append_null();
+                inlined.append_null();
+                start_line.append_null();
+            }
         }
         if children[row].is_empty() {
             child_rows.append_null();
@@ -155,14 +240,11 @@ pub(crate) fn flamegraph(profile: &Profile, trim: f64) -> Result<(Vec<u8>, i32, 
             child_rows.values().append_slice(&children[row]);
             child_rows.append(true);
         }
+        let (total, self_value, base_total) = values(item);
         parent.append_value(parent_row);
-        cumulative.append_value(node.total);
-        flat.append_value(node.self_value);
-        diff.append_value(if is_diff {
-            node.total - node.base_total
-        } else {
-            0
-        });
+        cumulative.append_value(total);
+        flat.append_value(self_value);
+        diff.append_value(if is_diff { total - base_total } else { 0 });
         timestamp.append_value(0);
         depth_column.append_value(depth);
         value_offset.append_value(offset);
@@ -187,6 +269,11 @@ pub(crate) fn flamegraph(profile: &Profile, trim: f64) -> Result<(Vec<u8>, i32, 
         ("depth", Arc::new(depth_column.finish())),
         ("value_offset", Arc::new(value_offset.finish())),
     ];
+    let label_fields: Vec<String> = label_names.iter().map(|n| format!("labels.{n}")).collect();
+    let mut columns = columns;
+    for (field, mut column) in label_fields.iter().zip(label_columns) {
+        columns.push((field.as_str(), Arc::new(column.finish())));
+    }
     Ok((ipc_stream(columns)?, height, trimmed))
 }
 
@@ -311,10 +398,92 @@ mod tests {
         profiles.remove(profiles.len() - 1)
     }
 
+    fn one(p: &Profile) -> Vec<FlameGroup<'_>> {
+        vec![FlameGroup {
+            labels: Vec::new(),
+            profile: p,
+        }]
+    }
+
+    fn record(bytes: &[u8]) -> RecordBatch {
+        let reader = arrow_ipc::reader::StreamReader::try_new(bytes, None).unwrap();
+        let mut batches: Vec<RecordBatch> = reader.collect::<Result<_, _>>().unwrap();
+        batches.remove(0)
+    }
+
+    #[test]
+    fn groups_by_labels_are_label_rows_under_the_root() {
+        use arrow_array::cast::AsArray;
+        let p = profile();
+        let groups = vec![
+            FlameGroup {
+                labels: vec![Some("api".into())],
+                profile: &p,
+            },
+            FlameGroup {
+                labels: vec![None],
+                profile: &p,
+            },
+        ];
+        let (bytes, _, _) =
+            flamegraph(&groups, &["job".into()], FlameGrouping::default(), 0.0).unwrap();
+        let batch = record(&bytes);
+        let cumulative = batch
+            .column_by_name("cumulative")
+            .unwrap()
+            .as_primitive::<arrow_array::types::Int64Type>();
+        assert_eq!(cumulative.value(0), 2 * p.total());
+        let labels_only = batch.column_by_name("labels_only").unwrap().as_boolean();
+        let parent = batch
+            .column_by_name("parent")
+            .unwrap()
+            .as_primitive::<Int32Type>();
+        // Rows 1 and 2: the two groups' label rows, each with its group's total.
+        for row in [1, 2] {
+            assert!(labels_only.value(row), "row {row}");
+            assert_eq!(parent.value(row), 0);
+            assert_eq!(cumulative.value(row), p.total());
+        }
+        assert!(!labels_only.value(3));
+        let job = batch.column_by_name("labels.job").unwrap();
+        let job = job.as_dictionary::<Int32Type>();
+        let values = job.values().as_binary::<i32>();
+        let value = |row: usize| job.key(row).map(|k| values.value(k));
+        assert_eq!(value(0), None);
+        assert_eq!(value(1), Some(&b"api"[..]));
+        assert_eq!(value(2), None);
+        // A node row carries its group's labels.
+        let first_node_of_api = (3..batch.num_rows())
+            .find(|&r| parent.value(r) == 1)
+            .unwrap();
+        assert_eq!(value(first_node_of_api), Some(&b"api"[..]));
+    }
+
+    #[test]
+    fn grouping_by_address_keeps_a_functions_call_sites_apart() {
+        let p = profile();
+        let rows = |grouping| {
+            let (bytes, _, _) = flamegraph(&one(&p), &[], grouping, 0.0).unwrap();
+            record(&bytes).num_rows()
+        };
+        let by_function = rows(FlameGrouping::default());
+        let by_address = rows(FlameGrouping {
+            by_address: true,
+            by_binary: false,
+        });
+        assert!(by_address > by_function, "{by_address} vs {by_function}");
+        let by_binary = rows(FlameGrouping {
+            by_address: false,
+            by_binary: true,
+        });
+        assert!(by_binary >= by_function);
+    }
+
     #[test]
     fn flame_graph_rows_are_breadth_first_with_their_children() {
         let p = profile();
-        let (bytes, height, trimmed) = flamegraph(&p, 0.0).unwrap();
+        let (bytes, height, trimmed) =
+            flamegraph(&one(&p), &[], FlameGrouping::default(), 0.0).unwrap();
         assert_eq!(trimmed, 0);
         assert!(height > 10);
         let reader = arrow_ipc::reader::StreamReader::try_new(&bytes[..], None).unwrap();
@@ -337,7 +506,7 @@ mod tests {
         // Breadth-first: every row's parent comes before it.
         assert!((1..batch.num_rows()).all(|r| (parent.value(r) as usize) < r));
         // A trimmed graph keeps fewer rows and says how much it left out.
-        let (_, _, trimmed) = flamegraph(&p, 0.05).unwrap();
+        let (_, _, trimmed) = flamegraph(&one(&p), &[], FlameGrouping::default(), 0.05).unwrap();
         assert!(trimmed > 0);
     }
 

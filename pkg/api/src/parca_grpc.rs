@@ -3,9 +3,9 @@
 //! same write path as our HTTP API, so a number means the same thing in both. The transports
 //! (gRPC, gRPC-web, Connect) are in `grpc.rs`; this module maps messages.
 //!
-//! What Parca's server does and this one does not yet: `SOURCE`, `FLAMECHART`, and grouping by
-//! anything but function name. Each is refused as `UNIMPLEMENTED` with a message naming it,
-//! never answered with something else.
+//! What Parca's server does and this one does not yet: `SOURCE` and `FLAMECHART` (with its
+//! grouping by time). Each is refused as `UNIMPLEMENTED` with a message naming it, never
+//! answered with something else.
 
 // Deprecated fields are filled and read on purpose: older clients of Parca still use them.
 #![allow(deprecated)]
@@ -204,43 +204,56 @@ impl pq::query_service_server::QueryService for ParcaQueries {
         let report = ReportType::try_from(r.report_type).map_err(|_| {
             Status::invalid_argument(format!("unknown report type {}", r.report_type))
         })?;
-        check_options(&r)?;
+        let group_by = GroupBy::of(&r)?;
         if report == ReportType::ProfileMetadata {
             return self.profile_metadata(&r).await.map(Response::new);
         }
-        let profile = self.selected_profile(&r).await?;
-        let before = profile.total();
-        let filters = stack_filters(&r)?;
-        let profile = if filters.is_empty() {
-            profile
-        } else {
-            parca_profile::filter_stacks(&profile, &filters)
+        // Grouping by labels is a flame-graph matter (as in Parca): a node per label set under
+        // the root, for a merge.
+        let groups = match (&r.options, report) {
+            (Some(Options::Merge(m)), ReportType::FlamegraphArrow)
+                if !group_by.labels.is_empty() && r.mode == Mode::Merge as i32 =>
+            {
+                self.label_groups(m, &group_by.labels).await?
+            }
+            _ => vec![(Vec::new(), self.selected_profile(&r).await?)],
         };
-        let profile = match frame_hider(&r)? {
-            Some(hider) => hider.apply(&profile),
-            None => profile,
-        };
-        let filtered = before - profile.total();
-        let profile = if r.invert_call_stack == Some(true) {
-            parca_profile::invert_stacks(&profile)
-        } else {
-            profile
-        };
-        let total = profile.total();
+        let mut before = 0i64;
+        let mut shaped = Vec::with_capacity(groups.len());
+        for (labels, profile) in groups {
+            before += profile.total();
+            shaped.push((labels, shape(&r, profile)?));
+        }
+        let total: i64 = shaped.iter().map(|(_, p)| p.total()).sum();
+        let filtered = before - total;
+        // One group unless grouped by labels (then only the Arrow flame graph reads them all).
+        let profile: &Profile = &shaped[0].1;
         let trim = f64::from(r.node_trim_threshold.unwrap_or(0.0)).max(0.0) / 100.0;
         let (report, total) = match report {
             ReportType::Pprof => {
-                let bytes = parca_pprof::encode(&parca_profile::to_pprof(&profile), true);
+                let bytes = parca_pprof::encode(&parca_profile::to_pprof(profile), true);
                 (pq::query_response::Report::Pprof(bytes), 0)
             }
-            ReportType::Top => (pq::query_response::Report::Top(top(&profile)), total),
+            ReportType::Top => (pq::query_response::Report::Top(top(profile)), total),
             ReportType::FlamegraphTable | ReportType::FlamegraphUnspecified => (
-                pq::query_response::Report::Flamegraph(flamegraph_table(&profile, trim)),
+                pq::query_response::Report::Flamegraph(flamegraph_table(profile, trim)),
                 total,
             ),
             ReportType::FlamegraphArrow => {
-                let (record, height, trimmed) = crate::parca_arrow::flamegraph(&profile, trim)
-                    .map_err(|e| Status::internal(format!("cannot write the Arrow record: {e}")))?;
+                let groups: Vec<crate::parca_arrow::FlameGroup<'_>> = shaped
+                    .iter()
+                    .map(|(labels, profile)| crate::parca_arrow::FlameGroup {
+                        labels: labels.clone(),
+                        profile,
+                    })
+                    .collect();
+                let (record, height, trimmed) = crate::parca_arrow::flamegraph(
+                    &groups,
+                    &group_by.labels,
+                    group_by.frames,
+                    trim,
+                )
+                .map_err(|e| Status::internal(format!("cannot write the Arrow record: {e}")))?;
                 let report = pq::FlamegraphArrow {
                     record,
                     unit: profile.meta.sample_type.unit.clone(),
@@ -250,11 +263,11 @@ impl pq::query_service_server::QueryService for ParcaQueries {
                 (pq::query_response::Report::FlamegraphArrow(report), total)
             }
             ReportType::Callgraph => (
-                pq::query_response::Report::Callgraph(callgraph(&profile)),
+                pq::query_response::Report::Callgraph(callgraph(profile)),
                 total,
             ),
             ReportType::TableArrow => {
-                let record = crate::parca_arrow::table(&profile)
+                let record = crate::parca_arrow::table(profile)
                     .map_err(|e| Status::internal(format!("cannot write the Arrow record: {e}")))?;
                 let report = pq::TableArrow {
                     record,
@@ -427,6 +440,36 @@ impl ParcaQueries {
             .map_err(from_api)
     }
 
+    /// The merge of `m` split by the values of `labels`: each group's values (in the order of
+    /// `labels`, `None` where a group has no such label) and profile.
+    async fn label_groups(
+        &self,
+        m: &pq::MergeProfile,
+        labels: &[String],
+    ) -> Result<Vec<(Vec<Option<String>>, Profile)>, Status> {
+        let start = ms_of(required(&m.start, "merge.start")?);
+        let end = ms_of(required(&m.end, "merge.end")?);
+        let text = format!("merge by ({}) ({})", labels.join(", "), m.query);
+        let groups = query::profile_groups(&self.api, &text, InstantQuery::over(start, end))
+            .await
+            .map_err(from_api)?;
+        if groups.is_empty() {
+            return Err(Status::not_found(
+                "no profiles match the query in this time range",
+            ));
+        }
+        Ok(groups
+            .into_iter()
+            .map(|g| {
+                let values = labels
+                    .iter()
+                    .map(|l| g.labels.get(l).map(str::to_owned))
+                    .collect();
+                (values, g.profile)
+            })
+            .collect())
+    }
+
     async fn diff_side(&self, side: &pq::ProfileDiffSelection) -> Result<Profile, Status> {
         use pq::profile_diff_selection::{Mode as SideMode, Options as SideOptions};
         match (SideMode::try_from(side.mode), &side.options) {
@@ -578,16 +621,65 @@ fn criteria_tests(c: &pq::FilterCriteria) -> Vec<parca_profile::FrameTest> {
     .collect()
 }
 
-/// Refuses the request options this server does not apply, naming them.
-fn check_options(r: &pq::QueryRequest) -> Result<(), Status> {
-    if let Some(group_by) = &r.group_by
-        && let Some(field) = group_by.fields.iter().find(|f| *f != "function_name")
-    {
-        return Err(Status::unimplemented(format!(
-            "grouping by `{field}` is not served yet: frames are grouped by function name"
-        )));
+/// A request's `group_by`, as Parca reads it: label names (`labels.<name>`) and what keeps
+/// function frames apart besides their function (`location_address`, `mapping_file`).
+/// `function_name` is the default and `function_file_name` is always applied (a function here
+/// is its name and file). A field Parca does not know is refused, as Parca refuses it.
+struct GroupBy {
+    labels: Vec<String>,
+    frames: parca_profile::FlameGrouping,
+}
+
+impl GroupBy {
+    fn of(r: &pq::QueryRequest) -> Result<GroupBy, Status> {
+        let mut out = GroupBy {
+            labels: Vec::new(),
+            frames: parca_profile::FlameGrouping::default(),
+        };
+        for field in r.group_by.iter().flat_map(|g| &g.fields) {
+            match field.as_str() {
+                "function_name" | "function_file_name" => {}
+                "location_address" => out.frames.by_address = true,
+                "mapping_file" => out.frames.by_binary = true,
+                "timestamp" | "time_nanos" | "duration" => {
+                    return Err(Status::unimplemented(format!(
+                        "grouping by `{field}` (the flame chart's) is not served yet"
+                    )));
+                }
+                other => match other.strip_prefix("labels.") {
+                    Some(name) if !name.is_empty() => out.labels.push(name.to_owned()),
+                    _ => {
+                        return Err(Status::invalid_argument(format!(
+                            "invalid group by field: {other} (function_name, \
+                             function_file_name, location_address, mapping_file or \
+                             labels.<name>)"
+                        )));
+                    }
+                },
+            }
+        }
+        Ok(out)
     }
-    Ok(())
+}
+
+/// A profile as the request shapes it: its stack and frame filters applied, its stacks
+/// inverted when asked.
+fn shape(r: &pq::QueryRequest, profile: Profile) -> Result<Profile, Status> {
+    let filters = stack_filters(r)?;
+    let profile = if filters.is_empty() {
+        profile
+    } else {
+        parca_profile::filter_stacks(&profile, &filters)
+    };
+    let profile = match frame_hider(r)? {
+        Some(hider) => hider.apply(&profile),
+        None => profile,
+    };
+    Ok(if r.invert_call_stack == Some(true) {
+        parca_profile::invert_stacks(&profile)
+    } else {
+        profile
+    })
 }
 
 /// The stack filters of a request (`filter`, `sandwich_by_function` and the deprecated

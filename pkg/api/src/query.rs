@@ -212,6 +212,24 @@ pub(crate) async fn one_profile(
     text: &str,
     query: InstantQuery,
 ) -> Result<parca_profile::Profile, ApiError> {
+    let mut groups = profile_groups(api, text, query).await?;
+    if groups.len() > 1 {
+        return Err(ApiError::bad_data(format!(
+            "the query gives {} profiles; give a selector whose profiles merge into one",
+            groups.len()
+        )));
+    }
+    groups.pop().map(|g| g.profile).ok_or_else(|| {
+        ApiError::execution("no profiles match the query in this time range").because("no_profiles")
+    })
+}
+
+/// The profiles a query gives (several for `merge by`), each with its group's labels.
+pub(crate) async fn profile_groups(
+    api: &Arc<Api>,
+    text: &str,
+    query: InstantQuery,
+) -> Result<Vec<parca_query::ProfileGroup>, ApiError> {
     let expr = parse(text)?;
     if expr.value_type() == parca_querylang::ValueType::SeriesSet {
         return Err(ApiError::bad_data(
@@ -219,17 +237,7 @@ pub(crate) async fn one_profile(
         ));
     }
     evaluate(api, "query", move |engine| {
-        let mut groups = engine.instant(&expr, &query).map_err(query_error)?;
-        if groups.len() > 1 {
-            return Err(ApiError::bad_data(format!(
-                "the query gives {} profiles; give a selector whose profiles merge into one",
-                groups.len()
-            )));
-        }
-        groups.pop().map(|g| g.profile).ok_or_else(|| {
-            ApiError::execution("no profiles match the query in this time range")
-                .because("no_profiles")
-        })
+        engine.instant(&expr, &query).map_err(query_error)
     })
     .await
 }

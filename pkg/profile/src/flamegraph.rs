@@ -25,6 +25,12 @@ pub enum FlameFrame {
 struct Node {
     parent: u32,
     frame: FlameFrame,
+    /// What else keeps this node apart from its siblings of the same frame (see
+    /// [`FlameGrouping`]): 0, or the location (address grouping) or mapping (object file
+    /// grouping) plus one.
+    split: u32,
+    /// The location of a function node grouped by address or object file (the first seen).
+    at: Option<LocationId>,
     /// Source line when every merged occurrence has the same one, else 0.
     line: i64,
     total: i64,
@@ -42,7 +48,7 @@ struct ChildIndex {
     first: Vec<u32>,
     next: Vec<u32>,
     count: Vec<u32>,
-    wide: FxHashMap<(u32, FlameFrame), u32>,
+    wide: FxHashMap<(u32, FlameFrame, u32), u32>,
 }
 
 impl ChildIndex {
@@ -64,9 +70,9 @@ impl ChildIndex {
         index
     }
 
-    fn find(&self, parent: u32, is: impl Fn(u32) -> bool, frame: FlameFrame) -> Option<u32> {
+    fn find(&self, parent: u32, is: impl Fn(u32) -> bool, key: (FlameFrame, u32)) -> Option<u32> {
         if self.count[parent as usize] > Self::WIDE {
-            return self.wide.get(&(parent, frame)).copied();
+            return self.wide.get(&(parent, key.0, key.1)).copied();
         }
         let mut c = self.first[parent as usize];
         while c != Self::NONE {
@@ -83,8 +89,8 @@ impl ChildIndex {
         &mut self,
         parent: u32,
         child: u32,
-        frame: FlameFrame,
-        frame_of: impl Fn(u32) -> FlameFrame,
+        key: (FlameFrame, u32),
+        key_of: impl Fn(u32) -> (FlameFrame, u32),
     ) {
         let p = parent as usize;
         self.first.push(Self::NONE);
@@ -95,11 +101,37 @@ impl ChildIndex {
         if self.count[p] == Self::WIDE + 1 {
             let mut c = self.first[p];
             while c != Self::NONE {
-                self.wide.insert((parent, frame_of(c)), c);
+                let (frame, split) = key_of(c);
+                self.wide.insert((parent, frame, split), c);
                 c = self.next[c as usize];
             }
         } else if self.count[p] > Self::WIDE {
-            self.wide.insert((parent, frame), child);
+            self.wide.insert((parent, key.0, key.1), child);
+        }
+    }
+}
+
+/// What besides the function keeps function frames apart in a [`FlameGraph`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlameGrouping {
+    /// One node per function and address (location).
+    pub by_address: bool,
+    /// One node per function and object file.
+    pub by_binary: bool,
+}
+
+impl FlameGrouping {
+    /// The split key of a symbolized `location`'s frames: 0 when nothing is grouped.
+    fn split(self, tables: &Tables, location: LocationId) -> u32 {
+        if self.by_address {
+            location.0 + 1
+        } else if self.by_binary {
+            tables
+                .location_address(location)
+                .mapping
+                .map_or(0, |m| m.0 + 1)
+        } else {
+            0
         }
     }
 }
@@ -111,7 +143,8 @@ pub struct FlameNode<'g> {
     pub tables: &'g Tables,
     /// Its function, when frames were merged by function (symbolized).
     pub function: Option<&'g crate::tables::Function>,
-    /// Its address, when it is an unsymbolized location.
+    /// Its address: an unsymbolized location's, or a function's when the graph keeps
+    /// functions apart by address or object file ([`FlameGraph::build_grouped`]).
     pub location: Option<crate::tables::LocationAddress>,
     /// Source line when every merged occurrence has the same one, else 0.
     pub line: i64,
@@ -143,6 +176,13 @@ pub struct FlameGraph<'a> {
 impl<'a> FlameGraph<'a> {
     /// Builds the tree of `profile`. Inlined frames become nodes of their own, as in pprof.
     pub fn build(profile: &'a Profile) -> Self {
+        Self::build_grouped(profile, FlameGrouping::default())
+    }
+
+    /// The tree of `profile` with function frames also kept apart by address or by object file
+    /// (Parca's `group_by` of `location_address` and `mapping_file`): two calls of one
+    /// function from different addresses are two nodes when grouped by address.
+    pub fn build_grouped(profile: &'a Profile, grouping: FlameGrouping) -> Self {
         let tables = &*profile.tables;
         let samples = &profile.samples;
         let mut graph = FlameGraph {
@@ -152,6 +192,8 @@ impl<'a> FlameGraph<'a> {
             nodes: vec![Node {
                 parent: u32::MAX,
                 frame: FlameFrame::Root,
+                split: 0,
+                at: None,
                 line: 0,
                 total: 0,
                 self_value: 0,
@@ -190,15 +232,19 @@ impl<'a> FlameGraph<'a> {
                             parent = graph.child(
                                 &mut child_of,
                                 parent,
-                                FlameFrame::Address(location),
+                                (FlameFrame::Address(location), 0),
+                                None,
                                 0,
                             );
                         } else {
+                            let split = grouping.split(tables, location);
+                            let at = (split != 0).then_some(location);
                             for line in lines.iter().rev() {
                                 parent = graph.child(
                                     &mut child_of,
                                     parent,
-                                    FlameFrame::Function(line.function),
+                                    (FlameFrame::Function(line.function), split),
+                                    at,
                                     line.line,
                                 );
                             }
@@ -258,9 +304,20 @@ impl<'a> FlameGraph<'a> {
     }
 
     /// The child of `parent` for `frame`, created if missing.
-    fn child(&mut self, index: &mut ChildIndex, parent: u32, frame: FlameFrame, line: i64) -> u32 {
+    fn child(
+        &mut self,
+        index: &mut ChildIndex,
+        parent: u32,
+        key: (FlameFrame, u32),
+        at: Option<LocationId>,
+        line: i64,
+    ) -> u32 {
         let nodes = &self.nodes;
-        if let Some(idx) = index.find(parent, |c| nodes[c as usize].frame == frame, frame) {
+        let is = |c: u32| {
+            let n = &nodes[c as usize];
+            n.frame == key.0 && n.split == key.1
+        };
+        if let Some(idx) = index.find(parent, is, key) {
             if self.nodes[idx as usize].line != line {
                 self.nodes[idx as usize].line = 0;
             }
@@ -269,7 +326,9 @@ impl<'a> FlameGraph<'a> {
         let idx = self.nodes.len() as u32;
         self.nodes.push(Node {
             parent,
-            frame,
+            frame: key.0,
+            split: key.1,
+            at,
             line,
             total: 0,
             self_value: 0,
@@ -277,7 +336,10 @@ impl<'a> FlameGraph<'a> {
             base_self: 0,
         });
         let nodes = &self.nodes;
-        index.add(parent, idx, frame, |c| nodes[c as usize].frame);
+        index.add(parent, idx, key, |c| {
+            let n = &nodes[c as usize];
+            (n.frame, n.split)
+        });
         idx
     }
 
@@ -296,7 +358,10 @@ impl<'a> FlameGraph<'a> {
         let node = &self.nodes[index as usize];
         let (function, location) = match node.frame {
             FlameFrame::Root => (None, None),
-            FlameFrame::Function(f) => (Some(self.tables.function(f)), None),
+            FlameFrame::Function(f) => (
+                Some(self.tables.function(f)),
+                node.at.map(|l| self.tables.location_address(l)),
+            ),
             FlameFrame::Address(l) => (None, Some(self.tables.location_address(l))),
         };
         FlameNode {

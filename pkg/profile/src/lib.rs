@@ -64,7 +64,7 @@ pub mod test_support;
 pub use error::Error;
 pub use export::to_pprof;
 pub use filter::{StackFilter, filter_stacks, invert_stacks};
-pub use flamegraph::{FlameFrame, FlameGraph, FlameNode};
+pub use flamegraph::{FlameFrame, FlameGraph, FlameGrouping, FlameNode};
 pub use frame_test::{FrameTest, NumberField, TextField, TextOp};
 pub use growth::{growth, is_cumulative};
 pub use hide::FrameHider;

@@ -73,6 +73,24 @@ async function main() {
   const flameTable = tableFromIPC(flameArrow.report.flamegraphArrow.record.slice(), { useBigInt: true });
   const arrowNames = flameTable.getChild('function_name').toArray()
     .map((v) => (v == null ? null : new TextDecoder().decode(v)));
+  // Grouped by a label: a `labels_only` row per worker under the root, as Parca's UI draws it.
+  const byWorker = await queries.query({
+    mode: QueryRequest_Mode.MERGE,
+    options: { oneofKind: 'merge', merge: { query: selector, start, end } },
+    reportType: QueryRequest_ReportType.FLAMEGRAPH_ARROW,
+    groupBy: { fields: ['function_name', 'labels.worker'] },
+    filter: [],
+  }).response;
+  const workerTable = tableFromIPC(byWorker.report.flamegraphArrow.record.slice(), { useBigInt: true });
+  const labelRows = [];
+  {
+    const only = workerTable.getChild('labels_only').toArray();
+    const worker = workerTable.getChild('labels.worker').toArray();
+    const cumulative = workerTable.getChild('cumulative').toArray();
+    for (let i = 0; i < workerTable.numRows; i++) {
+      if (only[i]) labelRows.push({ worker: worker[i] == null ? null : new TextDecoder().decode(worker[i]), cumulative: Number(cumulative[i]) });
+    }
+  }
   const tableArrow = await merge(QueryRequest_ReportType.TABLE_ARROW);
   const table = tableFromIPC(tableArrow.report.tableArrow.record.slice(), { useBigInt: true });
   const flat = table.getChild('flat').toArray().reduce((a, v) => a + Number(v), 0);
@@ -183,6 +201,7 @@ async function main() {
       hasSpin: arrowNames.includes('main.spin'),
     },
     tableArrow: { total: Number(tableArrow.total), rows: table.numRows, flat },
+    byWorker: { total: Number(byWorker.total), labelRows },
     sandwich: { total: Number(sandwich.total) },
     onlyLibc: {
       total: Number(onlyLibc.total),
