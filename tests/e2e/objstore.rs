@@ -446,3 +446,128 @@ fn a_server_killed_while_shipping_loses_no_block_and_shows_none_half_uploaded() 
         "a block recorded as shipped was uploaded again"
     );
 }
+
+/// The CPU time `merge` of `selector` gives over `[start_ms, end_ms]`, from `server`.
+fn cpu_total(server: &Server, selector: &str, start_ms: i64, end_ms: i64) -> i64 {
+    let query = format!("merge(process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{{{selector}}})");
+    let data = server
+        .api(&format!(
+            "/api/v1/query?format=top&query={}&start={}&end={}",
+            crate::server_harness::encode(&query),
+            start_ms as f64 / 1000.0,
+            end_ms as f64 / 1000.0
+        ))
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.process.log_tail()));
+    data["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["flat"].as_i64())
+        .sum()
+}
+
+/// Bytes of the `profiles` files of the bucket's blocks.
+fn profile_bytes_in(bucket: &Path) -> u64 {
+    shipped_blocks(bucket)
+        .iter()
+        .filter_map(|b| std::fs::metadata(bucket.join("fleet/eu").join(b).join("profiles")).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[test]
+fn the_bucket_is_read_when_local_copies_are_gone_and_by_other_servers() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let (bucket, storage) = (work.path().join("bucket"), work.path().join("data"));
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    // Local retention of two minutes: shipped blocks older than that leave the disk.
+    let server = Server::start_with_storage(
+        &parca_binary(false),
+        Some(&storage),
+        &["--storage-block-duration=1m", "--storage-retention-time=2m"],
+        |_| config(&bucket),
+    );
+    for ago in [300_000, 240_000, 180_000] {
+        push_at(&server, "a", now - ago);
+        push_at(&server, "b", now - ago);
+    }
+    push_at(&server, "one", now);
+    let (start, end) = (now - 330_000, now + 10_000);
+    let one = cpu_total(&server, "job=\"one\"", start, end);
+    assert!(one > 0);
+    // Every old block shipped, then deleted from the disk by retention.
+    let shipped = poll(
+        "the old blocks to be shipped and their local copies deleted",
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || {
+            let (remote, local) = (shipped_blocks(&bucket), blocks_in(&storage));
+            if remote.len() >= 3 && remote.iter().all(|b| !local.contains(b)) {
+                Ok(remote)
+            } else {
+                Err(format!("bucket {remote:?}, disk {local:?}"))
+            }
+        },
+    );
+    // The server answers from the bucket what it no longer holds: each of the three pushes
+    // of job `a` is the same file as job `one`'s.
+    let from_bucket = poll(
+        "the server to serve the bucket's blocks",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || match cpu_total(&server, "job=\"a\"", start, end) {
+            n if n == 3 * one => Ok(n),
+            n => Err(format!("{n} of {}", 3 * one)),
+        },
+    );
+    assert_eq!(from_bucket, 3 * one);
+
+    // Another server, with an empty store of its own, reads the same bucket: the same numbers,
+    // fetching only the chunks of the series asked for.
+    let reader = Server::start_with_storage(
+        &parca_binary(false),
+        Some(&work.path().join("reader")),
+        &[],
+        |_| config(&bucket),
+    );
+    poll(
+        "the second server to open the bucket's blocks",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || match metric(&reader, "parca_bucket_blocks") as usize {
+            n if n >= shipped.len() => Ok(()),
+            n => Err(format!("{n} of {}", shipped.len())),
+        },
+    );
+    let before = metric(&reader, "parca_bucket_fetched_bytes_total");
+    assert_eq!(cpu_total(&reader, "job=\"a\"", start, end), 3 * one);
+    assert_eq!(cpu_total(&reader, "job=\"b\"", start, end), 3 * one);
+    let fetched = metric(&reader, "parca_bucket_fetched_bytes_total") - before;
+    let total = profile_bytes_in(&bucket) as f64;
+    println!(
+        "bucket reads: {} blocks, {} of {} bytes of profile data fetched for two series, index and symbols cached: {} bytes",
+        shipped.len(),
+        fetched,
+        total,
+        metric(&reader, "parca_bucket_cached_bytes")
+    );
+    assert!(fetched > 0.0 && fetched <= total, "{fetched} of {total}");
+    // One series of the two: about half the data, not every block whole.
+    let before = metric(&reader, "parca_bucket_fetched_bytes_total");
+    assert_eq!(cpu_total(&reader, "job=\"b\"", start, end), 3 * one);
+    let one_series = metric(&reader, "parca_bucket_fetched_bytes_total") - before;
+    assert!(one_series < total * 0.75, "{one_series} of {total}");
+    // Labels and series of the bucket's blocks are listed too.
+    let series = reader
+        .api(&format!(
+            "/api/v1/series?match[]={}&start={}&end={}",
+            crate::server_harness::encode("{job=~\"a|b\"}"),
+            start as f64 / 1000.0,
+            end as f64 / 1000.0
+        ))
+        .expect("series");
+    assert!(series.to_string().contains("\"job\":\"b\""), "{series}");
+}

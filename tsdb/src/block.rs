@@ -601,6 +601,13 @@ impl SeriesEntry {
     }
 }
 
+/// A block's profile data: its `profiles` file mapped, or read by ranges from elsewhere.
+#[derive(Debug)]
+enum ProfileData {
+    Mapped(MappedFile),
+    Ranges(Arc<dyn crate::remote::RangeRead>),
+}
+
 /// An open, verified block.
 #[derive(Debug)]
 pub(crate) struct Block {
@@ -610,7 +617,7 @@ pub(crate) struct Block {
     pub size_bytes: u64,
     index: MappedFile,
     symbols: MappedFile,
-    profiles: MappedFile,
+    profiles: ProfileData,
     /// Where each index string lies in `index`: (start, len).
     strings: Vec<(usize, usize)>,
     series_offsets_offset: usize,
@@ -629,6 +636,16 @@ impl Block {
     /// Opens the block in `dir`, verifying every file's footer and checksum and the index's
     /// structure. An error is `Error::BlockCorrupt` naming the block and file, or `Error::Io`.
     pub fn open(dir: &Path) -> Result<Block, Error> {
+        Self::open_with(dir, None)
+    }
+
+    /// Opens the block in `dir`, its profile data from `profiles` when given (then only the
+    /// `profiles` footer is checked here: its format and the length the index refers to; each
+    /// chunk is checked as it is read).
+    pub fn open_with(
+        dir: &Path,
+        profiles: Option<Arc<dyn crate::remote::RangeRead>>,
+    ) -> Result<Block, Error> {
         let name = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -658,7 +675,10 @@ impl Block {
         let meta_file = map("meta.json")?;
         let index = map("index")?;
         let symbols = map("symbols")?;
-        let profiles = map("profiles")?;
+        let profiles = match profiles {
+            Some(ranges) => ProfileData::Ranges(ranges),
+            None => ProfileData::Mapped(map("profiles")?),
+        };
 
         let meta_json =
             encoding::unseal(META_MAGIC, &meta_file).map_err(|w| corrupt("meta.json", w))?;
@@ -681,9 +701,30 @@ impl Block {
         if symbols_body.len() < 8 {
             return Err(corrupt("symbols", "has no length header".into()));
         }
-        let profiles_len = encoding::unseal(PROFILES_MAGIC, &profiles)
-            .map_err(|w| corrupt("profiles", w))?
-            .len();
+        let profiles_len = match &profiles {
+            ProfileData::Mapped(bytes) => encoding::unseal(PROFILES_MAGIC, bytes)
+                .map_err(|w| corrupt("profiles", w))?
+                .len(),
+            ProfileData::Ranges(ranges) => {
+                let len = ranges.len();
+                let footer = (len >= encoding::FOOTER_BYTES as u64)
+                    .then(|| {
+                        ranges.read(
+                            len - encoding::FOOTER_BYTES as u64,
+                            encoding::FOOTER_BYTES as u64,
+                        )
+                    })
+                    .transpose()
+                    .map_err(|e| Error::Io {
+                        action: "cannot read the footer of",
+                        path: PathBuf::from(ranges.describe()),
+                        source: e,
+                    })?;
+                encoding::check_footer(PROFILES_MAGIC, footer.as_deref().unwrap_or(&[]))
+                    .map_err(|w| corrupt("profiles", w))?;
+                (len - encoding::FOOTER_BYTES as u64) as usize
+            }
+        };
 
         let mut block = Block {
             meta,
@@ -1077,10 +1118,29 @@ impl Block {
             what,
         };
         let start = chunk.offset as usize;
-        let src = self
-            .profiles
-            .get(start..start.saturating_add(chunk.len as usize))
-            .ok_or_else(|| corrupt(format!("chunk at byte {start} runs past the end")))?;
+        let fetched;
+        let src = match &self.profiles {
+            ProfileData::Mapped(bytes) => bytes
+                .get(start..start.saturating_add(chunk.len as usize))
+                .ok_or_else(|| corrupt(format!("chunk at byte {start} runs past the end")))?,
+            ProfileData::Ranges(ranges) => {
+                fetched = ranges
+                    .read(chunk.offset, chunk.len)
+                    .map_err(|e| Error::Io {
+                        action: "cannot read a chunk of",
+                        path: PathBuf::from(ranges.describe()),
+                        source: e,
+                    })?;
+                if fetched.len() != chunk.len as usize {
+                    return Err(corrupt(format!(
+                        "chunk at byte {start} came back with {} of its {} bytes",
+                        fetched.len(),
+                        chunk.len
+                    )));
+                }
+                &fetched[..]
+            }
+        };
         out.clear();
         out.reserve(chunk.raw_len as usize);
         decompressor
@@ -1427,6 +1487,93 @@ mod tests {
             }
         }
         assert_eq!(trials, 28);
+    }
+
+    /// A block's `profiles` held in memory, read by ranges, counting the bytes read.
+    #[derive(Debug)]
+    struct MemRanges {
+        bytes: Vec<u8>,
+        read: std::sync::atomic::AtomicU64,
+    }
+
+    impl crate::RangeRead for MemRanges {
+        fn len(&self) -> u64 {
+            self.bytes.len() as u64
+        }
+        fn read(&self, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
+            let (a, b) = (offset as usize, (offset + len) as usize);
+            self.read
+                .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+            self.bytes
+                .get(a..b)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| std::io::Error::other("past the end"))
+        }
+        fn describe(&self) -> String {
+            "memory".into()
+        }
+    }
+
+    #[test]
+    fn blocks_read_by_ranges_answer_as_blocks_on_disk() {
+        let pristine = tempfile::tempdir().expect("tempdir");
+        let names = store_with_two_blocks(pristine.path());
+        // Only the blocks' time: the head stays with the first store.
+        let ranges = [(0, 1999), (500, 1500), (1000, 1000)];
+        let expected = {
+            let db = Db::open(pristine.path(), options()).expect("open");
+            crate::test_support::answers(&db, &ranges)
+        };
+        let cache = tempfile::tempdir().expect("cache");
+        let mut remote = Vec::new();
+        let mut sources = Vec::new();
+        for name in &names {
+            let dir = cache.path().join(name);
+            fs::create_dir_all(&dir).expect("mkdir");
+            for file in ["meta.json", "index", "symbols"] {
+                fs::copy(pristine.path().join(name).join(file), dir.join(file)).expect("copy");
+            }
+            let ranges = Arc::new(MemRanges {
+                bytes: fs::read(pristine.path().join(name).join("profiles")).expect("profiles"),
+                read: Default::default(),
+            });
+            sources.push(Arc::clone(&ranges));
+            remote.push(crate::RemoteBlock::open(&dir, ranges).expect("opens"));
+        }
+        let empty = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(empty.path(), options()).expect("open");
+        assert_eq!(db.set_remote_blocks(remote.clone()), 2);
+        assert_eq!(crate::test_support::answers(&db, &ranges), expected);
+        // A query of one series reads less than the blocks' profile data.
+        let before: u64 = sources
+            .iter()
+            .map(|s| s.read.load(std::sync::atomic::Ordering::Relaxed))
+            .sum();
+        let m = Matcher::new(MatchOp::Equal, "job", "api").expect("valid");
+        assert!(db.querier(0, 1999).merge(&[m]).expect("merge").is_some());
+        let one: u64 = sources
+            .iter()
+            .map(|s| s.read.load(std::sync::atomic::Ordering::Relaxed))
+            .sum::<u64>()
+            - before;
+        let all: u64 = sources.iter().map(|s| s.bytes.len() as u64).sum();
+        assert!(one > 0 && one < all * 3 / 4, "{one} of {all}");
+        // A block also on disk is read from disk; a remote block that another lists among its
+        // sources is not read at all.
+        drop(db);
+        let both = tempfile::tempdir().expect("tempdir");
+        copy_dir(pristine.path(), both.path());
+        let db = Db::open(both.path(), options()).expect("open");
+        db.set_remote_blocks(remote);
+        assert_eq!(db.inner().readable_blocks().len(), 2);
+
+        // A footer that is not a block's: refused, naming the file.
+        let bad = Arc::new(MemRanges {
+            bytes: vec![0; 64],
+            read: Default::default(),
+        });
+        let e = crate::RemoteBlock::open(&cache.path().join(&names[0]), bad).unwrap_err();
+        assert!(e.to_string().contains("profiles"), "{e}");
     }
 
     /// Changes one byte and fixes the footer's checksum: only the structure checks stand

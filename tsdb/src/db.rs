@@ -154,6 +154,9 @@ pub(crate) struct Inner {
     pub head: RwLock<Head>,
     pub wal: Wal,
     pub blocks: RwLock<BlockSet>,
+    /// Blocks read from an object store ([`Db::set_remote_blocks`]); those also on disk are
+    /// read from disk.
+    pub remote: RwLock<BlockSet>,
     /// Held by whoever cuts, compacts or deletes blocks: one at a time.
     pub maintenance: Mutex<()>,
     /// Held while blocks written outside maintenance (backfill) are renamed into the data
@@ -175,6 +178,29 @@ pub(crate) struct Inner {
 impl Inner {
     pub fn block_set(&self) -> BlockSet {
         Arc::clone(&self.blocks.read().expect("blocks lock poisoned"))
+    }
+
+    /// The blocks a read sees: those on disk, and those of the object store that are not on
+    /// disk (nor replaced by a compacted block on disk), by time.
+    pub fn readable_blocks(&self) -> BlockSet {
+        let local = self.block_set();
+        let remote = Arc::clone(&self.remote.read().expect("remote blocks lock poisoned"));
+        if remote.is_empty() {
+            return local;
+        }
+        let mut hidden: std::collections::HashSet<&str> = local.iter().map(|b| b.name()).collect();
+        for b in local.iter() {
+            hidden.extend(b.meta.compaction.sources.iter().map(String::as_str));
+        }
+        let mut all: Vec<Arc<Block>> = local.iter().cloned().collect();
+        all.extend(
+            remote
+                .iter()
+                .filter(|b| !hidden.contains(b.name()))
+                .cloned(),
+        );
+        all.sort_by(|a, b| (a.meta.min_time_ms, a.name()).cmp(&(b.meta.min_time_ms, b.name())));
+        Arc::new(all)
     }
 
     fn wake_worker(&self) {
@@ -233,6 +259,7 @@ impl Db {
             head: RwLock::new(head),
             wal,
             blocks: RwLock::new(Arc::new(blocks)),
+            remote: RwLock::new(Arc::new(Vec::new())),
             maintenance: Mutex::new(()),
             publish: Mutex::new(()),
             quarantined: Mutex::new(quarantined),
@@ -300,6 +327,30 @@ impl Db {
                 size_bytes: b.size_bytes,
             })
             .collect()
+    }
+
+    /// Serves `blocks` of an object store beside the local ones, in place of those given
+    /// before: every read sees them, except a block also on disk (read from disk) and a block
+    /// another one (local or given) lists among its sources (a compacted block replaced it).
+    /// Returns how many are served now.
+    pub fn set_remote_blocks(&self, blocks: Vec<crate::RemoteBlock>) -> usize {
+        let mut replaced = std::collections::HashSet::new();
+        for b in &blocks {
+            replaced.extend(b.sources().iter().filter(|s| *s != b.name()).cloned());
+        }
+        let mut kept: Vec<Arc<Block>> = blocks
+            .into_iter()
+            .filter(|b| !replaced.contains(b.name()))
+            .map(|b| b.block)
+            .collect();
+        kept.sort_by(|a, b| (a.meta.min_time_ms, a.name()).cmp(&(b.meta.min_time_ms, b.name())));
+        let n = kept.len();
+        *self
+            .inner
+            .remote
+            .write()
+            .expect("remote blocks lock poisoned") = Arc::new(kept);
+        n
     }
 
     /// Records that blocks `names` are safe in an object store ([`Options::ship_blocks`]), so

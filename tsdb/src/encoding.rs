@@ -627,6 +627,31 @@ pub(crate) fn seal(magic: &[u8; 4], out: &mut Vec<u8>) {
     out.extend_from_slice(&crc.to_le_bytes());
 }
 
+/// Checks a footer alone (magic and format version), for a file read by ranges whose whole
+/// checksum cannot be computed without reading it all.
+pub(crate) fn check_footer(magic: &[u8; 4], footer: &[u8]) -> std::result::Result<(), String> {
+    if footer.len() != FOOTER_BYTES {
+        return Err(format!(
+            "file is shorter than its {FOOTER_BYTES}-byte footer"
+        ));
+    }
+    if &footer[..4] != magic {
+        return Err(format!(
+            "bad magic {:02x?} in its footer (expected {:?})",
+            &footer[..4],
+            String::from_utf8_lossy(magic)
+        ));
+    }
+    let version = u32::from_le_bytes([footer[4], footer[5], footer[6], footer[7]]);
+    if !(OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&version) {
+        return Err(format!(
+            "format version {version} is not supported (this build reads \
+             {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})"
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a sealed file's footer and checksum and returns the bytes before the footer.
 pub(crate) fn unseal<'a>(
     magic: &[u8; 4],

@@ -64,6 +64,7 @@ mod mmap;
 pub mod postings;
 mod query;
 mod record;
+mod remote;
 pub mod wal;
 
 #[cfg(test)]
@@ -76,3 +77,4 @@ pub use error::{Error, ErrorClass, with_causes};
 pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL};
 pub use postings::MemPostings;
 pub use query::{MergedGroup, Querier, SeriesProfiles, SeriesTotals, TotalPoint};
+pub use remote::{RangeRead, RemoteBlock};

@@ -142,7 +142,7 @@ impl View {
         // Taken under the head's lock: a cut swaps head and blocks under its write lock, so
         // the two are consistent.
         View {
-            blocks: inner.block_set(),
+            blocks: inner.readable_blocks(),
             generation: head.generation,
         }
     }

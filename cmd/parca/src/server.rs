@@ -380,6 +380,9 @@ async fn serve(
     let shipper_metrics = bucket
         .as_ref()
         .map(|_| parca_objstore::ShipperMetrics::register(&mut registry));
+    let reader_metrics = bucket
+        .as_ref()
+        .map(|_| parca_objstore::ReaderMetrics::register(&mut registry));
     let (api_tls, api_auth) = (
         options.security.tls_enabled(),
         options.security.auth_required(),
@@ -425,6 +428,15 @@ async fn serve(
             .global
             .external_labels
             .clone();
+        if let Some(reader_metrics) = reader_metrics {
+            let reader = parca_objstore::BucketReader::new(
+                bucket.clone(),
+                args.storage_path.join(BUCKET_CACHE_DIR),
+                reader_metrics,
+            )
+            .context("cannot start reading the object store")?;
+            tokio::spawn(read_bucket(reader, Arc::clone(&db)));
+        }
         let shipper = parca_objstore::Shipper::new(bucket, &args.storage_path, labels, metrics)
             .context("cannot start shipping blocks")?;
         tracing::info!(
@@ -450,6 +462,12 @@ async fn serve(
 
 /// How often the shipper looks for blocks to upload.
 const SHIP_EVERY: Duration = Duration::from_secs(10);
+
+/// How often the object store is listed for blocks to serve.
+const READ_BUCKET_EVERY: Duration = Duration::from_secs(15);
+
+/// The folder under the storage path where the object store's blocks' indexes are cached.
+const BUCKET_CACHE_DIR: &str = "bucket-cache";
 
 /// The bucket to ship blocks to: `object_storage`'s, unless it is a `FILESYSTEM` bucket in the
 /// store's own directory (Parca's default `parca.yaml` names `./data`, where the blocks already
@@ -487,6 +505,23 @@ async fn ship_blocks(mut shipper: parca_objstore::Shipper, db: Arc<parca_tsdb::D
         let shipped = shipper.ship(&db.blocks()).await;
         db.mark_shipped(shipped);
         tokio::time::sleep(SHIP_EVERY).await;
+    }
+}
+
+/// Serves the object store's blocks beside the local ones, listing it every
+/// [`READ_BUCKET_EVERY`], for the life of the server.
+async fn read_bucket(mut reader: parca_objstore::BucketReader, db: Arc<parca_tsdb::Db>) {
+    loop {
+        match reader.sync().await {
+            Ok(blocks) => {
+                db.set_remote_blocks(blocks);
+            }
+            Err(error) => tracing::warn!(
+                %error,
+                "cannot list the object store; its blocks known so far stay served"
+            ),
+        }
+        tokio::time::sleep(READ_BUCKET_EVERY).await;
     }
 }
 

@@ -4,12 +4,15 @@
 //! [`Shipper`] uploads every block the store cuts, its files first and its `meta.json` (with
 //! the server's external labels) last, so a reader of the bucket never sees half a block.
 //! What was shipped is recorded beside the store (`shipper.json`), so a restart ships what is
-//! missing and nothing twice.
+//! missing and nothing twice. [`BucketReader`] serves every block of the bucket beside the
+//! local ones: their indexes cached on local disk, their profile data read by byte ranges.
 
 mod bucket;
+mod reader;
 mod shipper;
 
 pub use bucket::Bucket;
+pub use reader::{BucketReader, ReaderMetrics};
 pub use shipper::{SHIPPER_STATE_FILE, Shipper, ShipperMetrics};
 
 /// Why a bucket cannot be opened or a block not shipped.

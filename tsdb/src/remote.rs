@@ -1,0 +1,66 @@
+//! Blocks whose `profiles` file stays elsewhere (an object store): the small files (meta,
+//! index, symbols) are read from a local copy, profile data by byte ranges on demand, so a
+//! query of one series over many blocks fetches only that series' chunks.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::Error;
+use crate::block::Block;
+
+/// Byte ranges of one immutable file kept elsewhere (an object in a bucket).
+pub trait RangeRead: Send + Sync + std::fmt::Debug {
+    /// The file's length in bytes.
+    fn len(&self) -> u64;
+
+    /// Whether the file is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes `offset..offset + len` of the file. Called from threads that may block (queries
+    /// run off the async workers).
+    fn read(&self, offset: u64, len: u64) -> std::io::Result<Vec<u8>>;
+
+    /// Where the file is, for errors (`s3://bucket/prefix/01…/profiles`).
+    fn describe(&self) -> String;
+}
+
+/// A block read from a local copy of its index and symbols and a [`RangeRead`] of its
+/// profile data, for [`crate::Db::set_remote_blocks`].
+#[derive(Debug, Clone)]
+pub struct RemoteBlock {
+    pub(crate) block: Arc<Block>,
+}
+
+impl RemoteBlock {
+    /// Opens the block whose `meta.json`, `index` and `symbols` are in `dir` (named after the
+    /// block) and whose `profiles` is `profiles`. The small files are verified whole; of
+    /// `profiles` its footer (format and length), and each chunk as it is read.
+    pub fn open(dir: &Path, profiles: Arc<dyn RangeRead>) -> Result<RemoteBlock, Error> {
+        Ok(RemoteBlock {
+            block: Arc::new(Block::open_with(dir, Some(profiles))?),
+        })
+    }
+
+    /// The block's name (a ULID).
+    pub fn name(&self) -> &str {
+        self.block.name()
+    }
+
+    /// The level-1 blocks whose data it holds (itself when it was cut from a head): a block
+    /// listed in another's sources was replaced by it.
+    pub fn sources(&self) -> &[String] {
+        &self.block.meta.compaction.sources
+    }
+
+    /// Its time range, `[min, max)` in milliseconds.
+    pub fn time_range_ms(&self) -> (i64, i64) {
+        (self.block.meta.min_time_ms, self.block.meta.max_time_ms)
+    }
+
+    /// Bytes of its local files (meta, index, symbols).
+    pub fn local_bytes(&self) -> u64 {
+        self.block.size_bytes
+    }
+}
