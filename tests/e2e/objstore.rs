@@ -570,4 +570,35 @@ fn the_bucket_is_read_when_local_copies_are_gone_and_by_other_servers() {
         ))
         .expect("series");
     assert!(series.to_string().contains("\"job\":\"b\""), "{series}");
+    drop(reader);
+
+    // A damaged object in the bucket: a new reader sets that block aside, saying which and
+    // why, and serves the rest (two of the three pushes).
+    let damaged = &shipped[0];
+    let index = bucket.join("fleet/eu").join(damaged).join("index");
+    let mut bytes = std::fs::read(&index).expect("index");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x5a;
+    std::fs::write(&index, &bytes).expect("damage");
+    let reader = Server::start_with_storage(
+        &parca_binary(false),
+        Some(&work.path().join("reader-2")),
+        &[],
+        |_| config(&bucket),
+    );
+    poll(
+        "the damaged block to be set aside",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || match metric(&reader, "parca_bucket_unreadable_blocks") {
+            n if n == 1.0 => Ok(()),
+            n => Err(format!("{n}: {}", reader.process.log_tail())),
+        },
+    );
+    let log = reader.process.log_tail();
+    assert!(
+        log.contains(damaged.as_str()) && log.contains("set aside") && log.contains("index"),
+        "{log}"
+    );
+    assert_eq!(cpu_total(&reader, "job=\"a\"", start, end), 2 * one);
 }
