@@ -602,3 +602,117 @@ fn the_bucket_is_read_when_local_copies_are_gone_and_by_other_servers() {
     );
     assert_eq!(cpu_total(&reader, "job=\"a\"", start, end), 2 * one);
 }
+
+/// `meta.json` of a block in the bucket, as JSON (the file ends with a 12-byte footer).
+fn bucket_meta(bucket: &Path, block: &str) -> serde_json::Value {
+    let bytes = std::fs::read(bucket.join("fleet/eu").join(block).join("meta.json")).expect("meta");
+    serde_json::from_slice(&bytes[..bytes.len() - 12]).expect("meta is JSON")
+}
+
+#[test]
+fn parca_compact_merges_the_buckets_blocks_and_deletes_the_replaced_ones_after_a_delay() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let bucket = work.path().join("bucket");
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let (start, end) = (now - 420_000, now + 10_000);
+    let server = restart_shipping(work.path());
+    // Five minutes of one push each, then one now: the five are cut into blocks and shipped.
+    for ago in [360_000, 300_000, 240_000, 180_000, 120_000] {
+        push_at(&server, "a", now - ago);
+    }
+    push_at(&server, "one", now);
+    let one = cpu_total(&server, "job=\"one\"", start, end);
+    let before = poll(
+        "five blocks in the bucket",
+        Duration::from_secs(90),
+        Duration::from_millis(500),
+        || match shipped_blocks(&bucket) {
+            names if names.len() >= 5 => Ok(names),
+            names => Err(format!("{names:?}")),
+        },
+    );
+    drop(server);
+
+    let config_path = work.path().join("parca.yaml");
+    std::fs::write(&config_path, config(&bucket)).expect("config");
+    let compact = |delay: &str| {
+        let output = std::process::Command::new(parca_binary(false))
+            .args(["compact", "--objstore-compaction-ranges=3m"])
+            .arg(format!("--objstore-delete-delay={delay}"))
+            .arg(format!("--config-path={}", config_path.display()))
+            .output()
+            .expect("run parca compact");
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        text
+    };
+    // The first run merges each full three-minute window and marks the merged blocks.
+    let report = compact("1h");
+    assert!(report.contains("compacted "), "{report}");
+    let after = shipped_blocks(&bucket);
+    let merged: Vec<&String> = after.iter().filter(|b| !before.contains(b)).collect();
+    assert!(!merged.is_empty(), "{report}");
+    for block in &merged {
+        let meta = bucket_meta(&bucket, block);
+        assert_eq!(meta["compaction"]["level"], 2, "{meta}");
+        let sources = meta["compaction"]["sources"].as_array().expect("sources");
+        assert!(sources.len() >= 2, "{meta}");
+        assert_eq!(meta["external_labels"]["replica"], "a", "{meta}");
+        for source in sources {
+            let source = source.as_str().expect("name");
+            assert!(
+                bucket
+                    .join("fleet/eu")
+                    .join(source)
+                    .join("deletion-mark.json")
+                    .exists(),
+                "{source} is marked"
+            );
+        }
+    }
+    // Readers see each profile once: the merged blocks hide their sources.
+    let reader = Server::start_with_storage(
+        &parca_binary(false),
+        Some(&work.path().join("reader")),
+        &[],
+        |_| config(&bucket),
+    );
+    poll(
+        "the reader to open the bucket",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || match metric(&reader, "parca_bucket_blocks") as usize {
+            n if n >= after.len() => Ok(()),
+            n => Err(format!("{n} of {}", after.len())),
+        },
+    );
+    assert_eq!(cpu_total(&reader, "job=\"a\"", start, end), 5 * one);
+    // A second run past the delay deletes the replaced blocks; the answer stays the same.
+    let report = compact("0s");
+    assert!(report.contains("deleted "), "{report}");
+    let last = shipped_blocks(&bucket);
+    assert!(last.len() < after.len(), "{last:?} vs {after:?}");
+    assert!(merged.iter().all(|b| last.contains(b)));
+    poll(
+        "the reader to drop the deleted blocks",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || match metric(&reader, "parca_bucket_blocks") as usize {
+            n if n == last.len() => Ok(()),
+            n => Err(format!("{n} of {}", last.len())),
+        },
+    );
+    assert_eq!(cpu_total(&reader, "job=\"a\"", start, end), 5 * one);
+    println!(
+        "parca compact: {} blocks became {}",
+        before.len(),
+        last.len()
+    );
+}

@@ -8,7 +8,7 @@
 //! write lock only to swap in the new head, block set and WAL checkpoint.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use parca_profile::{Extractor, Tables};
@@ -347,6 +347,22 @@ fn overlapping(blocks: &[Arc<Block>]) -> Option<Vec<Arc<Block>>> {
 /// (the same series and time) is kept once, from the source written first (the smallest
 /// name), as queries count it. The sources are deleted once the new block is in place.
 pub(crate) fn compact(inner: &Inner, sources: &[Arc<Block>]) -> Result<(), Error> {
+    let dir = merge_blocks(&inner.dir, sources)?;
+    let merged = Arc::new(Block::open(&dir)?);
+    tracing::info!(
+        block = merged.name(),
+        level = merged.meta.compaction.level,
+        sources = sources.len(),
+        bytes = merged.size_bytes,
+        bytes_before = sources.iter().map(|b| b.size_bytes).sum::<u64>(),
+        "compacted blocks"
+    );
+    replace_blocks(inner, sources, Some(merged))
+}
+
+/// Merges `sources` into one new block in `dir` (see [`compact`]) and returns its directory;
+/// the sources are left as they are.
+pub(crate) fn merge_blocks(dir: &Path, sources: &[Arc<Block>]) -> Result<PathBuf, Error> {
     let tables: Vec<Arc<Tables>> = sources
         .iter()
         .map(|b| b.tables())
@@ -373,9 +389,9 @@ pub(crate) fn compact(inner: &Inner, sources: &[Arc<Block>]) -> Result<(), Error
         }
     }
     entries.sort_by(|a, b| a.1.labels.cmp(&b.1.labels).then(rank[a.0].cmp(&rank[b.0])));
-    let mut writer = BlockWriter::new(&inner.dir, Tables::new())?;
+    let mut writer = BlockWriter::new(dir, Tables::new())?;
     let mut decompressor =
-        zstd::bulk::Decompressor::new().map_err(Error::io("cannot start zstd", &inner.dir))?;
+        zstd::bulk::Decompressor::new().map_err(Error::io("cannot start zstd", dir))?;
     let mut chunk = Vec::new();
     let mut n_duplicates = 0usize;
     let mut i = 0;
@@ -478,18 +494,13 @@ pub(crate) fn compact(inner: &Inner, sources: &[Arc<Block>]) -> Result<(), Error
         level,
         sources: source_names,
     };
-    let dir = writer.finish(Some(range), compaction, head_cut_ms)?;
-    let merged = Arc::new(Block::open(&dir)?);
-    tracing::info!(
-        block = merged.name(),
-        level,
-        sources = sources.len(),
-        duplicates = n_duplicates,
-        bytes = merged.size_bytes,
-        bytes_before = sources.iter().map(|b| b.size_bytes).sum::<u64>(),
-        "compacted blocks"
-    );
-    replace_blocks(inner, sources, Some(merged))
+    if n_duplicates > 0 {
+        tracing::info!(
+            duplicates = n_duplicates,
+            "profiles held by more than one source were kept once"
+        );
+    }
+    writer.finish(Some(range), compaction, head_cut_ms)
 }
 
 /// Which profiles of one series' entries (in rank order) are kept: each time once, from the

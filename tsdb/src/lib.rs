@@ -77,4 +77,4 @@ pub use error::{Error, ErrorClass, with_causes};
 pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL};
 pub use postings::MemPostings;
 pub use query::{MergedGroup, Querier, SeriesProfiles, SeriesTotals, TotalPoint};
-pub use remote::{RangeRead, RemoteBlock};
+pub use remote::{RangeRead, RemoteBlock, compact_remote};

@@ -63,4 +63,24 @@ impl RemoteBlock {
     pub fn local_bytes(&self) -> u64 {
         self.block.size_bytes
     }
+
+    /// Its compaction level: 1 when cut from a head, one more than its sources' highest.
+    pub fn level(&self) -> u32 {
+        self.block.meta.compaction.level
+    }
+
+    /// The external labels of the server that wrote it (from its `meta.json` in the bucket).
+    pub fn external_labels(&self) -> &std::collections::BTreeMap<String, String> {
+        &self.block.meta.external_labels
+    }
+}
+
+/// Merges `sources` (blocks of an object store, read by ranges) into one new block in `dir`, as
+/// the store compacts its own blocks: series joined by labels, symbols and stacks deduplicated,
+/// a profile held by several sources kept once, the new block's `compaction.sources` the union
+/// of theirs (so readers that see it ignore them). Returns the new block's directory.
+pub fn compact_remote(dir: &Path, sources: &[RemoteBlock]) -> Result<std::path::PathBuf, Error> {
+    let mut blocks: Vec<Arc<Block>> = sources.iter().map(|b| Arc::clone(&b.block)).collect();
+    blocks.sort_by(|a, b| (a.meta.min_time_ms, a.name()).cmp(&(b.meta.min_time_ms, b.name())));
+    crate::compact::merge_blocks(dir, &blocks)
 }

@@ -1,8 +1,10 @@
 //! `parca`: the continuous-profiling server's binary. Thin: flags in, library calls out.
 //!
 //! Without a subcommand it runs the server; `parca profile` reads pprof files for people and
-//! scripts; `parca import` writes saved pprof files as blocks into a store.
+//! scripts; `parca import` writes saved pprof files as blocks into a store; `parca compact`
+//! compacts the object store's blocks and applies its retention.
 
+mod compact_cmd;
 mod import_cmd;
 mod profile_cmd;
 mod server;
@@ -43,6 +45,9 @@ enum Command {
     /// Write pprof files (and directories of them) as complete blocks into a store, stopped or
     /// served: profiles of any age, named as /api/v1/write names them.
     Import(import_cmd::Args),
+    /// Compact the object store's blocks and apply its retention, once (for a bucket that no
+    /// server runs --objstore-compactor on).
+    Compact(compact_cmd::Args),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +55,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Profile(args)) => profile_cmd::run(&args),
         Some(Command::Import(args)) => import_cmd::run(&args),
+        Some(Command::Compact(args)) => compact_cmd::run(&args),
         None => server::run(cli.server),
     };
     match result {

@@ -106,9 +106,46 @@ pub struct ServerArgs {
     /// Least severe log level shown: error, warn, info or debug.
     #[arg(long, default_value = "info")]
     log_level: tracing::Level,
+    /// Run the object store's compactor and retention in this server. Exactly one process per
+    /// bucket may: two would merge the same blocks twice.
+    #[arg(long)]
+    objstore_compactor: bool,
+    /// How often the compactor passes over the bucket.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    objstore_compaction_interval: Duration,
+    #[command(flatten)]
+    objstore: ObjstoreArgs,
     /// Log line format.
     #[arg(long, default_value = "logfmt", value_parser = ["logfmt", "json"])]
     log_format: String,
+}
+
+/// How the object store (`object_storage`) is kept: its retention and compaction, applied by
+/// exactly one process per bucket (the server with `--objstore-compactor`, or `parca compact`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ObjstoreArgs {
+    /// How long the object store keeps blocks (0: forever), e.g. 365d.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub objstore_retention_time: Duration,
+    /// How long a block replaced by compaction or past retention stays readable before the
+    /// compactor deletes it (queries that opened it finish).
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    pub objstore_delete_delay: Duration,
+    /// The windows of the object store's compaction levels, smallest first.
+    #[arg(long, default_value = "1d,14d", value_delimiter = ',', value_parser = parse_duration)]
+    pub objstore_compaction_ranges: Vec<Duration>,
+}
+
+impl ObjstoreArgs {
+    /// The compactor's options.
+    pub fn compactor_options(&self) -> parca_objstore::CompactorOptions {
+        parca_objstore::CompactorOptions {
+            retention: (!self.objstore_retention_time.is_zero())
+                .then_some(self.objstore_retention_time),
+            delete_delay: self.objstore_delete_delay,
+            ranges: self.objstore_compaction_ranges.clone(),
+        }
+    }
 }
 
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, parca_api::ParamError> {
@@ -435,7 +472,19 @@ async fn serve(
                 reader_metrics,
             )
             .context("cannot start reading the object store")?;
-            tokio::spawn(read_bucket(reader, Arc::clone(&db)));
+            let compactor = args.objstore_compactor.then(|| Compacting {
+                bucket: bucket.clone(),
+                scratch: parca_objstore::scratch_dir(&args.storage_path),
+                options: args.objstore.compactor_options(),
+                every: args.objstore_compaction_interval,
+            });
+            if compactor.is_some() {
+                tracing::info!(
+                    bucket = bucket.description,
+                    "compacting the object store and applying its retention"
+                );
+            }
+            tokio::spawn(read_bucket(reader, Arc::clone(&db), compactor));
         }
         let shipper = parca_objstore::Shipper::new(bucket, &args.storage_path, labels, metrics)
             .context("cannot start shipping blocks")?;
@@ -508,10 +557,51 @@ async fn ship_blocks(mut shipper: parca_objstore::Shipper, db: Arc<parca_tsdb::D
     }
 }
 
+/// The compactor's part of the bucket loop.
+struct Compacting {
+    bucket: parca_objstore::Bucket,
+    scratch: PathBuf,
+    options: parca_objstore::CompactorOptions,
+    every: Duration,
+}
+
 /// Serves the object store's blocks beside the local ones, listing it every
 /// [`READ_BUCKET_EVERY`], for the life of the server.
-async fn read_bucket(mut reader: parca_objstore::BucketReader, db: Arc<parca_tsdb::Db>) {
+async fn read_bucket(
+    mut reader: parca_objstore::BucketReader,
+    db: Arc<parca_tsdb::Db>,
+    compactor: Option<Compacting>,
+) {
+    let mut last_compaction: Option<std::time::Instant> = None;
     loop {
+        if let Some(c) = &compactor
+            && last_compaction.is_none_or(|at| at.elapsed() >= c.every)
+        {
+            last_compaction = Some(std::time::Instant::now());
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as i64);
+            match parca_objstore::compact_bucket(
+                &c.bucket,
+                &mut reader,
+                &c.scratch,
+                &c.options,
+                now_ms,
+            )
+            .await
+            {
+                Ok(report) if !report.is_empty() => tracing::info!(
+                    compacted = report.compacted.len(),
+                    marked = report.marked.len(),
+                    deleted = report.deleted.len(),
+                    "object store compaction pass"
+                ),
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(%error, "object store compaction pass failed; it runs again later")
+                }
+            }
+        }
         match reader.sync().await {
             Ok(blocks) => {
                 db.set_remote_blocks(blocks);

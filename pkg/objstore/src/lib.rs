@@ -8,10 +8,14 @@
 //! local ones: their indexes cached on local disk, their profile data read by byte ranges.
 
 mod bucket;
+mod compactor;
 mod reader;
 mod shipper;
 
 pub use bucket::Bucket;
+pub use compactor::{
+    CompactionReport, CompactorOptions, DELETION_MARK, compact_bucket, scratch_dir,
+};
 pub use reader::{BucketReader, ReaderMetrics};
 pub use shipper::{SHIPPER_STATE_FILE, Shipper, ShipperMetrics};
 

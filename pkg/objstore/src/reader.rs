@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use futures_util::TryStreamExt as _;
 use object_store::ObjectStoreExt as _;
 use object_store::path::Path as ObjectPath;
 use parca_tsdb::{RangeRead, RemoteBlock};
@@ -104,32 +105,60 @@ impl BucketReader {
     }
 
     /// Lists the bucket's blocks, opens those not open yet (copying their small files), drops
-    /// those no longer in the bucket, and returns every block open now. A block without
+    /// those no longer in the bucket (or whose `meta.json` is gone: being deleted), and returns
+    /// every block open now. A block without
     /// `meta.json` is still being uploaded and is left for a later call; a block that cannot be
     /// read is set aside with a log naming it, and the others are served.
     pub async fn sync(&mut self) -> Result<Vec<RemoteBlock>, Error> {
-        let listing = self
+        // One listing of every object: which blocks have a `meta.json` (whole), and the size
+        // of their `profiles`.
+        let objects: Vec<object_store::ObjectMeta> = self
             .bucket
             .store
-            .list_with_delimiter(Some(&self.bucket.prefix))
+            .list(Some(&self.bucket.prefix))
+            .try_collect()
             .await
             .map_err(|source| Error::Upload {
                 object: self.bucket.prefix.to_string(),
                 source,
             })?;
-        let mut present = HashSet::new();
-        for dir in &listing.common_prefixes {
-            let Some(name) = dir.filename().map(str::to_owned) else {
+        let mut blocks: HashMap<String, (bool, Option<u64>)> = HashMap::new();
+        for object in &objects {
+            let Some(mut parts) = object.location.prefix_match(&self.bucket.prefix) else {
                 continue;
             };
-            if !is_block_name(&name) {
+            let (Some(name), Some(file)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let entry = blocks.entry(name.as_ref().to_owned()).or_default();
+            match file.as_ref() {
+                "meta.json" => entry.0 = true,
+                "profiles" => entry.1 = Some(object.size),
+                _ => {}
+            }
+        }
+        let mut present = HashSet::new();
+        for (name, (whole, profiles_size)) in blocks {
+            if !is_block_name(&name) || !whole {
                 continue;
             }
             present.insert(name.clone());
             if self.open.contains_key(&name) || self.unreadable.contains_key(&name) {
                 continue;
             }
-            match self.open_block(dir, &name).await {
+            let dir = self.bucket.path(&name);
+            let opened = match profiles_size {
+                Some(size) => self.open_block(&dir, &name, size).await,
+                None => Err(Error::Io {
+                    action: "read",
+                    path: format!("{}/{name}/profiles", self.bucket.description),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "the block has a meta.json but no profiles",
+                    ),
+                }),
+            };
+            match opened {
                 Ok(Some(block)) => {
                     tracing::info!(
                         block = name,
@@ -173,24 +202,18 @@ impl BucketReader {
 
     /// Copies a block's small files into the cache (unless there from before) and opens it;
     /// `None` while its `meta.json` is not in the bucket yet.
-    async fn open_block(&self, dir: &ObjectPath, name: &str) -> Result<Option<RemoteBlock>, Error> {
+    async fn open_block(
+        &self,
+        dir: &ObjectPath,
+        name: &str,
+        size: u64,
+    ) -> Result<Option<RemoteBlock>, Error> {
         let store = &self.bucket.store;
         let read_error = |object: &ObjectPath| {
             let object = object.to_string();
             move |source| Error::Upload { object, source }
         };
-        let meta = dir.clone().join("meta.json");
-        match store.head(&meta).await {
-            Ok(_) => {}
-            Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            Err(e) => return Err(read_error(&meta)(e)),
-        }
         let profiles = dir.clone().join("profiles");
-        let size = store
-            .head(&profiles)
-            .await
-            .map_err(read_error(&profiles))?
-            .size;
         let local = self.cache_dir.join(name);
         if !CACHED_FILES.iter().all(|f| local.join(f).is_file()) {
             let tmp = self.cache_dir.join(format!("{name}.tmp"));

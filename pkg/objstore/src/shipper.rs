@@ -160,7 +160,7 @@ impl Shipper {
             if self.retry.get(&block.name).is_some_and(|(at, _)| now < *at) {
                 continue;
             }
-            match upload_block(&self.bucket, block, &self.external_labels).await {
+            match upload_block(&self.bucket, &block.name, &block.dir, &self.external_labels).await {
                 Ok(bytes) => {
                     tracing::info!(
                         block = block.name,
@@ -232,9 +232,10 @@ impl Shipper {
 
 /// Uploads a block's files, then its `meta.json` with the external labels; returns the bytes
 /// sent.
-async fn upload_block(
+pub(crate) async fn upload_block(
     bucket: &Bucket,
-    block: &BlockInfo,
+    name: &str,
+    dir: &Path,
     external_labels: &BTreeMap<String, String>,
 ) -> Result<u64, Error> {
     let io = |action, path: &Path, source| Error::Io {
@@ -243,14 +244,10 @@ async fn upload_block(
         source,
     };
     let mut files = Vec::new();
-    let mut entries = tokio::fs::read_dir(&block.dir)
+    let mut entries = tokio::fs::read_dir(dir)
         .await
-        .map_err(|e| io("list", &block.dir, e))?;
-    while let Some(entry) = entries
-        .next_entry()
-        .await
-        .map_err(|e| io("list", &block.dir, e))?
-    {
+        .map_err(|e| io("list", dir, e))?;
+    while let Some(entry) = entries.next_entry().await.map_err(|e| io("list", dir, e))? {
         let name = entry.file_name().to_string_lossy().into_owned();
         if name != "meta.json" {
             files.push(name);
@@ -258,9 +255,9 @@ async fn upload_block(
     }
     files.sort();
     let mut bytes = 0;
-    for name in files {
-        let local = block.dir.join(&name);
-        let object = bucket.path(&format!("{}/{name}", block.name));
+    for file_name in files {
+        let local = dir.join(&file_name);
+        let object = bucket.path(&format!("{name}/{file_name}"));
         let mut file = tokio::fs::File::open(&local)
             .await
             .map_err(|e| io("open", &local, e))?;
@@ -286,8 +283,8 @@ async fn upload_block(
             },
         })?;
     }
-    let meta = parca_tsdb::meta_for_upload(&block.dir, external_labels)?;
-    let object = bucket.path(&format!("{}/meta.json", block.name));
+    let meta = parca_tsdb::meta_for_upload(dir, external_labels)?;
+    let object = bucket.path(&format!("{name}/meta.json"));
     bytes += meta.len() as u64;
     bucket
         .store
