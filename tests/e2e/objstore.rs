@@ -715,4 +715,25 @@ fn parca_compact_merges_the_buckets_blocks_and_deletes_the_replaced_ones_after_a
         before.len(),
         last.len()
     );
+
+    // Retention of one minute: every block ended longer ago; the first run marks them, the
+    // next (the delay past) deletes them.
+    let compact_with_retention = || {
+        let output = std::process::Command::new(parca_binary(false))
+            .args([
+                "compact",
+                "--objstore-retention-time=1m",
+                "--objstore-delete-delay=0s",
+            ])
+            .arg(format!("--config-path={}", config_path.display()))
+            .output()
+            .expect("run parca compact");
+        assert!(output.status.success());
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let marked = compact_with_retention();
+    assert_eq!(marked.matches("marked ").count(), last.len(), "{marked}");
+    let deleted = compact_with_retention();
+    assert_eq!(deleted.matches("deleted ").count(), last.len(), "{deleted}");
+    assert!(shipped_blocks(&bucket).is_empty());
 }
