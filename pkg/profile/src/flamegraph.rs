@@ -29,8 +29,6 @@ struct Node {
     /// [`FlameGrouping`]): 0, or the location (address grouping) or mapping (object file
     /// grouping) plus one.
     split: u32,
-    /// The location of a function node grouped by address or object file (the first seen).
-    at: Option<LocationId>,
     /// Source line when every merged occurrence has the same one, else 0.
     line: i64,
     total: i64,
@@ -167,6 +165,9 @@ pub struct FlameGraph<'a> {
     meta: &'a Meta,
     is_diff: bool,
     nodes: Vec<Node>,
+    /// Per node, when functions are grouped by address or object file: the location of a
+    /// function node (the first seen). `None` (no vector) otherwise, keeping nodes small.
+    at: Option<Vec<Option<LocationId>>>,
     /// Children of node `i` are `children[child_start[i]..child_start[i + 1]]`, sorted by name
     /// (one array for all nodes: trees of real profiles have hundreds of thousands of nodes).
     children: Vec<u32>,
@@ -193,13 +194,13 @@ impl<'a> FlameGraph<'a> {
                 parent: u32::MAX,
                 frame: FlameFrame::Root,
                 split: 0,
-                at: None,
                 line: 0,
                 total: 0,
                 self_value: 0,
                 base_total: 0,
                 base_self: 0,
             }],
+            at: (grouping != FlameGrouping::default()).then(|| vec![None]),
             children: Vec::new(),
             child_start: Vec::new(),
         };
@@ -324,11 +325,13 @@ impl<'a> FlameGraph<'a> {
             return idx;
         }
         let idx = self.nodes.len() as u32;
+        if let Some(at_of) = &mut self.at {
+            at_of.push(at);
+        }
         self.nodes.push(Node {
             parent,
             frame: key.0,
             split: key.1,
-            at,
             line,
             total: 0,
             self_value: 0,
@@ -360,7 +363,10 @@ impl<'a> FlameGraph<'a> {
             FlameFrame::Root => (None, None),
             FlameFrame::Function(f) => (
                 Some(self.tables.function(f)),
-                node.at.map(|l| self.tables.location_address(l)),
+                self.at
+                    .as_ref()
+                    .and_then(|at| at[index as usize])
+                    .map(|l| self.tables.location_address(l)),
             ),
             FlameFrame::Address(l) => (None, Some(self.tables.location_address(l))),
         };
