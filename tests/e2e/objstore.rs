@@ -525,14 +525,23 @@ fn the_bucket_is_read_when_local_copies_are_gone_and_by_other_servers() {
     );
     assert_eq!(from_bucket, 3 * one);
 
-    // Another server, with an empty store of its own, reads the same bucket: the same numbers,
-    // fetching only the chunks of the series asked for.
+    // A stateless reader (`--mode=query`) of the same bucket: the same numbers, fetching only
+    // the chunks of the series asked for; it takes no pushes.
     let reader = Server::start_with_storage(
         &parca_binary(false),
         Some(&work.path().join("reader")),
-        &[],
+        &["--mode=query"],
         |_| config(&bucket),
     );
+    let refused = http_request(
+        reader.addr,
+        "POST",
+        "/api/v1/write?__name__=process_cpu&job=x",
+        &profile_at(now),
+        Duration::from_secs(30),
+    )
+    .expect("push");
+    assert_eq!(refused.status, 403, "{}", refused.text());
     poll(
         "the second server to open the bucket's blocks",
         Duration::from_secs(60),
@@ -736,4 +745,27 @@ fn parca_compact_merges_the_buckets_blocks_and_deletes_the_replaced_ones_after_a
     let deleted = compact_with_retention();
     assert_eq!(deleted.matches("deleted ").count(), last.len(), "{deleted}");
     assert!(shipped_blocks(&bucket).is_empty());
+}
+
+#[test]
+fn query_mode_without_a_bucket_refuses_to_start_saying_why() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let config_path = work.path().join("parca.yaml");
+    std::fs::write(&config_path, "scrape_configs: []\n").expect("config");
+    let output = std::process::Command::new(parca_binary(false))
+        .arg("--mode=query")
+        .arg(format!("--config-path={}", config_path.display()))
+        .arg(format!(
+            "--storage-path={}",
+            work.path().join("data").display()
+        ))
+        .arg("--http-address=127.0.0.1:0")
+        .output()
+        .expect("run parca");
+    assert!(!output.status.success());
+    let text = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        text.contains("--mode=query serves the blocks of object_storage"),
+        "{text}"
+    );
 }

@@ -106,6 +106,11 @@ pub struct ServerArgs {
     /// Least severe log level shown: error, warn, info or debug.
     #[arg(long, default_value = "info")]
     log_level: tracing::Level,
+    /// `all`: scrape, take pushes, store, ship and serve. `query`: a stateless reader of the
+    /// object store (`object_storage`): it serves every block of the bucket and nothing else:
+    /// no scrapes, no pushes, no shipping; `--storage-path` is only its cache.
+    #[arg(long, default_value = "all", value_parser = ["all", "query"])]
+    mode: String,
     /// Run the object store's compactor and retention in this server. Exactly one process per
     /// bucket may: two would merge the same blocks twice.
     #[arg(long)]
@@ -387,7 +392,7 @@ async fn serve(
         heap_profile: Some(parca_selfprof::heap_profile),
         security: Arc::new(security),
         lifecycle: args.web_enable_lifecycle,
-        push: args.web_enable_push,
+        push: args.web_enable_push && args.mode != "query",
         self_pprof: args.web_enable_pprof,
         max_concurrent_requests: args.web_max_concurrent_requests.max(1),
         max_body_bytes: usize::try_from(args.web_max_request_body_size).unwrap_or(usize::MAX),
@@ -414,6 +419,13 @@ async fn serve(
         let config = control.config.lock().expect("config lock");
         shipping_bucket(&config, &args.storage_path)?
     };
+    let query_mode = args.mode == "query";
+    if query_mode && bucket.is_none() {
+        anyhow::bail!(
+            "--mode=query serves the blocks of object_storage, and `{}` names none (or names the store's own directory)",
+            args.config_path.display()
+        );
+    }
     let shipper_metrics = bucket
         .as_ref()
         .map(|_| parca_objstore::ShipperMetrics::register(&mut registry));
@@ -486,18 +498,27 @@ async fn serve(
             }
             tokio::spawn(read_bucket(reader, Arc::clone(&db), compactor));
         }
-        let shipper = parca_objstore::Shipper::new(bucket, &args.storage_path, labels, metrics)
-            .context("cannot start shipping blocks")?;
-        tracing::info!(
-            bucket = shipper.bucket().description,
-            shipped_before = shipper.shipped().count(),
-            "shipping blocks to the object store; local compaction is off"
-        );
-        tokio::spawn(ship_blocks(shipper, Arc::clone(&db)));
+        if query_mode {
+            tracing::info!(
+                bucket = bucket.description,
+                "query mode: serving the object store's blocks; no scrapes, pushes or shipping"
+            );
+        } else {
+            let shipper = parca_objstore::Shipper::new(bucket, &args.storage_path, labels, metrics)
+                .context("cannot start shipping blocks")?;
+            tracing::info!(
+                bucket = shipper.bucket().description,
+                shipped_before = shipper.shipped().count(),
+                "shipping blocks to the object store; local compaction is off"
+            );
+            tokio::spawn(ship_blocks(shipper, Arc::clone(&db)));
+        }
     }
     let scrape = parca_scrape::Manager::new(db.clone(), Default::default(), scrape_metrics);
-    scrape.apply(&control.config.lock().expect("config lock"));
-    let _ = control.scrape.set(Arc::clone(&scrape));
+    if !query_mode {
+        scrape.apply(&control.config.lock().expect("config lock"));
+        let _ = control.scrape.set(Arc::clone(&scrape));
+    }
 
     wait_for_signals(&control).await?;
     tracing::info!("shutting down: stopping scrapes, then the HTTP server");
