@@ -556,13 +556,13 @@ fn the_bucket_is_read_when_local_copies_are_gone_and_by_other_servers() {
     assert_eq!(cpu_total(&reader, "job=\"b\"", start, end), 3 * one);
     let fetched = metric(&reader, "parca_bucket_fetched_bytes_total") - before;
     let total = profile_bytes_in(&bucket) as f64;
-    println!(
+    crate::agent::say(&format!(
         "bucket reads: {} blocks, {} of {} bytes of profile data fetched for two series, index and symbols cached: {} bytes",
         shipped.len(),
         fetched,
         total,
         metric(&reader, "parca_bucket_cached_bytes")
-    );
+    ));
     assert!(fetched > 0.0 && fetched <= total, "{fetched} of {total}");
     // One series of the two: about half the data, not every block whole.
     let before = metric(&reader, "parca_bucket_fetched_bytes_total");
@@ -600,7 +600,7 @@ fn the_bucket_is_read_when_local_copies_are_gone_and_by_other_servers() {
         Duration::from_secs(60),
         Duration::from_millis(500),
         || match metric(&reader, "parca_bucket_unreadable_blocks") {
-            n if n == 1.0 => Ok(()),
+            1.0 => Ok(()),
             n => Err(format!("{n}: {}", reader.process.log_tail())),
         },
     );
@@ -719,11 +719,11 @@ fn parca_compact_merges_the_buckets_blocks_and_deletes_the_replaced_ones_after_a
         },
     );
     assert_eq!(cpu_total(&reader, "job=\"a\"", start, end), 5 * one);
-    println!(
+    crate::agent::say(&format!(
         "parca compact: {} blocks became {}",
         before.len(),
         last.len()
-    );
+    ));
 
     // Retention of one minute: every block ended longer ago; the first run marks them, the
     // next (the delay past) deletes them.
