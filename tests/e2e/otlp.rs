@@ -8,28 +8,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
-use crate::server_harness::{Server, encode, outside_target, parca_binary, skip, tests_dir};
+use crate::server_harness::{Server, encode, outside_target, parca_binary, run_json_script, skip};
 
 /// Runs `send.py` with `args`; its one line of JSON.
 fn send(python: &Path, args: &[&str]) -> serde_json::Value {
-    let output = Command::new(python)
-        .arg(tests_dir().join("targets/python-otlp/send.py"))
-        .args(args)
-        .output()
-        .expect("run send.py");
-    assert!(
-        output.status.success(),
-        "send.py {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "send.py printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    run_json_script(python, "python-otlp/send.py", &args)
 }
 
 /// Function → (flat, cum) of the merged CPU samples of `service`.

@@ -9,43 +9,32 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
-use crate::server_harness::{Server, encode, outside_target, parca_binary, skip, tests_dir};
+use crate::server_harness::{Server, encode, outside_target, parca_binary, run_json_script, skip};
 
 /// Runs `write_arrow.py` against `server` with `args`; its one line of JSON.
 fn write(python: &Path, server: &Server, time_ns: i64, args: &[&str]) -> serde_json::Value {
-    let output = Command::new(python)
-        .arg(tests_dir().join("targets/python-arrow/write_arrow.py"))
-        .arg(server.addr.to_string())
-        .arg(time_ns.to_string())
-        .args(args)
-        .output()
-        .expect("run write_arrow.py");
-    assert!(
-        output.status.success(),
-        "write_arrow.py {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "write_arrow.py printed no JSON ({e}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
+    let mut all = vec![server.addr.to_string(), time_ns.to_string()];
+    all.extend(args.iter().map(|a| (*a).to_owned()));
+    run_json_script(python, "python-arrow/write_arrow.py", &all)
 }
 
 const CPU: &str = "parca_agent:samples:count:cpu:nanoseconds:delta";
 
+/// `/api/v1/query` for the merge of a minute of `selector` sent at `time_ms`, in `format`.
+fn merged_minute(format: &str, selector: &str, time_ms: i64) -> String {
+    let query = format!("merge({CPU}{{{selector}}}[1m])");
+    format!(
+        "/api/v1/query?format={format}&query={}&time={}",
+        encode(&query),
+        (time_ms + 30_000) as f64 / 1000.0
+    )
+}
+
 /// Function → (flat, cum) of the merged samples of `selector` around `time_ms`.
 fn top(server: &Server, selector: &str, time_ms: i64) -> BTreeMap<String, (i64, i64)> {
-    let query = format!("merge({CPU}{{{selector}}}[1m])");
     let data = server
-        .api(&format!(
-            "/api/v1/query?format=top&query={}&time={}",
-            encode(&query),
-            (time_ms + 30_000) as f64 / 1000.0
-        ))
+        .api(&merged_minute("top", selector, time_ms))
         .expect("query");
     data["rows"]
         .as_array()
@@ -84,13 +73,9 @@ fn check_report(server: &Server, node: &str, time_ms: i64) {
     assert_eq!(gzip.get("[gzip]"), Some(&(5, 7)), "{gzip:?}");
     assert_eq!(gzip.len(), 3, "{gzip:?}");
     // In the pprof they keep their addresses in gzip's mapping, with its build id.
-    let query = format!("merge({CPU}{{node=\"{node}\", comm=\"gzip\"}}[1m])");
+    let gzip_selector = format!("node=\"{node}\", comm=\"gzip\"");
     let response = server
-        .get(&format!(
-            "/api/v1/query?format=pprof&query={}&time={}",
-            encode(&query),
-            (time_ms + 30_000) as f64 / 1000.0
-        ))
+        .get(&merged_minute("pprof", &gzip_selector, time_ms))
         .expect("pprof");
     assert_eq!(response.status, 200, "{}", response.text());
     let pprof = parca_pprof::decode(&response.body, &Default::default()).expect("pprof decodes");

@@ -59,6 +59,27 @@ pub fn outside_target(which: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(path))
 }
 
+/// Runs the target script `script` (a path under `tests/targets/`) with `python` and `args`,
+/// and returns the one line of JSON it prints; panics with its output when it fails.
+pub fn run_json_script(python: &Path, script: &str, args: &[String]) -> serde_json::Value {
+    let output = Command::new(python)
+        .arg(tests_dir().join("targets").join(script))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
+    assert!(
+        output.status.success(),
+        "{script} {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{script} printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
 /// The `parca` binary: `$PARCA_BIN`, else built now with the cargo that builds this crate
 /// (`--release` when `release`, for the benchmark; the tests use the dev profile).
 pub fn parca_binary(release: bool) -> PathBuf {

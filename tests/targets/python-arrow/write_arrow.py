@@ -35,31 +35,36 @@ HZ = 19
 PERIOD = 1_000_000_000 // HZ
 
 
-def ree(values, value_type):
-    """A run-end encoded array of `values` (one run per change)."""
-    ends, runs = [], []
+def runs(values):
+    """Run ends and run values of `values` (one run per change)."""
+    ends, values_of_runs = [], []
     for i, v in enumerate(values):
-        if runs and runs[-1] == v:
+        if values_of_runs and values_of_runs[-1] == v:
             ends[-1] = i + 1
         else:
-            runs.append(v)
+            values_of_runs.append(v)
             ends.append(i + 1)
-    return pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), pa.array(runs, value_type))
+    return pa.array(ends, pa.int32()), values_of_runs
+
+
+def ree(values, value_type):
+    """A run-end encoded array of `values`."""
+    ends, values_of_runs = runs(values)
+    return pa.RunEndEncodedArray.from_arrays(ends, pa.array(values_of_runs, value_type))
+
+
+def binary_dictionary(values):
+    """Dictionary<UInt32, Binary> of `values` (str or bytes; None stays null)."""
+    encode = lambda v: v.encode() if isinstance(v, str) else v
+    distinct = sorted({encode(v) for v in values if v is not None})
+    keys = pa.array([None if v is None else distinct.index(encode(v)) for v in values], pa.uint32())
+    return pa.DictionaryArray.from_arrays(keys, pa.array(distinct, pa.binary()))
 
 
 def label_column(values):
     """RunEndEncoded<Int32, Dictionary<UInt32, Binary>>, null where a row has no such label."""
-    ends, runs = [], []
-    for i, v in enumerate(values):
-        if runs and runs[-1] == v:
-            ends[-1] = i + 1
-        else:
-            runs.append(v)
-            ends.append(i + 1)
-    distinct = sorted({v for v in runs if v is not None})
-    keys = pa.array([None if v is None else distinct.index(v) for v in runs], pa.uint32())
-    dictionary = pa.DictionaryArray.from_arrays(keys, pa.array([v.encode() for v in distinct], pa.binary()))
-    return pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), dictionary)
+    ends, values_of_runs = runs(values)
+    return pa.RunEndEncodedArray.from_arrays(ends, binary_dictionary(values_of_runs))
 
 
 FUNCTION = pa.struct([
@@ -183,22 +188,8 @@ def stack_id(stack):
 
 
 def dict_ree(values):
-    """RunEndEncoded<Int32, Dictionary<UInt32, Binary>> of strings: v1's string columns."""
+    """RunEndEncoded<Int32, Dictionary<UInt32, Binary>>: v1's string and id columns."""
     return label_column(values)
-
-
-def bytes_ree(values):
-    ends, runs = [], []
-    for i, v in enumerate(values):
-        if runs and runs[-1] == v:
-            ends[-1] = i + 1
-        else:
-            runs.append(v)
-            ends.append(i + 1)
-    distinct = sorted(set(runs))
-    keys = pa.array([distinct.index(v) for v in runs], pa.uint32())
-    dictionary = pa.DictionaryArray.from_arrays(keys, pa.array(distinct, pa.binary()))
-    return pa.RunEndEncodedArray.from_arrays(pa.array(ends, pa.int32()), dictionary)
 
 
 def v1_samples(time_ns, node, broken=None):
@@ -207,7 +198,7 @@ def v1_samples(time_ns, node, broken=None):
         "labels.comm": label_column([r[1] for r in ROWS]),
         "labels.node": label_column([node] * n),
         "labels.thread_name": label_column([r[2] for r in ROWS]),
-        "stacktrace_id": bytes_ree([stack_id(r[0]) for r in ROWS]),
+        "stacktrace_id": dict_ree([stack_id(r[0]) for r in ROWS]),
         "value": pa.array([r[3] for r in ROWS], pa.int64()),
         "producer": dict_ree(["parca_agent"] * n),
         "sample_type": dict_ree(["samples"] * n),
@@ -242,13 +233,10 @@ def v1_locations(ids):
     for f in frames:
         lines.extend(FRAMES[f][4])
         line_offsets.append(len(lines))
-    def dictionary(values):
-        distinct = sorted(set(values))
-        return pa.DictionaryArray.from_arrays(pa.array([distinct.index(v) for v in values], pa.uint32()), pa.array([v.encode() for v in distinct], pa.binary()))
     line_structs = pa.StructArray.from_arrays(
         [pa.array([l[2] for l in lines], pa.int64()),
-         dictionary([l[0] for l in lines]),
-         dictionary([l[0] for l in lines]),
+         binary_dictionary([l[0] for l in lines]),
+         binary_dictionary([l[0] for l in lines]),
          dict_ree([l[1] for l in lines]) if lines else pa.array([], V1_LINE.field("function_filename").type),
          pa.array([0] * len(lines), pa.int64())],
         fields=list(V1_LINE))
