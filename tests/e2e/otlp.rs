@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::server_harness::{Server, encode, outside_target, parca_binary, run_json_script, skip};
+use crate::server_harness::{
+    Server, encode, outside_target, parca_binary, run_json_script, skip, top_rows,
+};
 
 /// Runs `send.py` with `args`; its one line of JSON.
 fn send(python: &Path, args: &[&str]) -> serde_json::Value {
@@ -26,17 +28,7 @@ fn top(server: &Server, service: &str) -> Result<BTreeMap<String, (i64, i64)>, S
         "/api/v1/query?format=top&query={}",
         encode(&query)
     ))?;
-    Ok(data["rows"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| {
-            Some((
-                r["name"].as_str()?.to_owned(),
-                (r["flat"].as_i64()?, r["cum"].as_i64()?),
-            ))
-        })
-        .collect())
+    Ok(top_rows(&data))
 }
 
 #[test]

@@ -10,7 +10,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::server_harness::{Server, encode, outside_target, parca_binary, run_json_script, skip};
+use crate::server_harness::{
+    Server, encode, outside_target, parca_binary, run_json_script, skip, top_rows,
+};
 
 /// Runs `write_arrow.py` against `server` with `args`; its one line of JSON.
 fn write(python: &Path, server: &Server, time_ns: i64, args: &[&str]) -> serde_json::Value {
@@ -36,17 +38,7 @@ fn top(server: &Server, selector: &str, time_ms: i64) -> BTreeMap<String, (i64, 
     let data = server
         .api(&merged_minute("top", selector, time_ms))
         .expect("query");
-    data["rows"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| {
-            Some((
-                r["name"].as_str()?.to_owned(),
-                (r["flat"].as_i64()?, r["cum"].as_i64()?),
-            ))
-        })
-        .collect()
+    top_rows(&data)
 }
 
 fn series(server: &Server, selector: &str) -> Vec<serde_json::Value> {

@@ -59,6 +59,21 @@ pub fn outside_target(which: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(path))
 }
 
+/// Function → (flat, cum) of a `format=top` answer's `data`.
+pub fn top_rows(data: &serde_json::Value) -> std::collections::BTreeMap<String, (i64, i64)> {
+    data["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| {
+            Some((
+                r["name"].as_str()?.to_owned(),
+                (r["flat"].as_i64()?, r["cum"].as_i64()?),
+            ))
+        })
+        .collect()
+}
+
 /// Runs the target script `script` (a path under `tests/targets/`) with `python` and `args`,
 /// and returns the one line of JSON it prints; panics with its output when it fails.
 pub fn run_json_script(python: &Path, script: &str, args: &[String]) -> serde_json::Value {
