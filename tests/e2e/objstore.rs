@@ -317,6 +317,39 @@ fn blocks_are_shipped_to_an_s3_compatible_server() {
         String::from_utf8_lossy(&read.stderr)
     );
 
+    // A stateless reader of the S3 bucket answers over the shipped blocks as the shipping
+    // server does: ranges of the objects read over S3's protocol.
+    poll(
+        "two blocks in the S3 bucket",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || match s3_keys(port, "parca/")
+            .iter()
+            .filter(|k| k.ends_with("/meta.json"))
+            .count()
+        {
+            n if n >= 2 => Ok(()),
+            n => Err(format!("{n}")),
+        },
+    );
+    let reader = Server::start(&parca_binary(false), &["--mode=query"], |_| config.clone());
+    poll(
+        "the reader to open the S3 bucket's blocks",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || match metric(&reader, "parca_bucket_blocks") {
+            n if n >= 2.0 => Ok(()),
+            n => Err(format!("{n}: {}", reader.process.log_tail())),
+        },
+    );
+    // The two oldest pushes, in the first two blocks.
+    let (start, end) = (now - 200_000, now - 110_000);
+    let shipped = cpu_total(&server, "job=\"s3\"", start, end);
+    assert!(shipped > 0);
+    assert_eq!(cpu_total(&reader, "job=\"s3\"", start, end), shipped);
+    assert!(metric(&reader, "parca_bucket_fetched_ranges_total") >= 1.0);
+    drop(reader);
+
     // The S3 server goes away: new blocks wait on local disk, counted as failures; when a
     // server is back (empty: moto keeps nothing), they are shipped.
     drop(s3);
