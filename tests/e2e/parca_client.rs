@@ -149,6 +149,37 @@ fn parcas_own_client_writes_and_reads_over_grpc_web_and_grpc() {
             let theirs = http_total(&server, &selector, start, end);
             assert_eq!(row["cumulative"], theirs, "{transport}: {worker}: {got}");
         }
+        // Single mode at the pushed profile's time: the profiles then, as our API's instant
+        // query gives them.
+        let at = server
+            .api(&format!(
+                "/api/v1/query?format=top&query={}&time={}",
+                encode(&selector),
+                now_ms as f64 / 1000.0
+            ))
+            .expect("instant query");
+        assert_eq!(got["single"]["total"], at["total"], "{transport}: {got}");
+        assert_eq!(got["single"]["total"], expected, "{transport}: {got}");
+        // Diff of the window against itself, absolute and relative: every row's diff is 0.
+        for d in got["diffs"].as_array().expect("diffs") {
+            assert_eq!(d["total"], expected, "{transport}: {d}");
+            assert_eq!(d["rows"], got["top"]["rows"], "{transport}: {d}");
+            assert_eq!(d["nonzero"], 0, "{transport}: {d}");
+        }
+        // Trimmed at 5%: fewer rows, the left-out value counted, the root's total unchanged.
+        assert!(
+            got["trimmed"]["rows"].as_i64() < got["flameArrow"]["rows"].as_i64(),
+            "{transport}: {got}"
+        );
+        assert!(
+            got["trimmed"]["trimmed"].as_i64().unwrap_or(0) > 0,
+            "{transport}: {got}"
+        );
+        assert_eq!(
+            got["trimmed"]["rootCumulative"], expected,
+            "{transport}: {got}"
+        );
+        assert_eq!(got["hasData"], true, "{transport}: {got}");
         assert_eq!(got["tableArrow"]["total"], expected, "{transport}: {got}");
         assert_eq!(got["tableArrow"]["flat"], expected, "{transport}: {got}");
         assert_eq!(

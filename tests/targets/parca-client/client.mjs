@@ -32,6 +32,13 @@ const transport = transportName === 'grpc'
 const queries = new QueryServiceClient(transport);
 const store = new ProfileStoreServiceClient(transport);
 
+/**
+ * A copy of an Arrow IPC buffer in memory of its own. Native gRPC hands out Node Buffers, views
+ * into a shared pool at any offset (and Buffer.slice makes another view), which the Arrow reader
+ * cannot lay 32-bit arrays over; a browser's gRPC-web has no such pool.
+ */
+const copied = (bytes) => Uint8Array.from(bytes);
+
 async function main() {
   const name = 'parca_client_cpu';
   await store.writeRaw({
@@ -70,7 +77,7 @@ async function main() {
   const flameArrow = await merge(QueryRequest_ReportType.FLAMEGRAPH_ARROW);
   // flechette reads Int32 buffers in place: the record is copied out of the message, whose
   // bytes sit at any offset of the response.
-  const flameTable = tableFromIPC(flameArrow.report.flamegraphArrow.record.slice(), { useBigInt: true });
+  const flameTable = tableFromIPC(copied(flameArrow.report.flamegraphArrow.record), { useBigInt: true });
   const arrowNames = flameTable.getChild('function_name').toArray()
     .map((v) => (v == null ? null : new TextDecoder().decode(v)));
   // Grouped by a label: a `labels_only` row per worker under the root, as Parca's UI draws it.
@@ -81,7 +88,7 @@ async function main() {
     groupBy: { fields: ['function_name', 'labels.worker'] },
     filter: [],
   }).response;
-  const workerTable = tableFromIPC(byWorker.report.flamegraphArrow.record.slice(), { useBigInt: true });
+  const workerTable = tableFromIPC(copied(byWorker.report.flamegraphArrow.record), { useBigInt: true });
   const labelRows = [];
   {
     const only = workerTable.getChild('labels_only').toArray();
@@ -91,8 +98,44 @@ async function main() {
       if (only[i]) labelRows.push({ worker: worker[i] == null ? null : new TextDecoder().decode(worker[i]), cumulative: Number(cumulative[i]) });
     }
   }
+  // Single mode: the profiles at one time (the pushed one's).
+  const atTime = Timestamp.fromDate(new Date(Number(timeMs)));
+  const single = await queries.query({
+    mode: QueryRequest_Mode.SINGLE_UNSPECIFIED,
+    options: { oneofKind: 'single', single: { query: selector, time: atTime } },
+    reportType: QueryRequest_ReportType.TOP,
+    filter: [],
+  }).response;
+  // Diff mode, absolute and relative: the window against itself (every node's diff 0).
+  const side = { mode: 1, options: { oneofKind: 'merge', merge: { query: selector, start, end } } };
+  const diff = async (absolute) => (await queries.query({
+    mode: QueryRequest_Mode.DIFF,
+    options: { oneofKind: 'diff', diff: { a: side, b: side, absolute } },
+    reportType: QueryRequest_ReportType.TOP,
+    filter: [],
+  }).response);
+  const diffs = [];
+  for (const absolute of [true, false]) {
+    const d = await diff(absolute);
+    diffs.push({
+      absolute,
+      total: Number(d.total),
+      rows: d.report.top.list.length,
+      nonzero: d.report.top.list.filter((r) => Number(r.diff) !== 0).length,
+    });
+  }
+  // Trimming: nodes under 5% of the total left out of the Arrow flame graph, and counted.
+  const trimmedArrow = await queries.query({
+    mode: QueryRequest_Mode.MERGE,
+    options: { oneofKind: 'merge', merge: { query: selector, start, end } },
+    reportType: QueryRequest_ReportType.FLAMEGRAPH_ARROW,
+    nodeTrimThreshold: 5,
+    filter: [],
+  }).response;
+  const trimmedTable = tableFromIPC(copied(trimmedArrow.report.flamegraphArrow.record), { useBigInt: true });
+  const { response: hasData } = await queries.hasProfileData({});
   const tableArrow = await merge(QueryRequest_ReportType.TABLE_ARROW);
-  const table = tableFromIPC(tableArrow.report.tableArrow.record.slice(), { useBigInt: true });
+  const table = tableFromIPC(copied(tableArrow.report.tableArrow.record), { useBigInt: true });
   const flat = table.getChild('flat').toArray().reduce((a, v) => a + Number(v), 0);
   const metadata = await merge(QueryRequest_ReportType.PROFILE_METADATA);
   const filtered = await queries.query({
@@ -202,6 +245,14 @@ async function main() {
     },
     tableArrow: { total: Number(tableArrow.total), rows: table.numRows, flat },
     byWorker: { total: Number(byWorker.total), labelRows },
+    single: { total: Number(single.total) },
+    diffs,
+    trimmed: {
+      rows: trimmedTable.numRows,
+      trimmed: Number(trimmedArrow.report.flamegraphArrow.trimmed),
+      rootCumulative: Number(trimmedTable.getChild('cumulative').at(0)),
+    },
+    hasData: hasData.hasData,
     sandwich: { total: Number(sandwich.total) },
     onlyLibc: {
       total: Number(onlyLibc.total),
