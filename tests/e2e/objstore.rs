@@ -584,6 +584,12 @@ fn the_bucket_is_read_when_local_copies_are_gone_and_by_other_servers() {
             n => Err(format!("{n} of {}", shipped.len())),
         },
     );
+    let status = reader.api("/api/v1/status/tsdb").expect("status");
+    assert!(
+        status["bucketBlocks"].as_u64().unwrap_or(0) >= shipped.len() as u64,
+        "{status}"
+    );
+    assert_eq!(status["blocks"], 0, "{status}");
     let before = metric(&reader, "parca_bucket_fetched_bytes_total");
     assert_eq!(cpu_total(&reader, "job=\"a\"", start, end), 3 * one);
     assert_eq!(cpu_total(&reader, "job=\"b\"", start, end), 3 * one);

@@ -114,6 +114,8 @@ pub struct Stats {
     pub head_sample_bytes: u64,
     /// Immutable blocks on disk.
     pub n_blocks: usize,
+    /// Blocks of an object store served beside them ([`Db::set_remote_blocks`]).
+    pub n_remote_blocks: usize,
     /// Bytes of the blocks' files on disk.
     pub block_bytes: u64,
     /// Bytes of the write-ahead log on disk.
@@ -488,6 +490,12 @@ impl Db {
             n_head_samples,
             head_sample_bytes: head.totals.sample_bytes as u64,
             n_blocks: blocks.len(),
+            n_remote_blocks: self
+                .inner
+                .remote
+                .read()
+                .expect("remote blocks lock poisoned")
+                .len(),
             block_bytes: blocks.iter().map(|b| b.size_bytes).sum(),
             wal_bytes: 0,
             n_quarantined: self

@@ -420,6 +420,11 @@ async fn serve(
         shipping_bucket(&config, &args.storage_path)?
     };
     let query_mode = args.mode == "query";
+    if args.objstore_compactor && bucket.is_none() {
+        tracing::warn!(
+            "--objstore-compactor has no bucket to compact: parca.yaml has no object_storage (or it names the store's own directory)"
+        );
+    }
     if query_mode && bucket.is_none() {
         anyhow::bail!(
             "--mode=query serves the blocks of object_storage, and `{}` names none (or names the store's own directory)",

@@ -181,6 +181,7 @@ pub(crate) async fn tsdb_status(api: &Arc<Api>) -> Result<Response<Body>, ApiErr
         "profiles": stats.n_profiles,
         "samples": stats.n_samples,
         "blocks": stats.n_blocks,
+        "bucketBlocks": stats.n_remote_blocks,
         "blockBytes": stats.block_bytes,
         "walBytes": stats.wal_bytes,
         "quarantinedBlocks": stats.n_quarantined,
