@@ -246,13 +246,9 @@ fn block_name(dir: &Path) -> String {
 /// When block `name` was marked for deletion (Unix seconds), if it was.
 async fn deletion_time(bucket: &Bucket, name: &str) -> Result<Option<i64>, Error> {
     let object = bucket.path(&format!("{name}/{DELETION_MARK}"));
-    let read = |source| Error::Upload {
-        object: object.to_string(),
-        source,
-    };
     match bucket.store.get(&object).await {
         Ok(got) => {
-            let bytes = got.bytes().await.map_err(read)?;
+            let bytes = got.bytes().await.map_err(crate::access("read", &object))?;
             let mark: DeletionMark = serde_json::from_slice(&bytes).map_err(|e| Error::State {
                 path: object.to_string(),
                 why: e.to_string(),
@@ -260,7 +256,7 @@ async fn deletion_time(bucket: &Bucket, name: &str) -> Result<Option<i64>, Error
             Ok(Some(mark.deletion_time))
         }
         Err(object_store::Error::NotFound { .. }) => Ok(None),
-        Err(e) => Err(read(e)),
+        Err(e) => Err(crate::access("read", &object)(e)),
     }
 }
 
@@ -277,35 +273,28 @@ async fn mark(bucket: &Bucket, name: &str, now_ms: i64) -> Result<(), Error> {
         .put(&object, PutPayload::from(bytes))
         .await
         .map(|_| ())
-        .map_err(|source| Error::Upload {
-            object: object.to_string(),
-            source,
-        })
+        .map_err(crate::access("write", &object))
 }
 
 /// Deletes every object of block `name`, its `meta.json` first so that no reader takes what is
 /// left for a block.
 async fn delete_block(bucket: &Bucket, name: &str) -> Result<(), Error> {
     let prefix = bucket.path(name);
-    let failed = |object: &object_store::path::Path| {
-        let object = object.to_string();
-        move |source| Error::Upload { object, source }
-    };
     let meta = bucket.path(&format!("{name}/meta.json"));
     match bucket.store.delete(&meta).await {
         Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-        Err(e) => return Err(failed(&meta)(e)),
+        Err(e) => return Err(crate::access("delete", &meta)(e)),
     }
     let objects: Vec<object_store::ObjectMeta> = bucket
         .store
         .list(Some(&prefix))
         .try_collect()
         .await
-        .map_err(failed(&prefix))?;
+        .map_err(crate::access("list", &prefix))?;
     for object in objects {
         match bucket.store.delete(&object.location).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(failed(&object.location)(e)),
+            Err(e) => return Err(crate::access("delete", &object.location)(e)),
         }
     }
     Ok(())

@@ -19,7 +19,7 @@ pub use compactor::{
 pub use reader::{BucketReader, ReaderMetrics};
 pub use shipper::{SHIPPER_STATE_FILE, Shipper, ShipperMetrics};
 
-/// Why a bucket cannot be opened or a block not shipped.
+/// Why a bucket cannot be opened, a block not shipped, or the bucket not read or kept.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The configuration names a provider this server cannot reach.
@@ -51,6 +51,16 @@ pub enum Error {
         /// The provider's error.
         source: object_store::Error,
     },
+    /// A listing, read, write or deletion in the bucket failed (other than an upload).
+    #[error("cannot {action} `{object}` in the bucket: {source}")]
+    Access {
+        /// What was being done: `list`, `read`, `write`, `delete`.
+        action: &'static str,
+        /// The object (or prefix).
+        object: String,
+        /// The provider's error.
+        source: object_store::Error,
+    },
     /// A local file could not be read or written.
     #[error("cannot {action} `{path}`: {source}")]
     Io {
@@ -72,4 +82,17 @@ pub enum Error {
         /// What is wrong.
         why: String,
     },
+}
+
+/// The error of `action` on `object` in the bucket, for `map_err`.
+pub(crate) fn access(
+    action: &'static str,
+    object: &object_store::path::Path,
+) -> impl FnOnce(object_store::Error) -> Error {
+    let object = object.to_string();
+    move |source| Error::Access {
+        action,
+        object,
+        source,
+    }
 }

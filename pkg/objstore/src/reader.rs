@@ -118,10 +118,7 @@ impl BucketReader {
             .list(Some(&self.bucket.prefix))
             .try_collect()
             .await
-            .map_err(|source| Error::Upload {
-                object: self.bucket.prefix.to_string(),
-                source,
-            })?;
+            .map_err(crate::access("list", &self.bucket.prefix))?;
         let mut blocks: HashMap<String, (bool, Option<u64>)> = HashMap::new();
         for object in &objects {
             let Some(mut parts) = object.location.prefix_match(&self.bucket.prefix) else {
@@ -159,7 +156,7 @@ impl BucketReader {
                 }),
             };
             match opened {
-                Ok(Some(block)) => {
+                Ok(block) => {
                     tracing::info!(
                         block = name,
                         bucket = self.bucket.description,
@@ -167,7 +164,6 @@ impl BucketReader {
                     );
                     self.open.insert(name, block);
                 }
-                Ok(None) => {}
                 Err(error) => {
                     tracing::error!(
                         block = name,
@@ -200,19 +196,15 @@ impl BucketReader {
         Ok(self.open.values().cloned().collect())
     }
 
-    /// Copies a block's small files into the cache (unless there from before) and opens it;
-    /// `None` while its `meta.json` is not in the bucket yet.
+    /// Copies a block's small files into the cache (unless there from before) and opens it
+    /// with its `profiles` (`size` bytes) read by ranges.
     async fn open_block(
         &self,
         dir: &ObjectPath,
         name: &str,
         size: u64,
-    ) -> Result<Option<RemoteBlock>, Error> {
+    ) -> Result<RemoteBlock, Error> {
         let store = &self.bucket.store;
-        let read_error = |object: &ObjectPath| {
-            let object = object.to_string();
-            move |source| Error::Upload { object, source }
-        };
         let profiles = dir.clone().join("profiles");
         let local = self.cache_dir.join(name);
         if !CACHED_FILES.iter().all(|f| local.join(f).is_file()) {
@@ -232,10 +224,10 @@ impl BucketReader {
                 let bytes = store
                     .get(&object)
                     .await
-                    .map_err(read_error(&object))?
+                    .map_err(crate::access("read", &object))?
                     .bytes()
                     .await
-                    .map_err(read_error(&object))?;
+                    .map_err(crate::access("read", &object))?;
                 let path = tmp.join(file);
                 tokio::fs::write(&path, &bytes)
                     .await
@@ -260,7 +252,7 @@ impl BucketReader {
                 path: local.display().to_string(),
                 source: std::io::Error::other(e.to_string()),
             })??;
-        Ok(Some(block))
+        Ok(block)
     }
 }
 
