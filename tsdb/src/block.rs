@@ -1489,31 +1489,6 @@ mod tests {
         assert_eq!(trials, 28);
     }
 
-    /// A block's `profiles` held in memory, read by ranges, counting the bytes read.
-    #[derive(Debug)]
-    struct MemRanges {
-        bytes: Vec<u8>,
-        read: std::sync::atomic::AtomicU64,
-    }
-
-    impl crate::RangeRead for MemRanges {
-        fn len(&self) -> u64 {
-            self.bytes.len() as u64
-        }
-        fn read(&self, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
-            let (a, b) = (offset as usize, (offset + len) as usize);
-            self.read
-                .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
-            self.bytes
-                .get(a..b)
-                .map(<[u8]>::to_vec)
-                .ok_or_else(|| std::io::Error::other("past the end"))
-        }
-        fn describe(&self) -> String {
-            "memory".into()
-        }
-    }
-
     #[test]
     fn blocks_read_by_ranges_answer_as_blocks_on_disk() {
         let pristine = tempfile::tempdir().expect("tempdir");
@@ -1533,7 +1508,7 @@ mod tests {
             for file in ["meta.json", "index", "symbols"] {
                 fs::copy(pristine.path().join(name).join(file), dir.join(file)).expect("copy");
             }
-            let ranges = Arc::new(MemRanges {
+            let ranges = Arc::new(crate::test_support::MemRanges {
                 bytes: fs::read(pristine.path().join(name).join("profiles")).expect("profiles"),
                 read: Default::default(),
             });
@@ -1568,7 +1543,7 @@ mod tests {
         assert_eq!(db.inner().readable_blocks().len(), 2);
 
         // A footer that is not a block's: refused, naming the file.
-        let bad = Arc::new(MemRanges {
+        let bad = Arc::new(crate::test_support::MemRanges {
             bytes: vec![0; 64],
             read: Default::default(),
         });

@@ -600,9 +600,17 @@ fn apply_retention(inner: &Inner) -> Result<(), Error> {
         }
     }
     if inner.options.ship_blocks {
-        // A block not yet in the object store is the only copy: it stays until shipped.
+        // A block not yet in the object store is the only copy: it stays until shipped. So
+        // does every block that starts after it: a querier reads this store from the oldest
+        // block not shipped on (`Db::shipped_until`), so what lies after it must be here.
         let shipped = inner.shipped.lock().expect("shipped lock poisoned");
-        doomed.retain(|b| shipped.contains(b.name()));
+        let first_unshipped = blocks
+            .iter()
+            .filter(|b| !shipped.contains(b.name()))
+            .map(|b| b.meta.min_time_ms)
+            .min()
+            .unwrap_or(i64::MAX);
+        doomed.retain(|b| shipped.contains(b.name()) && b.meta.min_time_ms < first_unshipped);
     }
     if doomed.is_empty() {
         return Ok(());
@@ -623,7 +631,7 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    use crate::test_support::{Lcg, answers, corpus, series_labels, vary};
+    use crate::test_support::{Lcg, answers, corpus, fill, series_labels, vary};
     use crate::{Db, Options};
 
     /// Ranges the comparisons query: everything, one block's worth, ranges across block edges,
@@ -641,36 +649,6 @@ mod tests {
             block_duration_ms,
             retention_ms: 0,
             ..Options::default()
-        }
-    }
-
-    /// Appends a profile every 100 ms in `[from_ms, to_ms)` to four series of two types.
-    fn fill(db: &Db, seed: u64, from_ms: i64, to_ms: i64) {
-        let cpu = corpus("go/go-cpu.pb.gz", "cpu");
-        let cpu2 = corpus("prometheus/prometheus-cpu.pb.gz", "cpu");
-        let heap = corpus("go/go-heap.pb.gz", "alloc_space");
-        let mut rng = Lcg(seed);
-        let mut t = from_ms;
-        while t < to_ms {
-            let mut app = db.appender();
-            app.append(&series_labels("cpu", "api", "a"), t, &vary(&cpu, &mut rng))
-                .expect("append");
-            app.append(&series_labels("cpu", "api", "b"), t, &vary(&cpu2, &mut rng))
-                .expect("append");
-            app.append(
-                &series_labels("cpu", "db", "c"),
-                t + 7,
-                &vary(&cpu, &mut rng),
-            )
-            .expect("append");
-            app.append(
-                &series_labels("heap", "api", "a"),
-                t,
-                &vary(&heap, &mut rng),
-            )
-            .expect("append");
-            app.commit().expect("commit");
-            t += 100;
         }
     }
 

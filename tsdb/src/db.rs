@@ -171,6 +171,8 @@ pub(crate) struct Inner {
     pub shipped: Mutex<std::collections::HashSet<String>>,
     /// Damage that opening the store stepped over in the write-ahead log.
     pub wal_damage: Vec<wal::Damage>,
+    /// The shards read beside this store ([`Db::set_peers`]).
+    pub peers: RwLock<Option<Arc<dyn crate::Peers>>>,
     worker: Mutex<Worker>,
     worker_cv: Condvar,
     /// Wakes the WAL sync thread early (to stop); it shares `worker`'s lock.
@@ -203,6 +205,10 @@ impl Inner {
         );
         all.sort_by(|a, b| (a.meta.min_time_ms, a.name()).cmp(&(b.meta.min_time_ms, b.name())));
         Arc::new(all)
+    }
+
+    pub fn peers(&self) -> Option<Arc<dyn crate::Peers>> {
+        self.peers.read().expect("peers lock poisoned").clone()
     }
 
     fn wake_worker(&self) {
@@ -267,6 +273,7 @@ impl Db {
             quarantined: Mutex::new(quarantined),
             shipped: Mutex::new(Default::default()),
             wal_damage,
+            peers: RwLock::new(None),
             worker: Mutex::new(Worker {
                 stop: false,
                 wake: true, // look for work once at start
@@ -370,7 +377,60 @@ impl Db {
     /// The querier holds no lock: appends go on while it reads (see [`Querier`]). Blocks it
     /// reads stay readable even if compaction replaces them meanwhile.
     pub fn querier(&self, min_ms: i64, max_ms: i64) -> Querier<'_> {
-        Querier::new(&self.inner, min_ms, max_ms)
+        Querier::new(&self.inner, min_ms, max_ms, false)
+    }
+
+    /// A querier over this store's own profiles only (head and blocks on disk): no blocks of
+    /// the object store, no shards. What a shard reads for a querier
+    /// ([`Querier::peer_answer`]).
+    pub fn local_querier(&self, min_ms: i64, max_ms: i64) -> Querier<'_> {
+        Querier::new(&self.inner, min_ms, max_ms, true)
+    }
+
+    /// Reads `peers` (a querier's shards) beside this store: every [`Querier`] then splits its
+    /// window between the bucket's blocks and the shards (each shard from the time before which
+    /// the bucket holds all its profiles, as far as this store sees the bucket), and says
+    /// in [`Querier::warnings`] what a shard that did not answer left out.
+    pub fn set_peers(&self, peers: Arc<dyn crate::Peers>) {
+        *self.inner.peers.write().expect("peers lock poisoned") = Some(peers);
+    }
+
+    /// With [`Options::ship_blocks`]: the time before which every profile of this store is in
+    /// the object store — the start of the oldest block on disk not shipped yet, or, if all
+    /// are shipped, the start of the head. `None` when nothing was cut yet, or not shipping.
+    pub fn shipped_until(&self) -> Option<i64> {
+        if !self.inner.options.ship_blocks {
+            return None;
+        }
+        let blocks = self.inner.block_set();
+        let shipped = self.inner.shipped.lock().expect("shipped lock poisoned");
+        if let Some(t) = blocks
+            .iter()
+            .filter(|b| !shipped.contains(b.name()))
+            .map(|b| b.meta.min_time_ms)
+            .min()
+        {
+            return Some(t);
+        }
+        drop(shipped);
+        let head_start = self
+            .inner
+            .head
+            .read()
+            .expect("head lock poisoned")
+            .min_valid_ms;
+        (head_start != i64::MIN).then_some(head_start)
+    }
+
+    /// Blocks on disk that are in the object store too, with their start time.
+    pub fn shipped_blocks(&self) -> Vec<(String, i64)> {
+        let shipped = self.inner.shipped.lock().expect("shipped lock poisoned");
+        self.inner
+            .block_set()
+            .iter()
+            .filter(|b| shipped.contains(b.name()))
+            .map(|b| (b.name().to_owned(), b.meta.min_time_ms))
+            .collect()
     }
 
     /// Does now what the background thread does from time to time: cuts the head's oldest

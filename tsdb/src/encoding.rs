@@ -43,7 +43,7 @@ pub(crate) fn put_ivarint(out: &mut Vec<u8>, v: i64) {
     put_uvarint(out, ((v << 1) ^ (v >> 63)) as u64);
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
     put_uvarint(out, s.len() as u64);
     out.extend_from_slice(s.as_bytes());
 }

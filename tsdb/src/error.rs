@@ -100,6 +100,13 @@ pub enum Error {
         /// What is wrong, with the byte offset where known.
         what: String,
     },
+    /// A shard's request or answer does not decode (a querier and its shards of different
+    /// versions, or damage on the way).
+    #[error("a shard's {what}")]
+    PeerWire {
+        /// What is wrong.
+        what: String,
+    },
     /// A file operation failed.
     #[error("{action} `{}`", path.display())]
     Io {

@@ -14,6 +14,7 @@ use crate::db::{BlockSet, Inner};
 use crate::encoding::{self, IdLimits, Reader};
 use crate::head::Head;
 use crate::labels::{Labels, Matcher};
+use crate::peer::{PeerAnswer, PeerProfile, PeerRead, PeerRequest, PeerSeries, Plan};
 use crate::{Error, postings};
 
 /// The profiles of one series over a query's time range, sharing the query's tables.
@@ -58,6 +59,8 @@ pub struct MergedGroup<K> {
     pub profile: Profile,
     /// How many stored profiles were merged into it.
     pub n_profiles: usize,
+    /// The merged profiles' headers, when a shard's answer is being built.
+    pub(crate) headers: Vec<PeerProfile>,
 }
 
 /// A profile read out before the query's tables are frozen: time, meta, samples.
@@ -87,9 +90,10 @@ fn group_by_key<'m, K: Eq + std::hash::Hash + Clone>(
 /// A group's samples summed per origin, before they share one set of tables.
 struct SummedGroup<K> {
     key: K,
-    meta: Meta,
-    n_profiles: usize,
-    /// `[block 0, …, block n-1, head]`, each in its origin's stack ids.
+    /// The labels of its first series (groups come in their order).
+    first: Labels,
+    sum: GroupSum,
+    /// `[block 0, …, block n-1, head, shard answers…]`, each in its origin's stack ids.
     per_origin: Vec<Samples>,
 }
 
@@ -127,6 +131,13 @@ pub struct Querier<'a> {
     view: Mutex<View>,
     min_ms: i64,
     max_ms: i64,
+    /// Whether to read blocks of an object store too ([`crate::Db::set_remote_blocks`]).
+    local_only: bool,
+    /// The shards read beside this store, and how the window splits between them and the
+    /// bucket ([`crate::Db::set_peers`]).
+    peers: Option<(Arc<dyn crate::Peers>, Plan)>,
+    /// What a read could not cover (a shard down), for the answer's warnings.
+    warnings: Mutex<Vec<String>>,
 }
 
 /// The blocks and the head generation that a read sees, taken together.
@@ -137,12 +148,16 @@ struct View {
 }
 
 impl View {
-    fn of(inner: &Inner) -> View {
+    fn of(inner: &Inner, local_only: bool) -> View {
         let head = inner.head.read().expect("head lock poisoned");
         // Taken under the head's lock: a cut swaps head and blocks under its write lock, so
         // the two are consistent.
         View {
-            blocks: inner.readable_blocks(),
+            blocks: if local_only {
+                inner.block_set()
+            } else {
+                inner.readable_blocks()
+            },
             generation: head.generation,
         }
     }
@@ -166,6 +181,9 @@ impl From<Error> for Fault {
 struct Read<'q> {
     inner: &'q Inner,
     blocks: BlockSet,
+    /// Per block: the last time read from it (`max_ms`, or earlier for a shard's block in the
+    /// bucket whose later profiles the shard answers for).
+    block_max: Vec<i64>,
     generation: u64,
     min_ms: i64,
     max_ms: i64,
@@ -194,13 +212,50 @@ fn no_tables() -> &'static Tables {
 }
 
 impl<'a> Querier<'a> {
-    pub(crate) fn new(inner: &'a Inner, min_ms: i64, max_ms: i64) -> Self {
+    pub(crate) fn new(inner: &'a Inner, min_ms: i64, max_ms: i64, local_only: bool) -> Self {
+        let view = View::of(inner, local_only);
+        let peers = if local_only {
+            None
+        } else {
+            inner.peers().map(|peers| {
+                let remote = Arc::clone(&inner.remote.read().expect("remote blocks lock poisoned"));
+                let mut seen: std::collections::HashSet<&str> =
+                    view.blocks.iter().map(|b| b.name()).collect();
+                for b in view.blocks.iter() {
+                    seen.extend(b.meta.compaction.sources.iter().map(String::as_str));
+                }
+                let plan = Plan::new(
+                    peers.stores(),
+                    remote.iter().map(|b| (b.name(), &b.meta.external_labels)),
+                    &seen,
+                    min_ms,
+                    max_ms,
+                );
+                (peers, plan)
+            })
+        };
+        let warnings = peers
+            .as_ref()
+            .map(|(_, plan)| plan.warnings.clone())
+            .unwrap_or_default();
         Querier {
             inner,
-            view: Mutex::new(View::of(inner)),
+            view: Mutex::new(view),
             min_ms,
             max_ms,
+            local_only,
+            peers,
+            warnings: Mutex::new(warnings),
         }
+    }
+
+    /// What the reads so far could not cover: shards that could not be read, each named with
+    /// what is missing. Empty for a whole answer.
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings
+            .lock()
+            .expect("warnings lock poisoned")
+            .clone()
     }
 
     /// Runs `read` over the querier's view, again over a fresh view as long as a cut
@@ -208,9 +263,19 @@ impl<'a> Querier<'a> {
     fn attempt<T>(&self, read: impl Fn(&Read<'_>) -> Result<T, Fault>) -> Result<T, Error> {
         loop {
             let view = self.view.lock().expect("view lock poisoned").clone();
+            let clamps = self.peers.as_ref().map(|(_, plan)| &plan.clamps);
+            let block_max = view
+                .blocks
+                .iter()
+                .map(|b| match clamps.and_then(|c| c.get(b.name())) {
+                    Some(&from) => self.max_ms.min(from.saturating_sub(1)),
+                    None => self.max_ms,
+                })
+                .collect();
             let attempt = Read {
                 inner: self.inner,
                 blocks: view.blocks,
+                block_max,
                 generation: view.generation,
                 min_ms: self.min_ms,
                 max_ms: self.max_ms,
@@ -219,17 +284,64 @@ impl<'a> Querier<'a> {
                 Ok(v) => return Ok(v),
                 Err(Fault::Store(e)) => return Err(e),
                 Err(Fault::Stale) => {
-                    *self.view.lock().expect("view lock poisoned") = View::of(self.inner);
+                    *self.view.lock().expect("view lock poisoned") =
+                        View::of(self.inner, self.local_only);
                 }
             }
         }
+    }
+
+    /// The shards' answers for `read` over their part of the window; a shard that does not
+    /// answer adds a warning.
+    fn ask_peers(&self, read: PeerRead, matchers: &[Matcher]) -> Vec<PeerAnswer> {
+        let Some((peers, plan)) = &self.peers else {
+            return Vec::new();
+        };
+        if plan.asks.is_empty() {
+            return Vec::new();
+        }
+        let asks: Vec<(usize, PeerRequest)> = plan
+            .asks
+            .iter()
+            .map(|&(store, from)| {
+                (
+                    store,
+                    PeerRequest {
+                        read,
+                        matchers: matchers.to_vec(),
+                        min_ms: from,
+                        max_ms: self.max_ms,
+                    },
+                )
+            })
+            .collect();
+        let mut answers = Vec::with_capacity(asks.len());
+        for answer in peers.read(&asks) {
+            match answer {
+                Ok(a) => answers.push(a),
+                Err(why) => self
+                    .warnings
+                    .lock()
+                    .expect("warnings lock poisoned")
+                    .push(why),
+            }
+        }
+        answers
+    }
+
+    /// This store's part of a querier's read ([`PeerRequest`]): its head and local blocks, never
+    /// the bucket (the querier reads that itself). Use on a querier from
+    /// [`crate::Db::local_querier`].
+    pub fn peer_answer(&self, read: PeerRead, matchers: &[Matcher]) -> Result<PeerAnswer, Error> {
+        self.attempt(|r| r.peer_answer(read, matchers))
     }
 
     /// The series that match all `matchers` and have profiles in range, with those profiles,
     /// series sorted by labels. All returned profiles share one set of tables holding only
     /// what they use, so merging them is an array add.
     pub fn select(&self, matchers: &[Matcher]) -> Result<Vec<SeriesProfiles>, Error> {
-        self.attempt(|r| r.select(matchers))
+        let peers = self.ask_peers(PeerRead::Select, matchers);
+        self.attempt(|r| r.select(matchers, &peers))
     }
 
     /// Merges every matching profile in range into one profile, without materializing them one
@@ -259,17 +371,26 @@ impl<'a> Querier<'a> {
         matchers: &[Matcher],
         key: impl Fn(&Labels) -> K,
     ) -> Result<Vec<MergedGroup<K>>, Error> {
-        self.attempt(|r| r.merge_grouped(matchers, &key))
+        let peers = self.ask_peers(PeerRead::Merge, matchers);
+        self.attempt(|r| r.merge_grouped(matchers, &key, &peers, false))
     }
 
     /// The labels of the series that match all `matchers` and have profiles in range, sorted,
     /// without reading any profile. Cheap: use it to check limits before [`Querier::select`].
     pub fn series(&self, matchers: &[Matcher]) -> Result<Vec<Labels>, Error> {
-        self.attempt(|r| Ok(r.matched(matchers)?.into_keys().collect()))
+        let peers = self.ask_peers(PeerRead::Series, matchers);
+        let mut out: Vec<Labels> =
+            self.attempt(|r| Ok(r.matched(matchers)?.into_keys().collect()))?;
+        if !peers.is_empty() {
+            out.extend(peers.into_iter().flat_map(|a| a.series).map(|s| s.labels));
+            out.sort();
+            out.dedup();
+        }
+        Ok(out)
     }
 
     /// Number of (stack, value) pairs the matching profiles in range hold: what a
-    /// [`Querier::select`] would read.
+    /// [`Querier::select`] would read from this store (shards check their own limits).
     pub fn n_samples(&self, matchers: &[Matcher]) -> Result<usize, Error> {
         self.attempt(|r| {
             let matched = r.matched(matchers)?;
@@ -286,12 +407,36 @@ impl<'a> Querier<'a> {
     /// The total (sum of values) of every matching profile in range, per series, without
     /// reading samples: what a metrics graph needs.
     pub fn totals(&self, matchers: &[Matcher]) -> Result<Vec<SeriesTotals>, Error> {
-        self.attempt(|r| r.totals(matchers))
+        let peers = self.ask_peers(PeerRead::Totals, matchers);
+        let local = self.attempt(|r| r.totals(matchers))?;
+        if peers.is_empty() {
+            return Ok(local);
+        }
+        let mut by_labels: BTreeMap<Labels, SeriesTotals> =
+            local.into_iter().map(|s| (s.labels.clone(), s)).collect();
+        for s in peers.into_iter().flat_map(|a| a.series) {
+            let entry = by_labels
+                .entry(s.labels.clone())
+                .or_insert_with(|| SeriesTotals {
+                    labels: s.labels,
+                    meta: s.meta,
+                    points: Vec::new(),
+                });
+            entry.points.extend(s.profiles.iter().map(|p| p.point));
+        }
+        Ok(by_labels
+            .into_values()
+            .map(|mut s| {
+                s.points.sort_by_key(|p| p.timestamp_ms);
+                s
+            })
+            .collect())
     }
 
     /// Label names of the matching series with profiles in range, sorted.
     pub fn label_names(&self, matchers: &[Matcher]) -> Result<Vec<String>, Error> {
-        self.attempt(|r| {
+        let peers = self.ask_peers(PeerRead::Series, matchers);
+        let local = self.attempt(|r| {
             let mut out: BTreeSet<String> = {
                 let head = r.head()?;
                 let within = head.series_in_range(matchers, r.min_ms, r.max_ms);
@@ -300,13 +445,17 @@ impl<'a> Querier<'a> {
             for (b, within) in r.within_blocks(matchers)? {
                 b.label_names(&within, &mut out)?;
             }
-            Ok(out.into_iter().collect())
-        })
+            Ok(out)
+        })?;
+        Ok(with_peer_labels(local, &peers, |l, out| {
+            out.extend(l.iter().map(|l| l.name.clone()));
+        }))
     }
 
     /// Values of label `name` among the matching series with profiles in range, sorted.
     pub fn label_values(&self, name: &str, matchers: &[Matcher]) -> Result<Vec<String>, Error> {
-        self.attempt(|r| {
+        let peers = self.ask_peers(PeerRead::Series, matchers);
+        let local = self.attempt(|r| {
             let mut out: BTreeSet<String> = {
                 let head = r.head()?;
                 let within = head.series_in_range(matchers, r.min_ms, r.max_ms);
@@ -318,9 +467,24 @@ impl<'a> Querier<'a> {
             for (b, within) in r.within_blocks(matchers)? {
                 b.label_values(name, &within, &mut out)?;
             }
-            Ok(out.into_iter().collect())
-        })
+            Ok(out)
+        })?;
+        Ok(with_peer_labels(local, &peers, |l, out| {
+            out.extend(l.get(name).map(str::to_owned));
+        }))
     }
+}
+
+/// `local` with what `each` takes from the labels of the shards' series, sorted.
+fn with_peer_labels(
+    mut local: BTreeSet<String>,
+    peers: &[PeerAnswer],
+    each: impl Fn(&Labels, &mut BTreeSet<String>),
+) -> Vec<String> {
+    for s in peers.iter().flat_map(|a| &a.series) {
+        each(&s.labels, &mut local);
+    }
+    local.into_iter().collect()
 }
 
 impl Read<'_> {
@@ -334,28 +498,31 @@ impl Read<'_> {
         }
     }
 
-    fn in_range(&self, t: i64) -> bool {
-        (self.min_ms..=self.max_ms).contains(&t)
+    /// Whether a profile of block `bi` at `t` is in range.
+    fn in_block_range(&self, bi: usize, t: i64) -> bool {
+        (self.min_ms..=self.block_max[bi]).contains(&t)
     }
 
     /// Blocks whose time range meets the query's, with their index in the set.
     fn blocks_in_range(&self) -> impl Iterator<Item = (usize, &Arc<Block>)> {
-        self.blocks
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.meta.max_time_ms > self.min_ms && b.meta.min_time_ms <= self.max_ms)
+        self.blocks.iter().enumerate().filter(|(bi, b)| {
+            b.meta.max_time_ms > self.min_ms
+                && b.meta.min_time_ms <= self.block_max[*bi]
+                && self.min_ms <= self.block_max[*bi]
+        })
     }
 
-    /// Series of block `b` selected by `matchers` with profiles in range.
+    /// Series of block `bi` selected by `matchers` with profiles in range.
     fn block_series(
         &self,
-        b: &Block,
+        bi: usize,
         matchers: &[Matcher],
     ) -> Result<Vec<(u32, SeriesEntry)>, Error> {
+        let b = &self.blocks[bi];
         let mut out = Vec::new();
-        for i in postings::select(b, matchers).iter() {
+        for i in postings::select(b.as_ref(), matchers).iter() {
             let e = b.series_entry(i).map_err(|e| b.index_corrupt(e))?;
-            if e.has_profiles_in(self.min_ms, self.max_ms) {
+            if e.has_profiles_in(self.min_ms, self.block_max[bi]) {
                 out.push((i, e));
             }
         }
@@ -368,9 +535,9 @@ impl Read<'_> {
         matchers: &[Matcher],
     ) -> Result<Vec<(&Arc<Block>, RoaringBitmap)>, Error> {
         self.blocks_in_range()
-            .map(|(_, b)| {
+            .map(|(bi, b)| {
                 let within = self
-                    .block_series(b, matchers)?
+                    .block_series(bi, matchers)?
                     .into_iter()
                     .map(|(i, _)| i)
                     .collect();
@@ -383,8 +550,8 @@ impl Read<'_> {
     /// head last), each profile counted in one source only.
     fn matched(&self, matchers: &[Matcher]) -> Result<BTreeMap<Labels, Vec<Source>>, Fault> {
         let mut out: BTreeMap<Labels, Vec<Source>> = BTreeMap::new();
-        for (bi, b) in self.blocks_in_range() {
-            for (_, e) in self.block_series(b, matchers)? {
+        for (bi, _) in self.blocks_in_range() {
+            for (_, e) in self.block_series(bi, matchers)? {
                 out.entry(e.labels.clone()).or_default().push(Source::Block(
                     bi,
                     Box::new(e),
@@ -423,7 +590,7 @@ impl Read<'_> {
                     let start = e.profiles.partition_point(|p| p.timestamp_ms < self.min_ms);
                     let end = e
                         .profiles
-                        .partition_point(|p| p.timestamp_ms <= self.max_ms);
+                        .partition_point(|p| p.timestamp_ms <= self.block_max[*bi]);
                     Some((
                         self.blocks[*bi].name(),
                         k,
@@ -486,10 +653,12 @@ impl Read<'_> {
     /// Headers of a source's profiles in range (those that count in it).
     fn headers(&self, head: &Head, source: &Source) -> Vec<BlockProfile> {
         match source {
-            Source::Block(_, e, hidden) => e
+            Source::Block(bi, e, hidden) => e
                 .profiles
                 .iter()
-                .filter(|p| self.in_range(p.timestamp_ms) && !hidden.hides(p.timestamp_ms))
+                .filter(|p| {
+                    self.in_block_range(*bi, p.timestamp_ms) && !hidden.hides(p.timestamp_ms)
+                })
                 .copied()
                 .collect(),
             Source::Head(s, hidden) => head.series[*s as usize]
@@ -512,7 +681,7 @@ impl Read<'_> {
         mut each: impl FnMut(&BlockProfile, &[u8]) -> Result<(), Error>,
     ) -> Result<(), Error> {
         let b = &self.blocks[bi];
-        let wanted = |t: i64| self.in_range(t) && !hidden.hides(t);
+        let wanted = |t: i64| self.in_block_range(bi, t) && !hidden.hides(t);
         let mut first = 0usize;
         for c in &e.chunks {
             let profiles = &e.profiles[first..first + c.n_profiles as usize];
@@ -541,7 +710,11 @@ impl Read<'_> {
         Ok(out)
     }
 
-    fn select(&self, matchers: &[Matcher]) -> Result<Vec<SeriesProfiles>, Fault> {
+    fn select(
+        &self,
+        matchers: &[Matcher],
+        peers: &[PeerAnswer],
+    ) -> Result<Vec<SeriesProfiles>, Fault> {
         let matched = self.matched(matchers)?;
         let block_tables = self.block_tables()?;
         let mut extractors: Vec<Option<(Extractor<'_>, IdLimits)>> = block_tables
@@ -602,6 +775,9 @@ impl Read<'_> {
             }
             out.push((labels, profiles));
         }
+        if !peers.is_empty() {
+            out = with_peer_profiles(out, peers, &mut tables);
+        }
         let tables = Arc::new(tables);
         Ok(out
             .into_iter()
@@ -627,16 +803,23 @@ impl Read<'_> {
     /// Merges the matched series per `key`, in three steps: group the series, sum each
     /// group's samples per origin (each block, then the head) in that origin's stack ids, then
     /// bring every origin's sums into one set of tables.
+    /// The shards' answers (`peers`, each one series per group) count as origins of their
+    /// own. With `headers`, each group keeps its profiles' headers (for a shard's answer).
     fn merge_grouped<K: Eq + std::hash::Hash + Clone>(
         &self,
         matchers: &[Matcher],
         key: &impl Fn(&Labels) -> K,
+        peers: &[PeerAnswer],
+        headers: bool,
     ) -> Result<Vec<MergedGroup<K>>, Fault> {
         let matched = self.matched(matchers)?;
         let grouped = group_by_key(&matched, key);
         let block_tables = self.block_tables()?;
-        let summed = self.sum_per_origin(grouped, &block_tables)?;
-        self.over_shared_tables(summed, &block_tables)
+        let mut summed = self.sum_per_origin(grouped, &block_tables, headers)?;
+        if !peers.is_empty() {
+            add_peer_groups(&mut summed, peers, key, self.blocks.len() + 1)?;
+        }
+        self.over_shared_tables(summed, &block_tables, peers)
     }
 
     /// Each group's samples summed per origin: `[block 0, …, block n-1, head]`, each in its
@@ -645,6 +828,7 @@ impl Read<'_> {
         &self,
         grouped: Vec<(K, Vec<MatchedSeries<'_>>)>,
         block_tables: &[Option<Arc<Tables>>],
+        headers: bool,
     ) -> Result<Vec<SummedGroup<K>>, Fault> {
         // Per origin: values by stack id (reused across groups; `touched` lists the ids to
         // read back and reset).
@@ -653,7 +837,11 @@ impl Read<'_> {
         let mut ctx = ReadCtx::new(&self.inner.dir)?;
         let mut summed = Vec::with_capacity(grouped.len());
         for (key, series) in grouped {
-            let mut group = GroupSum::default();
+            let mut group = GroupSum {
+                headers: headers.then(Vec::new),
+                ..GroupSum::default()
+            };
+            let first = series[0].0.clone();
             for (labels, sources) in series {
                 for source in sources {
                     match source {
@@ -692,11 +880,11 @@ impl Read<'_> {
                     }
                 }
             }
-            if let Some(meta) = group.meta {
+            if group.meta.is_some() {
                 summed.push(SummedGroup {
                     key,
-                    meta,
-                    n_profiles: group.n_profiles,
+                    first,
+                    sum: group,
                     per_origin: sums.iter_mut().map(OriginSums::take).collect(),
                 });
             }
@@ -711,8 +899,10 @@ impl Read<'_> {
         &self,
         summed: Vec<SummedGroup<K>>,
         block_tables: &[Option<Arc<Tables>>],
+        peers: &[PeerAnswer],
     ) -> Result<Vec<MergedGroup<K>>, Fault> {
         let head_origin = self.blocks.len();
+        let n_origins = head_origin + 1 + peers.len();
         let contributes = |origin: usize| summed.iter().any(|g| !g.per_origin[origin].is_empty());
         // The head's tables are read once more, under one hold of its lock; they only grew.
         let head = if contributes(head_origin) {
@@ -721,19 +911,19 @@ impl Read<'_> {
             None
         };
         let source_tables = |origin: usize| -> Option<&Tables> {
-            if origin == head_origin {
-                head.as_deref().map(|h| &h.tables)
-            } else {
-                block_tables[origin].as_deref()
+            match origin.cmp(&head_origin) {
+                std::cmp::Ordering::Equal => head.as_deref().map(|h| &h.tables),
+                std::cmp::Ordering::Less => block_tables[origin].as_deref(),
+                std::cmp::Ordering::Greater => Some(&peers[origin - head_origin - 1].tables),
             }
         };
-        let base = (0..=head_origin)
+        let base = (0..n_origins)
             .filter(|&o| contributes(o))
             .max_by_key(|&o| source_tables(o).map_or(0, Tables::n_stacks));
         let mut tables = base
             .and_then(source_tables)
             .map_or_else(Tables::new, Tables::clone);
-        let mut extractors: Vec<Option<Extractor<'_>>> = (0..=head_origin).map(|_| None).collect();
+        let mut extractors: Vec<Option<Extractor<'_>>> = (0..n_origins).map(|_| None).collect();
         let mut merged = Vec::with_capacity(summed.len());
         for group in summed {
             let mut out = MergeAcc::default();
@@ -749,21 +939,22 @@ impl Read<'_> {
                     out.add(&extractor.samples(&mut tables, samples));
                 }
             }
-            merged.push((group.key, group.meta, group.n_profiles, out.finish()));
+            merged.push((group.key, group.sum, out.finish()));
         }
         drop(extractors);
         drop(head);
         let tables = Arc::new(tables);
         Ok(merged
             .into_iter()
-            .map(|(key, meta, n_profiles, samples)| MergedGroup {
+            .map(|(key, sum, samples)| MergedGroup {
                 key,
                 profile: Profile {
                     tables: Arc::clone(&tables),
-                    meta,
+                    meta: sum.meta.expect("a summed group has a profile"),
                     samples,
                 },
-                n_profiles,
+                n_profiles: sum.n_profiles,
+                headers: sum.headers.unwrap_or_default(),
             })
             .collect())
     }
@@ -876,6 +1067,8 @@ struct GroupSum {
     /// Captures merged: a pprof split into several series counts its duration once.
     captures: parca_profile::CaptureDurations,
     n_profiles: usize,
+    /// The headers of the profiles merged, when asked for.
+    headers: Option<Vec<PeerProfile>>,
 }
 
 impl GroupSum {
@@ -891,8 +1084,7 @@ impl GroupSum {
         bytes: &[u8],
         limits: IdLimits,
     ) -> Result<Result<(), encoding::DecodeError>, Error> {
-        merge_meta(&mut self.meta, &mut self.captures, series_meta, p)?;
-        self.n_profiles += 1;
+        self.fold(series_meta, p)?;
         // The head's tables grow between holds of its lock: so may its stack ids.
         if sums.dense.len() < limits.n_stacks as usize {
             sums.dense.resize(limits.n_stacks as usize, 0);
@@ -917,6 +1109,18 @@ impl GroupSum {
                 }
             },
         ))
+    }
+}
+
+impl GroupSum {
+    /// Counts one profile, by its header, into the group's meta.
+    fn fold(&mut self, series_meta: &Meta, p: &BlockProfile) -> Result<(), Error> {
+        merge_meta(&mut self.meta, &mut self.captures, series_meta, p)?;
+        self.n_profiles += 1;
+        if let Some(headers) = &mut self.headers {
+            headers.push(PeerProfile::from(p));
+        }
+        Ok(())
     }
 }
 
@@ -1023,6 +1227,237 @@ impl MergeAcc {
             labels: keep.iter().map(|&i| s.labels[i]).collect(),
             values: keep.iter().map(|&i| s.values[i]).collect(),
             diff_base: None,
+        }
+    }
+}
+
+impl From<&BlockProfile> for PeerProfile {
+    fn from(p: &BlockProfile) -> Self {
+        PeerProfile {
+            point: TotalPoint {
+                timestamp_ms: p.timestamp_ms,
+                total: p.total,
+                period: p.period,
+                duration_nanos: p.duration_nanos,
+            },
+            capture_id: p.capture_id,
+        }
+    }
+}
+
+impl From<&PeerProfile> for BlockProfile {
+    fn from(p: &PeerProfile) -> Self {
+        BlockProfile {
+            timestamp_ms: p.point.timestamp_ms,
+            duration_nanos: p.point.duration_nanos,
+            period: p.point.period,
+            capture_id: p.capture_id,
+            total: p.point.total,
+            n_samples: 0,
+            len: 0,
+        }
+    }
+}
+
+/// Adds the shards' merged series to the groups (creating groups only shards hold), each
+/// answer an origin after this store's `n_local` ones, and orders the groups by their first
+/// series' labels, as one store holding everything orders them.
+fn add_peer_groups<K: Eq + std::hash::Hash + Clone>(
+    summed: &mut Vec<SummedGroup<K>>,
+    peers: &[PeerAnswer],
+    key: &impl Fn(&Labels) -> K,
+    n_local: usize,
+) -> Result<(), Error> {
+    let n_origins = n_local + peers.len();
+    let mut index: FxHashMap<K, usize> = FxHashMap::default();
+    for (i, g) in summed.iter_mut().enumerate() {
+        g.per_origin.resize_with(n_origins, Samples::default);
+        index.insert(g.key.clone(), i);
+    }
+    for (a, answer) in peers.iter().enumerate() {
+        for s in &answer.series {
+            let Some(samples) = s.samples.first() else {
+                continue;
+            };
+            if s.profiles.is_empty() {
+                continue;
+            }
+            let k = key(&s.labels);
+            let i = *index.entry(k.clone()).or_insert_with(|| {
+                summed.push(SummedGroup {
+                    key: k,
+                    first: s.labels.clone(),
+                    sum: GroupSum::default(),
+                    per_origin: vec![Samples::default(); n_origins],
+                });
+                summed.len() - 1
+            });
+            let g = &mut summed[i];
+            for p in &s.profiles {
+                g.sum.fold(&s.meta, &BlockProfile::from(p))?;
+            }
+            if s.labels < g.first {
+                g.first = s.labels.clone();
+            }
+            let into = &mut g.per_origin[n_local + a];
+            into.stacks.extend_from_slice(&samples.stacks);
+            into.labels.extend_from_slice(&samples.labels);
+            into.values.extend_from_slice(&samples.values);
+        }
+    }
+    summed.sort_by(|a, b| a.first.cmp(&b.first));
+    Ok(())
+}
+
+/// `local` (series by labels, each with its profiles) with the shards' profiles, brought into
+/// `tables`.
+fn with_peer_profiles(
+    local: Vec<(Labels, Vec<ExtractedProfile>)>,
+    peers: &[PeerAnswer],
+    tables: &mut Tables,
+) -> Vec<(Labels, Vec<ExtractedProfile>)> {
+    let mut by_labels: BTreeMap<Labels, Vec<ExtractedProfile>> = local.into_iter().collect();
+    for answer in peers {
+        let mut extractor = Extractor::new(&answer.tables);
+        for s in &answer.series {
+            let profiles = by_labels.entry(s.labels.clone()).or_default();
+            for (p, samples) in s.profiles.iter().zip(&s.samples) {
+                profiles.push((
+                    p.point.timestamp_ms,
+                    profile_meta(&s.meta, &BlockProfile::from(p)),
+                    extractor.samples(tables, samples),
+                ));
+            }
+        }
+    }
+    by_labels
+        .into_iter()
+        .map(|(labels, mut profiles)| {
+            profiles.sort_by_key(|p| p.0);
+            (labels, profiles)
+        })
+        .collect()
+}
+
+impl Read<'_> {
+    /// This store's answer to a querier (see [`Querier::peer_answer`]), over tables holding
+    /// only what the answer uses.
+    fn peer_answer(&self, read: PeerRead, matchers: &[Matcher]) -> Result<PeerAnswer, Fault> {
+        let series_meta = |meta: &Meta| Meta {
+            time_nanos: 0,
+            duration_nanos: 0,
+            period: 0,
+            capture_id: 0,
+            ..meta.clone()
+        };
+        let no_tables = || Arc::new(Tables::new());
+        match read {
+            PeerRead::Series => Ok(PeerAnswer {
+                tables: no_tables(),
+                series: self
+                    .matched(matchers)?
+                    .into_keys()
+                    .map(|labels| PeerSeries {
+                        labels,
+                        meta: Meta::default(),
+                        profiles: Vec::new(),
+                        samples: Vec::new(),
+                    })
+                    .collect(),
+            }),
+            PeerRead::Totals => {
+                let matched = self.matched(matchers)?;
+                let head = self.head()?;
+                let series = matched
+                    .iter()
+                    .map(|(labels, sources)| {
+                        let mut profiles: Vec<PeerProfile> = sources
+                            .iter()
+                            .flat_map(|s| self.headers(&head, s))
+                            .map(|p| PeerProfile::from(&p))
+                            .collect();
+                        profiles.sort_by_key(|p| p.point.timestamp_ms);
+                        PeerSeries {
+                            labels: labels.clone(),
+                            meta: series_meta(&self.source_meta(&head, &sources[0])),
+                            profiles,
+                            samples: Vec::new(),
+                        }
+                    })
+                    .collect();
+                Ok(PeerAnswer {
+                    tables: no_tables(),
+                    series,
+                })
+            }
+            PeerRead::Merge => {
+                let groups = self.merge_grouped(matchers, &|l: &Labels| l.clone(), &[], true)?;
+                let mut tables = Tables::new();
+                let series = match groups.first() {
+                    None => Vec::new(),
+                    Some(first) => {
+                        let mut extractor = Extractor::new(&first.profile.tables);
+                        groups
+                            .iter()
+                            .map(|g| {
+                                let mut profiles = g.headers.clone();
+                                profiles.sort_by_key(|p| p.point.timestamp_ms);
+                                PeerSeries {
+                                    labels: g.key.clone(),
+                                    meta: series_meta(&g.profile.meta),
+                                    profiles,
+                                    samples: vec![
+                                        extractor.samples(&mut tables, &g.profile.samples),
+                                    ],
+                                }
+                            })
+                            .collect()
+                    }
+                };
+                Ok(PeerAnswer {
+                    tables: Arc::new(tables),
+                    series,
+                })
+            }
+            PeerRead::Select => {
+                let selected = self.select(matchers, &[])?;
+                let tables = selected
+                    .iter()
+                    .flat_map(|s| s.profiles.first())
+                    .map(|(_, p)| Arc::clone(&p.tables))
+                    .next()
+                    .unwrap_or_else(no_tables);
+                let series = selected
+                    .into_iter()
+                    .filter_map(|s| {
+                        let (_, first) = s.profiles.first()?;
+                        let meta = series_meta(&first.meta);
+                        let (profiles, samples) = s
+                            .profiles
+                            .into_iter()
+                            .map(|(t, p)| {
+                                let header = PeerProfile {
+                                    point: TotalPoint {
+                                        timestamp_ms: t,
+                                        total: p.samples.values.iter().sum(),
+                                        period: p.meta.period,
+                                        duration_nanos: p.meta.duration_nanos,
+                                    },
+                                    capture_id: p.meta.capture_id,
+                                };
+                                (header, p.samples)
+                            })
+                            .unzip();
+                        Some(PeerSeries {
+                            labels: s.labels,
+                            meta,
+                            profiles,
+                            samples,
+                        })
+                    })
+                    .collect();
+                Ok(PeerAnswer { tables, series })
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use parca_profile::Profile;
+
 use parca_profile::tables::LabelValue;
 
 use crate::{Db, Labels, MatchOp, Matcher, NAME_LABEL};
@@ -139,4 +140,59 @@ pub(crate) fn answers(db: &Db, ranges: &[(i64, i64)]) -> Vec<String> {
         }
     }
     out
+}
+
+/// Appends a profile every 100 ms in `[from_ms, to_ms)` to four series of two types.
+pub(crate) fn fill(db: &Db, seed: u64, from_ms: i64, to_ms: i64) {
+    let cpu = corpus("go/go-cpu.pb.gz", "cpu");
+    let cpu2 = corpus("prometheus/prometheus-cpu.pb.gz", "cpu");
+    let heap = corpus("go/go-heap.pb.gz", "alloc_space");
+    let mut rng = Lcg(seed);
+    let mut t = from_ms;
+    while t < to_ms {
+        let mut app = db.appender();
+        app.append(&series_labels("cpu", "api", "a"), t, &vary(&cpu, &mut rng))
+            .expect("append");
+        app.append(&series_labels("cpu", "api", "b"), t, &vary(&cpu2, &mut rng))
+            .expect("append");
+        app.append(
+            &series_labels("cpu", "db", "c"),
+            t + 7,
+            &vary(&cpu, &mut rng),
+        )
+        .expect("append");
+        app.append(
+            &series_labels("heap", "api", "a"),
+            t,
+            &vary(&heap, &mut rng),
+        )
+        .expect("append");
+        app.commit().expect("commit");
+        t += 100;
+    }
+}
+
+/// A block's `profiles` held in memory, read by ranges, counting the bytes read.
+#[derive(Debug)]
+pub(crate) struct MemRanges {
+    pub bytes: Vec<u8>,
+    pub read: std::sync::atomic::AtomicU64,
+}
+
+impl crate::RangeRead for MemRanges {
+    fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+    fn read(&self, offset: u64, len: u64) -> std::io::Result<Vec<u8>> {
+        let (a, b) = (offset as usize, (offset + len) as usize);
+        self.read
+            .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
+        self.bytes
+            .get(a..b)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| std::io::Error::other("past the end"))
+    }
+    fn describe(&self) -> String {
+        "memory".into()
+    }
 }
