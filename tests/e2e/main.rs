@@ -5,6 +5,7 @@
 mod agent;
 mod agent_python;
 mod corpus;
+mod fanout;
 mod objstore;
 mod otlp;
 mod parca_agent_writes;

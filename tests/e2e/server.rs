@@ -57,7 +57,12 @@ const BROKEN: [&str; 3] = ["down", "hang", "junk"];
 
 /// A real program serving pprof, started for the test on a free port (`{port}` in its
 /// arguments), once it answers 200 on `ready_path`.
-fn start_target(name: &str, command: Command, ready_path: &str, dir: &Path) -> (Process, String) {
+pub(crate) fn start_target(
+    name: &str,
+    command: Command,
+    ready_path: &str,
+    dir: &Path,
+) -> (Process, String) {
     start_target_with(name, command, ready_path, dir, |_| {})
 }
 

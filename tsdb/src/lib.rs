@@ -76,7 +76,9 @@ pub use block::meta_for_upload;
 pub use db::{Appender, BlockInfo, Db, Options, Quarantined, StagedBlocks, Stats};
 pub use error::{Error, ErrorClass, with_causes};
 pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL};
-pub use peer::{PeerAnswer, PeerProfile, PeerRead, PeerRequest, PeerSeries, PeerStore, Peers};
+pub use peer::{
+    PEER_CONTENT_TYPE, PeerAnswer, PeerProfile, PeerRead, PeerRequest, PeerSeries, PeerStore, Peers,
+};
 pub use postings::MemPostings;
 pub use query::{MergedGroup, Querier, SeriesProfiles, SeriesTotals, TotalPoint};
 pub use remote::{RangeRead, RemoteBlock, compact_remote};

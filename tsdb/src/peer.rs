@@ -103,6 +103,9 @@ pub trait Peers: Send + Sync {
     fn read(&self, asks: &[(usize, PeerRequest)]) -> Vec<Result<PeerAnswer, String>>;
 }
 
+/// The HTTP content type of an encoded [`PeerRequest`] and [`PeerAnswer`].
+pub const PEER_CONTENT_TYPE: &str = "application/vnd.parca.store";
+
 /// Magic of an encoded [`PeerRequest`].
 const REQUEST_MAGIC: &[u8; 4] = b"PQRQ";
 /// Magic of an encoded [`PeerAnswer`].

@@ -111,6 +111,15 @@ pub struct ServerArgs {
     /// no scrapes, no pushes, no shipping; `--storage-path` is only its cache.
     #[arg(long, default_value = "all", value_parser = ["all", "query"])]
     mode: String,
+    /// Shards to read beside the object store, comma-separated base URLs, e.g.
+    /// `http://shard-1:7070`: each is asked for its own profiles after what it has shipped.
+    /// parca.yaml's `query_stores` names shards too, with TLS and credentials.
+    #[arg(long, value_delimiter = ',')]
+    query_store: Vec<String>,
+    /// How long one read of a shard may take before the answer goes on without it (marked
+    /// partial).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    query_store_timeout: Duration,
     /// Run the object store's compactor and retention in this server. Exactly one process per
     /// bucket may: two would merge the same blocks twice.
     #[arg(long)]
@@ -412,6 +421,13 @@ async fn serve(
             ..parca_query::Limits::default()
         },
         cors_allowed_origins: args.cors_allowed_origins.clone(),
+        external_labels: control
+            .config
+            .lock()
+            .expect("config lock")
+            .global
+            .external_labels
+            .clone(),
         ..Default::default()
     };
     let scrape_metrics = parca_scrape::ScrapeMetrics::register(&mut registry);
@@ -425,12 +441,44 @@ async fn serve(
             "--objstore-compactor has no bucket to compact: parca.yaml has no object_storage (or it names the store's own directory)"
         );
     }
-    if query_mode && bucket.is_none() {
+    let query_stores = control
+        .config
+        .lock()
+        .expect("config lock")
+        .query_stores
+        .clone();
+    let has_shards = !args.query_store.is_empty() || !query_stores.is_empty();
+    if query_mode && bucket.is_none() && !has_shards {
         anyhow::bail!(
-            "--mode=query serves the blocks of object_storage, and `{}` names none (or names the store's own directory)",
+            "--mode=query serves the blocks of object_storage and the shards of --query-store, and `{}` names no object_storage (or names the store's own directory) and there is no --query-store nor query_stores",
             args.config_path.display()
         );
     }
+    for url in &args.query_store {
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            anyhow::bail!(
+                "--query-store `{url}` is not a URL: write it as http://host:port or https://host:port"
+            );
+        }
+    }
+    let shards = if has_shards {
+        let shards = parca_fanout::Shards::start(
+            parca_fanout::Options {
+                urls: args.query_store.clone(),
+                timeout: args.query_store_timeout,
+                ..Default::default()
+            },
+            &query_stores,
+            &mut registry,
+        )
+        .await
+        .map_err(anyhow::Error::msg)
+        .context("cannot read the shards")?;
+        tracing::info!(shards = ?shards.addresses(), "reading shards beside the object store");
+        Some(shards)
+    } else {
+        None
+    };
     let shipper_metrics = bucket
         .as_ref()
         .map(|_| parca_objstore::ShipperMetrics::register(&mut registry));
@@ -472,6 +520,9 @@ async fn serve(
                 format!("cannot open the store in `{}`", args.storage_path.display())
             })?;
     let db = Arc::new(db);
+    if let Some(shards) = shards {
+        db.set_peers(shards);
+    }
     api.set_store(Arc::clone(&db));
     tracing::info!(path = %args.storage_path.display(), "store ready");
     if let (Some(bucket), Some(metrics)) = (bucket, shipper_metrics) {

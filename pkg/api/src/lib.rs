@@ -39,6 +39,8 @@ pub mod render;
 mod response;
 mod router;
 mod selfprof;
+mod store;
+mod warnings;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -93,6 +95,9 @@ pub struct Options {
     /// The process's heap profile as gzipped pprof, for `/debug/pprof/heap`, when the binary's
     /// allocator can give one.
     pub heap_profile: Option<HeapProfile>,
+    /// The server's `global.external_labels`, which its blocks carry in the bucket: a querier
+    /// that reads this server as a shard matches them (`/api/v1/status/store`).
+    pub external_labels: std::collections::BTreeMap<String, String>,
 }
 
 /// What one push may hold; each refusal names its flag.
@@ -149,6 +154,7 @@ impl Default for Options {
             build: BuildInfo::default(),
             limits: parca_query::Limits::default(),
             heap_profile: None,
+            external_labels: Default::default(),
         }
     }
 }

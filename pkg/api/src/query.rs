@@ -67,7 +67,7 @@ async fn evaluate<T: Send + 'static>(
 /// the query timeout. A query past its timeout is answered then; its evaluation runs to its
 /// end on the blocking pool and keeps its place among the concurrent queries until it does,
 /// so the limit bounds the work, not only the answers.
-async fn with_engine<T: Send + 'static>(
+pub(crate) async fn with_engine<T: Send + 'static>(
     api: &Arc<Api>,
     f: impl FnOnce(&Engine) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -85,12 +85,15 @@ async fn with_engine<T: Send + 'static>(
             "--query-max-concurrency",
         )
     })?;
+    let watched = engine.clone();
     let task = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         f(&engine)
     });
     // The engine stops itself at the deadline; this answers in time should it be slow to.
-    match tokio::time::timeout(timeout + std::time::Duration::from_secs(1), task).await {
+    let answered = tokio::time::timeout(timeout + std::time::Duration::from_secs(1), task).await;
+    crate::warnings::note(watched.warnings());
+    match answered {
         Ok(joined) => joined.map_err(|e| ApiError::internal(format!("query task failed: {e}")))?,
         Err(_) => Err(ApiError::limit(
             ErrorType::Execution,
@@ -541,11 +544,10 @@ pub(crate) async fn profile_types_between(
     start: i64,
     end: i64,
 ) -> Result<Vec<parca_query::ProfileType>, ApiError> {
-    let db = api.store()?;
-    tokio::task::spawn_blocking(move || parca_query::profile_types(&db, start, end))
-        .await
-        .map_err(|e| ApiError::internal(format!("metadata task failed: {e}")))?
-        .map_err(query_error)
+    with_engine(api, move |engine| {
+        parca_query::profile_types(engine, start, end).map_err(query_error)
+    })
+    .await
 }
 
 /// `GET /api/v1/profile_types`.
@@ -615,9 +617,8 @@ pub(crate) async fn metadata_between(
     if selectors.is_empty() {
         selectors.push(Vec::new());
     }
-    let db = api.store()?;
-    let answer = tokio::task::spawn_blocking(move || {
-        let querier = db.querier(start, end);
+    with_engine(api, move |engine| {
+        let querier = engine.querier(start, end);
         let read = |e| ApiError::from_store("cannot read the store", &e);
         let json = |v: Result<serde_json::Value, serde_json::Error>| {
             v.map_err(|e| ApiError::internal(e.to_string()))
@@ -647,6 +648,4 @@ pub(crate) async fn metadata_between(
         }
     })
     .await
-    .map_err(|e| ApiError::internal(format!("metadata task failed: {e}")))??;
-    Ok(answer)
 }

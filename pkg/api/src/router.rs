@@ -45,7 +45,10 @@ pub(crate) async fn route(api: &Arc<Api>, request: Request<Incoming>) -> Respons
     let response = match admit(api, &parts, &mut challenge).await {
         // The permit is held until the answer is made.
         Ok(_permit) => match read(api, parts, body).await {
-            Ok(call) => dispatch(api, call).await,
+            Ok(call) => {
+                let (response, warnings) = crate::warnings::collecting(dispatch(api, call)).await;
+                response.map(|r| crate::warnings::attach(r, &warnings))
+            }
             Err(e) => Err(e),
         },
         Err(e) => Err(e),
@@ -294,6 +297,8 @@ const ROUTES: &[(&str, &[Method])] = &[
     ("/api/v1/status/config", &[Method::GET]),
     ("/api/v1/status/tsdb", &[Method::GET]),
     ("/api/v1/status/buildinfo", &[Method::GET]),
+    ("/api/v1/status/store", &[Method::GET]),
+    ("/api/v1/store/read", &[Method::POST]),
     ("/-/healthy", &[Method::GET, Method::HEAD]),
     ("/-/ready", &[Method::GET, Method::HEAD]),
     ("/-/reload", &[Method::POST, Method::PUT]),
@@ -345,6 +350,8 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
         "/api/v1/status/config" => Ok(ops::config(api)),
         "/api/v1/status/tsdb" => ops::tsdb_status(api).await,
         "/api/v1/status/buildinfo" => Ok(ops::buildinfo(api)),
+        "/api/v1/status/store" => crate::store::status(api).await,
+        "/api/v1/store/read" => crate::store::read(api, call).await,
         "/-/healthy" => Ok(crate::response::text("Parca is Healthy.\n")),
         "/-/ready" => ops::ready(api),
         "/-/reload" => ops::reload(api).await,

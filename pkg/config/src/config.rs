@@ -28,6 +28,12 @@ pub struct Config {
     /// `object_storage`: where blocks are shipped. Default: nowhere.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub object_storage: Option<ObjectStorage>,
+    /// `query_stores`: the shards a querier reads beside the bucket, each group written as a
+    /// scrape job (`static_configs` and `file_sd_configs` name the shards' addresses; `scheme`,
+    /// `tls_config`, `basic_auth`, `authorization`, `oauth2` and proxy settings say how to
+    /// reach them; `profiling_config` is not used). Default: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub query_stores: Vec<ScrapeConfig>,
 }
 
 /// `global` (Prometheus' section).
@@ -186,6 +192,7 @@ enum TopKey {
     Global,
     ScrapeConfigs,
     ObjectStorage,
+    QueryStores,
 }
 
 impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
@@ -196,7 +203,9 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
         impl<'de> Visitor<'de> for V<'_> {
             type Value = Config;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a mapping with `global`, `scrape_configs` or `object_storage`")
+                f.write_str(
+                    "a mapping with `global`, `scrape_configs`, `object_storage` or `query_stores`",
+                )
             }
             fn visit_none<E: de::Error>(self) -> Result<Config, E> {
                 Ok(Config::default())
@@ -211,6 +220,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                 let mut global: Option<GlobalConfig> = None;
                 let mut scrape_configs: Option<Vec<ScrapeConfig>> = None;
                 let mut object_storage: Option<Option<ObjectStorage>> = None;
+                let mut query_stores: Option<Vec<ScrapeConfig>> = None;
                 while let Some(key) = map.next_key::<TopKey>()? {
                     match key {
                         TopKey::Global => {
@@ -233,12 +243,19 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                             let o: Option<Checked<ObjectStorage>> = map.next_value()?;
                             object_storage = Some(o.map(|c| c.0));
                         }
+                        TopKey::QueryStores => {
+                            if query_stores.is_some() {
+                                return Err(de::Error::duplicate_field("query_stores"));
+                            }
+                            query_stores = Some(map.next_value_seed(ScrapeConfigsSeed(self.0))?);
+                        }
                     }
                 }
                 Ok(Config {
                     global: global.unwrap_or_default(),
                     scrape_configs: scrape_configs.unwrap_or_default(),
                     object_storage: object_storage.flatten(),
+                    query_stores: query_stores.unwrap_or_default(),
                 })
             }
         }

@@ -97,8 +97,8 @@ impl Engine {
                         true,
                     ),
                 };
-                select::series(&self.db, selector, &matchers, window, &self.limits)?;
-                let querier = self.db.querier(window.0, window.1);
+                select::series(self, selector, &matchers, window, &self.limits)?;
+                let querier = self.querier(window.0, window.1);
                 let n_samples = querier.n_samples(&matchers)?;
                 if n_samples > self.limits.max_samples {
                     return Err(Error::TooManySamples {
@@ -214,7 +214,7 @@ impl Engine {
                 return self.merge_in_store(set, grouping);
             }
             Value::Set(set) => {
-                let querier = self.db.querier(set.window.0, set.window.1);
+                let querier = self.querier(set.window.0, set.window.1);
                 for series in querier.select(&set.matchers)? {
                     self.check_deadline()?;
                     if let Some((_, latest)) = series.profiles.last() {
@@ -255,7 +255,7 @@ impl Engine {
         set: ProfileSet,
         grouping: Option<&Grouping>,
     ) -> Result<Vec<ProfileGroup>, Error> {
-        let querier = self.db.querier(set.window.0, set.window.1);
+        let querier = self.querier(set.window.0, set.window.1);
         let merged = querier
             .merge_grouped(&set.matchers, |labels| group_labels(labels, grouping))
             .map_err(|e| match e {

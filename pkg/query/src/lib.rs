@@ -83,6 +83,33 @@ pub struct Engine {
     limits: Limits,
     /// When evaluation gives up ([`Error::Timeout`]); checked between the steps of a query.
     deadline: Option<std::time::Instant>,
+    /// What the reads of this evaluation could not cover (a shard down), in order, once each.
+    warnings: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+/// A [`parca_tsdb::Querier`] whose warnings go to its engine when it is dropped.
+pub struct WatchedQuerier<'e> {
+    querier: parca_tsdb::Querier<'e>,
+    warnings: &'e std::sync::Mutex<Vec<String>>,
+}
+
+impl<'e> std::ops::Deref for WatchedQuerier<'e> {
+    type Target = parca_tsdb::Querier<'e>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.querier
+    }
+}
+
+impl Drop for WatchedQuerier<'_> {
+    fn drop(&mut self) {
+        let mut all = self.warnings.lock().expect("warnings lock poisoned");
+        for w in self.querier.warnings() {
+            if !all.contains(&w) {
+                all.push(w);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -100,15 +127,36 @@ impl Engine {
             db,
             limits,
             deadline: None,
+            warnings: Arc::default(),
         }
     }
 
     /// The same engine, giving up with [`Error::Timeout`] once `deadline` has passed. The
     /// deadline is checked before each selector and between series, so a query stops soon
     /// after it, not at once.
+    /// The engine's warnings start empty: one engine per request.
     pub fn with_deadline(mut self, deadline: std::time::Instant) -> Engine {
         self.deadline = Some(deadline);
+        self.warnings = Arc::default();
         self
+    }
+
+    /// A querier of the store over `[min_ms, max_ms]` whose warnings (a shard that did not
+    /// answer) become this engine's once it is dropped.
+    pub fn querier(&self, min_ms: i64, max_ms: i64) -> WatchedQuerier<'_> {
+        WatchedQuerier {
+            querier: self.db.querier(min_ms, max_ms),
+            warnings: &self.warnings,
+        }
+    }
+
+    /// What the evaluations of this engine could not cover: each names a shard that did not
+    /// answer and the time it would have covered. Empty for a whole answer.
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings
+            .lock()
+            .expect("warnings lock poisoned")
+            .clone()
     }
 
     /// An error once the deadline has passed.

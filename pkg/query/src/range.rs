@@ -119,7 +119,7 @@ impl Engine {
                     query.start_ms.saturating_sub(offset_ms).saturating_sub(widest),
                     query.end_ms.saturating_sub(offset_ms),
                 );
-                let n_series = select::series(&self.db, selector, &matchers, window, &self.limits)?.len();
+                let n_series = select::series(self, selector, &matchers, window, &self.limits)?.len();
                 let n_steps = ((query.end_ms - query.start_ms) / query.step_ms + 1) as usize;
                 let n_points = n_series.saturating_mul(n_steps);
                 if n_points > self.limits.max_points {
@@ -130,7 +130,7 @@ impl Engine {
                         limit: self.limits.max_points,
                     });
                 }
-                let querier = self.db.querier(window.0, window.1);
+                let querier = self.querier(window.0, window.1);
                 let totals: Vec<(Labels, Meta, Vec<TotalPoint>)> = if filters.is_empty() {
                     querier
                         .totals(&matchers)?

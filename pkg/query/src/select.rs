@@ -2,7 +2,7 @@
 
 use parca_profile::StackFilter;
 use parca_querylang::{MatchOp as QueryOp, Selector, StackFilterOp};
-use parca_tsdb::{Db, Labels, MatchOp, Matcher, NAME_LABEL};
+use parca_tsdb::{Labels, MatchOp, Matcher, NAME_LABEL};
 
 use crate::{Error, Limits};
 
@@ -40,8 +40,12 @@ impl ProfileType {
 }
 
 /// The profile types of series with profiles in `[start_ms, end_ms]`, sorted.
-pub fn profile_types(db: &Db, start_ms: i64, end_ms: i64) -> Result<Vec<ProfileType>, Error> {
-    let mut types: Vec<ProfileType> = db
+pub fn profile_types(
+    engine: &crate::Engine,
+    start_ms: i64,
+    end_ms: i64,
+) -> Result<Vec<ProfileType>, Error> {
+    let mut types: Vec<ProfileType> = engine
         .querier(start_ms, end_ms)
         .label_values(NAME_LABEL, &[])?
         .iter()
@@ -92,13 +96,13 @@ pub(crate) fn stack_filter(filter: &parca_querylang::StackFilter) -> Result<Stac
 /// match and the selector names a type the store does not know at all, the error says so and
 /// suggests the nearest known types.
 pub(crate) fn series(
-    db: &Db,
+    engine: &crate::Engine,
     selector: &Selector,
     matchers: &[Matcher],
     window: (i64, i64),
     limits: &Limits,
 ) -> Result<Vec<Labels>, Error> {
-    let found = db.querier(window.0, window.1).series(matchers)?;
+    let found = engine.querier(window.0, window.1).series(matchers)?;
     if limits.max_series > 0 && found.len() > limits.max_series {
         return Err(Error::TooManySeries {
             n_series: found.len(),
@@ -108,7 +112,7 @@ pub(crate) fn series(
     if found.is_empty()
         && let Some(name) = &selector.profile_type
     {
-        let known = db
+        let known = engine
             .querier(i64::MIN, i64::MAX)
             .label_values(NAME_LABEL, &[])?;
         if !known.iter().any(|k| k == name.as_str()) {

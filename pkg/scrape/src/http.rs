@@ -358,3 +358,84 @@ impl std::fmt::Display for FetchError {
         }
     }
 }
+
+/// `request` with the job's credentials: `basic_auth`, `authorization` (secrets read from their
+/// files at each request, so a rotated file takes effect), or an `oauth2` token.
+pub(crate) async fn authorize(
+    config: &ScrapeConfig,
+    http: &JobHttp,
+    mut request: reqwest::RequestBuilder,
+) -> Result<reqwest::RequestBuilder, ScrapeError> {
+    use crate::scrape_loop::read_secret;
+    if let Some(auth) = &config.basic_auth {
+        let password = match (&auth.password, &auth.password_file) {
+            (Some(p), _) => Some(p.expose().to_owned()),
+            (None, Some(path)) => Some(read_secret(path)?),
+            (None, None) => None,
+        };
+        request = request.basic_auth(&auth.username, password);
+    }
+    if let Some(auth) = &config.authorization {
+        let credentials = match (&auth.credentials, &auth.credentials_file) {
+            (Some(c), _) => c.expose().to_owned(),
+            (None, Some(path)) => read_secret(path)?,
+            (None, None) => String::new(),
+        };
+        request = request.header(
+            reqwest::header::AUTHORIZATION,
+            format!("{} {credentials}", auth.kind),
+        );
+    }
+    if let Some(tokens) = &http.oauth2 {
+        request = request.header(
+            reqwest::header::AUTHORIZATION,
+            tokens.authorization().await?,
+        );
+    }
+    Ok(request)
+}
+
+/// Servers reached as a scrape job's settings say, for callers other than the scrape loops (a
+/// querier's shards): the job's targets (static and file_sd groups, relabeled, files read
+/// again at each call) and its requests (TLS, proxy, redirects, credentials).
+pub struct JobClient {
+    config: ScrapeConfig,
+    http: JobHttp,
+}
+
+impl JobClient {
+    /// The client of `config`; an error names the setting that cannot be used (an unreadable
+    /// CA file, say).
+    pub fn new(config: ScrapeConfig) -> Result<JobClient, String> {
+        let http = JobHttp::for_job(&config)?;
+        Ok(JobClient { config, http })
+    }
+
+    /// The job's name.
+    pub fn job(&self) -> &str {
+        &self.config.job_name
+    }
+
+    /// The base URL (`scheme://address`) of each target discovery finds now.
+    pub fn targets(&self) -> Vec<String> {
+        crate::discovery::discover(&self.config)
+            .active
+            .iter()
+            .map(|t| t.url("", None))
+            .collect()
+    }
+
+    /// A request of `method` for `url`, with the job's credentials.
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+    ) -> Result<reqwest::RequestBuilder, ScrapeError> {
+        authorize(
+            &self.config,
+            &self.http,
+            self.http.client.request(method, url),
+        )
+        .await
+    }
+}

@@ -39,6 +39,7 @@ mod scrape_loop;
 mod target;
 
 pub use error::ScrapeError;
+pub use http::JobClient;
 pub use manager::{Manager, Options};
-pub use scrape_loop::ScrapeMetrics;
+pub use scrape_loop::{ScrapeMetrics, error_chain};
 pub use target::{Health, ProfileStatus, Target, TargetStatus};

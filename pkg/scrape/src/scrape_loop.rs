@@ -166,7 +166,7 @@ async fn fetch(spec: &LoopSpec) -> Result<Vec<u8>, ScrapeError> {
         .map_err(|e| ScrapeError::Request(e.clone()))?;
     let client = &http.client;
     let url = spec.url();
-    let mut request = match &spec.config.tls_config.server_name {
+    let request = match &spec.config.tls_config.server_name {
         None => client.get(url),
         // The request names the server (for SNI and the certificate); the loop's client connects
         // to the target's host, and the Host header still names the target, as in Prometheus.
@@ -184,31 +184,7 @@ async fn fetch(spec: &LoopSpec) -> Result<Vec<u8>, ScrapeError> {
             client.get(named).header(reqwest::header::HOST, host)
         }
     };
-    if let Some(auth) = &spec.config.basic_auth {
-        let password = match (&auth.password, &auth.password_file) {
-            (Some(p), _) => Some(p.expose().to_owned()),
-            (None, Some(path)) => Some(read_secret(path)?),
-            (None, None) => None,
-        };
-        request = request.basic_auth(&auth.username, password);
-    }
-    if let Some(auth) = &spec.config.authorization {
-        let credentials = match (&auth.credentials, &auth.credentials_file) {
-            (Some(c), _) => c.expose().to_owned(),
-            (None, Some(path)) => read_secret(path)?,
-            (None, None) => String::new(),
-        };
-        request = request.header(
-            reqwest::header::AUTHORIZATION,
-            format!("{} {credentials}", auth.kind),
-        );
-    }
-    if let Some(tokens) = &http.oauth2 {
-        request = request.header(
-            reqwest::header::AUTHORIZATION,
-            tokens.authorization().await?,
-        );
-    }
+    let request = crate::http::authorize(&spec.config, http, request).await?;
     let mut response = request
         .send()
         .await
@@ -246,7 +222,7 @@ pub(crate) fn read_secret(path: &std::path::Path) -> Result<String, ScrapeError>
 }
 
 /// The whole cause chain of an error, which reqwest hides behind "error sending request".
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
     let mut cause = e.source();
     while let Some(c) = cause {
