@@ -256,7 +256,11 @@ impl Shards {
     }
 
     async fn status(&self, url: &str, client: &Client) -> Result<PeerStore, String> {
-        let cannot = |why: String| format!("shard {url} cannot be read ({why})");
+        let cannot = |why: String| {
+            format!(
+                "shard {url} cannot be read ({why}): its profiles not in the bucket yet are missing from this answer"
+            )
+        };
         let response = client
             .request(Method::GET, &format!("{url}/api/v1/status/store"))
             .await

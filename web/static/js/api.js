@@ -24,6 +24,26 @@ function envelopeError(body, status) {
   });
 }
 
+const warningsByPath = new Map();
+
+/**
+ * Keeps the warnings of the latest answer of `path` (a partial answer: a shard of a querier did
+ * not answer) and tells the page: a `parca:warnings` event on `window` with every path's
+ * current warnings in `detail`. An answer without warnings clears its path's.
+ */
+function noteWarnings(path, warnings) {
+  const before = warningsByPath.get(path) || [];
+  if (!warnings.length && !before.length) return;
+  if (warnings.length) warningsByPath.set(path, warnings);
+  else warningsByPath.delete(path);
+  window.dispatchEvent(new CustomEvent('parca:warnings', { detail: currentWarnings() }));
+}
+
+/** The warnings of the latest answers, once each. */
+export function currentWarnings() {
+  return [...new Set([...warningsByPath.values()].flat())];
+}
+
 /** GETs `path` with `params` (arrays repeat the key) and returns the envelope's `data`. */
 export async function get(path, params = {}, { signal } = {}) {
   const res = await fetchApi(url(path, params), signal);
@@ -34,7 +54,14 @@ export async function get(path, params = {}, { signal } = {}) {
     throw new ApiError(`the server answered ${res.status} ${res.statusText} without JSON`, { status: res.status });
   }
   if (body.status !== 'success') throw envelopeError(body, res.status);
+  noteWarnings(path, body.warnings || []);
   return body.data;
+}
+
+/** The warnings of an answer that is not JSON, from its `Parca-Warning` headers. */
+function headerWarnings(path, res) {
+  const header = res.headers.get('parca-warning');
+  noteWarnings(path, header ? [header] : []);
 }
 
 /** The API's error of a failed answer (its JSON envelope when there is one). */
@@ -50,6 +77,7 @@ async function failure(res) {
 export async function getBlob(path, params = {}) {
   const res = await fetchApi(url(path, params));
   if (!res.ok) throw await failure(res);
+  headerWarnings(path, res);
   return res.blob();
 }
 
@@ -57,6 +85,7 @@ export async function getBlob(path, params = {}) {
 export async function getBytes(path, params = {}, { signal } = {}) {
   const res = await fetchApi(url(path, params), signal);
   if (!res.ok) throw await failure(res);
+  headerWarnings(path, res);
   return res.arrayBuffer();
 }
 

@@ -4,6 +4,7 @@ import { mountExplorer } from './explorer.js';
 import { mountCompare } from './compare.js';
 import { mountTargets } from './targets.js';
 import { stateBox, replace } from './dom.js';
+import { currentWarnings } from './api.js';
 
 const PAGES = { '/': ['explorer', mountExplorer], '/compare': ['compare', mountCompare], '/targets': ['targets', mountTargets] };
 const app = document.getElementById('app');
@@ -35,4 +36,22 @@ document.addEventListener('click', (e) => {
   route();
 });
 window.addEventListener('popstate', route);
+
+// A partial answer (a querier's shard did not answer) is said above every page, for as long as
+// the latest answers carry warnings.
+const banner = document.getElementById('warnings');
+function showWarnings(warnings) {
+  banner.hidden = warnings.length === 0;
+  const title = document.createElement('strong');
+  title.textContent = 'Partial answer: some data is missing from what is shown.';
+  const list = document.createElement('ul');
+  for (const w of warnings) {
+    const li = document.createElement('li');
+    li.textContent = w;
+    list.append(li);
+  }
+  banner.replaceChildren(title, list);
+}
+window.addEventListener('parca:warnings', (e) => showWarnings(e.detail));
+showWarnings(currentWarnings());
 route();
