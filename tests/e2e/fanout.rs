@@ -376,3 +376,121 @@ fn compare(querier: &Server, reference: &Server, queries: &[String], pushed: usi
         took_reference.as_secs_f64() * 1000.0 / n,
     ));
 }
+
+#[test]
+fn shards_behind_tls_and_credentials_are_read_with_a_scrape_jobs_settings_listed_in_a_file() {
+    use crate::security::{Ca, curl, write};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let ca = Ca::new("parca test CA");
+    let (cert, key) = ca.issue(&["localhost", "127.0.0.1"], false);
+    let ca_file = write(d, "ca.pem", &ca.pem);
+    write(d, "server.crt", &cert);
+    write(d, "server.key", &key);
+    let hash = bcrypt::hash("s3cret", 6).expect("hash");
+    let web = write(
+        d,
+        "web.yml",
+        &format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  alice: {hash}\n"
+        ),
+    );
+    let shard = Server::spawn(
+        &parca_binary(false),
+        None,
+        &[&format!("--web-config-file={}", web.display())],
+        |_| "scrape_configs: []\n".into(),
+    );
+    let base = format!("https://127.0.0.1:{}", shard.addr.port());
+    let ca_arg = ca_file.to_str().expect("path");
+    let corpus = crate::server_harness::tests_dir().join("testdata/pprof/go/go-cpu.pb.gz");
+    let push = poll(
+        "the protected shard to take a push",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let got = curl(
+                d,
+                &[
+                    "--cacert",
+                    ca_arg,
+                    "-u",
+                    "alice:s3cret",
+                    "--data-binary",
+                    &format!("@{}", corpus.display()),
+                    &format!("{base}/api/v1/write?__name__=process_cpu&job=protected"),
+                ],
+            );
+            if got.status == 200 {
+                Ok(got)
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    );
+    assert_eq!(push.status, 200);
+    let window = "start=0&end=4102444800";
+    let query = format!(
+        "/api/v1/query?format=top&{window}&query={}",
+        encode(&format!("merge({CPU})"))
+    );
+    let own = curl(
+        d,
+        &[
+            "--cacert",
+            ca_arg,
+            "-u",
+            "alice:s3cret",
+            &format!("{base}{query}"),
+        ],
+    );
+    assert_eq!(own.status, 200, "{own:?}");
+    let own: serde_json::Value = serde_json::from_str(&own.body).expect("json");
+
+    // The querier lists its shards in a file_sd file, empty at first; the group's settings say
+    // how to reach them.
+    let list = write(d, "shards.yml", "[]\n");
+    let querier = Server::start(&parca_binary(false), &["--mode=query"], |_| {
+        format!(
+            "query_stores:\n  - job_name: shards\n    scheme: https\n    tls_config: {{ca_file: {ca}}}\n    \
+             basic_auth: {{username: alice, password: s3cret}}\n    file_sd_configs: [{{files: [{list}]}}]\n",
+            ca = ca_file.display(),
+            list = list.display()
+        )
+    });
+    write(
+        d,
+        "shards.yml",
+        &format!("[{{targets: [\"127.0.0.1:{}\"]}}]\n", shard.addr.port()),
+    );
+    let (got, warnings) = poll(
+        "the querier to read the shard listed in its file",
+        Duration::from_secs(40),
+        Duration::from_millis(500),
+        || {
+            let r = querier.get(&query)?;
+            if r.status == 200 {
+                let json: serde_json::Value = serde_json::from_slice(&r.body).expect("json");
+                let warnings = json["warnings"].clone();
+                Ok((json["data"].clone(), warnings))
+            } else {
+                Err(r.text())
+            }
+        },
+    );
+    assert!(warnings.is_null(), "{warnings}");
+    assert_eq!(got, own["data"]);
+
+    // Without the CA and the credentials: no silent gap, a warning that says why.
+    let stranger = Server::start(
+        &parca_binary(false),
+        &["--mode=query", &format!("--query-store={base}")],
+        |_| "scrape_configs: []\n".into(),
+    );
+    let r = stranger.get(&query).expect("query");
+    let text = r.text();
+    assert!(
+        text.contains(&base) && text.contains("cannot be read") && text.contains("certificate"),
+        "{text}"
+    );
+}

@@ -224,6 +224,8 @@ struct ServerControl {
     config_path: PathBuf,
     config: Mutex<parca_config::Config>,
     scrape: OnceLock<Arc<parca_scrape::Manager>>,
+    /// The shards read beside the bucket, when there are any.
+    shards: OnceLock<Arc<parca_fanout::Shards>>,
     reloads: prometheus_client::metrics::family::Family<
         Vec<(&'static str, &'static str)>,
         prometheus_client::metrics::counter::Counter,
@@ -234,13 +236,37 @@ struct ServerControl {
     quit: tokio::sync::Notify,
 }
 
+impl ServerControl {
+    /// Uses a reloaded parca.yaml's `query_stores`, when they changed; an error names a group
+    /// whose client cannot be built (the reload then fails and nothing of it is applied).
+    fn take_query_stores(&self, config: &parca_config::Config) -> Result<(), String> {
+        let stores_changed =
+            self.config.lock().expect("config lock").query_stores != config.query_stores;
+        if stores_changed {
+            match self.shards.get() {
+                Some(shards) => {
+                    shards.set_query_stores(&config.query_stores)?;
+                    let shards = Arc::clone(shards);
+                    tokio::spawn(async move { shards.refresh().await });
+                }
+                None => tracing::warn!(
+                    "query_stores were added: a server started without shards reads them from its next start"
+                ),
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Control for ServerControl {
     fn config_yaml(&self) -> String {
         self.config.lock().expect("config lock").to_yaml()
     }
 
     fn reload(&self) -> Result<(), String> {
-        let result = parca_config::load(&self.config_path).map_err(|e| e.to_string());
+        let result = parca_config::load(&self.config_path)
+            .map_err(|e| e.to_string())
+            .and_then(|config| self.take_query_stores(&config).map(|()| config));
         let outcome = if result.is_ok() { "success" } else { "failure" };
         self.reloads.get_or_create(&vec![("result", outcome)]).inc();
         let config = result.inspect_err(|why| {
@@ -375,6 +401,7 @@ async fn serve(
         config_path: args.config_path.clone(),
         config: Mutex::new(config),
         scrape: OnceLock::new(),
+        shards: OnceLock::new(),
         reloads: Default::default(),
         last_reload_ok: Default::default(),
         last_reload_error: Mutex::new(None),
@@ -521,7 +548,8 @@ async fn serve(
             })?;
     let db = Arc::new(db);
     if let Some(shards) = shards {
-        db.set_peers(shards);
+        db.set_peers(Arc::clone(&shards) as Arc<dyn parca_tsdb::Peers>);
+        let _ = control.shards.set(shards);
     }
     api.set_store(Arc::clone(&db));
     tracing::info!(path = %args.storage_path.display(), "store ready");

@@ -42,23 +42,27 @@ pub(crate) async fn route(api: &Arc<Api>, request: Request<Incoming>) -> Respons
         return response;
     }
     let mut challenge = None;
+    let mut warnings = Vec::new();
     let response = match admit(api, &parts, &mut challenge).await {
         // The permit is held until the answer is made.
         Ok(_permit) => match read(api, parts, body).await {
             Ok(call) => {
-                let (response, warnings) = crate::warnings::collecting(dispatch(api, call)).await;
-                response.map(|r| crate::warnings::attach(r, &warnings))
+                let (response, noted) = crate::warnings::collecting(dispatch(api, call)).await;
+                warnings = noted;
+                response
             }
             Err(e) => Err(e),
         },
         Err(e) => Err(e),
     };
-    let mut response = response.unwrap_or_else(|e| {
+    let response = response.unwrap_or_else(|e| {
         if e.kind == ErrorType::Internal {
             tracing::error!(path, error = %e.message, "request failed");
         }
         e.into_response()
     });
+    // An error too: "no profiles" from a store whose shard did not answer must say so.
+    let mut response = crate::warnings::attach(response, &warnings);
     let headers = response.headers_mut();
     allow_origin(api, headers, origin.as_ref());
     if let Some(challenge) = challenge {

@@ -2,7 +2,8 @@
 //!
 //! Reads note their warnings into the request's collector ([`note`]) wherever they run; the
 //! router puts them into the answer ([`attach`]): into the JSON envelope's `warnings` (as
-//! Prometheus' API does) and, for every format, a `Parca-Warning` header each.
+//! Prometheus' API does; an error's envelope too, as "no profiles" may be the missing shard's
+//! doing) and, for every format, a `Parca-Warning` header each.
 
 use std::sync::{Arc, Mutex};
 
@@ -66,8 +67,11 @@ pub(crate) fn attach(response: Response<Body>, warnings: &[String]) -> Response<
         }
     }
     let bytes = body_bytes(body);
-    const ENVELOPE: &[u8] = br#"{"status":"success","#;
-    let body = if bytes.starts_with(ENVELOPE) {
+    let json = parts
+        .headers
+        .get(hyper::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"application/json");
+    let body = if json && bytes.starts_with(b"{\"") {
         let mut out = Vec::with_capacity(bytes.len() + 64 * warnings.len());
         out.extend_from_slice(b"{\"warnings\":");
         out.extend_from_slice(&serde_json::to_vec(warnings).expect("strings serialize"));
@@ -113,6 +117,15 @@ mod tests {
         assert_eq!(json["status"], "success");
         assert_eq!(json["data"], serde_json::json!([1, 2]));
         assert_eq!(json["warnings"][1], "shard b: é");
+        // An error's envelope too.
+        let error = attach(
+            crate::response::ApiError::bad_data("nothing").into_response(),
+            &warnings,
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&body_bytes(error.into_body())).unwrap();
+        assert_eq!(json["status"], "error");
+        assert_eq!(json["warnings"][0], "shard a did not answer");
         // Not JSON: headers only.
         let svg = attach(crate::response::text("x"), &warnings);
         assert_eq!(body_bytes(svg.into_body()), "x");

@@ -87,7 +87,8 @@ struct Shard {
 pub struct Shards {
     plain: reqwest::Client,
     urls: Vec<String>,
-    jobs: Vec<Arc<JobClient>>,
+    /// parca.yaml's `query_stores` groups, replaced on a reload.
+    jobs: RwLock<Vec<Arc<JobClient>>>,
     options: Options,
     runtime: tokio::runtime::Handle,
     shards: RwLock<Vec<Shard>>,
@@ -164,14 +165,7 @@ impl Shards {
         query_stores: &[ScrapeConfig],
         registry: &mut Registry,
     ) -> Result<Arc<Shards>, String> {
-        let jobs = query_stores
-            .iter()
-            .map(|c| {
-                JobClient::new(c.clone())
-                    .map(Arc::new)
-                    .map_err(|e| format!("query_stores `{}`: {e}", c.job_name))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let jobs = job_clients(query_stores)?;
         let plain = reqwest::Client::builder()
             .user_agent(concat!("parca-rs/", env!("CARGO_PKG_VERSION")))
             .no_proxy()
@@ -184,7 +178,7 @@ impl Shards {
                 .iter()
                 .map(|u| u.trim_end_matches('/').to_owned())
                 .collect(),
-            jobs,
+            jobs: RwLock::new(jobs),
             runtime: tokio::runtime::Handle::current(),
             options,
             shards: RwLock::new(Vec::new()),
@@ -206,6 +200,14 @@ impl Shards {
         Ok(shards)
     }
 
+    /// Takes parca.yaml's `query_stores` anew (a reload), from the next [`Shards::refresh`]
+    /// on. An error names a group whose client cannot be built; the groups before stay.
+    pub fn set_query_stores(&self, query_stores: &[ScrapeConfig]) -> Result<(), String> {
+        let jobs = job_clients(query_stores)?;
+        *self.jobs.write().expect("jobs lock poisoned") = jobs;
+        Ok(())
+    }
+
     /// The shards' addresses, as last listed.
     pub fn addresses(&self) -> Vec<String> {
         self.shards
@@ -223,7 +225,8 @@ impl Shards {
             .iter()
             .map(|u| (u.clone(), Client::Plain(self.plain.clone())))
             .collect();
-        for job in &self.jobs {
+        let jobs = self.jobs.read().expect("jobs lock poisoned").clone();
+        for job in &jobs {
             listed.extend(
                 job.targets()
                     .into_iter()
@@ -368,6 +371,18 @@ impl Peers for Shards {
                 }
             })))
     }
+}
+
+/// A client per `query_stores` group.
+fn job_clients(query_stores: &[ScrapeConfig]) -> Result<Vec<Arc<JobClient>>, String> {
+    query_stores
+        .iter()
+        .map(|c| {
+            JobClient::new(c.clone())
+                .map(Arc::new)
+                .map_err(|e| format!("query_stores `{}`: {e}", c.job_name))
+        })
+        .collect()
 }
 
 /// Shards that share external labels: their blocks cannot be told apart in the bucket, so

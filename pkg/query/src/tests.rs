@@ -249,3 +249,46 @@ fn range_sums_windows_per_step_and_aggregates() {
     assert_eq!(heap[0].points.len(), 3);
     assert_eq!(heap[0].points[0].value, heap[0].points[2].value);
 }
+
+/// Shards that cannot be read.
+struct DownShards;
+
+impl parca_tsdb::Peers for DownShards {
+    fn stores(&self) -> Vec<Result<parca_tsdb::PeerStore, String>> {
+        vec![Err("shard x cannot be read".into())]
+    }
+
+    fn read(
+        &self,
+        asks: &[(usize, parca_tsdb::PeerRequest)],
+    ) -> Vec<Result<parca_tsdb::PeerAnswer, String>> {
+        asks.iter()
+            .map(|_| Err("shard x did not answer".into()))
+            .collect()
+    }
+}
+
+#[test]
+fn an_answer_without_a_shard_says_so_even_when_it_is_an_error() {
+    let (_dir, engine) = store();
+    engine.db().set_peers(Arc::new(DownShards));
+    let engine =
+        engine.with_deadline(std::time::Instant::now() + std::time::Duration::from_secs(60));
+    let expr = parca_querylang::parse("merge(nope:cpu:nanoseconds:cpu:nanoseconds:delta)").unwrap();
+    assert!(
+        engine
+            .instant(&expr, &InstantQuery::over(0, i64::MAX))
+            .is_err()
+    );
+    assert_eq!(engine.warnings(), vec!["shard x cannot be read".to_owned()]);
+    let expr =
+        parca_querylang::parse("merge(process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta)").unwrap();
+    let engine =
+        engine.with_deadline(std::time::Instant::now() + std::time::Duration::from_secs(60));
+    assert!(
+        engine
+            .instant(&expr, &InstantQuery::over(0, i64::MAX))
+            .is_ok()
+    );
+    assert_eq!(engine.warnings(), vec!["shard x cannot be read".to_owned()]);
+}
