@@ -18,12 +18,7 @@ fn config(bucket: &Path) -> String {
 
 /// A real Go CPU profile stamped at `ms`.
 fn profile_at(ms: i64) -> Vec<u8> {
-    let bytes = std::fs::read(tests_dir().join("testdata/pprof/go/go-cpu.pb.gz")).expect("read");
-    let mut profile = parca_pprof::decode(&bytes, &Default::default())
-        .expect("decodes")
-        .to_proto();
-    profile.time_nanos = ms * 1_000_000;
-    parca_pprof::encode(&profile, true)
+    crate::server_harness::corpus_profile_at("go/go-cpu.pb.gz", ms)
 }
 
 /// Pushes [`profile_at`] `at` as series `process_cpu{job=…}`.

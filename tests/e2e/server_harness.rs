@@ -435,3 +435,13 @@ impl Server {
         Ok(json["data"].clone())
     }
 }
+
+/// The corpus profile `rel` (under `testdata/pprof`) stamped at `ms`, gzipped.
+pub fn corpus_profile_at(rel: &str, ms: i64) -> Vec<u8> {
+    let bytes = std::fs::read(tests_dir().join("testdata/pprof").join(rel)).expect("read");
+    let mut profile = parca_pprof::decode(&bytes, &Default::default())
+        .expect("decodes")
+        .to_proto();
+    profile.time_nanos = ms * 1_000_000;
+    parca_pprof::encode(&profile, true)
+}

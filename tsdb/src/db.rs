@@ -422,6 +422,11 @@ impl Db {
         (head_start != i64::MIN).then_some(head_start)
     }
 
+    /// Whether blocks leave for an object store ([`Options::ship_blocks`]).
+    pub fn ships_blocks(&self) -> bool {
+        self.inner.options.ship_blocks
+    }
+
     /// Blocks on disk that are in the object store too, with their start time.
     pub fn shipped_blocks(&self) -> Vec<(String, i64)> {
         let shipped = self.inner.shipped.lock().expect("shipped lock poisoned");

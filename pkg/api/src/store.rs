@@ -19,12 +19,14 @@ use crate::router::Call;
 pub(crate) async fn status(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {
     let db = api.store()?;
     let labels = api.options.external_labels.clone();
-    let (until, shipped) =
-        tokio::task::spawn_blocking(move || (db.shipped_until(), db.shipped_blocks()))
-            .await
-            .map_err(|e| ApiError::internal(format!("status task failed: {e}")))?;
+    let (shipping, until, shipped) = tokio::task::spawn_blocking(move || {
+        (db.ships_blocks(), db.shipped_until(), db.shipped_blocks())
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("status task failed: {e}")))?;
     Ok(success(&serde_json::json!({
         "externalLabels": labels,
+        "shipping": shipping,
         "shippedUntil": until,
         "shippedBlocks": shipped
             .iter()

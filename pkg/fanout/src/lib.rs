@@ -81,6 +81,8 @@ struct Shard {
     url: String,
     client: Client,
     status: Result<PeerStore, String>,
+    /// Whether it ships blocks to a bucket.
+    shipping: bool,
 }
 
 /// The shards of a querier; see the crate's documentation.
@@ -140,6 +142,8 @@ impl Metrics {
 #[serde(rename_all = "camelCase")]
 struct StoreStatus {
     external_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    shipping: bool,
     shipped_until: Option<i64>,
     shipped_blocks: Vec<ShippedBlock>,
 }
@@ -236,11 +240,15 @@ impl Shards {
         listed.sort_by(|a, b| a.0.cmp(&b.0));
         listed.dedup_by(|a, b| a.0 == b.0);
         let polled = join_all(listed.into_iter().map(|(url, client)| async move {
-            let status = self.status(&url, &client).await;
+            let (status, shipping) = match self.status(&url, &client).await {
+                Ok((status, shipping)) => (Ok(status), shipping),
+                Err(why) => (Err(why), false),
+            };
             Shard {
                 url,
                 client,
                 status,
+                shipping,
             }
         }))
         .await;
@@ -258,7 +266,8 @@ impl Shards {
         *self.shards.write().expect("shards lock poisoned") = shards;
     }
 
-    async fn status(&self, url: &str, client: &Client) -> Result<PeerStore, String> {
+    /// A shard's status, and whether it ships blocks.
+    async fn status(&self, url: &str, client: &Client) -> Result<(PeerStore, bool), String> {
         let cannot = |why: String| {
             format!(
                 "shard {url} cannot be read ({why}): its profiles not in the bucket yet are missing from this answer"
@@ -286,7 +295,8 @@ impl Shards {
         let status: Envelope<StoreStatus> = serde_json::from_slice(&body)
             .map_err(|e| cannot(format!("its status is not what a shard answers: {e}")))?;
         let s = status.data;
-        Ok(PeerStore {
+        let shipping = s.shipping;
+        let store = PeerStore {
             name: url.to_owned(),
             external_labels: s.external_labels,
             shipped_until_ms: s.shipped_until,
@@ -295,7 +305,8 @@ impl Shards {
                 .into_iter()
                 .map(|b| (b.ulid, b.min_time))
                 .collect(),
-        })
+        };
+        Ok((store, shipping))
     }
 
     async fn read_one(&self, shard: &Shard, request: &PeerRequest) -> Result<PeerAnswer, String> {
@@ -385,11 +396,11 @@ fn job_clients(query_stores: &[ScrapeConfig]) -> Result<Vec<Arc<JobClient>>, Str
         .collect()
 }
 
-/// Shards that share external labels: their blocks cannot be told apart in the bucket, so
-/// none of them is read, each with a status that says why.
+/// Shards that ship blocks and share external labels: their blocks cannot be told apart in
+/// the bucket, so none of them is read, each with a status that says why.
 fn refuse_shared_labels(shards: &mut [Shard]) {
     let mut by_labels: BTreeMap<BTreeMap<String, String>, Vec<String>> = BTreeMap::new();
-    for s in shards.iter() {
+    for s in shards.iter().filter(|s| s.shipping) {
         if let Ok(status) = &s.status {
             by_labels
                 .entry(status.external_labels.clone())
@@ -397,7 +408,7 @@ fn refuse_shared_labels(shards: &mut [Shard]) {
                 .push(s.url.clone());
         }
     }
-    for s in shards.iter_mut() {
+    for s in shards.iter_mut().filter(|s| s.shipping) {
         let Ok(status) = &s.status else { continue };
         let same = &by_labels[&status.external_labels];
         if same.len() > 1 {
