@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::server_harness::{Server, http_request, parca_binary, poll, tests_dir};
+use crate::server_harness::{Server, http_request, parca_binary, poll};
 
 fn config(bucket: &Path) -> String {
     format!(
