@@ -613,7 +613,43 @@ fn the_bucket_is_read_when_local_copies_are_gone_and_by_other_servers() {
         ))
         .expect("series");
     assert!(series.to_string().contains("\"job\":\"b\""), "{series}");
+    let cached_unbounded = metric(&reader, "parca_bucket_cached_bytes");
     drop(reader);
+
+    // A reader whose cache is smaller than one block's index: it lets every block go, fetches
+    // what each query needs again, and answers the same.
+    let small_cache = work.path().join("reader-small");
+    let small = Server::start_with_storage(
+        &parca_binary(false),
+        Some(&small_cache),
+        &["--mode=query", "--objstore-cache-size=1"],
+        |_| config(&bucket),
+    );
+    poll(
+        "the small-cache reader to list the bucket's blocks",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || match metric(&small, "parca_bucket_blocks") as usize {
+            n if n >= shipped.len() => Ok(()),
+            n => Err(format!("{n} of {}", shipped.len())),
+        },
+    );
+    assert_eq!(cpu_total(&small, "job=\"a\"", start, end), 3 * one);
+    assert_eq!(cpu_total(&small, "job=\"b\"", start, end), 3 * one);
+    let refetches = metric(&small, "parca_bucket_cache_refetches_total");
+    let evictions = metric(&small, "parca_bucket_cache_evictions_total");
+    assert!(refetches >= shipped.len() as f64, "{refetches} refetches");
+    assert!(
+        evictions >= 2.0 * shipped.len() as f64,
+        "{evictions} evictions"
+    );
+    assert_eq!(metric(&small, "parca_bucket_cached_bytes"), 0.0);
+    let on_disk = blocks_in(&small_cache.join("bucket-cache"));
+    assert!(on_disk.is_empty(), "blocks left in the cache: {on_disk:?}");
+    crate::agent::say(&format!(
+        "bucket cache: unbounded {cached_unbounded} bytes; bounded to 1 byte: {evictions} blocks let go, {refetches} fetched again, answers equal"
+    ));
+    drop(small);
 
     // A damaged object in the bucket: a new reader sets that block aside, saying which and
     // why, and serves the rest (two of the three pushes).

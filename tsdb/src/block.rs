@@ -680,19 +680,7 @@ impl Block {
             None => ProfileData::Mapped(map("profiles")?),
         };
 
-        let meta_json =
-            encoding::unseal(META_MAGIC, &meta_file).map_err(|w| corrupt("meta.json", w))?;
-        let meta: BlockMeta = serde_json::from_slice(meta_json)
-            .map_err(|e| corrupt("meta.json", format!("is not valid block metadata: {e}")))?;
-        if meta.ulid != name {
-            return Err(corrupt(
-                "meta.json",
-                format!("names block `{}`, not its directory", meta.ulid),
-            ));
-        }
-        if meta.min_time_ms > meta.max_time_ms {
-            return Err(corrupt("meta.json", "has min time after max time".into()));
-        }
+        let meta = parse_meta(&name, &meta_file)?;
         let index_len = encoding::unseal(INDEX_MAGIC, &index)
             .map_err(|w| corrupt("index", w))?
             .len();
@@ -1345,6 +1333,28 @@ impl From<&StoredProfile> for BlockProfile {
     }
 }
 
+/// The meta of block `name` from the bytes of its `meta.json`, checked (seal, name, times).
+pub(crate) fn parse_meta(name: &str, bytes: &[u8]) -> Result<BlockMeta, Error> {
+    let corrupt = |what: String| Error::BlockCorrupt {
+        block: name.to_owned(),
+        file: "meta.json",
+        what,
+    };
+    let json = encoding::unseal(META_MAGIC, bytes).map_err(corrupt)?;
+    let meta: BlockMeta = serde_json::from_slice(json)
+        .map_err(|e| corrupt(format!("is not valid block metadata: {e}")))?;
+    if meta.ulid != name {
+        return Err(corrupt(format!(
+            "names block `{}`, not its directory",
+            meta.ulid
+        )));
+    }
+    if meta.min_time_ms > meta.max_time_ms {
+        return Err(corrupt("has min time after max time".into()));
+    }
+    Ok(meta)
+}
+
 /// The `meta.json` of the block in `block_dir` with `external_labels` added, sealed as the
 /// block's own: what is uploaded to an object store in its place.
 pub fn meta_for_upload(
@@ -1517,7 +1527,10 @@ mod tests {
         }
         let empty = tempfile::tempdir().expect("tempdir");
         let db = Db::open(empty.path(), options()).expect("open");
-        assert_eq!(db.set_remote_blocks(remote.clone()), 2);
+        assert_eq!(
+            db.set_remote_blocks(remote.iter().cloned().map(crate::LazyBlock::from).collect()),
+            2
+        );
         assert_eq!(crate::test_support::answers(&db, &ranges), expected);
         // A query of one series reads less than the blocks' profile data.
         let before: u64 = sources
@@ -1539,8 +1552,9 @@ mod tests {
         let both = tempfile::tempdir().expect("tempdir");
         copy_dir(pristine.path(), both.path());
         let db = Db::open(both.path(), options()).expect("open");
-        db.set_remote_blocks(remote);
-        assert_eq!(db.inner().readable_blocks().len(), 2);
+        db.set_remote_blocks(remote.into_iter().map(crate::LazyBlock::from).collect());
+        let view = crate::query::View::of(db.inner(), false);
+        assert_eq!(view.readable(i64::MIN, i64::MAX).expect("open").len(), 2);
 
         // A footer that is not a block's: refused, naming the file.
         let bad = Arc::new(crate::test_support::MemRanges {

@@ -158,7 +158,7 @@ pub(crate) struct Inner {
     pub blocks: RwLock<BlockSet>,
     /// Blocks read from an object store ([`Db::set_remote_blocks`]); those also on disk are
     /// read from disk.
-    pub remote: RwLock<BlockSet>,
+    pub remote: RwLock<Arc<Vec<crate::LazyBlock>>>,
     /// Held by whoever cuts, compacts or deletes blocks: one at a time.
     pub maintenance: Mutex<()>,
     /// Held while blocks written outside maintenance (backfill) are renamed into the data
@@ -184,27 +184,9 @@ impl Inner {
         Arc::clone(&self.blocks.read().expect("blocks lock poisoned"))
     }
 
-    /// The blocks a read sees: those on disk, and those of the object store that are not on
-    /// disk (nor replaced by a compacted block on disk), by time.
-    pub fn readable_blocks(&self) -> BlockSet {
-        let local = self.block_set();
-        let remote = Arc::clone(&self.remote.read().expect("remote blocks lock poisoned"));
-        if remote.is_empty() {
-            return local;
-        }
-        let mut hidden: std::collections::HashSet<&str> = local.iter().map(|b| b.name()).collect();
-        for b in local.iter() {
-            hidden.extend(b.meta.compaction.sources.iter().map(String::as_str));
-        }
-        let mut all: Vec<Arc<Block>> = local.iter().cloned().collect();
-        all.extend(
-            remote
-                .iter()
-                .filter(|b| !hidden.contains(b.name()))
-                .cloned(),
-        );
-        all.sort_by(|a, b| (a.meta.min_time_ms, a.name()).cmp(&(b.meta.min_time_ms, b.name())));
-        Arc::new(all)
+    /// The blocks of the object store served ([`Db::set_remote_blocks`]).
+    pub fn remote_blocks(&self) -> Arc<Vec<crate::LazyBlock>> {
+        Arc::clone(&self.remote.read().expect("remote blocks lock poisoned"))
     }
 
     pub fn peers(&self) -> Option<Arc<dyn crate::Peers>> {
@@ -341,16 +323,15 @@ impl Db {
     /// Serves `blocks` of an object store beside the local ones, in place of those given
     /// before: every read sees them, except a block also on disk (read from disk) and a block
     /// another one (local or given) lists among its sources (a compacted block replaced it).
-    /// Returns how many are served now.
-    pub fn set_remote_blocks(&self, blocks: Vec<crate::RemoteBlock>) -> usize {
+    /// Each is opened when a read of its time range needs it. Returns how many are served now.
+    pub fn set_remote_blocks(&self, blocks: Vec<crate::LazyBlock>) -> usize {
         let mut replaced = std::collections::HashSet::new();
         for b in &blocks {
             replaced.extend(b.sources().iter().filter(|s| *s != b.name()).cloned());
         }
-        let mut kept: Vec<Arc<Block>> = blocks
+        let mut kept: Vec<crate::LazyBlock> = blocks
             .into_iter()
             .filter(|b| !replaced.contains(b.name()))
-            .map(|b| b.block)
             .collect();
         kept.sort_by(|a, b| (a.meta.min_time_ms, a.name()).cmp(&(b.meta.min_time_ms, b.name())));
         let n = kept.len();

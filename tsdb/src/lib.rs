@@ -81,4 +81,4 @@ pub use peer::{
 };
 pub use postings::MemPostings;
 pub use query::{MergedGroup, Querier, SeriesProfiles, SeriesTotals, TotalPoint};
-pub use remote::{RangeRead, RemoteBlock, compact_remote};
+pub use remote::{LazyBlock, OpenBlock, RangeRead, RemoteBlock, compact_remote};

@@ -634,7 +634,11 @@ mod tests {
                 bytes: std::fs::read(b.dir.join("profiles")).expect("profiles"),
                 read: Default::default(),
             });
-            remote.push(crate::RemoteBlock::open(&dir, profiles).expect("opens"));
+            remote.push(
+                crate::RemoteBlock::open(&dir, profiles)
+                    .expect("opens")
+                    .into(),
+            );
         }
         shard.mark_shipped(blocks[..4].iter().map(|b| b.name.clone()));
         assert_eq!(shard.shipped_until(), Some(blocks[4].min_time_ms));

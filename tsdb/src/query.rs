@@ -15,6 +15,7 @@ use crate::encoding::{self, IdLimits, Reader};
 use crate::head::Head;
 use crate::labels::{Labels, Matcher};
 use crate::peer::{PeerAnswer, PeerProfile, PeerRead, PeerRequest, PeerSeries, Plan};
+use crate::remote::LazyBlock;
 use crate::{Error, postings};
 
 /// The profiles of one series over a query's time range, sharing the query's tables.
@@ -142,24 +143,68 @@ pub struct Querier<'a> {
 
 /// The blocks and the head generation that a read sees, taken together.
 #[derive(Clone)]
-struct View {
+pub(crate) struct View {
+    /// The blocks on disk.
     blocks: BlockSet,
+    /// The object store's blocks, opened by a read as it needs them.
+    remote: Arc<Vec<LazyBlock>>,
     generation: u64,
 }
 
 impl View {
-    fn of(inner: &Inner, local_only: bool) -> View {
+    pub(crate) fn of(inner: &Inner, local_only: bool) -> View {
         let head = inner.head.read().expect("head lock poisoned");
         // Taken under the head's lock: a cut swaps head and blocks under its write lock, so
         // the two are consistent.
         View {
-            blocks: if local_only {
-                inner.block_set()
+            blocks: inner.block_set(),
+            remote: if local_only {
+                Arc::default()
             } else {
-                inner.readable_blocks()
+                inner.remote_blocks()
             },
             generation: head.generation,
         }
+    }
+
+    /// The names of the blocks this view reads, and of the blocks they replaced.
+    fn seen(&self) -> std::collections::HashSet<&str> {
+        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        for b in self.blocks.iter() {
+            seen.insert(b.name());
+            seen.extend(b.meta.compaction.sources.iter().map(String::as_str));
+        }
+        for b in self.remote.iter() {
+            seen.insert(b.name());
+            seen.extend(b.sources().iter().map(String::as_str));
+        }
+        seen
+    }
+
+    /// The blocks a read of `[min_ms, max_ms]` sees, by time: those on disk, and those of the
+    /// object store that meet the range and are neither on disk nor replaced by a block on
+    /// disk, opened (which may fetch their small files).
+    pub(crate) fn readable(&self, min_ms: i64, max_ms: i64) -> Result<BlockSet, Error> {
+        if self.remote.is_empty() {
+            return Ok(Arc::clone(&self.blocks));
+        }
+        let mut hidden: std::collections::HashSet<&str> =
+            self.blocks.iter().map(|b| b.name()).collect();
+        for b in self.blocks.iter() {
+            hidden.extend(b.meta.compaction.sources.iter().map(String::as_str));
+        }
+        let mut all: Vec<Arc<Block>> = self.blocks.iter().cloned().collect();
+        for b in self.remote.iter() {
+            let (lo, hi) = b.time_range_ms();
+            if hi > min_ms && lo <= max_ms && !hidden.contains(b.name()) {
+                all.push(b.open()?.block);
+            }
+        }
+        if all.len() == self.blocks.len() {
+            return Ok(Arc::clone(&self.blocks));
+        }
+        all.sort_by(|a, b| (a.meta.min_time_ms, a.name()).cmp(&(b.meta.min_time_ms, b.name())));
+        Ok(Arc::new(all))
     }
 }
 
@@ -218,16 +263,10 @@ impl<'a> Querier<'a> {
             None
         } else {
             inner.peers().map(|peers| {
-                let remote = Arc::clone(&inner.remote.read().expect("remote blocks lock poisoned"));
-                let mut seen: std::collections::HashSet<&str> =
-                    view.blocks.iter().map(|b| b.name()).collect();
-                for b in view.blocks.iter() {
-                    seen.extend(b.meta.compaction.sources.iter().map(String::as_str));
-                }
                 let plan = Plan::new(
                     peers.stores(),
-                    remote.iter().map(|b| (b.name(), &b.meta.external_labels)),
-                    &seen,
+                    view.remote.iter().map(|b| (b.name(), b.external_labels())),
+                    &view.seen(),
                     min_ms,
                     max_ms,
                 );
@@ -263,9 +302,9 @@ impl<'a> Querier<'a> {
     fn attempt<T>(&self, read: impl Fn(&Read<'_>) -> Result<T, Fault>) -> Result<T, Error> {
         loop {
             let view = self.view.lock().expect("view lock poisoned").clone();
+            let blocks = view.readable(self.min_ms, self.max_ms)?;
             let clamps = self.peers.as_ref().map(|(_, plan)| &plan.clamps);
-            let block_max = view
-                .blocks
+            let block_max = blocks
                 .iter()
                 .map(|b| match clamps.and_then(|c| c.get(b.name())) {
                     Some(&from) => self.max_ms.min(from.saturating_sub(1)),
@@ -274,7 +313,7 @@ impl<'a> Querier<'a> {
                 .collect();
             let attempt = Read {
                 inner: self.inner,
-                blocks: view.blocks,
+                blocks,
                 block_max,
                 generation: view.generation,
                 min_ms: self.min_ms,

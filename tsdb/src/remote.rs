@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::Error;
-use crate::block::Block;
+use crate::block::{Block, BlockMeta};
 
 /// Byte ranges of one immutable file kept elsewhere (an object in a bucket).
 pub trait RangeRead: Send + Sync + std::fmt::Debug {
@@ -72,6 +72,82 @@ impl RemoteBlock {
     /// The external labels of the server that wrote it (from its `meta.json` in the bucket).
     pub fn external_labels(&self) -> &std::collections::BTreeMap<String, String> {
         &self.block.meta.external_labels
+    }
+}
+
+/// Opens a block of an object store when a read first needs it: a cache of blocks' small files
+/// may have let them go, and fetches them again.
+pub trait OpenBlock: Send + Sync + std::fmt::Debug {
+    /// The block, opened.
+    fn open(&self) -> Result<RemoteBlock, Error>;
+}
+
+impl OpenBlock for RemoteBlock {
+    fn open(&self) -> Result<RemoteBlock, Error> {
+        Ok(self.clone())
+    }
+}
+
+/// A block of an object store, known by its `meta.json` and opened when a read of its time
+/// range first needs it ([`crate::Db::set_remote_blocks`]): so the blocks' indexes and symbols
+/// need not all be on local disk at once.
+#[derive(Debug, Clone)]
+pub struct LazyBlock {
+    pub(crate) meta: Arc<BlockMeta>,
+    opener: Arc<dyn OpenBlock>,
+}
+
+impl LazyBlock {
+    /// The block whose `meta.json` holds `meta_json` (checked: it must name `name`), opened by
+    /// `opener` when needed.
+    pub fn new(
+        name: &str,
+        meta_json: &[u8],
+        opener: Arc<dyn OpenBlock>,
+    ) -> Result<LazyBlock, Error> {
+        Ok(LazyBlock {
+            meta: Arc::new(crate::block::parse_meta(name, meta_json)?),
+            opener,
+        })
+    }
+
+    /// The block's name (a ULID).
+    pub fn name(&self) -> &str {
+        &self.meta.ulid
+    }
+
+    /// The level-1 blocks whose data it holds (itself when it was cut from a head).
+    pub fn sources(&self) -> &[String] {
+        &self.meta.compaction.sources
+    }
+
+    /// Its time range, `[min, max)` in milliseconds.
+    pub fn time_range_ms(&self) -> (i64, i64) {
+        (self.meta.min_time_ms, self.meta.max_time_ms)
+    }
+
+    /// Its compaction level.
+    pub fn level(&self) -> u32 {
+        self.meta.compaction.level
+    }
+
+    /// The external labels of the server that wrote it.
+    pub fn external_labels(&self) -> &std::collections::BTreeMap<String, String> {
+        &self.meta.external_labels
+    }
+
+    /// The block, opened (its small files fetched again if they were let go).
+    pub fn open(&self) -> Result<RemoteBlock, Error> {
+        self.opener.open()
+    }
+}
+
+impl From<RemoteBlock> for LazyBlock {
+    fn from(block: RemoteBlock) -> LazyBlock {
+        LazyBlock {
+            meta: Arc::new(block.block.meta.clone()),
+            opener: Arc::new(block),
+        }
     }
 }
 

@@ -57,6 +57,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         let mut reader = parca_objstore::BucketReader::new(
             bucket.clone(),
             work.join("bucket-cache"),
+            0,
             std::sync::Arc::new(parca_objstore::ReaderMetrics::default()),
         )?;
         for _ in 0..MAX_PASSES {

@@ -127,6 +127,11 @@ pub struct ServerArgs {
     /// How often the compactor passes over the bucket.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     objstore_compaction_interval: Duration,
+    /// Bytes of the object store's block indexes and symbols kept on local disk (in
+    /// `--storage-path`), e.g. 10GiB; the least recently read blocks are let go past it and
+    /// fetched again when a query needs them. 0: no bound.
+    #[arg(long, default_value = "10GiB", value_parser = parse_size)]
+    objstore_cache_size: u64,
     #[command(flatten)]
     objstore: ObjstoreArgs,
     /// Log line format.
@@ -565,6 +570,7 @@ async fn serve(
             let reader = parca_objstore::BucketReader::new(
                 bucket.clone(),
                 args.storage_path.join(BUCKET_CACHE_DIR),
+                args.objstore_cache_size,
                 reader_metrics,
             )
             .context("cannot start reading the object store")?;

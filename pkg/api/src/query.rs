@@ -107,6 +107,24 @@ pub(crate) async fn with_engine<T: Send + 'static>(
     }
 }
 
+/// Runs a metadata read `f` (labels, series, profile types) with the engine on the blocking
+/// pool: outside the query concurrency limit, as metadata is cheap and the UI asks for it all
+/// the time; its warnings go to the answer as a query's do.
+async fn with_engine_for_metadata<T: Send + 'static>(
+    api: &Arc<Api>,
+    f: impl FnOnce(&Engine) -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let engine = api
+        .engine()?
+        .with_deadline(std::time::Instant::now() + api.options.query_timeout);
+    let watched = engine.clone();
+    let result = tokio::task::spawn_blocking(move || f(&engine))
+        .await
+        .map_err(|e| ApiError::internal(format!("metadata task failed: {e}")))?;
+    crate::warnings::note(watched.warnings());
+    result
+}
+
 fn labels_map(labels: &Labels) -> BTreeMap<&str, &str> {
     labels
         .iter()
@@ -544,7 +562,7 @@ pub(crate) async fn profile_types_between(
     start: i64,
     end: i64,
 ) -> Result<Vec<parca_query::ProfileType>, ApiError> {
-    with_engine(api, move |engine| {
+    with_engine_for_metadata(api, move |engine| {
         parca_query::profile_types(engine, start, end).map_err(query_error)
     })
     .await
@@ -617,7 +635,7 @@ pub(crate) async fn metadata_between(
     if selectors.is_empty() {
         selectors.push(Vec::new());
     }
-    with_engine(api, move |engine| {
+    with_engine_for_metadata(api, move |engine| {
         let querier = engine.querier(start, end);
         let read = |e| ApiError::from_store("cannot read the store", &e);
         let json = |v: Result<serde_json::Value, serde_json::Error>| {

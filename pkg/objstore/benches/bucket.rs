@@ -139,6 +139,7 @@ fn main() {
         let mut reader = parca_objstore::BucketReader::new(
             bucket.clone(),
             work.path().join("cache"),
+            0,
             Arc::clone(&reader_metrics),
         )
         .expect("reader");
@@ -146,7 +147,7 @@ fn main() {
         let blocks = reader.sync().await.expect("sync");
         (blocks, started.elapsed().as_secs_f64())
     });
-    let cached: u64 = remote.iter().map(|b| b.local_bytes()).sum();
+    let cached = reader_metrics.cached_bytes.get() as u64;
     println!(
         "bucket listing: {} blocks opened in {:.2} s, {:.1} MB of index and symbols cached ({:.0}% of the bucket)",
         remote.len(),

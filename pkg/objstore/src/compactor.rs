@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures_util::TryStreamExt as _;
 use object_store::{ObjectStoreExt as _, PutPayload};
-use parca_tsdb::RemoteBlock;
+use parca_tsdb::LazyBlock;
 
 use crate::{Bucket, BucketReader, Error};
 
@@ -116,13 +116,13 @@ pub async fn compact_bucket(
             report.marked.push(b.name().to_owned());
         }
     }
-    let mut visible: Vec<&RemoteBlock> = blocks
+    let mut visible: Vec<&LazyBlock> = blocks
         .iter()
         .filter(|b| !replaced.contains(b.name()) && !marks.contains_key(b.name()))
         .collect();
     if let Some(retention) = options.retention {
         let oldest = now_ms - retention.as_millis() as i64;
-        let (expired, kept): (Vec<&RemoteBlock>, Vec<&RemoteBlock>) = visible
+        let (expired, kept): (Vec<&LazyBlock>, Vec<&LazyBlock>) = visible
             .into_iter()
             .partition(|b| b.time_range_ms().1 <= oldest);
         for b in expired {
@@ -143,7 +143,7 @@ pub async fn compact_bucket(
     for group in plan(&visible, &ranges) {
         let names: Vec<String> = group.iter().map(|b| b.name().to_owned()).collect();
         let labels = group[0].external_labels().clone();
-        let sources: Vec<RemoteBlock> = group.into_iter().cloned().collect();
+        let sources: Vec<LazyBlock> = group.into_iter().cloned().collect();
         let out = scratch.to_owned();
         let dir = tokio::task::spawn_blocking(move || {
             std::fs::create_dir_all(&out).map_err(|source| Error::Io {
@@ -151,6 +151,11 @@ pub async fn compact_bucket(
                 path: out.display().to_string(),
                 source,
             })?;
+            let sources = sources
+                .iter()
+                .map(LazyBlock::open)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(Error::Block)?;
             parca_tsdb::compact_remote(&out, &sources).map_err(Error::Block)
         })
         .await
@@ -180,8 +185,8 @@ pub async fn compact_bucket(
 
 /// Groups of blocks to merge, each of one origin: blocks that overlap in time, else blocks
 /// that fill one window of a level that has ended (the origin has a block reaching past it).
-fn plan<'b>(blocks: &[&'b RemoteBlock], ranges: &[i64]) -> Vec<Vec<&'b RemoteBlock>> {
-    let mut by_origin: BTreeMap<Vec<(String, String)>, Vec<&'b RemoteBlock>> = BTreeMap::new();
+fn plan<'b>(blocks: &[&'b LazyBlock], ranges: &[i64]) -> Vec<Vec<&'b LazyBlock>> {
+    let mut by_origin: BTreeMap<Vec<(String, String)>, Vec<&'b LazyBlock>> = BTreeMap::new();
     for b in blocks {
         let key = b
             .external_labels()
@@ -215,7 +220,7 @@ fn plan<'b>(blocks: &[&'b RemoteBlock], ranges: &[i64]) -> Vec<Vec<&'b RemoteBlo
             .max()
             .unwrap_or(0);
         for &range in ranges {
-            let mut windows: BTreeMap<i64, Vec<&'b RemoteBlock>> = BTreeMap::new();
+            let mut windows: BTreeMap<i64, Vec<&'b LazyBlock>> = BTreeMap::new();
             for b in stream.iter().filter(|b| !used.contains(b.name())) {
                 let (min, max) = b.time_range_ms();
                 let window = min.div_euclid(range) * range;

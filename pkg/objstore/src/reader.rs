@@ -6,12 +6,13 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 
 use futures_util::TryStreamExt as _;
 use object_store::ObjectStoreExt as _;
 use object_store::path::Path as ObjectPath;
-use parca_tsdb::{RangeRead, RemoteBlock};
+use parca_tsdb::{LazyBlock, OpenBlock, RangeRead, RemoteBlock};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -34,6 +35,10 @@ pub struct ReaderMetrics {
     pub cached_bytes: Gauge,
     /// Blocks of the bucket that could not be opened (set aside and logged).
     pub unreadable_blocks: Gauge,
+    /// Blocks whose small files the cache let go to stay within its bound.
+    pub evictions: Counter,
+    /// Blocks fetched again after the cache had let them go.
+    pub refetches: Counter,
 }
 
 impl ReaderMetrics {
@@ -57,8 +62,18 @@ impl ReaderMetrics {
         );
         registry.register(
             "parca_bucket_cached_bytes",
-            "Bytes of the object store's block indexes and symbols cached on local disk",
+            "Bytes of the object store's block indexes and symbols cached on local disk (blocks open now)",
             m.cached_bytes.clone(),
+        );
+        registry.register(
+            "parca_bucket_cache_evictions",
+            "Blocks whose index and symbols the local cache let go to stay within --objstore-cache-size",
+            m.evictions.clone(),
+        );
+        registry.register(
+            "parca_bucket_cache_refetches",
+            "Blocks whose index and symbols were fetched again for a query after the cache let them go",
+            m.refetches.clone(),
         );
         registry.register(
             "parca_bucket_unreadable_blocks",
@@ -69,24 +84,55 @@ impl ReaderMetrics {
     }
 }
 
-/// Keeps the bucket's blocks open for reading.
+/// Serves the bucket's blocks: lists them, and keeps their small files in a cache bounded in
+/// size, fetching them again when a query needs a block the cache let go.
 #[derive(Debug)]
 pub struct BucketReader {
     bucket: Bucket,
-    cache_dir: PathBuf,
-    runtime: tokio::runtime::Handle,
-    open: HashMap<String, RemoteBlock>,
+    cache: Arc<BlockCache>,
+    /// The blocks served, by name.
+    served: HashMap<String, LazyBlock>,
     /// Blocks that failed to open, with the reason (logged once).
     unreadable: HashMap<String, String>,
     metrics: Arc<ReaderMetrics>,
 }
 
+/// The local copies of blocks' small files (`meta.json`, `index`, `symbols`): at most
+/// `max_bytes` of open blocks (0: no bound), the least recently read let go first.
+#[derive(Debug)]
+struct BlockCache {
+    dir: PathBuf,
+    max_bytes: u64,
+    store: Arc<dyn object_store::ObjectStore>,
+    description: String,
+    runtime: tokio::runtime::Handle,
+    metrics: Arc<ReaderMetrics>,
+    blocks: Mutex<HashMap<String, Arc<CachedBlock>>>,
+    /// A counter standing for time, for "least recently read".
+    clock: AtomicU64,
+}
+
+/// One block of the bucket and, while the cache holds it, the block opened.
+#[derive(Debug)]
+struct CachedBlock {
+    name: String,
+    /// Its folder in the bucket.
+    object_dir: ObjectPath,
+    /// Bytes of its `profiles`.
+    profiles_size: u64,
+    opened: Mutex<Option<RemoteBlock>>,
+    last_read: AtomicU64,
+    cache: Weak<BlockCache>,
+}
+
 impl BucketReader {
-    /// A reader of `bucket` that caches blocks' small files under `cache_dir`. Must be created
-    /// inside a tokio runtime: queries read profile data through it from blocking threads.
+    /// A reader of `bucket` that caches blocks' small files under `cache_dir`, at most
+    /// `cache_bytes` of them (0: no bound). Must be created inside a tokio runtime: queries
+    /// read profile data through it from blocking threads.
     pub fn new(
         bucket: Bucket,
         cache_dir: PathBuf,
+        cache_bytes: u64,
         metrics: Arc<ReaderMetrics>,
     ) -> Result<BucketReader, Error> {
         std::fs::create_dir_all(&cache_dir).map_err(|source| Error::Io {
@@ -94,22 +140,31 @@ impl BucketReader {
             path: cache_dir.display().to_string(),
             source,
         })?;
+        let cache = Arc::new(BlockCache {
+            dir: cache_dir,
+            max_bytes: cache_bytes,
+            store: Arc::clone(&bucket.store),
+            description: bucket.description.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            metrics: Arc::clone(&metrics),
+            blocks: Mutex::new(HashMap::new()),
+            clock: AtomicU64::new(0),
+        });
         Ok(BucketReader {
             bucket,
-            cache_dir,
-            runtime: tokio::runtime::Handle::current(),
-            open: HashMap::new(),
+            cache,
+            served: HashMap::new(),
             unreadable: HashMap::new(),
             metrics,
         })
     }
 
-    /// Lists the bucket's blocks, opens those not open yet (copying their small files), drops
-    /// those no longer in the bucket (or whose `meta.json` is gone: being deleted), and returns
-    /// every block open now. A block without
-    /// `meta.json` is still being uploaded and is left for a later call; a block that cannot be
-    /// read is set aside with a log naming it, and the others are served.
-    pub async fn sync(&mut self) -> Result<Vec<RemoteBlock>, Error> {
+    /// Lists the bucket's blocks, opens those new to it (fetching and checking their small
+    /// files once), drops those no longer in the bucket (or whose `meta.json` is gone: being
+    /// deleted), and returns every block served now. A block without `meta.json` is still
+    /// being uploaded and is left for a later call; a block that cannot be read is set aside
+    /// with a log naming it, and the others are served.
+    pub async fn sync(&mut self) -> Result<Vec<LazyBlock>, Error> {
         // One listing of every object: which blocks have a `meta.json` (whole), and the size
         // of their `profiles`.
         let objects: Vec<object_store::ObjectMeta> = self
@@ -140,12 +195,11 @@ impl BucketReader {
                 continue;
             }
             present.insert(name.clone());
-            if self.open.contains_key(&name) || self.unreadable.contains_key(&name) {
+            if self.served.contains_key(&name) || self.unreadable.contains_key(&name) {
                 continue;
             }
-            let dir = self.bucket.path(&name);
             let opened = match profiles_size {
-                Some(size) => self.open_block(&dir, &name, size).await,
+                Some(size) => self.open_new(&name, size).await,
                 None => Err(Error::Io {
                     action: "read",
                     path: format!("{}/{name}/profiles", self.bucket.description),
@@ -162,7 +216,7 @@ impl BucketReader {
                         bucket = self.bucket.description,
                         "serving a block of the object store"
                     );
-                    self.open.insert(name, block);
+                    self.served.insert(name, block);
                 }
                 Err(error) => {
                     tracing::error!(
@@ -175,84 +229,211 @@ impl BucketReader {
                 }
             }
         }
-        for gone in self
-            .open
+        let gone: Vec<String> = self
+            .served
             .keys()
             .filter(|n| !present.contains(*n))
             .cloned()
-            .collect::<Vec<_>>()
-        {
-            self.open.remove(&gone);
-            let _ = std::fs::remove_dir_all(self.cache_dir.join(&gone));
+            .collect();
+        for name in gone {
+            self.served.remove(&name);
+            self.cache.forget(&name);
         }
         self.unreadable.retain(|name, _| present.contains(name));
-        self.metrics.blocks.set(self.open.len() as i64);
+        self.cache.let_go_over_bound();
+        self.metrics.blocks.set(self.served.len() as i64);
         self.metrics
             .unreadable_blocks
             .set(self.unreadable.len() as i64);
-        self.metrics
-            .cached_bytes
-            .set(self.open.values().map(|b| b.local_bytes() as i64).sum());
-        Ok(self.open.values().cloned().collect())
+        Ok(self.served.values().cloned().collect())
     }
 
-    /// Copies a block's small files into the cache (unless there from before) and opens it
-    /// with its `profiles` (`size` bytes) read by ranges.
-    async fn open_block(
-        &self,
-        dir: &ObjectPath,
-        name: &str,
-        size: u64,
-    ) -> Result<RemoteBlock, Error> {
-        let store = &self.bucket.store;
-        let profiles = dir.clone().join("profiles");
-        let local = self.cache_dir.join(name);
-        if !CACHED_FILES.iter().all(|f| local.join(f).is_file()) {
-            let tmp = self.cache_dir.join(format!("{name}.tmp"));
-            let _ = std::fs::remove_dir_all(&tmp);
-            let io = |action: &'static str, path: &std::path::Path| {
-                let path = path.display().to_string();
-                move |source| Error::Io {
-                    action,
-                    path,
-                    source,
-                }
-            };
-            std::fs::create_dir_all(&tmp).map_err(io("create", &tmp))?;
-            for file in CACHED_FILES {
-                let object = dir.clone().join(file);
-                let bytes = store
-                    .get(&object)
-                    .await
-                    .map_err(crate::access("read", &object))?
-                    .bytes()
-                    .await
-                    .map_err(crate::access("read", &object))?;
-                let path = tmp.join(file);
-                tokio::fs::write(&path, &bytes)
-                    .await
-                    .map_err(io("write", &path))?;
-            }
-            let _ = std::fs::remove_dir_all(&local);
-            std::fs::rename(&tmp, &local).map_err(io("rename into place", &local))?;
-        }
-        let ranges = Arc::new(ObjectRanges {
-            store: Arc::clone(store),
-            path: profiles,
-            len: size,
-            description: format!("{}/{name}/profiles", self.bucket.description),
-            runtime: self.runtime.clone(),
-            metrics: Arc::clone(&self.metrics),
+    /// Fetches a block new to the reader, checks it by opening it, and returns it served.
+    async fn open_new(&self, name: &str, profiles_size: u64) -> Result<LazyBlock, Error> {
+        let block = Arc::new(CachedBlock {
+            name: name.to_owned(),
+            object_dir: self.bucket.path(name),
+            profiles_size,
+            opened: Mutex::new(None),
+            last_read: AtomicU64::new(self.cache.tick()),
+            cache: Arc::downgrade(&self.cache),
         });
-        let local_dir = local.clone();
-        let block = tokio::task::spawn_blocking(move || RemoteBlock::open(&local_dir, ranges))
+        self.cache.fetch(&block).await?;
+        let cache = Arc::clone(&self.cache);
+        let opening = Arc::clone(&block);
+        let opened = tokio::task::spawn_blocking(move || cache.open_fetched(&opening))
             .await
             .map_err(|e| Error::Io {
                 action: "open",
-                path: local.display().to_string(),
+                path: name.to_owned(),
                 source: std::io::Error::other(e.to_string()),
             })??;
+        let meta =
+            std::fs::read(self.cache.dir.join(name).join("meta.json")).map_err(|source| {
+                Error::Io {
+                    action: "read",
+                    path: name.to_owned(),
+                    source,
+                }
+            })?;
+        *block.opened.lock().expect("block lock poisoned") = Some(opened);
+        let lazy = LazyBlock::new(name, &meta, Arc::clone(&block) as Arc<dyn OpenBlock>)
+            .map_err(Error::Block)?;
+        self.cache
+            .blocks
+            .lock()
+            .expect("cache lock poisoned")
+            .insert(name.to_owned(), block);
+        Ok(lazy)
+    }
+}
+
+impl BlockCache {
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Copies a block's small files into the cache, unless they are there from before.
+    async fn fetch(&self, block: &CachedBlock) -> Result<(), Error> {
+        let local = self.dir.join(&block.name);
+        if CACHED_FILES.iter().all(|f| local.join(f).is_file()) {
+            return Ok(());
+        }
+        let tmp = self.dir.join(format!("{}.tmp", block.name));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let io = |action: &'static str, path: &std::path::Path| {
+            let path = path.display().to_string();
+            move |source| Error::Io {
+                action,
+                path,
+                source,
+            }
+        };
+        std::fs::create_dir_all(&tmp).map_err(io("create", &tmp))?;
+        for file in CACHED_FILES {
+            let object = block.object_dir.clone().join(file);
+            let bytes = self
+                .store
+                .get(&object)
+                .await
+                .map_err(crate::access("read", &object))?
+                .bytes()
+                .await
+                .map_err(crate::access("read", &object))?;
+            let path = tmp.join(file);
+            tokio::fs::write(&path, &bytes)
+                .await
+                .map_err(io("write", &path))?;
+        }
+        let _ = std::fs::remove_dir_all(&local);
+        std::fs::rename(&tmp, &local).map_err(io("rename into place", &local))?;
+        Ok(())
+    }
+
+    /// Opens a block whose small files are in the cache, its `profiles` read by ranges.
+    fn open_fetched(&self, block: &CachedBlock) -> Result<RemoteBlock, Error> {
+        let ranges = Arc::new(ObjectRanges {
+            store: Arc::clone(&self.store),
+            path: block.object_dir.clone().join("profiles"),
+            len: block.profiles_size,
+            description: format!("{}/{}/profiles", self.description, block.name),
+            runtime: self.runtime.clone(),
+            metrics: Arc::clone(&self.metrics),
+        });
+        RemoteBlock::open(&self.dir.join(&block.name), ranges).map_err(Error::Block)
+    }
+
+    /// Stops caching a block no longer in the bucket.
+    fn forget(&self, name: &str) {
+        let removed = self
+            .blocks
+            .lock()
+            .expect("cache lock poisoned")
+            .remove(name);
+        if let Some(block) = removed {
+            *block.opened.lock().expect("block lock poisoned") = None;
+        }
+        let _ = std::fs::remove_dir_all(self.dir.join(name));
+    }
+
+    /// Lets go of the least recently read blocks (their opened state and their files) until the
+    /// open ones fit the bound. A block being opened or read right now is passed over; a query
+    /// that still holds a let-go block reads it to its end (its files stay mapped).
+    fn let_go_over_bound(&self) {
+        let blocks: Vec<Arc<CachedBlock>> = self
+            .blocks
+            .lock()
+            .expect("cache lock poisoned")
+            .values()
+            .cloned()
+            .collect();
+        let size = |b: &CachedBlock| {
+            b.opened
+                .try_lock()
+                .ok()
+                .and_then(|o| o.as_ref().map(RemoteBlock::local_bytes))
+                .unwrap_or(0)
+        };
+        let mut open: Vec<(u64, u64, &Arc<CachedBlock>)> = blocks
+            .iter()
+            .map(|b| (b.last_read.load(Ordering::Relaxed), size(b), b))
+            .filter(|(_, bytes, _)| *bytes > 0)
+            .collect();
+        let mut total: u64 = open.iter().map(|(_, bytes, _)| bytes).sum();
+        if self.max_bytes > 0 && total > self.max_bytes {
+            open.sort_by_key(|(last, _, _)| *last);
+            for (_, bytes, block) in &open {
+                if total <= self.max_bytes {
+                    break;
+                }
+                let Ok(mut opened) = block.opened.try_lock() else {
+                    continue;
+                };
+                *opened = None;
+                // Under the block's lock, so that no read opens the files being removed.
+                let _ = std::fs::remove_dir_all(self.dir.join(&block.name));
+                drop(opened);
+                total -= bytes;
+                self.metrics.evictions.inc();
+            }
+        }
+        self.metrics.cached_bytes.set(total as i64);
+    }
+}
+
+impl OpenBlock for CachedBlock {
+    fn open(&self) -> Result<RemoteBlock, parca_tsdb::Error> {
+        let Some(cache) = self.cache.upgrade() else {
+            return Err(fetch_error(&self.name, "the bucket reader has stopped"));
+        };
+        self.last_read.store(cache.tick(), Ordering::Relaxed);
+        let mut opened = self.opened.lock().expect("block lock poisoned");
+        if let Some(block) = &*opened {
+            return Ok(block.clone());
+        }
+        // Let go by the cache: fetched again, from this query's (blocking) thread.
+        cache
+            .runtime
+            .block_on(cache.fetch(self))
+            .map_err(|e| fetch_error(&self.name, &e.to_string()))?;
+        let block = cache.open_fetched(self).map_err(|e| match e {
+            Error::Block(e) => e,
+            e => fetch_error(&self.name, &e.to_string()),
+        })?;
+        *opened = Some(block.clone());
+        drop(opened);
+        cache.metrics.refetches.inc();
+        cache.let_go_over_bound();
         Ok(block)
+    }
+}
+
+/// A block's small files that could not be fetched again, as the store reports it.
+fn fetch_error(name: &str, why: &str) -> parca_tsdb::Error {
+    parca_tsdb::Error::Io {
+        action: "cannot fetch a block's index and symbols from the object store for",
+        path: PathBuf::from(name),
+        source: std::io::Error::other(why.to_owned()),
     }
 }
 
