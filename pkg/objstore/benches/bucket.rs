@@ -156,7 +156,7 @@ fn main() {
         100.0 * cached as f64 / store_bytes as f64
     );
     let empty = work.path().join("reader-store");
-    let reader_db = Arc::new(Db::open(&empty, options).expect("open"));
+    let reader_db = Arc::new(Db::open(&empty, options.clone()).expect("open"));
     reader_db.set_remote_blocks(remote);
     let one_series = vec![
         Matcher::new(MatchOp::Equal, "job", "bench").expect("matcher"),
@@ -200,5 +200,34 @@ fn main() {
         "bytes fetched per query: {:.2}% of the bucket's {:.1} MB",
         100.0 * cold_bytes / store_bytes as f64,
         mb(store_bytes as f64)
+    );
+
+    // The same merge from a reader whose cache holds a quarter of the blocks' index and
+    // symbols: the blocks it let go are fetched again, whole small files, as the query opens
+    // them.
+    let bound = cached / 4;
+    let small_metrics = Arc::new(parca_objstore::ReaderMetrics::default());
+    let small_remote = runtime.block_on(async {
+        let mut reader = parca_objstore::BucketReader::new(
+            bucket.clone(),
+            work.path().join("cache-small"),
+            bound,
+            Arc::clone(&small_metrics),
+        )
+        .expect("reader");
+        reader.sync().await.expect("sync")
+    });
+    let small_db = Arc::new(Db::open(&work.path().join("reader-small"), options).expect("open"));
+    small_db.set_remote_blocks(small_remote);
+    let refetched = |m: &parca_objstore::ReaderMetrics| m.refetches.get();
+    let (before_blocks, before_bytes) = (refetched(&small_metrics), fetched(&small_metrics));
+    let (bounded_ms, bounded_total) = time_merge(&small_db);
+    assert_eq!(bounded_total, local_total);
+    println!(
+        "the same merge with the cache bounded to {:.1} MB: {bounded_ms:.1} ms, {} blocks' index and symbols fetched again, {:.2} MB of profile data; {:.1} MB cached after",
+        mb(bound as f64),
+        refetched(&small_metrics) - before_blocks,
+        mb(fetched(&small_metrics) - before_bytes),
+        mb(small_metrics.cached_bytes.get() as f64),
     );
 }

@@ -107,7 +107,8 @@ struct BlockCache {
     description: String,
     runtime: tokio::runtime::Handle,
     metrics: Arc<ReaderMetrics>,
-    blocks: Mutex<HashMap<String, Arc<CachedBlock>>>,
+    /// The blocks served (owned by their [`LazyBlock`]s, so no cycle keeps them).
+    blocks: Mutex<HashMap<String, Weak<CachedBlock>>>,
     /// A counter standing for time, for "least recently read".
     clock: AtomicU64,
 }
@@ -122,7 +123,7 @@ struct CachedBlock {
     profiles_size: u64,
     opened: Mutex<Option<RemoteBlock>>,
     last_read: AtomicU64,
-    cache: Weak<BlockCache>,
+    cache: Arc<BlockCache>,
 }
 
 impl BucketReader {
@@ -256,7 +257,7 @@ impl BucketReader {
             profiles_size,
             opened: Mutex::new(None),
             last_read: AtomicU64::new(self.cache.tick()),
-            cache: Arc::downgrade(&self.cache),
+            cache: Arc::clone(&self.cache),
         });
         self.cache.fetch(&block).await?;
         let cache = Arc::clone(&self.cache);
@@ -283,7 +284,7 @@ impl BucketReader {
             .blocks
             .lock()
             .expect("cache lock poisoned")
-            .insert(name.to_owned(), block);
+            .insert(name.to_owned(), Arc::downgrade(&block));
         Ok(lazy)
     }
 }
@@ -350,7 +351,7 @@ impl BlockCache {
             .lock()
             .expect("cache lock poisoned")
             .remove(name);
-        if let Some(block) = removed {
+        if let Some(block) = removed.and_then(|b| b.upgrade()) {
             *block.opened.lock().expect("block lock poisoned") = None;
         }
         let _ = std::fs::remove_dir_all(self.dir.join(name));
@@ -365,7 +366,7 @@ impl BlockCache {
             .lock()
             .expect("cache lock poisoned")
             .values()
-            .cloned()
+            .filter_map(Weak::upgrade)
             .collect();
         let size = |b: &CachedBlock| {
             b.opened
@@ -403,9 +404,7 @@ impl BlockCache {
 
 impl OpenBlock for CachedBlock {
     fn open(&self) -> Result<RemoteBlock, parca_tsdb::Error> {
-        let Some(cache) = self.cache.upgrade() else {
-            return Err(fetch_error(&self.name, "the bucket reader has stopped"));
-        };
+        let cache = &self.cache;
         self.last_read.store(cache.tick(), Ordering::Relaxed);
         let mut opened = self.opened.lock().expect("block lock poisoned");
         if let Some(block) = &*opened {
