@@ -1473,7 +1473,7 @@ fn agent_fetches_debug_files_from_debuginfod() {
 
 #[test]
 fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
-    use crate::security::{Ca, curl, write};
+    use crate::security::{curl, server_certificate, write};
     let _exclusive = crate::support::exclusive();
     if !can_run("agent_pushes_over_tls_with_a_token_and_guards_its_own_port") {
         return;
@@ -1482,11 +1482,7 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let hot = start_target(&t.c_hot, 120.0, d);
-    let ca = Ca::new("parca test CA");
-    let (cert, key) = ca.issue(&["localhost", "127.0.0.1"], false);
-    let ca_file = write(d, "ca.pem", &ca.pem);
-    write(d, "server.crt", &cert);
-    write(d, "server.key", &key);
+    let (_ca, ca_file) = server_certificate(d);
     let web = write(
         d,
         "web.yml",

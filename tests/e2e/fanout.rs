@@ -13,7 +13,7 @@ use md5::{Digest, Md5};
 use parca_tsdb::{PeerAnswer, PeerRead, PeerRequest};
 
 use crate::server::start_target;
-use crate::server_harness::{Process, Server, encode, http_request, parca_binary, poll};
+use crate::server_harness::{Process, Server, encode, http_request, parca_binary, poll, top_total};
 
 /// The CPU profile's type.
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta";
@@ -224,12 +224,14 @@ fn a_querier_over_two_shards_and_their_bucket_answers_as_one_server_holding_ever
         })
         .collect();
     let started = Instant::now();
-    // One shard by flag, the other by parca.yaml's `query_stores`.
+    // One shard listed in a file of URLs, the other by parca.yaml's `query_stores`.
+    let list = work.path().join("shards.txt");
+    std::fs::write(&list, format!("# shard 0\nhttp://{}\n", shards[0].addr)).expect("write");
     let querier = Server::start(
         &parca_binary(false),
         &[
             "--mode=query",
-            &format!("--query-store=http://{}", shards[0].addr),
+            &format!("--query-store-file={}", list.display()),
         ],
         |_| {
             format!(
@@ -316,17 +318,9 @@ fn a_querier_over_two_shards_and_their_bucket_answers_as_one_server_holding_ever
             .any(|w| w.contains(&down.to_string()) && w.contains("missing")),
         "{warnings:?}"
     );
-    let total = |data: &serde_json::Value| -> i64 {
-        data["rows"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|r| r["flat"].as_i64())
-            .sum()
-    };
     let (whole, _) = answer(&reference, path);
     assert!(
-        total(&partial) < total(&whole),
+        top_total(&partial) < top_total(&whole),
         "the partial answer misses the shard's head"
     );
     // Other formats carry the warning in a header.
@@ -379,14 +373,10 @@ fn compare(querier: &Server, reference: &Server, queries: &[String], pushed: usi
 
 #[test]
 fn shards_behind_tls_and_credentials_are_read_with_a_scrape_jobs_settings_listed_in_a_file() {
-    use crate::security::{Ca, curl, write};
+    use crate::security::{curl, server_certificate, write};
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let ca = Ca::new("parca test CA");
-    let (cert, key) = ca.issue(&["localhost", "127.0.0.1"], false);
-    let ca_file = write(d, "ca.pem", &ca.pem);
-    write(d, "server.crt", &cert);
-    write(d, "server.key", &key);
+    let (_ca, ca_file) = server_certificate(d);
     let hash = bcrypt::hash("s3cret", 6).expect("hash");
     let web = write(
         d,

@@ -486,12 +486,7 @@ fn cpu_total(server: &Server, selector: &str, start_ms: i64, end_ms: i64) -> i64
             end_ms as f64 / 1000.0
         ))
         .unwrap_or_else(|e| panic!("{e}\n{}", server.process.log_tail()));
-    data["rows"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r["flat"].as_i64())
-        .sum()
+    crate::server_harness::top_total(&data)
 }
 
 /// Bytes of the `profiles` files of the bucket's blocks.

@@ -88,6 +88,17 @@ pub(crate) fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// A CA, and a server certificate for `localhost` and `127.0.0.1` it signed, written into `dir`
+/// as `ca.pem`, `server.crt` and `server.key`; returns the CA and the path of `ca.pem`.
+pub(crate) fn server_certificate(dir: &Path) -> (Ca, PathBuf) {
+    let ca = Ca::new("parca test CA");
+    let (cert, key) = ca.issue(&["localhost", "127.0.0.1"], false);
+    let ca_file = write(dir, "ca.pem", &ca.pem);
+    write(dir, "server.crt", &cert);
+    write(dir, "server.key", &key);
+    (ca, ca_file)
+}
+
 /// A Pyroscope folded push of one stack to the application `name` (query-encoded).
 fn folded_push(dir: &Path, base: &str, name: &str) -> Curl {
     curl(
@@ -130,11 +141,7 @@ fn wait_ready(server: &mut Server, dir: &Path, args: &[&str]) {
 fn tls_basic_auth_and_tokens_with_curl() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let ca = Ca::new("parca test CA");
-    let (cert, key) = ca.issue(&["localhost", "127.0.0.1"], false);
-    let ca_file = write(d, "ca.pem", &ca.pem);
-    write(d, "server.crt", &cert);
-    write(d, "server.key", &key);
+    let (_ca, ca_file) = server_certificate(d);
     let hash = bcrypt::hash("s3cret", 6).unwrap();
     let web = write(
         d,
@@ -266,11 +273,7 @@ fn tls_basic_auth_and_tokens_with_curl() {
 fn client_certificates_and_lifecycle() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let ca = Ca::new("parca test CA");
-    let (cert, key) = ca.issue(&["localhost", "127.0.0.1"], false);
-    let ca_file = write(d, "ca.pem", &ca.pem);
-    write(d, "server.crt", &cert);
-    write(d, "server.key", &key);
+    let (ca, ca_file) = server_certificate(d);
     let (client, client_key) = ca.issue(&["client.example"], false);
     write(d, "client.crt", &client);
     write(d, "client.key", &client_key);

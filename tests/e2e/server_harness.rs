@@ -74,6 +74,11 @@ pub fn top_rows(data: &serde_json::Value) -> std::collections::BTreeMap<String, 
         .collect()
 }
 
+/// The total of a `format=top` answer's `data`: the sum of its rows' flat values.
+pub fn top_total(data: &serde_json::Value) -> i64 {
+    top_rows(data).values().map(|(flat, _)| flat).sum()
+}
+
 /// Runs the target script `script` (a path under `tests/targets/`) with `python` and `args`,
 /// and returns the one line of JSON it prints; panics with its output when it fails.
 pub fn run_json_script(python: &Path, script: &str, args: &[String]) -> serde_json::Value {

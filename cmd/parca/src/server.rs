@@ -116,6 +116,10 @@ pub struct ServerArgs {
     /// parca.yaml's `query_stores` names shards too, with TLS and credentials.
     #[arg(long, value_delimiter = ',')]
     query_store: Vec<String>,
+    /// A file of shards' base URLs, one per line (`#` starts a comment), read again every
+    /// 15 s: shards added or removed without a restart.
+    #[arg(long)]
+    query_store_file: Vec<PathBuf>,
     /// How long one read of a shard may take before the answer goes on without it (marked
     /// partial).
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
@@ -479,7 +483,9 @@ async fn serve(
         .expect("config lock")
         .query_stores
         .clone();
-    let has_shards = !args.query_store.is_empty() || !query_stores.is_empty();
+    let has_shards = !args.query_store.is_empty()
+        || !args.query_store_file.is_empty()
+        || !query_stores.is_empty();
     if query_mode && bucket.is_none() && !has_shards {
         anyhow::bail!(
             "--mode=query serves the blocks of object_storage and the shards of --query-store, and `{}` names no object_storage (or names the store's own directory) and there is no --query-store nor query_stores",
@@ -497,6 +503,8 @@ async fn serve(
         let shards = parca_fanout::Shards::start(
             parca_fanout::Options {
                 urls: args.query_store.clone(),
+                files: args.query_store_file.clone(),
+                reads_bucket: bucket.is_some(),
                 timeout: args.query_store_timeout,
                 ..Default::default()
             },

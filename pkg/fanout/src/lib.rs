@@ -35,6 +35,12 @@ use reqwest::Method;
 pub struct Options {
     /// Shards by base URL (`--query-store`), reached without credentials.
     pub urls: Vec<String>,
+    /// Files of shards' base URLs, one per line (`#` starts a comment), read again at every
+    /// refresh (`--query-store-file`).
+    pub files: Vec<std::path::PathBuf>,
+    /// Whether this server reads the bucket the shards ship to. Without it, each shard is
+    /// asked for everything it holds, since what it shipped cannot be read elsewhere.
+    pub reads_bucket: bool,
     /// How often the list is read again and each shard's status polled.
     pub refresh_interval: Duration,
     /// How long one read of a shard may take (`--query-store-timeout`).
@@ -47,6 +53,8 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             urls: Vec::new(),
+            files: Vec::new(),
+            reads_bucket: true,
             refresh_interval: Duration::from_secs(15),
             timeout: Duration::from_secs(60),
             max_answer_bytes: 1 << 30,
@@ -224,10 +232,19 @@ impl Shards {
 
     /// Lists the shards again and polls each one's status.
     pub async fn refresh(&self) {
-        let mut listed: Vec<(String, Client)> = self
-            .urls
-            .iter()
-            .map(|u| (u.clone(), Client::Plain(self.plain.clone())))
+        let mut urls = self.urls.clone();
+        for file in &self.options.files {
+            match read_url_list(file) {
+                Ok(listed) => urls.extend(listed),
+                // The file's shards are not read now: their absence is not silent.
+                Err(why) => {
+                    tracing::error!(file = %file.display(), error = why, "cannot read a file of shards; its shards are left out until it can be read")
+                }
+            }
+        }
+        let mut listed: Vec<(String, Client)> = urls
+            .into_iter()
+            .map(|u| (u, Client::Plain(self.plain.clone())))
             .collect();
         let jobs = self.jobs.read().expect("jobs lock poisoned").clone();
         for job in &jobs {
@@ -296,15 +313,25 @@ impl Shards {
             .map_err(|e| cannot(format!("its status is not what a shard answers: {e}")))?;
         let s = status.data;
         let shipping = s.shipping;
-        let store = PeerStore {
-            name: url.to_owned(),
-            external_labels: s.external_labels,
-            shipped_until_ms: s.shipped_until,
-            shipped_blocks: s
-                .shipped_blocks
-                .into_iter()
-                .map(|b| (b.ulid, b.min_time))
-                .collect(),
+        let store = if self.options.reads_bucket {
+            PeerStore {
+                name: url.to_owned(),
+                external_labels: s.external_labels,
+                shipped_until_ms: s.shipped_until,
+                shipped_blocks: s
+                    .shipped_blocks
+                    .into_iter()
+                    .map(|b| (b.ulid, b.min_time))
+                    .collect(),
+            }
+        } else {
+            // Nothing of the shard is read from a bucket here: it answers for all it holds.
+            PeerStore {
+                name: url.to_owned(),
+                external_labels: s.external_labels,
+                shipped_until_ms: None,
+                shipped_blocks: Vec::new(),
+            }
         };
         Ok((store, shipping))
     }
@@ -384,6 +411,27 @@ impl Peers for Shards {
     }
 }
 
+/// The base URLs a `--query-store-file` lists: one per line, `#` starting a comment. An error
+/// names an unreadable file or a line that is not an http(s) URL.
+fn read_url_list(path: &std::path::Path) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let url = line.split('#').next().unwrap_or("").trim();
+        if url.is_empty() {
+            continue;
+        }
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!(
+                "line {}: `{url}` is not a URL: write http://host:port or https://host:port",
+                n + 1
+            ));
+        }
+        out.push(url.trim_end_matches('/').to_owned());
+    }
+    Ok(out)
+}
+
 /// A client per `query_stores` group.
 fn job_clients(query_stores: &[ScrapeConfig]) -> Result<Vec<Arc<JobClient>>, String> {
     query_stores
@@ -426,4 +474,26 @@ fn refuse_shared_labels(shards: &mut [Shard]) {
 /// A time in milliseconds as RFC 3339.
 fn format_ms(ms: i64) -> String {
     jiff::Timestamp::from_millisecond(ms).map_or_else(|_| format!("{ms} ms"), |t| t.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_of_shards_lists_urls_and_names_a_bad_line() {
+        let dir = std::env::temp_dir().join(format!("parca-fanout-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("shards");
+        std::fs::write(&file, "# shards\nhttp://a:7070/\n\n  https://b:7070 # eu\n").unwrap();
+        assert_eq!(
+            read_url_list(&file).unwrap(),
+            ["http://a:7070", "https://b:7070"]
+        );
+        std::fs::write(&file, "http://a:7070\nb:7070\n").unwrap();
+        let e = read_url_list(&file).unwrap_err();
+        assert!(e.contains("line 2") && e.contains("b:7070"), "{e}");
+        assert!(read_url_list(&dir.join("missing")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -602,12 +602,12 @@ fn error_messages() {
         ),
         (
             "- a\n",
-            "parca.yaml:1:1: invalid type: sequence, expected a mapping with `global`, `scrape_configs` or `object_storage`",
+            "parca.yaml:1:1: invalid type: sequence, expected a mapping with `global`, `scrape_configs`, `object_storage` or `query_stores`",
         ),
         // Unknown keys, at every level.
         (
             "foo: 1\n",
-            "parca.yaml:1:1: unknown field `foo`, expected one of `global`, `scrape_configs`, `object_storage`",
+            "parca.yaml:1:1: unknown field `foo`, expected one of `global`, `scrape_configs`, `object_storage`, `query_stores`",
         ),
         (
             "global:\n  scrape_intervall: 1s\n",
@@ -901,9 +901,14 @@ fn the_examples_in_the_documentation_parse() {
     for block in doc.split("```yaml\n").skip(1) {
         let example = block.split("```").next().unwrap_or_default();
         let first = example.lines().next().unwrap_or_default();
-        let text = if ["global:", "scrape_configs:", "object_storage:"]
-            .iter()
-            .any(|k| first.starts_with(k))
+        let text = if [
+            "global:",
+            "scrape_configs:",
+            "object_storage:",
+            "query_stores:",
+        ]
+        .iter()
+        .any(|k| first.starts_with(k))
         {
             example.to_owned()
         } else if first.starts_with("  - job_name:") {
@@ -918,4 +923,23 @@ fn the_examples_in_the_documentation_parse() {
         n_examples += 1;
     }
     assert!(n_examples >= 9, "{n_examples}");
+}
+
+#[test]
+fn query_stores_are_scrape_jobs_naming_shards() {
+    let config = ok(
+        "query_stores:\n  - job_name: shards\n    scheme: https\n    basic_auth: {username: q, password: p}\n    static_configs: [{targets: [\"a:7070\"]}]\n",
+    );
+    assert_eq!(config.query_stores.len(), 1);
+    let shards = &config.query_stores[0];
+    assert_eq!(shards.job_name, "shards");
+    assert_eq!(shards.static_configs[0].targets, ["a:7070"]);
+    assert!(shards.basic_auth.is_some());
+    assert!(config.to_yaml().contains("query_stores:"));
+    let e = parse(
+        "query_stores:\n  - job_name: s\n    sheme: https\n",
+        "parca.yaml",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("sheme"), "{e}");
 }
