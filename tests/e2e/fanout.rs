@@ -13,7 +13,10 @@ use md5::{Digest, Md5};
 use parca_tsdb::{PeerAnswer, PeerRead, PeerRequest};
 
 use crate::server::start_target;
-use crate::server_harness::{Process, Server, encode, http_request, parca_binary, poll, top_total};
+use crate::server_harness::{
+    Process, Server, encode, http_request, outside_target, parca_binary, poll, run_json_script,
+    skip, top_total,
+};
 
 /// The CPU profile's type.
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta";
@@ -483,4 +486,20 @@ fn shards_behind_tls_and_credentials_are_read_with_a_scrape_jobs_settings_listed
         text.contains(&base) && text.contains("cannot be read") && text.contains("certificate"),
         "{text}"
     );
+    // Parca's gRPC API says it too, in the response's metadata, to a real gRPC client.
+    match outside_target("python-arrow") {
+        Ok(python) => {
+            let got = run_json_script(
+                &python,
+                "python-arrow/grpc_metadata.py",
+                &[stranger.addr.to_string(), "ProfileTypes".into()],
+            );
+            assert_eq!(got["code"], "OK", "{got}");
+            let warned = got["metadata"].as_array().into_iter().flatten().any(|kv| {
+                kv[0] == "parca-warning" && kv[1].as_str().is_some_and(|v| v.contains(&base))
+            });
+            assert!(warned, "{got}");
+        }
+        Err(why) => skip("grpcio (tests/tools/targets.sh python-arrow)", &why),
+    }
 }

@@ -111,7 +111,11 @@ pub(crate) async fn handle(
                         .max_decoding_message_size(limit)
                         .accept_compressed(gzip)
                         .send_compressed(gzip);
-                    answer(server, web, request).await
+                    // A partial answer's warnings as response metadata (`parca-warning`).
+                    let (mut response, warnings) =
+                        crate::warnings::collecting(answer(server, web, request)).await;
+                    crate::warnings::add_headers(response.headers_mut(), &warnings);
+                    response
                 }
                 "parca.profilestore.v1alpha1.ProfileStoreService" => {
                     let server = ProfileStoreServiceServer::new(ParcaProfileStore { api })

@@ -51,21 +51,7 @@ pub(crate) fn attach(response: Response<Body>, warnings: &[String]) -> Response<
         return response;
     }
     let (mut parts, body) = response.into_parts();
-    for w in warnings {
-        let visible: String = w
-            .chars()
-            .map(|c| {
-                if c.is_ascii_graphic() || c == ' ' {
-                    c
-                } else {
-                    '?'
-                }
-            })
-            .collect();
-        if let Ok(v) = HeaderValue::from_str(&visible) {
-            parts.headers.append(WARNING_HEADER, v);
-        }
-    }
+    add_headers(&mut parts.headers, warnings);
     let bytes = body_bytes(body);
     let json = parts
         .headers
@@ -82,6 +68,26 @@ pub(crate) fn attach(response: Response<Body>, warnings: &[String]) -> Response<
         bytes
     };
     Response::from_parts(parts, Full::new(body))
+}
+
+/// A `Parca-Warning` header per warning (characters a header cannot hold become `?`): what
+/// answers that are not JSON carry, gRPC's included (as response metadata).
+pub(crate) fn add_headers(headers: &mut hyper::HeaderMap, warnings: &[String]) {
+    for w in warnings {
+        let visible: String = w
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c
+                } else {
+                    '?'
+                }
+            })
+            .collect();
+        if let Ok(v) = HeaderValue::from_str(&visible) {
+            headers.append(WARNING_HEADER, v);
+        }
+    }
 }
 
 /// The bytes of a whole body.
