@@ -309,6 +309,16 @@ fn a_querier_over_two_shards_and_their_bucket_answers_as_one_server_holding_ever
         pushed,
     );
 
+    // The querier says what it knows of its shards.
+    let status = querier.api("/api/v1/status/tsdb").expect("status");
+    let listed = status["shards"].as_array().expect("shards");
+    assert_eq!(listed.len(), 2, "{status}");
+    assert!(
+        listed
+            .iter()
+            .all(|s| s["up"] == true && s["externalLabels"]["shard"].is_string()),
+        "{status}"
+    );
     // A shard killed: the answer goes on without its head, and says so.
     let down = shards[1].addr;
     let mut shards = shards;

@@ -368,6 +368,11 @@ impl Db {
         Querier::new(&self.inner, min_ms, max_ms, true)
     }
 
+    /// The shards read beside this store, if any ([`Db::set_peers`]).
+    pub fn peers(&self) -> Option<Arc<dyn crate::Peers>> {
+        self.inner.peers()
+    }
+
     /// Reads `peers` (a querier's shards) beside this store: every [`Querier`] then splits its
     /// window between the bucket's blocks and the shards (each shard from the time before which
     /// the bucket holds all its profiles, as far as this store sees the bucket), and says

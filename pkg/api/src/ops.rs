@@ -151,7 +151,7 @@ pub(crate) fn quit(api: &Api) -> Response<Body> {
 
 pub(crate) async fn tsdb_status(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {
     let db = api.store()?;
-    let (stats, write_failure, wal_damage) = tokio::task::spawn_blocking(move || {
+    let (stats, write_failure, wal_damage, shards) = tokio::task::spawn_blocking(move || {
         let damage: Vec<serde_json::Value> = db
             .wal_damage()
             .iter()
@@ -164,7 +164,22 @@ pub(crate) async fn tsdb_status(api: &Arc<Api>) -> Result<Response<Body>, ApiErr
                 })
             })
             .collect();
-        (db.stats(), db.write_failure(), damage)
+        let shards: Vec<serde_json::Value> = db
+            .peers()
+            .map(|p| p.stores())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|store| match store {
+                Ok(s) => serde_json::json!({
+                    "store": s.name,
+                    "up": true,
+                    "externalLabels": s.external_labels,
+                    "shippedUntil": s.shipped_until_ms,
+                }),
+                Err(why) => serde_json::json!({ "up": false, "error": why }),
+            })
+            .collect();
+        (db.stats(), db.write_failure(), damage, shards)
     })
     .await
     .map_err(|e| ApiError::internal(format!("status task failed: {e}")))?;
@@ -185,6 +200,7 @@ pub(crate) async fn tsdb_status(api: &Arc<Api>) -> Result<Response<Body>, ApiErr
         "blockBytes": stats.block_bytes,
         "walBytes": stats.wal_bytes,
         "quarantinedBlocks": stats.n_quarantined,
+        "shards": shards,
     })))
 }
 

@@ -280,7 +280,15 @@ impl Shards {
                 tracing::warn!(store = s.url, error = why, "cannot read a shard's status");
             }
         }
-        *self.shards.write().expect("shards lock poisoned") = shards;
+        let mut current = self.shards.write().expect("shards lock poisoned");
+        // A shard no longer listed leaves `/metrics` too.
+        for old in current
+            .iter()
+            .filter(|o| !shards.iter().any(|s| s.url == o.url))
+        {
+            self.metrics.up.remove(&vec![("store", old.url.clone())]);
+        }
+        *current = shards;
     }
 
     /// A shard's status, and whether it ships blocks.
