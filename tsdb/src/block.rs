@@ -1554,7 +1554,10 @@ mod tests {
         let db = Db::open(both.path(), options()).expect("open");
         db.set_remote_blocks(remote.into_iter().map(crate::LazyBlock::from).collect());
         let view = crate::query::View::of(db.inner(), false);
-        assert_eq!(view.readable(i64::MIN, i64::MAX).expect("open").len(), 2);
+        assert_eq!(
+            view.readable(i64::MIN, i64::MAX, None).expect("open").len(),
+            2
+        );
 
         // A footer that is not a block's: refused, naming the file.
         let bad = Arc::new(crate::test_support::MemRanges {

@@ -590,7 +590,7 @@ mod tests {
 
     #[test]
     fn a_querier_over_the_bucket_and_a_shards_own_store_answers_as_one_store() {
-        use crate::test_support::{MemRanges, fill};
+        use crate::test_support::fill;
         const RANGES: [(i64, i64); 5] = [
             (i64::MIN, i64::MAX),
             (0, 999),
@@ -618,28 +618,7 @@ mod tests {
         // The first three blocks are shipped, the fourth too but not listed by the querier yet.
         let labels = BTreeMap::from([("shard".to_owned(), "a".to_owned())]);
         let bucket = tempfile::tempdir().expect("bucket");
-        let mut remote = Vec::new();
-        for b in &blocks[..3] {
-            let dir = bucket.path().join(&b.name);
-            std::fs::create_dir_all(&dir).expect("mkdir");
-            std::fs::write(
-                dir.join("meta.json"),
-                crate::meta_for_upload(&b.dir, &labels).expect("meta"),
-            )
-            .expect("write");
-            for file in ["index", "symbols"] {
-                std::fs::copy(b.dir.join(file), dir.join(file)).expect("copy");
-            }
-            let profiles = Arc::new(MemRanges {
-                bytes: std::fs::read(b.dir.join("profiles")).expect("profiles"),
-                read: Default::default(),
-            });
-            remote.push(
-                crate::RemoteBlock::open(&dir, profiles)
-                    .expect("opens")
-                    .into(),
-            );
-        }
+        let remote = in_bucket(&blocks[..3], &labels, bucket.path());
         shard.mark_shipped(blocks[..4].iter().map(|b| b.name.clone()));
         assert_eq!(shard.shipped_until(), Some(blocks[4].min_time_ms));
 
@@ -647,7 +626,7 @@ mod tests {
         let querier = crate::Db::open(empty.path(), options(1000, false)).expect("open");
         querier.set_remote_blocks(remote);
         let peers = Arc::new(InProcess {
-            shards: vec![(Arc::clone(&shard), labels)],
+            shards: vec![(Arc::clone(&shard), labels.clone())],
             down: Default::default(),
         });
         querier.set_peers(Arc::clone(&peers) as Arc<dyn Peers>);
@@ -674,5 +653,58 @@ mod tests {
         let cpu = Matcher::new(MatchOp::Equal, crate::NAME_LABEL, "cpu").expect("valid");
         assert!(q.merge(&[cpu]).expect("merge").is_some());
         assert!(q.warnings().is_empty());
+
+        // A block that failed to upload, with a later one shipped: the shard answers from the
+        // failed one's start, and the later one in the bucket is not read at all.
+        let shard_dir = tempfile::tempdir().expect("tempdir");
+        let shard = Arc::new(crate::Db::open(shard_dir.path(), options(1000, true)).expect("open"));
+        fill(&shard, 1, 0, 12_000);
+        shard.compact().expect("cut");
+        let blocks = shard.blocks();
+        let shipped = [&blocks[0], &blocks[1], &blocks[3]];
+        shard.mark_shipped(shipped.iter().map(|b| b.name.clone()));
+        assert_eq!(shard.shipped_until(), Some(blocks[2].min_time_ms));
+        let bucket = tempfile::tempdir().expect("bucket");
+        let shipped: Vec<crate::BlockInfo> = shipped.into_iter().cloned().collect();
+        let remote = in_bucket(&shipped, &labels, bucket.path());
+        let empty = tempfile::tempdir().expect("tempdir");
+        let querier = crate::Db::open(empty.path(), options(1000, false)).expect("open");
+        querier.set_remote_blocks(remote);
+        querier.set_peers(Arc::new(InProcess {
+            shards: vec![(Arc::clone(&shard), labels)],
+            down: Default::default(),
+        }));
+        assert_eq!(answers(&querier, &RANGES), want);
+    }
+
+    /// Copies of `blocks` in a bucket folder as a shard with `labels` ships them, opened as the
+    /// bucket reader opens them (profile data by ranges).
+    fn in_bucket(
+        blocks: &[crate::BlockInfo],
+        labels: &BTreeMap<String, String>,
+        bucket: &std::path::Path,
+    ) -> Vec<crate::LazyBlock> {
+        blocks
+            .iter()
+            .map(|b| {
+                let dir = bucket.join(&b.name);
+                std::fs::create_dir_all(&dir).expect("mkdir");
+                std::fs::write(
+                    dir.join("meta.json"),
+                    crate::meta_for_upload(&b.dir, labels).expect("meta"),
+                )
+                .expect("write");
+                for file in ["index", "symbols"] {
+                    std::fs::copy(b.dir.join(file), dir.join(file)).expect("copy");
+                }
+                let profiles = Arc::new(crate::test_support::MemRanges {
+                    bytes: std::fs::read(b.dir.join("profiles")).expect("profiles"),
+                    read: Default::default(),
+                });
+                crate::RemoteBlock::open(&dir, profiles)
+                    .expect("opens")
+                    .into()
+            })
+            .collect()
     }
 }

@@ -183,8 +183,14 @@ impl View {
 
     /// The blocks a read of `[min_ms, max_ms]` sees, by time: those on disk, and those of the
     /// object store that meet the range and are neither on disk nor replaced by a block on
-    /// disk, opened (which may fetch their small files).
-    pub(crate) fn readable(&self, min_ms: i64, max_ms: i64) -> Result<BlockSet, Error> {
+    /// disk, opened (which may fetch their small files). A block `clamps` reads only before a
+    /// time (a shard answers for the rest) is left closed when nothing of it is read.
+    pub(crate) fn readable(
+        &self,
+        min_ms: i64,
+        max_ms: i64,
+        clamps: Option<&FxHashMap<String, i64>>,
+    ) -> Result<BlockSet, Error> {
         if self.remote.is_empty() {
             return Ok(Arc::clone(&self.blocks));
         }
@@ -196,7 +202,10 @@ impl View {
         let mut all: Vec<Arc<Block>> = self.blocks.iter().cloned().collect();
         for b in self.remote.iter() {
             let (lo, hi) = b.time_range_ms();
-            if hi > min_ms && lo <= max_ms && !hidden.contains(b.name()) {
+            let until = clamps
+                .and_then(|c| c.get(b.name()))
+                .map_or(max_ms, |&from| max_ms.min(from.saturating_sub(1)));
+            if hi > min_ms && lo <= until && min_ms <= until && !hidden.contains(b.name()) {
                 all.push(b.open()?.block);
             }
         }
@@ -302,8 +311,8 @@ impl<'a> Querier<'a> {
     fn attempt<T>(&self, read: impl Fn(&Read<'_>) -> Result<T, Fault>) -> Result<T, Error> {
         loop {
             let view = self.view.lock().expect("view lock poisoned").clone();
-            let blocks = view.readable(self.min_ms, self.max_ms)?;
             let clamps = self.peers.as_ref().map(|(_, plan)| &plan.clamps);
+            let blocks = view.readable(self.min_ms, self.max_ms, clamps)?;
             let block_max = blocks
                 .iter()
                 .map(|b| match clamps.and_then(|c| c.get(b.name())) {
