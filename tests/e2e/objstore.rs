@@ -54,6 +54,19 @@ fn metric(server: &Server, name: &str) -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// Waits until `server` serves at least `n` blocks of the bucket.
+fn wait_for_bucket_blocks(server: &Server, n: usize) {
+    poll(
+        "the server to serve the bucket's blocks",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || match metric(server, "parca_bucket_blocks") as usize {
+            got if got >= n => Ok(()),
+            got => Err(format!("{got} of {n}: {}", server.process.log_tail())),
+        },
+    );
+}
+
 /// The blocks (directories with a `meta.json`) in `dir`, by name.
 fn blocks_in(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -328,15 +341,7 @@ fn blocks_are_shipped_to_an_s3_compatible_server() {
         },
     );
     let reader = Server::start(&parca_binary(false), &["--mode=query"], |_| config.clone());
-    poll(
-        "the reader to open the S3 bucket's blocks",
-        Duration::from_secs(60),
-        Duration::from_millis(500),
-        || match metric(&reader, "parca_bucket_blocks") {
-            n if n >= 2.0 => Ok(()),
-            n => Err(format!("{n}: {}", reader.process.log_tail())),
-        },
-    );
+    wait_for_bucket_blocks(&reader, 2);
     // The two oldest pushes, in the first two blocks.
     let (start, end) = (now - 200_000, now - 110_000);
     let shipped = cpu_total(&server, "job=\"s3\"", start, end);
@@ -565,15 +570,7 @@ fn the_bucket_is_read_when_local_copies_are_gone_and_by_other_servers() {
     )
     .expect("push");
     assert_eq!(refused.status, 403, "{}", refused.text());
-    poll(
-        "the second server to open the bucket's blocks",
-        Duration::from_secs(60),
-        Duration::from_millis(500),
-        || match metric(&reader, "parca_bucket_blocks") as usize {
-            n if n >= shipped.len() => Ok(()),
-            n => Err(format!("{n} of {}", shipped.len())),
-        },
-    );
+    wait_for_bucket_blocks(&reader, shipped.len());
     let status = reader.api("/api/v1/status/tsdb").expect("status");
     assert!(
         status["bucketBlocks"].as_u64().unwrap_or(0) >= shipped.len() as u64,
@@ -620,15 +617,7 @@ fn the_bucket_is_read_when_local_copies_are_gone_and_by_other_servers() {
         &["--mode=query", "--objstore-cache-size=1"],
         |_| config(&bucket),
     );
-    poll(
-        "the small-cache reader to list the bucket's blocks",
-        Duration::from_secs(60),
-        Duration::from_millis(500),
-        || match metric(&small, "parca_bucket_blocks") as usize {
-            n if n >= shipped.len() => Ok(()),
-            n => Err(format!("{n} of {}", shipped.len())),
-        },
-    );
+    wait_for_bucket_blocks(&small, shipped.len());
     assert_eq!(cpu_total(&small, "job=\"a\"", start, end), 3 * one);
     assert_eq!(cpu_total(&small, "job=\"b\"", start, end), 3 * one);
     let refetches = metric(&small, "parca_bucket_cache_refetches_total");
@@ -758,15 +747,7 @@ fn parca_compact_merges_the_buckets_blocks_and_deletes_the_replaced_ones_after_a
         &[],
         |_| config(&bucket),
     );
-    poll(
-        "the reader to open the bucket",
-        Duration::from_secs(60),
-        Duration::from_millis(500),
-        || match metric(&reader, "parca_bucket_blocks") as usize {
-            n if n >= after.len() => Ok(()),
-            n => Err(format!("{n} of {}", after.len())),
-        },
-    );
+    wait_for_bucket_blocks(&reader, after.len());
     assert_eq!(cpu_total(&reader, "job=\"a\"", start, end), 5 * one);
     // A second run past the delay deletes the replaced blocks; the answer stays the same.
     let report = compact("0s");
