@@ -635,6 +635,34 @@ fn the_bucket_is_read_when_local_copies_are_gone_and_by_other_servers() {
     ));
     drop(small);
 
+    // A querier of the server as a shard, reading another prefix of the bucket: the server
+    // says blocks of it are only in the bucket, and the querier lists none of them, so the
+    // answer says what is missing instead of leaving it out silently.
+    let wrong = Server::start(
+        &parca_binary(false),
+        &[
+            "--mode=query",
+            &format!("--query-store=http://{}", server.addr),
+        ],
+        |_| config(&bucket).replace("prefix: fleet/eu", "prefix: fleet/us"),
+    );
+    let r = wrong
+        .get(&format!(
+            "/api/v1/query?format=top&query={}&start={}&end={}",
+            crate::server_harness::encode(
+                "merge(process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{job=\"a\"})"
+            ),
+            start as f64 / 1000.0,
+            end as f64 / 1000.0
+        ))
+        .expect("query");
+    let text = r.text();
+    assert!(
+        text.contains("lists none of its blocks") && text.contains("same bucket and prefix"),
+        "{text}"
+    );
+    drop(wrong);
+
     // A damaged object in the bucket: a new reader sets that block aside, saying which and
     // why, and serves the rest (two of the three pushes).
     let damaged = &shipped[0];

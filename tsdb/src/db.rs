@@ -408,6 +408,19 @@ impl Db {
         (head_start != i64::MIN).then_some(head_start)
     }
 
+    /// How many blocks shipped to the object store are no longer on disk (retention deleted
+    /// their local copies): only the bucket holds their profiles.
+    pub fn shipped_only_in_bucket(&self) -> usize {
+        let local: std::collections::HashSet<String> = self
+            .inner
+            .block_set()
+            .iter()
+            .map(|b| b.name().to_owned())
+            .collect();
+        let shipped = self.inner.shipped.lock().expect("shipped lock poisoned");
+        shipped.iter().filter(|n| !local.contains(*n)).count()
+    }
+
     /// Whether blocks leave for an object store ([`Options::ship_blocks`]).
     pub fn ships_blocks(&self) -> bool {
         self.inner.options.ship_blocks

@@ -32,6 +32,8 @@ pub struct PeerStore {
     /// Its blocks on local disk that are in the bucket too, with their start: the querier reads
     /// from the shard whatever of these it does not see in the bucket yet.
     pub shipped_blocks: Vec<(String, i64)>,
+    /// How many blocks it shipped are no longer on its disk: only the bucket has them.
+    pub only_in_bucket: usize,
 }
 
 /// What a shard is asked to read from its own store.
@@ -381,10 +383,23 @@ impl Plan {
                     from = from.min(*start);
                 }
             }
+            let mut lists_its_blocks = false;
             for (name, labels) in remote.clone() {
                 if *labels == store.external_labels {
                     plan.clamps.insert(name.to_owned(), from);
+                    lists_its_blocks = true;
                 }
+            }
+            // Only the bucket holds some of the shard's profiles, and none of its blocks is
+            // listed here.
+            if !lists_its_blocks && store.only_in_bucket > 0 && from > min_ms {
+                plan.warnings.push(format!(
+                    "shard {} says {} of its blocks are only in the object store, and this server \
+                     lists none of its blocks there (external labels {:?}): its profiles before \
+                     {from} ms are missing from this answer; check that both name the same bucket \
+                     and prefix",
+                    store.name, store.only_in_bucket, store.external_labels
+                ));
             }
             if from <= max_ms {
                 plan.asks.push((i, from.max(min_ms)));
@@ -474,6 +489,7 @@ mod tests {
                 external_labels: ext.clone(),
                 shipped_until_ms: until,
                 shipped_blocks: shipped.iter().map(|(n, t)| ((*n).to_owned(), *t)).collect(),
+                only_in_bucket: 1,
             })
         };
         let remote = [("A1", &a), ("A2", &a), ("B1", &b)];
@@ -506,6 +522,31 @@ mod tests {
         assert_eq!(plan.asks, vec![(0, 2_000)]);
         assert_eq!(plan.clamps["A1"], 2_000);
 
+        // A shard whose blocks this store does not list (another bucket or prefix): said.
+        let plan = Plan::new(
+            vec![store("b", &b, Some(2_000), &[])],
+            remote[..2].iter().map(|(n, l)| (*n, *l)),
+            &seen,
+            0,
+            10_000,
+        );
+        assert!(
+            plan.warnings[0].contains("lists none of its blocks"),
+            "{:?}",
+            plan.warnings
+        );
+        let plan = Plan::new(
+            vec![store("b", &b, Some(2_000), &[])],
+            remote[..2].iter().map(|(n, l)| (*n, *l)),
+            &seen,
+            2_000,
+            10_000,
+        );
+        assert!(
+            plan.warnings.is_empty(),
+            "the window starts where the shard answers"
+        );
+
         // A window the bucket covers asks nothing of the shard.
         let plan = Plan::new(
             vec![store("a", &a, Some(4_000), &[])],
@@ -534,6 +575,7 @@ mod tests {
                         external_labels: labels.clone(),
                         shipped_until_ms: db.shipped_until(),
                         shipped_blocks: db.shipped_blocks(),
+                        only_in_bucket: db.shipped_only_in_bucket(),
                     })
                 })
                 .collect()

@@ -19,8 +19,13 @@ use crate::router::Call;
 pub(crate) async fn status(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {
     let db = api.store()?;
     let labels = api.options.external_labels.clone();
-    let (shipping, until, shipped) = tokio::task::spawn_blocking(move || {
-        (db.ships_blocks(), db.shipped_until(), db.shipped_blocks())
+    let (shipping, until, shipped, only_in_bucket) = tokio::task::spawn_blocking(move || {
+        (
+            db.ships_blocks(),
+            db.shipped_until(),
+            db.shipped_blocks(),
+            db.shipped_only_in_bucket(),
+        )
     })
     .await
     .map_err(|e| ApiError::internal(format!("status task failed: {e}")))?;
@@ -32,6 +37,7 @@ pub(crate) async fn status(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {
             .iter()
             .map(|(ulid, min_time)| serde_json::json!({ "ulid": ulid, "minTime": min_time }))
             .collect::<Vec<_>>(),
+        "onlyInBucket": only_in_bucket,
     })))
 }
 

@@ -154,6 +154,8 @@ struct StoreStatus {
     shipping: bool,
     shipped_until: Option<i64>,
     shipped_blocks: Vec<ShippedBlock>,
+    #[serde(default)]
+    only_in_bucket: usize,
 }
 
 #[derive(serde::Deserialize)]
@@ -331,6 +333,7 @@ impl Shards {
                     .into_iter()
                     .map(|b| (b.ulid, b.min_time))
                     .collect(),
+                only_in_bucket: s.only_in_bucket,
             }
         } else {
             // Nothing of the shard is read from a bucket here: it answers for all it holds.
@@ -339,6 +342,7 @@ impl Shards {
                 external_labels: s.external_labels,
                 shipped_until_ms: None,
                 shipped_blocks: Vec::new(),
+                only_in_bucket: 0,
             }
         };
         Ok((store, shipping))
