@@ -1,7 +1,8 @@
 //! A querier's shards, read over HTTP: the [`parca_tsdb::Peers`] of `parca --mode=query`.
 //!
-//! Shards are named by `--query-store` URLs and by parca.yaml's `query_stores` groups (written
-//! as scrape jobs: static and file_sd targets, TLS and credentials). Every
+//! Shards are named by `--query-store` URLs, `--query-store-file` lists of them, and parca.yaml's
+//! `query_stores` groups (written as scrape jobs: static and file_sd targets, TLS and
+//! credentials). Every
 //! [`Options::refresh_interval`] the list is read again (file_sd files included) and each
 //! shard's `GET /api/v1/status/store` polled: its external labels and how far the bucket holds
 //! its profiles. A query then asks each shard, all at once, for its own profiles after that
@@ -11,8 +12,8 @@
 //!
 //! - No silent gaps: a shard whose status or answer cannot be had is a warning naming it and
 //!   the time its part covers, in every answer it is missing from.
-//! - Two shards with the same external labels cannot be told apart in the bucket: both are
-//!   refused (with a warning) rather than read twice or not at all.
+//! - Two shipping shards with the same external labels cannot be told apart in the bucket:
+//!   both are refused (with a warning) rather than read twice or not at all.
 //! - Reads block the calling thread (the store's queriers are synchronous and run on the
 //!   blocking pool), driving the requests on the server's runtime.
 
