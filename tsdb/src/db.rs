@@ -358,14 +358,27 @@ impl Db {
     /// The querier holds no lock: appends go on while it reads (see [`Querier`]). Blocks it
     /// reads stay readable even if compaction replaces them meanwhile.
     pub fn querier(&self, min_ms: i64, max_ms: i64) -> Querier<'_> {
-        Querier::new(&self.inner, min_ms, max_ms, false)
+        Querier::new(&self.inner, min_ms, max_ms, crate::query::Reach::Everything)
+    }
+
+    /// A querier over this store and the object store's blocks it serves, without asking its
+    /// shards ([`Db::set_peers`]): for a cheap check (does the selector match anything here?)
+    /// before a read that asks them. It misses what only the shards hold: use it where a
+    /// non-empty answer suffices, not for numbers.
+    pub fn querier_without_shards(&self, min_ms: i64, max_ms: i64) -> Querier<'_> {
+        Querier::new(
+            &self.inner,
+            min_ms,
+            max_ms,
+            crate::query::Reach::OwnStoreAndBucket,
+        )
     }
 
     /// A querier over this store's own profiles only (head and blocks on disk): no blocks of
     /// the object store, no shards. What a shard reads for a querier
     /// ([`Querier::peer_answer`]).
     pub fn local_querier(&self, min_ms: i64, max_ms: i64) -> Querier<'_> {
-        Querier::new(&self.inner, min_ms, max_ms, true)
+        Querier::new(&self.inner, min_ms, max_ms, crate::query::Reach::OwnStore)
     }
 
     /// The shards read beside this store, if any ([`Db::set_peers`]).

@@ -141,6 +141,17 @@ pub struct Querier<'a> {
     warnings: Mutex<Vec<String>>,
 }
 
+/// What a [`Querier`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// The head and the blocks on disk: what a shard answers for.
+    OwnStore,
+    /// Those, and the object store's blocks (whole, unclamped): no shard is asked.
+    OwnStoreAndBucket,
+    /// Those, and the shards ([`crate::Db::set_peers`]), each read for its own part.
+    Everything,
+}
+
 /// The blocks and the head generation that a read sees, taken together.
 #[derive(Clone)]
 pub(crate) struct View {
@@ -266,9 +277,10 @@ fn no_tables() -> &'static Tables {
 }
 
 impl<'a> Querier<'a> {
-    pub(crate) fn new(inner: &'a Inner, min_ms: i64, max_ms: i64, local_only: bool) -> Self {
+    pub(crate) fn new(inner: &'a Inner, min_ms: i64, max_ms: i64, reach: Reach) -> Self {
+        let local_only = reach == Reach::OwnStore;
         let view = View::of(inner, local_only);
-        let peers = if local_only {
+        let peers = if reach != Reach::Everything {
             None
         } else {
             inner.peers().map(|peers| {

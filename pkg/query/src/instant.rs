@@ -97,7 +97,7 @@ impl Engine {
                         true,
                     ),
                 };
-                select::series(self, selector, &matchers, window, &self.limits)?;
+                select::check(self, selector, &matchers, window, &self.limits)?;
                 let querier = self.querier(window.0, window.1);
                 let n_samples = querier.n_samples(&matchers)?;
                 if n_samples > self.limits.max_samples {

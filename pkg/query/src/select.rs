@@ -92,6 +92,27 @@ pub(crate) fn stack_filter(filter: &parca_querylang::StackFilter) -> Result<Stac
     })
 }
 
+/// Checks a selection as [`series`] does, without listing the shards' series (a round trip to
+/// each) when no series limit is set and this store and its bucket match something already.
+pub(crate) fn check(
+    engine: &crate::Engine,
+    selector: &Selector,
+    matchers: &[Matcher],
+    window: (i64, i64),
+    limits: &Limits,
+) -> Result<(), Error> {
+    if limits.max_series == 0
+        && !engine
+            .db()
+            .querier_without_shards(window.0, window.1)
+            .series(matchers)?
+            .is_empty()
+    {
+        return Ok(());
+    }
+    series(engine, selector, matchers, window, limits).map(|_| ())
+}
+
 /// The series a selector matches in a window, checked against the series limit (when set). When none
 /// match and the selector names a type the store does not know at all, the error says so and
 /// suggests the nearest known types.
