@@ -180,29 +180,26 @@ impl PeerRequest {
     pub fn decode(bytes: &[u8]) -> Result<PeerRequest, Error> {
         let body = encoding::unseal(REQUEST_MAGIC, bytes).map_err(|e| bad("request", e))?;
         let mut r = Reader::new(body);
-        let decode = |r: &mut Reader<'_>| -> Result<PeerRequest, Error> {
-            let wire = |e| bad("request", e);
-            let read = PeerRead::of_code(r.u8().map_err(wire)?)
-                .ok_or_else(|| bad("request", "unknown read kind"))?;
-            let min_ms = r.ivarint().map_err(wire)?;
-            let max_ms = r.ivarint().map_err(wire)?;
-            let n = r.count(3, "matcher").map_err(wire)?;
-            let mut matchers = Vec::with_capacity(n);
-            for _ in 0..n {
-                let op = op_of_code(r.u8().map_err(wire)?)
-                    .ok_or_else(|| bad("request", "unknown matcher operator"))?;
-                let name = r.str().map_err(wire)?;
-                let value = r.str().map_err(wire)?;
-                matchers.push(Matcher::new(op, name, value)?);
-            }
-            Ok(PeerRequest {
-                read,
-                matchers,
-                min_ms,
-                max_ms,
-            })
-        };
-        decode(&mut r)
+        let wire = |e| bad("request", e);
+        let read = PeerRead::of_code(r.u8().map_err(wire)?)
+            .ok_or_else(|| bad("request", "unknown read kind"))?;
+        let min_ms = r.ivarint().map_err(wire)?;
+        let max_ms = r.ivarint().map_err(wire)?;
+        let n = r.count(3, "matcher").map_err(wire)?;
+        let mut matchers = Vec::with_capacity(n);
+        for _ in 0..n {
+            let op = op_of_code(r.u8().map_err(wire)?)
+                .ok_or_else(|| bad("request", "unknown matcher operator"))?;
+            let name = r.str().map_err(wire)?;
+            let value = r.str().map_err(wire)?;
+            matchers.push(Matcher::new(op, name, value)?);
+        }
+        Ok(PeerRequest {
+            read,
+            matchers,
+            min_ms,
+            max_ms,
+        })
     }
 }
 
@@ -243,17 +240,24 @@ impl PeerAnswer {
                 encoding::encode_samples(samples, &mut out);
             }
         }
-        let mut compressed = zstd::bulk::compress(&out, 1).unwrap_or_else(|_| {
-            // zstd fails only on allocation; an uncompressed body says so by its flag.
-            let mut raw = vec![0u8];
-            raw.extend_from_slice(&out);
-            raw
-        });
-        if compressed.first() != Some(&0) {
-            compressed.insert(0, 1);
-        }
-        encoding::seal(ANSWER_MAGIC, &mut compressed);
-        compressed
+        // A flag byte says how the body is stored: 1 zstd, 0 as is (zstd fails only when it
+        // cannot allocate).
+        let mut sealed = match zstd::bulk::compress(&out, 1) {
+            Ok(compressed) => {
+                let mut v = Vec::with_capacity(compressed.len() + 1 + encoding::FOOTER_BYTES);
+                v.push(1);
+                v.extend_from_slice(&compressed);
+                v
+            }
+            Err(_) => {
+                let mut v = Vec::with_capacity(out.len() + 1 + encoding::FOOTER_BYTES);
+                v.push(0);
+                v.extend_from_slice(&out);
+                v
+            }
+        };
+        encoding::seal(ANSWER_MAGIC, &mut sealed);
+        sealed
     }
 
     /// Reads an answer written by [`PeerAnswer::encode`], checking every id against the tables;
