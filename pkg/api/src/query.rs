@@ -72,9 +72,7 @@ pub(crate) async fn with_engine<T: Send + 'static>(
     f: impl FnOnce(&Engine) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
     let timeout = api.options.query_timeout;
-    let engine = api
-        .engine()?
-        .with_deadline(std::time::Instant::now() + timeout);
+    let engine = request_engine(api)?;
     let permit = Arc::clone(&api.queries).try_acquire_owned().map_err(|_| {
         ApiError::limit(
             ErrorType::TooManyRequests,
@@ -107,6 +105,13 @@ pub(crate) async fn with_engine<T: Send + 'static>(
     }
 }
 
+/// The engine for one request: its deadline `--query-timeout` away, its warnings its own.
+fn request_engine(api: &Api) -> Result<Engine, ApiError> {
+    Ok(api
+        .engine()?
+        .with_deadline(std::time::Instant::now() + api.options.query_timeout))
+}
+
 /// Runs a metadata read `f` (labels, series, profile types) with the engine on the blocking
 /// pool: outside the query concurrency limit, as metadata is cheap and the UI asks for it all
 /// the time; its warnings go to the answer as a query's do.
@@ -114,9 +119,7 @@ async fn with_engine_for_metadata<T: Send + 'static>(
     api: &Arc<Api>,
     f: impl FnOnce(&Engine) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    let engine = api
-        .engine()?
-        .with_deadline(std::time::Instant::now() + api.options.query_timeout);
+    let engine = request_engine(api)?;
     let watched = engine.clone();
     let result = tokio::task::spawn_blocking(move || f(&engine))
         .await
