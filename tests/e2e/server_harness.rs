@@ -415,6 +415,14 @@ impl Server {
             .arg(format!("--storage-path={}", storage.display()))
             .arg(format!("--http-address={addr}"))
             .args(extra_args);
+        // The tests push and import recorded profiles, some years old: a server keeps them
+        // when its retention is off. Tests of retention give their own.
+        if !extra_args
+            .iter()
+            .any(|a| a.starts_with("--storage-retention-time"))
+        {
+            command.arg("--storage-retention-time=0");
+        }
         let process = Process::start("parca", command, &dir.path().join("parca.log"));
         Server { process, addr, dir }
     }

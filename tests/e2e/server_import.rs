@@ -20,6 +20,7 @@ fn parca_import(binary: &Path, store: &Path, folder: &Path) -> String {
         .arg("import")
         .arg(format!("--storage-path={}", store.display()))
         .args(["--name", "memory", "--label", "job=import"])
+        .arg("--allow-past-retention")
         .arg(folder)
         .output()
         .expect("run parca import");
@@ -159,4 +160,67 @@ fn a_running_server_serves_imported_blocks_and_pushes_past_the_window() {
         merged_total(&server, cpu_query, at_old - 1000, newest_ms + 1000),
         Ok(2 * cpu_total)
     );
+}
+
+/// A push of profiles older than the server keeps (`--storage-retention-time` back from now) is
+/// refused with a 400 naming the flag and the profile's time, not acknowledged and then deleted
+/// by retention; nothing of it is stored. The Pyroscope path refuses the same.
+#[test]
+fn pushes_older_than_the_retention_are_refused_not_stored_then_deleted() {
+    let binary = parca_binary(false);
+    let server = Server::start(&binary, &["--storage-retention-time=15d"], |_| {
+        "scrape_configs: []\n".to_owned()
+    });
+    let mut old = parca_pprof::decode(
+        &read(&corpus_dir().join("go/go-cpu.pb.gz")),
+        &Default::default(),
+    )
+    .expect("decodes")
+    .to_proto();
+    // 2022-02-10T16:00:00Z, years past a 15-day retention, on an empty store too.
+    old.time_nanos = 1_644_508_800_000 * 1_000_000;
+    let old = parca_pprof::encode(&old, true);
+    let (status, answer) = push(&server, "__name__=process_cpu&job=old", &old);
+    assert_eq!(status, 400, "{answer}");
+    assert!(
+        answer.contains("profile at 2022-02-10T16:00:00Z")
+            && answer.contains("`--storage-retention-time` is 15d"),
+        "{answer}"
+    );
+    let (status, answer) = {
+        let r = http_request(
+            server.addr,
+            "POST",
+            "/ingest?name=old.cpu&from=1644508800&until=1644508810&format=pprof",
+            &old,
+            Duration::from_secs(30),
+        )
+        .expect("push");
+        (r.status, r.text())
+    };
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("--storage-retention-time"), "{answer}");
+    let series = server
+        .api("/api/v1/series?match[]=%7B__name__%3D~%22.%2B%22%7D&start=0")
+        .expect("series");
+    assert_eq!(
+        series,
+        serde_json::json!([]),
+        "nothing of the push is stored"
+    );
+
+    // A profile of today is taken as before.
+    let mut fresh = parca_pprof::decode(&old, &Default::default())
+        .expect("decodes")
+        .to_proto();
+    fresh.time_nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as i64;
+    let (status, answer) = push(
+        &server,
+        "__name__=process_cpu&job=fresh",
+        &parca_pprof::encode(&fresh, true),
+    );
+    assert_eq!(status, 200, "{answer}");
 }

@@ -14,6 +14,7 @@ use crate::encoding::{self, Reader, TableCounts};
 use crate::head::{Head, StoredProfile};
 use crate::labels::{Labels, MatchOp, Matcher, NAME_LABEL};
 use crate::query::Querier;
+use crate::retention::RetentionHorizon;
 use crate::wal::{self, Wal};
 use crate::{Error, record};
 
@@ -466,6 +467,31 @@ impl Db {
         !matches!(
             head.check_time(labels, timestamp_ms, self.inner.options.out_of_order_window_ms),
             Err(e) if e.is_too_old()
+        )
+    }
+
+    /// The oldest profile time the store keeps: its retention time counted back from now, or
+    /// from the newest profile stored if that is later (retention counts from the newest
+    /// profile). `None` when retention by time is off. A profile older than this would be
+    /// deleted by the next pass of retention, so writers refuse it
+    /// ([`RetentionHorizon::check`]) rather than acknowledge it and lose it.
+    pub fn retention_horizon(&self) -> Option<RetentionHorizon> {
+        let head_newest = self
+            .inner
+            .head
+            .read()
+            .expect("head lock poisoned")
+            .newest_ms;
+        let blocks_newest = self
+            .inner
+            .block_set()
+            .iter()
+            .map(|b| b.meta.max_time_ms - 1)
+            .max()
+            .unwrap_or(i64::MIN);
+        RetentionHorizon::new(
+            self.inner.options.retention_ms,
+            head_newest.max(blocks_newest),
         )
     }
 

@@ -82,6 +82,26 @@ pub enum Error {
         /// The oldest time the head accepts.
         min_valid_ms: i64,
     },
+    /// A profile is older than the retention time allows, counted back from now (or from the
+    /// newest profile stored, if that is later): retention would delete it within seconds, so
+    /// storing it would acknowledge what is then lost.
+    #[error(
+        "series {labels}: profile at {} is older than {}, the retention horizon \
+         (`--storage-retention-time` is {}): retention would delete it at once",
+        rfc3339(*timestamp_ms),
+        rfc3339(*horizon_ms),
+        parca_querylang::duration::format(std::time::Duration::from_millis((*retention_ms).max(0) as u64))
+    )]
+    PastRetention {
+        /// The series.
+        labels: String,
+        /// The refused profile's time.
+        timestamp_ms: i64,
+        /// The oldest time retention keeps.
+        horizon_ms: i64,
+        /// The retention time.
+        retention_ms: i64,
+    },
     /// Profiles of different sample or period types cannot be merged.
     #[error("cannot merge profiles of type {left} with profiles of type {right}")]
     IncompatibleProfiles {
@@ -202,6 +222,7 @@ impl Error {
                 | Error::Duplicate { .. }
                 | Error::OutOfBounds { .. }
                 | Error::TooManyStacks { .. }
+                | Error::PastRetention { .. }
         )
     }
 
@@ -224,6 +245,11 @@ impl Error {
             source,
         }
     }
+}
+
+/// A time in RFC 3339 (UTC), or in milliseconds where it is out of the calendar's range.
+fn rfc3339(ms: i64) -> String {
+    jiff::Timestamp::from_millisecond(ms).map_or_else(|_| format!("{ms} ms"), |t| t.to_string())
 }
 
 /// The error's message followed by each of its sources' (`a: b: c`), for logs and answers that

@@ -99,6 +99,9 @@ pub(crate) struct Head {
     pub min_valid_ms: i64,
     /// Oldest profile time held (`i64::MAX` when empty).
     pub oldest_ms: i64,
+    /// Newest profile time held (`i64::MIN` when empty; not lowered when a profile whose
+    /// write failed is taken out again).
+    pub newest_ms: i64,
     /// Figures of the profiles held, kept as they change so that statistics never walk them.
     pub totals: HeadTotals,
     /// Bumped each time a cut replaces the head (renumbering its series and tables): a query
@@ -147,6 +150,7 @@ impl Head {
         Head {
             min_valid_ms,
             oldest_ms: i64::MAX,
+            newest_ms: i64::MIN,
             ..Head::default()
         }
     }
@@ -169,6 +173,7 @@ impl Head {
     /// within the out-of-order window the appender checks).
     pub fn push(&mut self, series: u32, profile: StoredProfile) {
         self.oldest_ms = self.oldest_ms.min(profile.timestamp_ms);
+        self.newest_ms = self.newest_ms.max(profile.timestamp_ms);
         self.totals.add(&profile);
         let profiles = &mut self.series[series as usize].profiles;
         if profiles
@@ -371,6 +376,7 @@ impl Remainder {
                 continue;
             }
             new.oldest_ms = new.oldest_ms.min(kept[0].timestamp_ms);
+            new.newest_ms = new.newest_ms.max(kept[kept.len() - 1].timestamp_ms);
             for p in &kept {
                 new.totals.add(p);
             }

@@ -66,6 +66,7 @@ pub mod postings;
 mod query;
 mod record;
 mod remote;
+mod retention;
 pub mod wal;
 
 #[cfg(test)]
@@ -82,3 +83,4 @@ pub use peer::{
 pub use postings::MemPostings;
 pub use query::{MergedGroup, Querier, SeriesProfiles, SeriesTotals, TotalPoint};
 pub use remote::{LazyBlock, OpenBlock, RangeRead, RemoteBlock, compact_remote};
+pub use retention::RetentionHorizon;

@@ -37,10 +37,14 @@ pub struct Args {
     /// How much time one block covers: the server's --storage-block-duration.
     #[arg(long, default_value = "2h", value_parser = crate::server::parse_duration)]
     storage_block_duration: Duration,
-    /// The server's --storage-retention-time: imported profiles older than it (before now) are
-    /// pointed out, since a server holding newer profiles deletes them.
+    /// The server's --storage-retention-time: a file with a profile older than it (before now,
+    /// or before the newest block of the store) is refused, since the server would delete it.
     #[arg(long, default_value = "15d", value_parser = crate::server::parse_duration)]
     storage_retention_time: Duration,
+    /// Import profiles older than --storage-retention-time all the same, for a server that will
+    /// run with a longer retention (0 keeps everything).
+    #[arg(long)]
+    allow_past_retention: bool,
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {
@@ -63,6 +67,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         skip_bad: args.skip_bad,
         store: parca_tsdb::Options {
             block_duration_ms: args.storage_block_duration.as_millis() as i64,
+            retention_ms: if args.allow_past_retention {
+                0
+            } else {
+                args.storage_retention_time.as_millis() as i64
+            },
             ..Default::default()
         },
         decode: Default::default(),
@@ -148,7 +157,7 @@ fn write_summary(out: &mut dyn Write, args: &Args, report: &ImportReport) -> any
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
     let retention_ms = args.storage_retention_time.as_millis() as i64;
-    if retention_ms > 0 && min < now_ms.saturating_sub(retention_ms) {
+    if args.allow_past_retention && retention_ms > 0 && min < now_ms.saturating_sub(retention_ms) {
         writeln!(
             out,
             "note: profiles from before {} are older than --storage-retention-time={}: a server \

@@ -229,7 +229,7 @@ fn import_writes_a_folder_as_blocks_a_store_serves() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = dir.path().join("data");
     let many = corpus("published/parca/many");
-    let out = stdout(&parca(&[
+    let args = [
         "import",
         "--storage-path",
         store.to_str().unwrap(),
@@ -238,7 +238,22 @@ fn import_writes_a_folder_as_blocks_a_store_serves() {
         "--label",
         "job=incident",
         many.to_str().unwrap(),
-    ]));
+    ];
+    // Profiles from 2022 are past the default retention: refused, naming the flags and the time.
+    let refused = parca(&args);
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.starts_with("parca: error: cannot import into ")
+            && stderr.contains("profile at 2022-02-10T16:0")
+            && stderr.contains("`--storage-retention-time` is 15d")
+            && stderr.contains("--allow-past-retention"),
+        "{stderr}"
+    );
+    assert!(!store.exists() || std::fs::read_dir(&store).unwrap().count() == 0);
+    let mut allowed = args.to_vec();
+    allowed.push("--allow-past-retention");
+    let out = stdout(&parca(&allowed));
     assert!(
         out.starts_with("imported 10 files into ")
             && out.contains(
@@ -293,6 +308,7 @@ fn import_stops_at_a_bad_file_naming_it_and_writes_nothing() {
         store.to_str().unwrap(),
         "--name",
         "process_cpu",
+        "--allow-past-retention",
         cpu.to_str().unwrap(),
         junk.to_str().unwrap(),
     ];

@@ -64,7 +64,12 @@ impl Server {
     }
 
     fn set_store(server: Server) -> Server {
-        let db = parca_tsdb::Db::open(server._dir.path(), Default::default()).expect("open");
+        // The tests push recorded profiles, years old: a store without retention keeps them.
+        let options = parca_tsdb::Options {
+            retention_ms: 0,
+            ..Default::default()
+        };
+        let db = parca_tsdb::Db::open(server._dir.path(), options).expect("open");
         server.api.set_store(Arc::new(db));
         server
     }

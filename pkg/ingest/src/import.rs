@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use parca_pprof::DecodeOptions;
-use parca_tsdb::{Backfill, Labels, WrittenBlock};
+use parca_tsdb::{Backfill, Labels, RetentionHorizon, WrittenBlock};
 
 use crate::{Error, to_series};
 
@@ -23,7 +23,10 @@ pub struct ImportOptions {
     /// Whether a file that cannot be imported is reported and skipped (`true`) or stops the
     /// import before anything is written (`false`).
     pub skip_bad: bool,
-    /// The store's block duration (how profiles are grouped into blocks) and stack limit.
+    /// The store's block duration (how profiles are grouped into blocks), stack limit and
+    /// retention time: a file with a profile older than the store keeps
+    /// ([`parca_tsdb::RetentionHorizon::of_store_dir`]) is bad, since the server would delete
+    /// it at once (a `retention_ms` of 0 imports any age).
     pub store: parca_tsdb::Options,
     /// Limits of decoding, as for pushes.
     pub decode: DecodeOptions,
@@ -117,8 +120,13 @@ pub fn import(
     let mut backfill = Backfill::new(dir, &options.store);
     let mut report = ImportReport::default();
     let mut series = BTreeSet::new();
+    let horizon = RetentionHorizon::of_store_dir(dir, options.store.retention_ms);
     for path in &files {
-        match import_file(path, options, &mut backfill, &mut series, &mut report) {
+        let file = FileImport {
+            options,
+            horizon: horizon.as_ref(),
+        };
+        match file.import(path, &mut backfill, &mut series, &mut report) {
             Ok(()) => report.n_files += 1,
             Err(fault) if options.skip_bad => report.bad_files.push(BadFile {
                 path: path.clone(),
@@ -137,57 +145,77 @@ pub fn import(
     Ok(report)
 }
 
-/// Adds one file's profiles to `backfill`, all of them or none; the error is the file's fault.
-fn import_file(
-    path: &Path,
-    options: &ImportOptions,
-    backfill: &mut Backfill,
-    series: &mut BTreeSet<Labels>,
-    report: &mut ImportReport,
-) -> Result<(), String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
-    let profiles = parca_profile::decode(&bytes, &options.decode)
-        .map_err(|e| format!("is not a usable pprof profile: {e}"))?;
-    if options.default_time_ms.is_none() && profiles.iter().any(|p| p.meta.time_nanos <= 0) {
-        return Err(
+/// What each file is imported with.
+struct FileImport<'a> {
+    options: &'a ImportOptions,
+    /// The oldest time the store keeps, when retention by time is on.
+    horizon: Option<&'a RetentionHorizon>,
+}
+
+impl FileImport<'_> {
+    /// Adds one file's profiles to `backfill`, all of them or none; the error is the file's fault.
+    fn import(
+        &self,
+        path: &Path,
+        backfill: &mut Backfill,
+        series: &mut BTreeSet<Labels>,
+        report: &mut ImportReport,
+    ) -> Result<(), String> {
+        let options = self.options;
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+        let profiles = parca_profile::decode(&bytes, &options.decode)
+            .map_err(|e| format!("is not a usable pprof profile: {e}"))?;
+        if options.default_time_ms.is_none() && profiles.iter().any(|p| p.meta.time_nanos <= 0) {
+            return Err(
             "carries no time (`time_nanos` is 0, as in pprof's legacy formats): give one with --time"
                 .into(),
         );
-    }
-    let batch = to_series(
-        &options.name,
-        &options.labels,
-        profiles,
-        options.default_time_ms.unwrap_or(0),
-    )
-    .map_err(|e| e.to_string())?;
-    // Checked before anything is added, so that a file goes in whole or not at all.
-    let limit = options.store.max_stacks_per_profile;
-    if let Some(s) = batch.iter().find(|s| s.profile.samples.len() > limit) {
-        return Err(format!(
-            "series {}: profile has {} stacks, more than the limit of {limit}",
-            s.labels,
-            s.profile.samples.len()
-        ));
-    }
-    for s in &batch {
-        let added = backfill
-            .add(&s.labels, s.timestamp_ms, &s.profile)
-            .map_err(|e| e.to_string())?;
-        if !added {
-            report.n_duplicates += 1;
-            continue;
         }
-        report.n_profiles += 1;
-        report.time_range_ms = Some(match report.time_range_ms {
-            None => (s.timestamp_ms, s.timestamp_ms),
-            Some((min, max)) => (min.min(s.timestamp_ms), max.max(s.timestamp_ms)),
-        });
-        if !series.contains(&s.labels) {
-            series.insert(s.labels.clone());
+        let batch = to_series(
+            &options.name,
+            &options.labels,
+            profiles,
+            options.default_time_ms.unwrap_or(0),
+        )
+        .map_err(|e| e.to_string())?;
+        // Checked before anything is added, so that a file goes in whole or not at all.
+        if let Some(horizon) = self.horizon
+            && let Some(refusal) = batch
+                .iter()
+                .find_map(|s| horizon.check(&s.labels, s.timestamp_ms).err())
+        {
+            return Err(format!(
+                "{refusal} (to import it anyway, for a server with a longer retention, pass \
+             --allow-past-retention)"
+            ));
         }
+        let limit = options.store.max_stacks_per_profile;
+        if let Some(s) = batch.iter().find(|s| s.profile.samples.len() > limit) {
+            return Err(format!(
+                "series {}: profile has {} stacks, more than the limit of {limit}",
+                s.labels,
+                s.profile.samples.len()
+            ));
+        }
+        for s in &batch {
+            let added = backfill
+                .add(&s.labels, s.timestamp_ms, &s.profile)
+                .map_err(|e| e.to_string())?;
+            if !added {
+                report.n_duplicates += 1;
+                continue;
+            }
+            report.n_profiles += 1;
+            report.time_range_ms = Some(match report.time_range_ms {
+                None => (s.timestamp_ms, s.timestamp_ms),
+                Some((min, max)) => (min.min(s.timestamp_ms), max.max(s.timestamp_ms)),
+            });
+            if !series.contains(&s.labels) {
+                series.insert(s.labels.clone());
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 #[cfg(test)]

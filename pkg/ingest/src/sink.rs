@@ -18,7 +18,8 @@ pub struct WriteOutcome {
 pub enum Durability {
     /// On disk (fsynced): for pushes, whose sender was promised the profile is stored. The
     /// store writes profiles older than its head takes (past the out-of-order window) as
-    /// blocks of their own rather than refusing them.
+    /// blocks of their own rather than refusing them, but refuses those older than its
+    /// retention keeps ([`Db::retention_horizon`]), which would be deleted once acknowledged.
     Synced,
     /// Handed to the operating system, on disk within the store's sync interval: for scrapes,
     /// which a crash of the machine would lose only seconds of, as in Prometheus, and which
@@ -77,11 +78,24 @@ fn append_all(
 /// nothing of the push stored (staged blocks are removed, the head's part is taken out by the
 /// store's healing), but for a failed rename after a successful commit; and a success means
 /// all of it is on disk.
+///
+/// Profiles older than the store keeps ([`Db::retention_horizon`]) are refused first: stored,
+/// they would be deleted by retention within seconds of being acknowledged.
 fn write_synced(db: &Db, batch: &[Series]) -> Result<WriteOutcome, parca_tsdb::Error> {
-    let (old, fresh): (Vec<&Series>, Vec<&Series>) = batch
-        .iter()
-        .partition(|s| !db.head_takes(&s.labels, s.timestamp_ms));
     let mut outcome = WriteOutcome::default();
+    let horizon = db.retention_horizon();
+    let kept = batch.iter().filter(|s| match &horizon {
+        Some(horizon) => match horizon.check(&s.labels, s.timestamp_ms) {
+            Ok(()) => true,
+            Err(refusal) => {
+                outcome.refused.push(refusal);
+                false
+            }
+        },
+        None => true,
+    });
+    let (old, fresh): (Vec<&Series>, Vec<&Series>) =
+        kept.partition(|s| !db.head_takes(&s.labels, s.timestamp_ms));
     let mut new = Vec::with_capacity(old.len());
     for s in old {
         if db.holds(&s.labels, s.timestamp_ms)? {
@@ -162,5 +176,69 @@ impl Sink for Db {
             appender.commit_buffered()?;
             Ok(outcome)
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parca_tsdb::{Labels, Options};
+
+    const DAY_MS: i64 = 24 * 3600 * 1000;
+
+    /// A CPU profile of one sample, from the corpus.
+    fn cpu_series(job: &str, timestamp_ms: i64) -> Series {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/testdata/pprof/go/go-cpu.pb.gz"
+        );
+        let bytes = std::fs::read(path).expect("corpus file");
+        let profiles = parca_profile::decode(&bytes, &Default::default()).expect("decodes");
+        let labels = Labels::new([("job", job)]).expect("valid labels");
+        crate::to_series("process_cpu", &labels, profiles, 0)
+            .expect("series")
+            .into_iter()
+            .next()
+            .map(|s| Series { timestamp_ms, ..s })
+            .expect("a sample type")
+    }
+
+    #[test]
+    fn a_push_stores_what_retention_keeps_and_refuses_the_rest() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let db = Db::open(
+            dir.path(),
+            Options {
+                retention_ms: 15 * DAY_MS,
+                ..Options::default()
+            },
+        )
+        .expect("store opens");
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as i64;
+        let batch = [
+            cpu_series("fresh", now_ms),
+            cpu_series("old", now_ms - 16 * DAY_MS),
+            // Past the out-of-order window, within retention: stored as a block of its own.
+            cpu_series("fresh", now_ms - 10 * DAY_MS),
+        ];
+        let outcome = db.write(&batch, Durability::Synced).expect("written");
+        assert_eq!(outcome.n_written, 2);
+        assert_eq!(outcome.refused.len(), 1);
+        let refusal = outcome.refused[0].to_string();
+        assert!(
+            refusal.contains("job=\"old\"") && refusal.contains("--storage-retention-time"),
+            "{refusal}"
+        );
+        assert!(
+            !db.holds(&batch[1].labels, batch[1].timestamp_ms)
+                .expect("read")
+        );
+        assert!(
+            db.holds(&batch[2].labels, batch[2].timestamp_ms)
+                .expect("read")
+        );
     }
 }
