@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 
-use crate::server_harness::{Server, parca_binary, poll};
+use crate::server_harness::{Server, outside_target, parca_binary, poll, skip};
 
 /// A CA that signs server and client certificates.
 pub(crate) struct Ca {
@@ -497,6 +497,11 @@ fn limits_and_gates_name_their_flags() {
                     use std::io::Read as _;
                     let _ = out.read_to_string(&mut code);
                 }
+                // A probe admitted before it took the place, and it was refused: hold again.
+                if code == "429" {
+                    held = hold();
+                    return Err("the held request lost its place to a probe".into());
+                }
                 panic!(
                     "the held request ended early ({status}, HTTP {code}): it must hold its place"
                 );
@@ -543,4 +548,185 @@ fn limits_and_gates_name_their_flags() {
         403
     );
     assert_eq!(curl(d, &[&format!("{base}/api/v1/labels")]).status, 200);
+}
+
+/// Go's net/http client (`tests/targets/go-client`) POSTs `body` to `url` `n` times over
+/// HTTP/2 with TLS; what it read each time: (status, protocol, error), or why it could not run.
+fn go_posts(
+    url: &str,
+    ca: &Path,
+    body: &Path,
+    credentials: Option<(&str, &str)>,
+    n: usize,
+) -> Result<Vec<(u16, String, String)>, String> {
+    let client = outside_target("go-client")?;
+    let mut command = Command::new(client);
+    command
+        .args(["-url", url, "-n", &n.to_string(), "-ca"])
+        .arg(ca)
+        .arg("-body")
+        .arg(body);
+    if let Some((user, password)) = credentials {
+        command.args(["-user", user, "-password", password]);
+    }
+    let output = command.output().map_err(|e| e.to_string())?;
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).into_owned());
+    }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+            (
+                v["status"].as_u64().unwrap_or(0) as u16,
+                v["proto"].as_str().unwrap_or_default().to_owned(),
+                v["error"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect())
+}
+
+/// Early refusals (401, 403, 413, 429) arrive as answers over HTTP/2 with TLS, request after
+/// request, while the client is still sending its body: curl and Go's net/http read the status,
+/// never a reset stream ("Stream error in the HTTP/2 framing layer"), and gRPC reads its status.
+#[test]
+fn refusals_are_answers_over_http2_for_curl_go_and_grpc() {
+    const TRIES: usize = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (_ca, ca_file) = server_certificate(d);
+    let ca_arg = ca_file.to_str().unwrap();
+    let hash = bcrypt::hash("s3cret", 4).unwrap();
+    let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+    let web = write(
+        d,
+        "web.yml",
+        &format!("{tls}basic_auth_users:\n  alice: {hash}\n"),
+    );
+    let binary = parca_binary(false);
+    let mut server = Server::spawn(
+        &binary,
+        None,
+        &[
+            &format!("--web-config-file={}", web.display()),
+            "--web-max-request-body-size=4KiB",
+        ],
+        no_scrapes,
+    );
+    let ready = https(&server, "/-/ready");
+    wait_ready(
+        &mut server,
+        d,
+        &["--cacert", ca_arg, "-u", "alice:s3cret", &ready],
+    );
+    // Prometheus' own CPU profile: 16 KB, more than one HTTP/2 frame and the limit above.
+    let profile = crate::support::corpus_dir().join("prometheus/prometheus-cpu.pb.gz");
+    let body_arg = format!("@{}", profile.display());
+    let write_url = https(&server, "/api/v1/write?__name__=process_cpu");
+    let reload_url = https(&server, "/-/reload");
+    let alice = Some(("alice", "s3cret"));
+    let cases = [
+        ("no credentials", &write_url, None, 401, "Unauthorized"),
+        (
+            "lifecycle off",
+            &reload_url,
+            alice,
+            403,
+            "--web-enable-lifecycle",
+        ),
+        (
+            "over the body limit",
+            &write_url,
+            alice,
+            413,
+            "--web-max-request-body-size",
+        ),
+    ];
+    let go_missing = |why: &str| skip("Go's net/http client (tests/targets/go-client)", why);
+    for (what, url, credentials, status, words) in cases {
+        for _ in 0..TRIES {
+            let mut args = vec!["--http2", "--cacert", ca_arg, "--data-binary", &body_arg];
+            let user = credentials.map(|(u, p)| format!("{u}:{p}"));
+            if let Some(user) = &user {
+                args.extend(["-u", user.as_str()]);
+            }
+            args.push(url);
+            let got = curl(d, &args);
+            assert_eq!(
+                (got.exit, got.status, got.http_version.as_str()),
+                (0, status, "2"),
+                "{what}: {got:?}"
+            );
+            assert!(got.body.contains(words), "{what}: {got:?}");
+        }
+        match go_posts(url, &ca_file, &profile, credentials, TRIES) {
+            Ok(answers) => {
+                assert_eq!(answers.len(), TRIES, "{what}: {answers:?}");
+                for answer in answers {
+                    assert_eq!(answer, (status, "HTTP/2.0".into(), String::new()), "{what}");
+                }
+            }
+            Err(why) => go_missing(&why),
+        }
+    }
+    // gRPC without credentials: its status, call after call on one channel.
+    match outside_target("python-otlp") {
+        Ok(python) => {
+            let address = format!("localhost:{}", server.addr.port());
+            let n = TRIES.to_string();
+            let args = ["grpc-tls", address.as_str(), ca_arg, n.as_str()].map(String::from);
+            let answer =
+                crate::server_harness::run_json_script(&python, "python-otlp/send.py", &args);
+            assert_eq!(
+                answer,
+                serde_json::json!({"codes": vec!["UNAUTHENTICATED"; TRIES]})
+            );
+        }
+        Err(why) => skip("grpcio (tests/tools/targets.sh python-otlp)", &why),
+    }
+    server.process.assert_running();
+
+    // Over the request rate: 429, the body still on its way.
+    let limited = write(
+        d,
+        "limited.yml",
+        &format!("{tls}rate_limit:\n  burst: 1\n  interval: 1h\n"),
+    );
+    let mut server = Server::spawn(
+        &binary,
+        None,
+        &[&format!("--web-config-file={}", limited.display())],
+        no_scrapes,
+    );
+    // The one token goes to the first answer.
+    let ready = https(&server, "/-/ready");
+    wait_ready(&mut server, d, &["--cacert", ca_arg, &ready]);
+    let url = https(&server, "/api/v1/write?__name__=process_cpu");
+    for _ in 0..TRIES {
+        let got = curl(
+            d,
+            &[
+                "--http2",
+                "--cacert",
+                ca_arg,
+                "--data-binary",
+                &body_arg,
+                &url,
+            ],
+        );
+        assert_eq!(
+            (got.exit, got.status, got.http_version.as_str()),
+            (0, 429, "2"),
+            "{got:?}"
+        );
+        assert!(got.body.contains("rate_limit"), "{got:?}");
+    }
+    match go_posts(&url, &ca_file, &profile, None, TRIES) {
+        Ok(answers) => {
+            for answer in answers {
+                assert_eq!(answer, (429, "HTTP/2.0".into(), String::new()));
+            }
+        }
+        Err(why) => go_missing(&why),
+    }
 }

@@ -2,6 +2,8 @@
 # Prepares one real target of the server's end-to-end tests and prints what to run:
 #   tests/tools/targets.sh go          builds tests/targets/go with Debian's Go (1.19) in GOPATH
 #                                      mode and prints the binary's path
+#   tests/tools/targets.sh go-client   builds tests/targets/go-client (Go's net/http client, HTTP/2
+#                                      over TLS) the same way and prints the binary's path
 #   tests/tools/targets.sh python      makes a venv with tests/targets/python/requirements.txt
 #                                      (every version pinned) and prints its python's path
 #   tests/tools/targets.sh prometheus  prints the path of Debian's prometheus
@@ -26,7 +28,7 @@
 #                                      protobuf-ts' transports, tests/targets/parca-client/
 #                                      package-lock.json) with npm, bundles client.mjs with
 #                                      esbuild and prints the bundle's path (run it with node)
-#   tests/tools/targets.sh all         all ten, one per line
+#   tests/tools/targets.sh all         all eleven, one per line
 # Everything is built into ${PARCA_TESTS_CACHE:-~/.cache/parca-tests}/targets, never into the
 # repository. Run as root, it installs the Debian packages it needs (golang-go, prometheus,
 # python3-venv); otherwise it says what is missing and exits 1, and the tests skip.
@@ -47,9 +49,11 @@ apt_install() {
     || { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "$@" >&2; }
 }
 
-go_target() {
+# go_build DIR NAME: builds tests/targets/DIR with Debian's Go in GOPATH mode (stdlib only)
+# into NAME, once, and prints the binary's path.
+go_build() {
   command -v go >/dev/null || apt_install golang-go
-  local src=$here/targets/go bin=$out/e2e-go-target
+  local src=$here/targets/$1 bin=$out/$2
   if [ ! -x "$bin" ] || [ "$src/main.go" -nt "$bin" ]; then
     log "building $bin with $(go version)"
     (cd "$src" && GO111MODULE=off GOFLAGS= GOCACHE="$out/gocache" go build -o "$bin.tmp" . \
@@ -57,6 +61,9 @@ go_target() {
   fi
   echo "$bin"
 }
+
+go_target() { go_build go e2e-go-target; }
+go_client_target() { go_build go-client e2e-go-client; }
 
 # python_venv REQUIREMENTS: makes (once) a venv with that pinned requirements file, named after
 # its hash, and prints its python's path.
@@ -111,6 +118,7 @@ prometheus_target() {
 
 case ${1:-all} in
   go) go_target ;;
+  go-client) go_client_target ;;
   python) python_target ;;
   prometheus) prometheus_target ;;
   python-push) python_push_target ;;
@@ -120,9 +128,9 @@ case ${1:-all} in
   python-arrow) python_arrow_target ;;
   python-s3) python_s3_target ;;
   parca-client) parca_client_target ;;
-  all) go_target; python_target; prometheus_target; python_push_target; python_push_legacy_target
+  all) go_target; go_client_target; python_target; prometheus_target; python_push_target; python_push_legacy_target
        python_promapi_target; python_otlp_target; python_arrow_target; python_s3_target
        parca_client_target ;;
-  *) echo "usage: $0 go|python|prometheus|python-push|python-push-legacy|python-promapi|python-otlp|python-arrow|python-s3|parca-client|all" >&2
+  *) echo "usage: $0 go|go-client|python|prometheus|python-push|python-push-legacy|python-promapi|python-otlp|python-arrow|python-s3|parca-client|all" >&2
      exit 2 ;;
 esac

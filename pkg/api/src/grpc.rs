@@ -75,7 +75,7 @@ pub(crate) async fn handle(
     protocol: Protocol,
 ) -> Response<ServedBody> {
     let started = std::time::Instant::now();
-    let (mut parts, body) = request.into_parts();
+    let (mut parts, mut body) = request.into_parts();
     let path = method_path(parts.uri.path()).to_owned();
     if path != parts.uri.path()
         && let Ok(uri) = path.parse()
@@ -93,7 +93,11 @@ pub(crate) async fn handle(
         "grpc other"
     };
     let response = match crate::router::admit_parts(api, &parts).await {
-        Err(e) => status_response(status_of(&e)),
+        Err(e) => {
+            // As the router does: the refusal is read as a status, not a reset stream.
+            crate::body::drain(&mut body).await;
+            status_response(status_of(&e))
+        }
         Ok(_permit) => {
             let request = Request::from_parts(parts, tonic::body::Body::new(body));
             let limit = api.options.max_body_bytes;

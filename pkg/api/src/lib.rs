@@ -24,6 +24,7 @@
 //! # Ok(()) }
 //! ```
 
+mod body;
 mod connect;
 mod grpc;
 mod ingest;

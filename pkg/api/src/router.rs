@@ -3,7 +3,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::header::{
     ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
@@ -28,7 +27,7 @@ pub(crate) struct Call {
 
 pub(crate) async fn route(api: &Arc<Api>, request: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
-    let (parts, body) = request.into_parts();
+    let (parts, mut body) = request.into_parts();
     let path = parts.uri.path().to_owned();
     let handler = handler_name(&path);
     let origin = parts.headers.get(ORIGIN).cloned();
@@ -45,7 +44,7 @@ pub(crate) async fn route(api: &Arc<Api>, request: Request<Incoming>) -> Respons
     let mut warnings = Vec::new();
     let response = match admit(api, &parts, &mut challenge).await {
         // The permit is held until the answer is made.
-        Ok(_permit) => match read(api, parts, body).await {
+        Ok(_permit) => match read(api, parts, &mut body).await {
             Ok(call) => {
                 let (response, noted) = crate::warnings::collecting(dispatch(api, call)).await;
                 warnings = noted;
@@ -55,6 +54,9 @@ pub(crate) async fn route(api: &Arc<Api>, request: Request<Incoming>) -> Respons
         },
         Err(e) => Err(e),
     };
+    // What the answer did not need of the body (all of it, for a refusal) is read first, so
+    // that an HTTP/2 client still uploading reads the answer, not a reset stream.
+    crate::body::drain(&mut body).await;
     let response = response.unwrap_or_else(|e| {
         if e.kind == ErrorType::Internal {
             tracing::error!(path, error = %e.message, "request failed");
@@ -236,20 +238,17 @@ fn is_push(path: &str) -> bool {
 async fn read(
     api: &Api,
     parts: hyper::http::request::Parts,
-    body: Incoming,
+    body: &mut Incoming,
 ) -> Result<Call, ApiError> {
     let limit = api.options.max_body_bytes;
-    let body = Limited::new(body, limit)
-        .collect()
+    let body = crate::body::read_limited(body, limit)
         .await
-        .map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                body_too_large(limit)
-            } else {
+        .map_err(|e| match e {
+            crate::body::ReadError::TooLarge => body_too_large(limit),
+            crate::body::ReadError::Failed(e) => {
                 ApiError::bad_data(format!("cannot read the request body: {e}"))
             }
-        })?
-        .to_bytes();
+        })?;
     let mut params = Params::default();
     if let Some(query) = parts.uri.query() {
         params.add_encoded(query.as_bytes());

@@ -7,6 +7,10 @@ Usage:
   send.py grpc HOST:PORT SERVICE
                               the same through ProfilesService/Export over gRPC (grpcio);
                               prints {"status": "OK"} or the gRPC status code and details
+  send.py grpc-tls HOST:PORT CA_FILE N
+                              N exports over gRPC with TLS (the server's CA in CA_FILE) and no
+                              credentials, one after another on one channel; prints
+                              {"codes": [the gRPC status code of each]}
   send.py http-bad URL        POST a request whose sample names a stack that does not exist;
                               prints the HTTP status and the google.rpc.Status message
 
@@ -130,6 +134,24 @@ def main() -> None:
                 print(json.dumps({"status": "OK"}))
             except grpc.RpcError as error:
                 print(json.dumps({"status": error.code().name, "details": error.details()}))
+    elif mode == "grpc-tls":
+        import grpc
+        from opentelemetry.proto.collector.profiles.v1development import (
+            profiles_service_pb2_grpc as service_grpc,
+        )
+
+        with open(sys.argv[3], "rb") as ca:
+            credentials = grpc.ssl_channel_credentials(root_certificates=ca.read())
+        codes = []
+        with grpc.secure_channel(sys.argv[2], credentials) as channel:
+            stub = service_grpc.ProfilesServiceStub(channel)
+            for _ in range(int(sys.argv[4])):
+                try:
+                    stub.Export(request("refused"), timeout=30)
+                    codes.append("OK")
+                except grpc.RpcError as error:
+                    codes.append(error.code().name)
+        print(json.dumps({"codes": codes}))
     else:
         sys.exit(f"unknown mode {mode}")
 
