@@ -458,3 +458,24 @@ pub fn corpus_profile_at(rel: &str, ms: i64) -> Vec<u8> {
     profile.time_nanos = ms * 1_000_000;
     parca_pprof::encode(&profile, true)
 }
+
+/// CPU seconds (user + system) the process has used so far, from `/proc/PID/stat`.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
+    // Fields after the command name (which is in parentheses and may hold spaces): state is
+    // field 3, utime 14 and stime 15, in clock ticks.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 =
+        fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
+    ticks / clock_ticks_per_second()
+}
+
+fn clock_ticks_per_second() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}

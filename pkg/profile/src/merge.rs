@@ -30,6 +30,8 @@ struct Remap<S: Deref<Target = Tables> + Clone> {
     locations: Vec<u32>,
     stacks: Vec<u32>,
     label_sets: Vec<u32>,
+    /// A location's remapped lines, kept between locations for its allocation.
+    lines: Vec<Line>,
 }
 
 impl<S: Deref<Target = Tables> + Clone> Remap<S> {
@@ -41,6 +43,7 @@ impl<S: Deref<Target = Tables> + Clone> Remap<S> {
             locations: vec![UNSET; source.n_locations()],
             stacks: vec![UNSET; source.n_stacks()],
             label_sets: vec![UNSET; source.n_label_sets()],
+            lines: Vec::new(),
             source,
         }
     }
@@ -61,6 +64,7 @@ impl<S: Deref<Target = Tables> + Clone> Remap<S> {
             locations: grow(self.locations, source.n_locations()),
             stacks: grow(self.stacks, source.n_stacks()),
             label_sets: grow(self.label_sets, source.n_label_sets()),
+            lines: self.lines,
             source,
         }
     }
@@ -105,18 +109,23 @@ impl<S: Deref<Target = Tables> + Clone> Remap<S> {
 
     fn location(&mut self, dst: &mut Tables, id: LocationId) -> LocationId {
         if self.locations[id.idx()] == UNSET {
-            let source = self.source.clone();
-            let lines: Box<[Line]> = source
-                .lines(id)
-                .iter()
-                .map(|l| Line {
+            // Indexed rather than iterated: the source stays unborrowed (no `Arc` clone, an
+            // atomic add and sub per location) while functions are remapped.
+            let mut lines = std::mem::take(&mut self.lines);
+            lines.clear();
+            for i in 0..self.source.lines(id).len() {
+                let l = self.source.lines(id)[i];
+                lines.push(Line {
                     function: self.function(dst, l.function),
                     line: l.line,
-                })
-                .collect();
-            let address = source.location_address(id);
+                });
+            }
+            let address = self.source.location_address(id);
             let mapping = address.mapping.map(|m| self.mapping(dst, m));
-            self.locations[id.idx()] = dst.intern_location(mapping, address.address, lines).0;
+            self.locations[id.idx()] = dst
+                .intern_location_lines(mapping, address.address, &lines)
+                .0;
+            self.lines = lines;
         }
         LocationId(self.locations[id.idx()])
     }
@@ -126,9 +135,9 @@ impl<S: Deref<Target = Tables> + Clone> Remap<S> {
         if slot != UNSET {
             return StackId(slot);
         }
-        let source = self.source.clone();
         frames.clear();
-        for &location in source.stack(id) {
+        for i in 0..self.source.stack(id).len() {
+            let location = self.source.stack(id)[i];
             let mapped = self.location(dst, location);
             frames.push(mapped);
         }

@@ -123,7 +123,7 @@ pub struct Line {
 
 /// What makes two locations the same frame: their (function, line) list when symbolized, else
 /// their object file and file-relative address (so that ASLR does not split frames).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LocationKey {
     /// Symbolized: source lines, innermost inlined callee first, caller last.
     Lines(Box<[Line]>),
@@ -135,6 +135,41 @@ pub enum LocationKey {
         /// address without a mapping.
         address: u64,
     },
+}
+
+impl LocationKey {
+    fn borrowed(&self) -> LocationKeyRef<'_> {
+        match self {
+            LocationKey::Lines(lines) => LocationKeyRef::Lines(lines),
+            &LocationKey::Address { mapping, address } => {
+                LocationKeyRef::Address { mapping, address }
+            }
+        }
+    }
+}
+
+// Hashed as its borrowed form, so that a lookup needs no owned key (no allocation of lines
+// for a location the tables hold already, the common case at ingest).
+impl Hash for LocationKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.borrowed().hash(state);
+    }
+}
+
+/// A [`LocationKey`] borrowed: what lookups hash and compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum LocationKeyRef<'a> {
+    Lines(&'a [Line]),
+    Address {
+        mapping: Option<MappingId>,
+        address: u64,
+    },
+}
+
+impl indexmap::Equivalent<LocationKey> for LocationKeyRef<'_> {
+    fn equivalent(&self, key: &LocationKey) -> bool {
+        *self == key.borrowed()
+    }
 }
 
 /// Where a location lies in memory, kept for export and later symbolization.
@@ -321,16 +356,43 @@ impl Tables {
         address: u64,
         lines: Box<[Line]>,
     ) -> LocationId {
-        let location = LocationAddress { mapping, address };
-        let key = if lines.is_empty() {
-            LocationKey::Address { mapping, address }
+        self.intern_location_with(mapping, address, &lines, || lines.clone())
+    }
+
+    /// [`Tables::intern_location`] with borrowed `lines`, copied only for a location the tables
+    /// do not hold yet (at ingest, most locations of a profile are held already).
+    pub fn intern_location_lines(
+        &mut self,
+        mapping: Option<MappingId>,
+        address: u64,
+        lines: &[Line],
+    ) -> LocationId {
+        self.intern_location_with(mapping, address, lines, || lines.into())
+    }
+
+    fn intern_location_with(
+        &mut self,
+        mapping: Option<MappingId>,
+        address: u64,
+        lines: &[Line],
+        owned: impl FnOnce() -> Box<[Line]>,
+    ) -> LocationId {
+        let borrowed = if lines.is_empty() {
+            LocationKeyRef::Address { mapping, address }
         } else {
-            LocationKey::Lines(lines)
+            LocationKeyRef::Lines(lines)
         };
-        match self.locations.get_index_of(&key) {
-            Some(idx) => LocationId(idx as u32),
-            None => LocationId(self.locations.insert_full(key, location).0 as u32),
+        if let Some(idx) = self.locations.get_index_of(&borrowed) {
+            return LocationId(idx as u32);
         }
+        let key = match borrowed {
+            LocationKeyRef::Address { mapping, address } => {
+                LocationKey::Address { mapping, address }
+            }
+            LocationKeyRef::Lines(_) => LocationKey::Lines(owned()),
+        };
+        let location = LocationAddress { mapping, address };
+        LocationId(self.locations.insert_full(key, location).0 as u32)
     }
 
     /// Interns a stack given as location ids, leaf first.
