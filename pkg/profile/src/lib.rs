@@ -40,17 +40,21 @@
 //! assert_eq!(folded, b"main 10\n");
 //! ```
 
+mod callgraph;
 mod error;
 mod export;
 mod filter;
 mod flamegraph;
 mod frame_test;
+mod frames;
+mod granularity;
 mod growth;
 mod hide;
 mod merge;
 mod normalize;
 mod profile;
 mod prune;
+mod sandwich;
 mod split;
 pub mod tables;
 mod top;
@@ -61,16 +65,19 @@ pub mod units;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
 
+pub use callgraph::{CallEdge, CallGraph, CallNode, Pruning};
 pub use error::Error;
 pub use export::to_pprof;
 pub use filter::{StackFilter, filter_stacks, invert_stacks};
 pub use flamegraph::{FlameFrame, FlameGraph, FlameGrouping, FlameNode};
 pub use frame_test::{FrameTest, NumberField, TextField, TextOp};
+pub use granularity::{Granularity, aggregate, clean_path, with_granularity};
 pub use growth::{growth, is_cumulative};
 pub use hide::FrameHider;
 pub use merge::{DiffMode, Extractor, Importer, Merger, apply_diff_mode, diff, merge};
 pub use normalize::{decode, from_pprof, normalize_into, pick_sample_type, select_sample_type};
 pub use profile::{CaptureDurations, Meta, Profile, Samples, ValueType};
+pub use sandwich::{Sandwich, sandwich};
 pub use split::{LabelGroup, split_by_string_labels};
 pub use tables::Tables;
 pub use top::{TopRow, TopTable};
