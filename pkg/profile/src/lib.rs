@@ -1,5 +1,5 @@
 //! The normalized profile model and everything computed from it: merge, diff, stack filters,
-//! flame-graph tree, top table, folded text and pprof export.
+//! flame-graph tree, top table, call graph, sandwich, granularity, folded text and pprof export.
 //!
 //! A [`Profile`] holds one sample type. Its samples are columns of (stack, labels, value) that
 //! point into [`Tables`], where each distinct string, mapping, function, location, stack and label
@@ -12,7 +12,8 @@
 //!   being name, system name, file and start line; an unsymbolized frame is its object file (build
 //!   id, or path without one) and file-relative address, so ASLR does not split frames.
 //! - No operation recurses along a stack: hostile profiles with very deep stacks cannot overflow.
-//! - Numbers agree with google/pprof: the top table equals `pprof -top` at function granularity,
+//! - Numbers agree with google/pprof: the top table equals `pprof -top` at function granularity
+//!   (`-top -lines` at line granularity), the call graph `pprof -dot`, the sandwich `-peek`,
 //!   merge equals `pprof -proto a b …`; the tests check this against the real tool.
 //! - No I/O besides writing into a caller's `Write`.
 //!
