@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer, profileTimeMs, until, REPO } from '../lib/server.mjs';
-import { launch, canvasStats } from '../lib/browser.mjs';
+import { launch, openPage, canvasStats } from '../lib/browser.mjs';
 
 const OUT = join(REPO, 'tests/browser/out');
 const CPU = 'process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta';
@@ -42,9 +42,7 @@ before(async () => {
   mkdirSync(OUT, { recursive: true });
   server = await startServer();
   browser = await launch();
-  page = await browser.newPage({ viewport: { width: 1400, height: 1000 }, acceptDownloads: true });
-  page.on('pageerror', (e) => pageErrors.push(e.message));
-  page.setDefaultTimeout(20000);
+  page = await openPage(browser, pageErrors);
 });
 
 after(async () => {
