@@ -493,6 +493,32 @@ fn query_api_serves_lines_call_graph_and_sandwich_as_pprof_computes_them() {
         "sandwich"
     );
 
+    // pprof at function granularity is aggregated as `pprof -proto -functions` aggregates it:
+    // no line numbers, the same numbers as the lines kept.
+    let r = server
+        .get(&format!("{base}&format=pprof&granularity=function"))
+        .expect("pprof");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let exported = parca_profile::decode(&r.body, &DecodeOptions::default()).expect("decodes");
+    let cpu = exported
+        .iter()
+        .find(|p| p.meta.sample_type.kind == "cpu")
+        .expect("cpu");
+    let tables = &cpu.tables;
+    assert!(
+        (0..tables.n_locations()).all(|l| {
+            tables
+                .lines(parca_profile::tables::LocationId(l as u32))
+                .iter()
+                .all(|line| line.line == 0)
+        }),
+        "line numbers left in a function-granularity export"
+    );
+    assert_eq!(
+        crate::pprof_oracle::our_rows(cpu),
+        crate::pprof_oracle::oracle_top(&pprof, &path, index, unit)
+    );
+
     // A function not in the profile is a 422 that names it.
     let r = server
         .get(&format!("{base}&format=sandwich&function=no.such"))
