@@ -13,6 +13,8 @@ const SVG = 'http://www.w3.org/2000/svg';
 /** Node counts offered; pprof's default view keeps 80. */
 const SIZES = ['25', '50', '100', '200', 'all'];
 const DEFAULT_SIZE = '100';
+/** More nodes than this are not laid out here (dagre takes seconds and the result is unreadable). */
+const MAX_LAYOUT = 1500;
 
 function s(tag, attrs = {}, ...children) {
   const el = document.createElementNS(SVG, tag);
@@ -122,6 +124,11 @@ export function callGraphView(root, { query, params, state, onState, onSandwich 
     summary.textContent = ` ${nodes.length} nodes · ${edges.length} edges · total ${formatValue(data.total, unit)}`;
     if (!nodes.length) {
       replace(canvas, stateBox('empty', 'No calls in this profile.'));
+      return;
+    }
+    if (nodes.length > MAX_LAYOUT) {
+      replace(canvas, stateBox('empty', `${nodes.length.toLocaleString('en-US')} functions are too many to draw here.`,
+        'Show fewer nodes, or download the Graphviz dot and draw it with dot -Tsvg.'));
       return;
     }
     const maxFlat = Math.max(1, ...nodes.map((n) => Math.abs(n.flat)));
