@@ -23,3 +23,4 @@ mod support;
 mod tsdb_crash;
 mod tsdb_import;
 mod user_files;
+mod views_oracle;

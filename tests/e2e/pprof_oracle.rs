@@ -10,7 +10,7 @@ use parca_profile::{Profile, TopTable};
 use crate::support::{corpus_dir, corpus_files, pprof_oracle, read};
 
 /// Per function: (flat, cum).
-type Rows = BTreeMap<String, (i64, i64)>;
+pub(crate) type Rows = BTreeMap<String, (i64, i64)>;
 
 /// The `-unit` that makes pprof print exact integers in the profile's own unit.
 fn unit_flag(unit: &str) -> Option<&'static str> {
@@ -40,21 +40,24 @@ pub(crate) fn oracle_merge(pprof: &Path, paths: &[std::path::PathBuf], out: &Pat
     std::fs::write(out, &output.stdout).expect("write pprof's merge");
 }
 
-/// Runs `pprof -top` over every node and parses its rows.
-pub(crate) fn oracle_top(pprof: &Path, file: &Path, sample_index: usize, unit: &str) -> Rows {
+/// Runs google/pprof on sample type `sample_index` of `file` with `args` and every node kept
+/// (`-nodecount=1000000 -nodefraction=0 -edgefraction=0`), values printed as exact integers in
+/// `unit` where pprof has a flag for it; returns what it printed.
+pub(crate) fn run_pprof(
+    pprof: &Path,
+    file: &Path,
+    sample_index: usize,
+    unit: &str,
+    args: &[&str],
+) -> String {
     let mut cmd = Command::new(pprof);
-    cmd.args([
-        "-top",
-        "-nodecount=1000000",
-        "-nodefraction=0",
-        "-edgefraction=0",
-    ])
-    .arg(format!("-sample_index={sample_index}"))
-    .env("PPROF_TMPDIR", std::env::temp_dir())
-    // No symbolization from local binaries or servers: compare what the file says.
-    .env("PPROF_BINARY_PATH", "/nonexistent");
-    let suffix = unit_flag(unit);
-    if let Some(u) = suffix {
+    cmd.args(args)
+        .args(["-nodecount=1000000", "-nodefraction=0", "-edgefraction=0"])
+        .arg(format!("-sample_index={sample_index}"))
+        .env("PPROF_TMPDIR", std::env::temp_dir())
+        // No symbolization from local binaries or servers: compare what the file says.
+        .env("PPROF_BINARY_PATH", "/nonexistent");
+    if let Some(u) = unit_flag(unit) {
         cmd.arg(format!("-unit={u}"));
     }
     let output = cmd
@@ -62,20 +65,41 @@ pub(crate) fn oracle_top(pprof: &Path, file: &Path, sample_index: usize, unit: &
         .arg(file)
         .output()
         .expect("run pprof");
-    let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
-        "pprof failed on {}: {}",
+        "pprof {args:?} failed on {}: {}",
         file.display(),
         String::from_utf8_lossy(&output.stderr)
     );
-    let parse = |token: &str| -> i64 {
-        let number = suffix.and_then(|s| token.strip_suffix(s)).unwrap_or(token);
-        number
-            .parse::<f64>()
-            .unwrap_or_else(|_| panic!("pprof printed {token:?} (file {})", file.display()))
-            as i64
-    };
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A value as [`run_pprof`] prints it in `unit` (`1230000ns`, `42`).
+pub(crate) fn pprof_value(token: &str, unit: &str) -> i64 {
+    let number = unit_flag(unit)
+        .and_then(|s| token.strip_suffix(s))
+        .unwrap_or(token);
+    number
+        .parse::<f64>()
+        .unwrap_or_else(|_| panic!("pprof printed {token:?}")) as i64
+}
+
+/// Runs `pprof -top` over every node and parses its rows.
+pub(crate) fn oracle_top(pprof: &Path, file: &Path, sample_index: usize, unit: &str) -> Rows {
+    oracle_top_with(pprof, file, sample_index, unit, &[])
+}
+
+/// [`oracle_top`] with more flags, such as `-lines`.
+pub(crate) fn oracle_top_with(
+    pprof: &Path,
+    file: &Path,
+    sample_index: usize,
+    unit: &str,
+    flags: &[&str],
+) -> Rows {
+    let mut args = vec!["-top"];
+    args.extend_from_slice(flags);
+    let stdout = run_pprof(pprof, file, sample_index, unit, &args);
     let mut rows = Rows::new();
     let mut in_table = false;
     for line in stdout.lines() {
@@ -98,8 +122,8 @@ pub(crate) fn oracle_top(pprof: &Path, file: &Path, sample_index: usize, unit: &
             .trim_end_matches(" (inline)")
             .trim_end_matches(" (partial-inline)");
         let entry = rows.entry(name.to_owned()).or_default();
-        entry.0 += parse(tokens[0]);
-        entry.1 += parse(tokens[3]);
+        entry.0 += pprof_value(tokens[0], unit);
+        entry.1 += pprof_value(tokens[3], unit);
     }
     rows
 }

@@ -1,4 +1,4 @@
-//! `parca profile FILE… [--diff BASE…] --format top|folded|json|pprof`.
+//! `parca profile FILE… [--diff BASE…] [--granularity G] --format top|folded|json|pprof|callgraph|dot`.
 
 use std::fs;
 use std::io::{self, BufWriter, Write};
@@ -9,7 +9,9 @@ use anyhow::{Context, bail};
 use clap::ValueEnum;
 use parca_pprof::DecodeOptions;
 use parca_profile::units::ValueStyle;
-use parca_profile::{DiffMode, FlameGraph, Profile, StackFilter, Tables, TopTable};
+use parca_profile::{
+    CallGraph, DiffMode, FlameGraph, Granularity, Profile, StackFilter, Tables, TopTable,
+};
 
 /// What `parca profile` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -24,6 +26,10 @@ pub enum Format {
     Json,
     /// A gzipped pprof that `go tool pprof` opens.
     Pprof,
+    /// The call graph as JSON (`pprof -dot`'s nodes and edges), as the HTTP API serves it.
+    Callgraph,
+    /// The call graph in Graphviz's language, for `dot -Tsvg`.
+    Dot,
 }
 
 /// Flags of `parca profile`.
@@ -35,6 +41,10 @@ pub struct Args {
     /// Output format.
     #[arg(long, short = 'f', value_enum, default_value_t = Format::Top)]
     format: Format,
+    /// What one frame is: `function` (default), `line` (`name file:line`, as `pprof -lines`)
+    /// or `address`; pprof's plurals are accepted.
+    #[arg(long, value_name = "G", value_parser = parse_granularity)]
+    granularity: Option<Granularity>,
     /// Sample type to show, e.g. `alloc_space` (default: the profile's default, else the last).
     #[arg(long, value_name = "TYPE")]
     sample_type: Option<String>,
@@ -90,6 +100,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         filters.push(StackFilter::not_matches(re)?);
     }
     let profile = parca_profile::filter_stacks(&profile, &filters);
+    let profile = match (args.granularity, args.format) {
+        (None, _) => profile,
+        (Some(g), Format::Pprof) => parca_profile::aggregate(&profile, g),
+        (Some(g), _) => parca_profile::with_granularity(&profile, g),
+    };
 
     let mut out: Box<dyn Write> = match &args.output {
         Some(path) => Box::new(BufWriter::new(
@@ -128,8 +143,19 @@ fn write(
             &parca_profile::to_pprof(profile),
             true,
         ))?,
+        Format::Callgraph => serde_json::to_writer(
+            &mut *out,
+            &parca_api::render::CallGraphJson::from(&CallGraph::build(profile)),
+        )?,
+        Format::Dot => out.write_all(CallGraph::build(profile).to_dot().as_bytes())?,
     }
     Ok(())
+}
+
+fn parse_granularity(text: &str) -> Result<Granularity, String> {
+    Granularity::parse(text).ok_or_else(|| {
+        format!("`{text}` is not a granularity: use function, line or address (or pprof's plurals)")
+    })
 }
 
 /// Decodes every file and merges the chosen sample type of all of them.

@@ -335,3 +335,29 @@ fn import_stops_at_a_bad_file_naming_it_and_writes_nothing() {
     );
     assert_eq!(std::fs::read_dir(&store).unwrap().count(), 1, "one block");
 }
+
+#[test]
+fn lines_split_functions_and_the_call_graph_prints_as_json_and_dot() {
+    let cpu = corpus("go/go-cpu.pb.gz");
+    let cpu = cpu.to_str().unwrap();
+    let out = stdout(&parca(&["profile", "--granularity", "lines", cpu]));
+    let first_row = out.lines().nth(3).expect("a row");
+    // As `pprof -top -lines` prints it.
+    assert!(
+        first_row.ends_with("main.(*counter).inc /work/steering/tools/peers/go-target/main.go:210"),
+        "{out}"
+    );
+    let json = stdout(&parca(&["profile", "-f", "callgraph", cpu]));
+    let graph: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    let nodes = graph["nodes"].as_array().expect("nodes");
+    assert!(nodes.len() > 50 && graph["edges"].as_array().expect("edges").len() > 50);
+    let dot = stdout(&parca(&["profile", "-f", "dot", cpu]));
+    assert!(dot.starts_with("digraph"), "{dot}");
+    assert_eq!(
+        dot.matches(" -> ").count(),
+        graph["edges"].as_array().unwrap().len()
+    );
+    let bad = parca(&["profile", "--granularity", "files", cpu]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a granularity"));
+}

@@ -771,53 +771,48 @@ fn top(profile: &Profile) -> pq::Top {
     }
 }
 
-/// `CALLGRAPH`: one node per function (its flat and cumulative values, as the top table has
-/// them) and one edge per caller and callee, with the value that went through the call.
+/// `CALLGRAPH`: our call graph (`parca_profile::CallGraph`, the one `format=callgraph`
+/// serves): one node per function with its flat and cumulative values, one edge per caller and
+/// callee with the value of the samples making that call, counted once per sample as pprof
+/// counts it (recursion included).
 fn callgraph(profile: &Profile) -> pq::Callgraph {
-    let table = parca_profile::TopTable::build(profile);
-    let graph = FlameGraph::build(profile);
-    let mut edges: std::collections::BTreeMap<(String, String), i64> = Default::default();
-    let mut stack: Vec<(u32, Option<String>)> = vec![(0, None)];
-    while let Some((index, caller)) = stack.pop() {
-        let node = graph.node(index);
-        let name = (index != 0).then(|| graph.name(index).into_owned());
-        if let (Some(caller), Some(name)) = (&caller, &name) {
-            *edges.entry((caller.clone(), name.clone())).or_default() += node.total;
-        }
-        for &child in node.children {
-            stack.push((child, name.clone()));
-        }
-    }
-    let nodes = table
-        .rows
+    let graph = parca_profile::CallGraph::build(profile);
+    let nodes = graph
+        .nodes
         .iter()
-        .map(|row| pq::CallgraphNode {
-            id: row.name.clone(),
+        .map(|node| pq::CallgraphNode {
+            id: node.name.clone(),
             meta: Some(pq::CallgraphNodeMeta {
                 function: Some(pm::Function {
-                    name: row.name.clone(),
+                    name: node.name.clone(),
+                    filename: node.file.clone(),
                     ..Default::default()
                 }),
                 ..Default::default()
             }),
-            cumulative: row.cum,
-            flat: row.flat,
+            cumulative: node.cum,
+            flat: node.flat,
         })
         .collect();
-    let edges = edges
-        .into_iter()
-        .map(|((source, target), cumulative)| pq::CallgraphEdge {
-            id: format!("{source} -> {target}"),
-            source,
-            target,
-            cumulative,
-            is_collapsed: false,
+    let edges = graph
+        .edges
+        .iter()
+        .map(|edge| {
+            let source = graph.nodes[edge.from as usize].name.clone();
+            let target = graph.nodes[edge.to as usize].name.clone();
+            pq::CallgraphEdge {
+                id: format!("{source} -> {target}"),
+                source,
+                target,
+                cumulative: edge.value,
+                is_collapsed: edge.residual,
+            }
         })
         .collect();
     pq::Callgraph {
         nodes,
         edges,
-        cumulative: profile.total(),
+        cumulative: graph.total,
     }
 }
 

@@ -6,9 +6,11 @@ use std::io::Write;
 use std::sync::Arc;
 
 use hyper::Response;
-use parca_profile::{FlameGraph, FrameHider, TopTable};
+use parca_profile::{
+    CallGraph, FlameGraph, FrameHider, Granularity, Profile, Pruning, Sandwich, TopTable,
+};
 
-use crate::render::{ColumnsWriter, TopTableJson, write_flame_graph_json};
+use crate::render::{CallGraphJson, ColumnsWriter, TopTableJson, write_flame_graph_json};
 use parca_query::{Engine, InstantQuery, ProfileGroup, RangeQuery};
 use parca_querylang::{Expr, ExprKind};
 use parca_tsdb::{Labels, Matcher};
@@ -162,11 +164,12 @@ pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>
         }
         return instant_vector(api, expr, query).await;
     }
-    if !["json", "columns", "pprof", "top", "folded", "svg"].contains(&format.as_str()) {
+    if !FORMATS.contains(&format.as_str()) {
         return Err(ApiError::bad_data(format!(
-            "unknown format `{format}`: use json, columns, pprof, top, folded or svg"
+            "unknown format `{format}`: use json, columns, pprof, top, folded, svg, callgraph, dot or sandwich"
         )));
     }
+    let view = View::from_params(p, &format)?;
     let min_share = match p.get("min_share") {
         None => 0.0,
         Some(v) => match v.parse::<f64>() {
@@ -218,13 +221,18 @@ pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>
             )
             .because("no_profiles"));
         }
-        if groups.len() > 1 && format != "json" && format != "columns" {
+        for g in &mut groups {
+            g.profile = view.shape(&g.profile, &format);
+        }
+        if groups.len() > 1
+            && ((format != "json" && format != "columns") || view.function.is_some())
+        {
             return Err(ApiError::bad_data(format!(
                 "the query gives {} profiles (one per group of `merge by`); the `{format}` format holds one: drop `by`, or select one group with a matcher",
                 groups.len()
             )));
         }
-        render(&groups, grouped, &format, limit, min_share)
+        render(&groups, grouped, &format, limit, min_share, &view)
     })
     .await
 }
@@ -299,16 +307,171 @@ fn seconds(t: i64) -> f64 {
     t as f64 / 1000.0
 }
 
+/// The formats of `/api/v1/query`.
+const FORMATS: [&str; 9] = [
+    "json",
+    "columns",
+    "pprof",
+    "top",
+    "folded",
+    "svg",
+    "callgraph",
+    "dot",
+    "sandwich",
+];
+
+/// How a profile is viewed, from the parameters that shape it: `granularity` (every format),
+/// pruning of the call graph (`node_fraction`, `edge_fraction`, `max_nodes`: `callgraph` and
+/// `dot`) and the function of a sandwich (`function`: `sandwich`, and `columns` for the UI).
+struct View {
+    granularity: Option<Granularity>,
+    pruning: Pruning,
+    function: Option<String>,
+}
+
+impl View {
+    fn from_params(p: &crate::params::Params, format: &str) -> Result<View, ApiError> {
+        let granularity = match p.get("granularity").filter(|g| !g.is_empty()) {
+            None => None,
+            Some(g) => Some(Granularity::parse(g).ok_or_else(|| {
+                ApiError::bad_data(format!(
+                    "parameter `granularity` must be `function`, `line` or `address` (or pprof's `functions`, `lines`, `addresses`), got `{g}`"
+                ))
+            })?),
+        };
+        let graph = matches!(format, "callgraph" | "dot");
+        let fraction = |name: &str| -> Result<f64, ApiError> {
+            match p.get(name) {
+                None => Ok(0.0),
+                Some(_) if !graph => Err(ApiError::bad_data(format!(
+                    "parameter `{name}` applies to `format=callgraph` and `format=dot` only"
+                ))),
+                Some(v) => match v.parse::<f64>() {
+                    Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+                    _ => Err(ApiError::bad_data(format!(
+                        "parameter `{name}` must be a number from 0 to 1, got `{v}`"
+                    ))),
+                },
+            }
+        };
+        let max_nodes = match p.get("max_nodes") {
+            None => None,
+            Some(_) if !graph => {
+                return Err(ApiError::bad_data(
+                    "parameter `max_nodes` applies to `format=callgraph` and `format=dot` only",
+                ));
+            }
+            Some(v) => Some(v.parse::<usize>().ok().filter(|&n| n > 0).ok_or_else(|| {
+                ApiError::bad_data(format!(
+                    "parameter `max_nodes` must be a positive whole number, got `{v}`"
+                ))
+            })?),
+        };
+        let pruning = Pruning {
+            node_fraction: fraction("node_fraction")?,
+            edge_fraction: fraction("edge_fraction")?,
+            max_nodes,
+        };
+        let function = p
+            .get("function")
+            .filter(|f| !f.is_empty())
+            .map(str::to_owned);
+        match (format, &function) {
+            ("sandwich", None) => {
+                return Err(ApiError::bad_data(
+                    "`format=sandwich` needs the parameter `function`: the name of the function (as the top table names it)",
+                ));
+            }
+            ("sandwich" | "columns", _) | (_, None) => {}
+            (_, Some(_)) => {
+                return Err(ApiError::bad_data(
+                    "parameter `function` applies to `format=sandwich` and `format=columns` only",
+                ));
+            }
+        }
+        Ok(View {
+            granularity,
+            pruning,
+            function,
+        })
+    }
+
+    /// The profile at the asked granularity: for pprof, aggregated as pprof aggregates it; for
+    /// the views, with a frame per line or address.
+    fn shape(&self, profile: &Profile, format: &str) -> Profile {
+        match (self.granularity, format) {
+            (None, _) => profile.clone(),
+            (Some(g), "pprof") => parca_profile::aggregate(profile, g),
+            (Some(g), _) => parca_profile::with_granularity(profile, g),
+        }
+    }
+
+    /// The sandwich of the asked function, or a 422 saying it is not in the profile.
+    fn sandwich(&self, profile: &Profile) -> Result<Option<Sandwich>, ApiError> {
+        let Some(function) = &self.function else {
+            return Ok(None);
+        };
+        parca_profile::sandwich(profile, function)
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::execution(format!(
+                    "no frame of the profile is named `{function}`: give the name as the top table shows it (at this granularity)"
+                ))
+                .because("no_such_function")
+            })
+    }
+}
+
 fn render(
     groups: &[ProfileGroup],
     grouped: bool,
     format: &str,
     limit: Option<usize>,
     min_share: f64,
+    view: &View,
 ) -> Result<Response<Body>, ApiError> {
     let profile = &groups[0].profile;
     let io = |e: std::io::Error| ApiError::internal(format!("cannot render the profile: {e}"));
     Ok(match format {
+        "columns" if view.function.is_some() => {
+            let Some(halves) = view.sandwich(profile)? else {
+                unreachable!("a function was given")
+            };
+            let graphs = [
+                ("callers", FlameGraph::build(&halves.callers)),
+                ("callees", FlameGraph::build(&halves.callees)),
+            ];
+            let mut writer = ColumnsWriter::new();
+            for (part, graph) in &graphs {
+                writer
+                    .add(graph, min_share)
+                    .insert("sandwich".into(), (*part).into());
+            }
+            with_type(writer.finish(), COLUMNS_CONTENT_TYPE)
+        }
+        "sandwich" => {
+            let Some(halves) = view.sandwich(profile)? else {
+                unreachable!("checked: `format=sandwich` has a function")
+            };
+            let mut out = Vec::with_capacity(1 << 14);
+            out.extend_from_slice(br#"{"status":"success","data":{"function":"#);
+            serde_json::to_writer(&mut out, view.function.as_deref().unwrap_or_default())
+                .map_err(|e| ApiError::internal(e.to_string()))?;
+            out.extend_from_slice(br#","callers":"#);
+            write_flame_graph_json(&FlameGraph::build(&halves.callers), &mut out).map_err(io)?;
+            out.extend_from_slice(br#","callees":"#);
+            write_flame_graph_json(&FlameGraph::build(&halves.callees), &mut out).map_err(io)?;
+            out.extend_from_slice(b"}}");
+            with_type(out, "application/json")
+        }
+        "callgraph" => success(&CallGraphJson::from(&CallGraph::build_pruned(
+            profile,
+            &view.pruning,
+        ))),
+        "dot" => with_type(
+            CallGraph::build_pruned(profile, &view.pruning).to_dot(),
+            "text/vnd.graphviz; charset=utf-8",
+        ),
         "columns" => {
             let graphs: Vec<FlameGraph> = groups
                 .iter()

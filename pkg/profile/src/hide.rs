@@ -1,15 +1,12 @@
 //! Hiding frames: the profile without the frames of some functions or object files, as the web
 //! UI's "hide frames" shows it, so that what is exported (pprof, folded, …) is what was seen.
 
-use std::sync::Arc;
-
 use regex::Regex;
-use rustc_hash::FxHashMap;
 
 use crate::Error;
 use crate::frame_test::FrameTest;
-use crate::profile::{Profile, Samples};
-use crate::tables::{LabelSetId, Line, LocationId, StackId};
+use crate::profile::Profile;
+use crate::tables::{Line, LocationId};
 
 /// Which frames to hide: by name (function name, or `binary+0xoffset` for an unsymbolized frame)
 /// and by object file (base name, unsymbolized frames only). Patterns are regular expressions,
@@ -136,55 +133,17 @@ impl FrameHider {
             };
             kept.push(out);
         }
-        let samples = &profile.samples;
-        let mut out = Samples {
-            diff_base: samples.diff_base.as_ref().map(|_| Vec::new()),
-            ..Samples::default()
-        };
-        let mut stack_of: FxHashMap<StackId, StackId> = FxHashMap::default();
-        let mut row_of: FxHashMap<(StackId, LabelSetId), usize> = FxHashMap::default();
-        let mut frames = Vec::new();
-        for i in 0..samples.len() {
-            let stack = *stack_of.entry(samples.stacks[i]).or_insert_with(|| {
-                frames.clear();
-                frames.extend(
-                    tables
-                        .stack(samples.stacks[i])
-                        .iter()
-                        .filter_map(|l| kept[l.idx()]),
-                );
-                tables.intern_stack(&frames)
-            });
-            let base = samples.diff_base.as_ref().map_or(0, |b| b[i]);
-            match row_of.entry((stack, samples.labels[i])) {
-                std::collections::hash_map::Entry::Occupied(row) => {
-                    let row = *row.get();
-                    out.values[row] = out.values[row].wrapping_add(samples.values[i]);
-                    if let Some(b) = &mut out.diff_base {
-                        b[row] = b[row].wrapping_add(base);
-                    }
-                }
-                std::collections::hash_map::Entry::Vacant(slot) => {
-                    slot.insert(out.values.len());
-                    out.stacks.push(stack);
-                    out.labels.push(samples.labels[i]);
-                    out.values.push(samples.values[i]);
-                    if let Some(b) = &mut out.diff_base {
-                        b.push(base);
-                    }
-                }
-            }
-        }
-        Profile {
-            tables: Arc::new(tables),
-            meta: profile.meta.clone(),
-            samples: out,
-        }
+        profile.with_stacks(tables, |tables, stack, frames| {
+            frames.extend(tables.stack(stack).iter().filter_map(|l| kept[l.idx()]));
+            true
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::tables::{Mapping, StringId};
     use crate::test_support::{folded, profile};

@@ -1,5 +1,5 @@
 //! The normalized profile model and everything computed from it: merge, diff, stack filters,
-//! flame-graph tree, top table, folded text and pprof export.
+//! flame-graph tree, top table, call graph, sandwich, granularity, folded text and pprof export.
 //!
 //! A [`Profile`] holds one sample type. Its samples are columns of (stack, labels, value) that
 //! point into [`Tables`], where each distinct string, mapping, function, location, stack and label
@@ -12,7 +12,8 @@
 //!   being name, system name, file and start line; an unsymbolized frame is its object file (build
 //!   id, or path without one) and file-relative address, so ASLR does not split frames.
 //! - No operation recurses along a stack: hostile profiles with very deep stacks cannot overflow.
-//! - Numbers agree with google/pprof: the top table equals `pprof -top` at function granularity,
+//! - Numbers agree with google/pprof: the top table equals `pprof -top` at function granularity
+//!   (`-top -lines` at line granularity), the call graph `pprof -dot`, the sandwich `-peek`,
 //!   merge equals `pprof -proto a b …`; the tests check this against the real tool.
 //! - No I/O besides writing into a caller's `Write`.
 //!
@@ -40,17 +41,21 @@
 //! assert_eq!(folded, b"main 10\n");
 //! ```
 
+mod callgraph;
 mod error;
 mod export;
 mod filter;
 mod flamegraph;
 mod frame_test;
+mod frames;
+mod granularity;
 mod growth;
 mod hide;
 mod merge;
 mod normalize;
 mod profile;
 mod prune;
+mod sandwich;
 mod split;
 pub mod tables;
 mod top;
@@ -61,16 +66,19 @@ pub mod units;
 #[cfg(any(test, feature = "test-support"))]
 pub mod test_support;
 
+pub use callgraph::{CallEdge, CallGraph, CallNode, Pruning};
 pub use error::Error;
 pub use export::to_pprof;
 pub use filter::{StackFilter, filter_stacks, invert_stacks};
 pub use flamegraph::{FlameFrame, FlameGraph, FlameGrouping, FlameNode};
 pub use frame_test::{FrameTest, NumberField, TextField, TextOp};
+pub use granularity::{Granularity, aggregate, clean_path, with_granularity};
 pub use growth::{growth, is_cumulative};
 pub use hide::FrameHider;
 pub use merge::{DiffMode, Extractor, Importer, Merger, apply_diff_mode, diff, merge};
 pub use normalize::{decode, from_pprof, normalize_into, pick_sample_type, select_sample_type};
 pub use profile::{CaptureDurations, Meta, Profile, Samples, ValueType};
+pub use sandwich::{Sandwich, sandwich};
 pub use split::{LabelGroup, split_by_string_labels};
 pub use tables::Tables;
 pub use top::{TopRow, TopTable};

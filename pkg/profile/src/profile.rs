@@ -3,7 +3,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::tables::{LabelSetId, StackId, Tables};
+use rustc_hash::FxHashMap;
+
+use crate::tables::{LabelSetId, LocationId, StackId, Tables};
 
 /// A kind of value and its unit, e.g. `cpu` in `nanoseconds`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -145,6 +147,59 @@ impl Profile {
     /// Whether this profile is the result of [`crate::diff`].
     pub fn is_diff(&self) -> bool {
         self.samples.diff_base.is_some()
+    }
+
+    /// The profile over `tables` (a copy of this profile's, grown) with every stack replaced:
+    /// `map(tables, stack, frames)` fills `frames` (leaf first) with the new stack's locations
+    /// in `tables`, or returns false to drop the stack's samples. Samples whose new stacks and
+    /// labels are equal are added up; label sets keep their ids, so `tables` must hold this
+    /// profile's. Each distinct stack is mapped once. The frame hider, granularity and the
+    /// sandwich view are this with different maps.
+    pub(crate) fn with_stacks(
+        &self,
+        mut tables: Tables,
+        mut map: impl FnMut(&mut Tables, StackId, &mut Vec<LocationId>) -> bool,
+    ) -> Profile {
+        let samples = &self.samples;
+        let mut out = Samples {
+            diff_base: samples.diff_base.as_ref().map(|_| Vec::new()),
+            ..Samples::default()
+        };
+        let mut stack_of: FxHashMap<StackId, Option<StackId>> = FxHashMap::default();
+        let mut row_of: FxHashMap<(StackId, LabelSetId), usize> = FxHashMap::default();
+        let mut frames = Vec::new();
+        for i in 0..samples.len() {
+            let old = samples.stacks[i];
+            let stack = *stack_of.entry(old).or_insert_with(|| {
+                frames.clear();
+                map(&mut tables, old, &mut frames).then(|| tables.intern_stack(&frames))
+            });
+            let Some(stack) = stack else { continue };
+            let base = samples.diff_base.as_ref().map_or(0, |b| b[i]);
+            match row_of.entry((stack, samples.labels[i])) {
+                std::collections::hash_map::Entry::Occupied(row) => {
+                    let row = *row.get();
+                    out.values[row] = out.values[row].wrapping_add(samples.values[i]);
+                    if let Some(b) = &mut out.diff_base {
+                        b[row] = b[row].wrapping_add(base);
+                    }
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(out.values.len());
+                    out.stacks.push(stack);
+                    out.labels.push(samples.labels[i]);
+                    out.values.push(samples.values[i]);
+                    if let Some(b) = &mut out.diff_base {
+                        b.push(base);
+                    }
+                }
+            }
+        }
+        Profile {
+            tables: Arc::new(tables),
+            meta: self.meta.clone(),
+            samples: out,
+        }
     }
 
     /// The same profile with only the samples for which `keep(i)` holds; tables stay shared.

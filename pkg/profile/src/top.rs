@@ -1,10 +1,10 @@
 //! The top table: flat and cumulative value per function, as `pprof -top` computes them.
 
-use indexmap::IndexSet;
-use rustc_hash::{FxBuildHasher, FxHashMap};
+use rustc_hash::FxHashMap;
 
+use crate::frames::Namer;
 use crate::profile::Profile;
-use crate::tables::{FunctionId, LocationId, StackId, Tables, basename};
+use crate::tables::StackId;
 
 /// One function's row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,63 +38,6 @@ pub struct TopTable {
     pub rows: Vec<TopRow>,
 }
 
-/// Names frames the way `pprof -top` does, memoized per function and location.
-struct Namer<'a> {
-    tables: &'a Tables,
-    names: IndexSet<String, FxBuildHasher>,
-    of_function: FxHashMap<FunctionId, u32>,
-    of_location: FxHashMap<LocationId, u32>,
-}
-
-impl Namer<'_> {
-    fn intern(&mut self, name: String) -> u32 {
-        self.names.insert_full(name).0 as u32
-    }
-
-    fn unsymbolized(&mut self, location: LocationId) -> u32 {
-        if let Some(&id) = self.of_location.get(&location) {
-            return id;
-        }
-        let binary = match self.tables.location_address(location).mapping {
-            Some(m) => basename(self.tables.string(self.tables.mapping(m).file)),
-            None => "",
-        };
-        let name = if binary.is_empty() {
-            "<unknown>".to_owned()
-        } else {
-            format!("[{binary}]")
-        };
-        let id = self.intern(name);
-        self.of_location.insert(location, id);
-        id
-    }
-
-    /// Frame names of a location, innermost inlined frame first.
-    fn location(&mut self, location: LocationId, out: &mut Vec<u32>) {
-        let lines = self.tables.lines(location);
-        if lines.is_empty() {
-            out.push(self.unsymbolized(location));
-            return;
-        }
-        for line in lines {
-            let id = match self.of_function.get(&line.function) {
-                Some(&id) => id,
-                None => {
-                    let name = self.tables.string(self.tables.function(line.function).name);
-                    let id = if name.is_empty() {
-                        self.unsymbolized(location)
-                    } else {
-                        self.intern(name.to_owned())
-                    };
-                    self.of_function.insert(line.function, id);
-                    id
-                }
-            };
-            out.push(id);
-        }
-    }
-}
-
 impl TopTable {
     /// Computes the table. Zero-valued samples are skipped, as pprof does.
     pub fn build(profile: &Profile) -> TopTable {
@@ -108,12 +51,7 @@ impl TopTable {
             e.0 = e.0.wrapping_add(samples.values[i]);
             e.1 = e.1.wrapping_add(base);
         }
-        let mut namer = Namer {
-            tables,
-            names: IndexSet::default(),
-            of_function: FxHashMap::default(),
-            of_location: FxHashMap::default(),
-        };
+        let mut namer = Namer::new(tables);
         // Per name: flat, cum, base flat, base cum.
         let mut sums: Vec<[i64; 4]> = Vec::new();
         let mut last_seen: Vec<u32> = Vec::new();
@@ -128,9 +66,9 @@ impl TopTable {
             for &location in tables.stack(stack) {
                 namer.location(location, &mut frames);
             }
-            if sums.len() < namer.names.len() {
-                sums.resize(namer.names.len(), [0; 4]);
-                last_seen.resize(namer.names.len(), u32::MAX);
+            if sums.len() < namer.len() {
+                sums.resize(namer.len(), [0; 4]);
+                last_seen.resize(namer.len(), u32::MAX);
             }
             if let Some(&leaf) = frames.first() {
                 let s = &mut sums[leaf as usize];
@@ -148,7 +86,7 @@ impl TopTable {
         }
         let is_diff = profile.is_diff();
         let mut rows: Vec<TopRow> = namer
-            .names
+            .into_names()
             .into_iter()
             .zip(sums)
             .map(|(name, [flat, cum, base_flat, base_cum])| TopRow {

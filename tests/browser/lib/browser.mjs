@@ -11,6 +11,17 @@ export async function launch(args = []) {
 }
 
 /**
+ * The page the UI tests drive: 1400×1000, downloads accepted, 20 s per step; the page's
+ * uncaught errors are pushed to `errors` (a test asserts there are none).
+ */
+export async function openPage(browser, errors) {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 }, acceptDownloads: true });
+  page.on('pageerror', (e) => errors.push(e.message));
+  page.setDefaultTimeout(20000);
+  return page;
+}
+
+/**
  * What the icicle canvas shows: painted (non-white) pixels, distinct colours, and counts of
  * reddish, greenish and dimmed pixels. Read in the page from the canvas itself.
  */

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer, profileTimeMs, until, REPO } from '../lib/server.mjs';
-import { launch, canvasStats } from '../lib/browser.mjs';
+import { launch, openPage, canvasStats } from '../lib/browser.mjs';
 import { formatValue } from '../../../web/static/js/units.js';
 
 const OUT = join(REPO, 'tests/browser/out');
@@ -30,9 +30,7 @@ before(async () => {
   mkdirSync(OUT, { recursive: true });
   server = await startServer();
   browser = await launch();
-  page = await browser.newPage({ viewport: { width: 1400, height: 1000 }, acceptDownloads: true });
-  page.on('pageerror', (e) => pageErrors.push(e.message));
-  page.setDefaultTimeout(20000);
+  page = await openPage(browser, pageErrors);
 });
 
 after(async () => {

@@ -140,10 +140,11 @@ export function windowParams(w) {
 
 /**
  * A profile as flame-graph columns: `{grouped, graphs: [{labels, profiles, tree}]}` (several
- * graphs for `merge by`). `performance` marks `parca:profile-bytes` when the answer is in.
+ * graphs for `merge by`); `opts.granularity` splits frames by line or address. `performance`
+ * marks `parca:profile-bytes` when the answer is in.
  */
-export async function queryProfile(query, w, opts) {
-  const bytes = await getBytes('/api/v1/query', { query, ...windowParams(w), format: 'columns' }, opts);
+export async function queryProfile(query, w, opts = {}) {
+  const bytes = await getBytes('/api/v1/query', { query, ...windowParams(w), format: 'columns', granularity: opts.granularity }, opts);
   performance.mark('parca:profile-bytes');
   return readColumns(bytes);
 }

@@ -148,8 +148,15 @@ export function mountCompare(app) {
     replace(diffHead, h('h2', {}, 'B compared with A'), h('code', { class: 'profile-query muted' }, query));
     replace(diffPanel, stateBox('loading', 'Loading the diff…'));
     try {
-      const data = await queryProfile(query, { time: at }, { signal });
-      profile = profileView(diffPanel, data.graphs[0].tree, { ...state }, (patch) => writeState(patch), { query, params: { time: (at / 1000).toFixed(3) } });
+      const data = await queryProfile(query, { time: at }, { signal, granularity: state.granularity });
+      const reload = (patch) => {
+        writeState({ ...patch, focus: '' });
+        state = readState();
+        if (controller) controller.abort();
+        controller = new AbortController();
+        loadDiff(controller.signal);
+      };
+      profile = profileView(diffPanel, data.graphs[0].tree, { ...state }, (patch) => writeState(patch), { query, params: { time: (at / 1000).toFixed(3) } }, { reload });
     } catch (e) {
       if (e.name === 'AbortError') return;
       if (e.reason === 'no_profiles') {

@@ -250,7 +250,7 @@ export function mountExplorer(app) {
     replace(profileHead, h('h2', {}, title), h('code', { class: 'profile-query muted' }, pq), back);
     replace(profilePanel, stateBox('loading', 'Loading the profile…'));
     try {
-      const data = await queryProfile(pq, win, { signal });
+      const data = await queryProfile(pq, win, { signal, granularity: state.granularity });
       showProfile(data, pq, win);
     } catch (e) {
       if (e.name === 'AbortError') return;
@@ -277,7 +277,7 @@ export function mountExplorer(app) {
       }, labelText(g.labels), h('span', { class: 'muted' }, ` (${g.profiles})`))));
       const inner = h('div');
       replace(profilePanel, tabs, inner);
-      profile = profileView(inner, data.graphs[k].tree, { ...state }, onState, null);
+      profile = profileView(inner, data.graphs[k].tree, { ...state }, onState, null, { reload: reloadProfile });
       return;
     }
     const tree = data.graphs[0].tree;
@@ -285,7 +285,18 @@ export function mountExplorer(app) {
       replace(profilePanel, emptyProfile('The profiles in this range have no samples: try a longer range or another profile type.'));
       return;
     }
-    profile = profileView(profilePanel, tree, { ...state }, onState, { query: pq, params });
+    profile = profileView(profilePanel, tree, { ...state }, onState, { query: pq, params }, { reload: reloadProfile });
+  }
+
+  /** Stores `patch` (a granularity) and loads the profile again, the graph kept. */
+  function reloadProfile(patch) {
+    writeState({ ...patch, focus: '' });
+    state = readState();
+    if (controller) controller.abort();
+    controller = new AbortController();
+    const range = { from: state.from || 'now-1h', to: state.to || 'now' };
+    const { start, end } = rangeWindow(range);
+    loadProfile(shown.q, shown.parsed, start, end, range, controller.signal);
   }
 
   /**

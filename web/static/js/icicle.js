@@ -13,7 +13,8 @@ const SMALL = '#cfcac4'; // runs of frames too narrow to draw one by one
 
 /**
  * An icicle graph in `container`. `options.tooltip(i)` returns the tooltip's content for node
- * `i`; `options.onFocus(i)` is told when the zoomed node changes.
+ * `i`; `options.onFocus(i)` is told when the zoomed node changes. With `options.flip` the graph
+ * is drawn upside down, the root at the bottom (a sandwich's callers).
  */
 export class Icicle {
   constructor(container, options = {}) {
@@ -39,6 +40,7 @@ export class Icicle {
     this.view = [0, 1];
     this.frameTimes = [];
     this.nameColor = [];
+    this.flip = Boolean(options.flip);
     this.listen();
     this.resizeObserver = new ResizeObserver(() => this.resize());
     this.resizeObserver.observe(this.scroller);
@@ -58,6 +60,11 @@ export class Icicle {
     this.focusNode = focus;
     this.view = [this.x[focus], this.x[focus] + this.w[focus]];
     this.resize();
+  }
+
+  /** The row (from the top) where frames of depth `d` are drawn. */
+  rowOf(d) {
+    return this.flip ? this.tree.maxDepth - d : d;
   }
 
   /** Per-node widths (`w`) and left edges (`x`) in value units. */
@@ -118,7 +125,7 @@ export class Icicle {
     this.focusNode = i;
     const target = [this.x[i], this.x[i] + this.w[i]];
     if (this.options.onFocus) this.options.onFocus(i);
-    const rowTop = this.tree.depth[i] * ROW;
+    const rowTop = this.rowOf(this.tree.depth[i]) * ROW;
     if (rowTop < this.scroller.scrollTop || rowTop > this.scroller.scrollTop + this.canvasHeight - ROW) {
       this.scroller.scrollTop = Math.max(0, rowTop - ROW * 2);
     }
@@ -160,6 +167,11 @@ export class Icicle {
     this.spacer.style.height = `${total - height}px`;
     this.width = width;
     this.dpr = dpr;
+    // Upside down, the root is at the bottom: start there.
+    if (this.flip && !this.scrolled) {
+      this.scrolled = true;
+      this.scroller.scrollTop = total - height;
+    }
     this.draw();
   }
 
@@ -194,8 +206,11 @@ export class Icicle {
     const [v0, v1] = this.view;
     const scale = W / (v1 - v0 || 1);
     const yOff = this.scroller.scrollTop;
-    const minD = Math.floor(yOff / ROW);
-    const maxD = Math.floor((yOff + H) / ROW);
+    // Depths on screen (rows counted from the top, turned into depths when upside down).
+    const topRow = Math.floor(yOff / ROW);
+    const bottomRow = Math.floor((yOff + H) / ROW);
+    const minD = this.flip ? Math.max(0, t.maxDepth - bottomRow) : topRow;
+    const maxD = this.flip ? t.maxDepth - topRow : bottomRow;
     let drawn = 0;
     let i = 0;
     const n = t.n;
@@ -220,7 +235,7 @@ export class Icicle {
       if (runR[d] - runL[d] >= 1) {
         ctx.fillStyle = SMALL;
         lastColor = SMALL;
-        ctx.fillRect(runL[d], d * ROW - yOff, runR[d] - runL[d], ROW - 1);
+        ctx.fillRect(runL[d], this.rowOf(d) * ROW - yOff, runR[d] - runL[d], ROW - 1);
         runs.push({ d, left: runL[d], right: runR[d], n: runN[d], w: runW[d] });
       }
       runR[d] = -1e9;
@@ -255,7 +270,7 @@ export class Icicle {
         continue;
       }
       if (d >= minD) {
-        const y = d * ROW - yOff;
+        const y = this.rowOf(d) * ROW - yOff;
         const left = px > -1 ? px : -1;
         const right = px + pw < W + 1 ? px + pw : W + 1;
         const color = this.colorOf(i);
@@ -303,7 +318,7 @@ export class Icicle {
   nodeAt(cx, cy) {
     const t = this.tree;
     if (!t) return -1;
-    const row = Math.floor((cy + this.scroller.scrollTop) / ROW);
+    const row = this.rowOf(Math.floor((cy + this.scroller.scrollTop) / ROW));
     const [v0, v1] = this.view;
     const scale = this.width / (v1 - v0 || 1);
     const v = v0 + cx / scale;
@@ -403,7 +418,7 @@ export class Icicle {
 
   /** The grey block of narrow frames under canvas point (cx, cy), or null. */
   runAt(cx, cy) {
-    const row = Math.floor((cy + this.scroller.scrollTop) / ROW);
+    const row = this.rowOf(Math.floor((cy + this.scroller.scrollTop) / ROW));
     return (this.runs || []).find((r) => r.d === row && cx >= r.left && cx < r.right) || null;
   }
 
@@ -449,7 +464,7 @@ export class Icicle {
         continue;
       }
       const left = Math.max(px, 0);
-      out.push({ i, x: left, y: t.depth[i] * ROW, width: Math.min(px + pw, this.width) - left });
+      out.push({ i, x: left, y: this.rowOf(t.depth[i]) * ROW, width: Math.min(px + pw, this.width) - left });
       i++;
     }
     return out;

@@ -1,5 +1,6 @@
-// One profile on screen: toolbar (view, bottom-up, search, hide frames, downloads), breadcrumb,
-// icicle graph and function table, all driven by state kept in the URL.
+// One profile on screen: toolbar (view, granularity, bottom-up, search, hide frames, downloads),
+// breadcrumb, icicle graph and function table, call graph and sandwich, all driven by state kept
+// in the URL.
 
 import { h, replace, debounce, download, stateBox } from './dom.js';
 import { Icicle } from './icicle.js';
@@ -9,18 +10,25 @@ import { icicleSVG } from './svgexport.js';
 import { formatValue, formatPercent, formatDelta } from './units.js';
 import { url } from './api.js';
 import { withFrameFilters } from './querytext.js';
+import { callGraphView } from './callgraph.js';
+import { sandwichView } from './sandwich.js';
+
+/** Values of `granularity` the switch offers (the server's names). */
+const GRANULARITIES = [['', 'Functions'], ['line', 'Lines'], ['address', 'Addresses']];
 
 /**
  * Renders the flame-graph `original` (a `Tree`, as `readColumns` gives it) into `root`.
- * `state`: `{view, invert, search, hide, hidebin, focus, diffmode, sort, filter}`;
- * `onState(patch)` stores changes in the URL; `pprofQuery` is `{query, params}` for the pprof
- * download (the server renders it, with the frames hidden here and only the samples through the
- * zoomed frame's path).
+ * `state`: `{view, invert, search, hide, hidebin, focus, diffmode, sort, filter, granularity,
+ * sandwich, nodes, gfocus}`; `onState(patch)` stores changes in the URL; `pprofQuery` is
+ * `{query, params}` for the pprof download (the server renders it, with the frames hidden here
+ * and only the samples through the zoomed frame's path) and for the call graph and sandwich
+ * views, which the server computes (both are offered only with it); `hooks.reload(patch)` stores
+ * `patch` and loads the profile again (a new granularity).
  *
  * The icicle is drawn at once; the function table and the list of binaries, which cost a pass
  * over the whole tree and many DOM nodes, follow right after the first paint.
  */
-export function profileView(root, original, state, onState, pprofQuery) {
+export function profileView(root, original, state, onState, pprofQuery, hooks = {}) {
   const meta = original.meta;
   const unit = meta.unit;
   const isDiff = original.isDiff;
@@ -36,6 +44,8 @@ export function profileView(root, original, state, onState, pprofQuery) {
   const hideInfo = h('span', { class: 'hide-info' });
   const graphBox = h('div', { class: 'graph-box' });
   const tableBox = h('div', { class: 'table-box' });
+  const altBox = h('div', { class: 'alt-box' });
+  let alt = null; // the call graph or sandwich view mounted in altBox
   const summary = h('div', { class: 'profile-summary' });
 
   const tooltip = (i) => {
@@ -81,7 +91,57 @@ export function profileView(root, original, state, onState, pprofQuery) {
     replace(breadcrumb,
       h('button', { type: 'button', class: 'reset', disabled: i === 0, onclick: () => icicle.focus(0) }, 'Reset zoom'),
       path.map((j, k) => [k ? h('span', { class: 'sep' }, '›') : null,
-        h('button', { type: 'button', class: j === i ? 'crumb current' : 'crumb', onclick: () => icicle.focus(j) }, j === 0 ? 'root' : tree.nameOf(j))]));
+        h('button', { type: 'button', class: j === i ? 'crumb current' : 'crumb', onclick: () => icicle.focus(j) }, j === 0 ? 'root' : tree.nameOf(j))]),
+      pprofQuery && i > 0 ? h('button', {
+        type: 'button', class: 'frame-sandwich', title: 'Every caller and callee of this function, merged',
+        onclick: () => openSandwich(tree.nameOf(i)),
+      }, `Sandwich of ${tree.nameOf(i)}`) : null);
+  };
+
+  // The call graph or the sandwich, computed by the server for this query.
+  const mountAlt = () => {
+    if (alt) alt.destroy();
+    alt = null;
+    if (!pprofQuery || (state.view !== 'graph' && state.view !== 'sandwich')) {
+      replace(altBox);
+      return;
+    }
+    const common = { query: pprofQuery.query, params: pprofQuery.params, state };
+    if (state.view === 'graph') {
+      alt = callGraphView(altBox, {
+        ...common,
+        onState: (patch, { reload = false } = {}) => {
+          Object.assign(state, patch);
+          onState(patch);
+          if (reload) mountAlt();
+        },
+        onSandwich: openSandwich,
+      });
+    } else {
+      alt = sandwichView(altBox, {
+        ...common,
+        functions: topTable(tableTree).sort((a, b) => b.cum - a.cum).map((r) => r.name),
+        total: tableTree.value[0],
+        onPick: openSandwich,
+      });
+    }
+  };
+
+  /** Shows the sandwich of function `name`. */
+  const openSandwich = (name) => {
+    state.sandwich = name;
+    onState({ sandwich: name });
+    setView('sandwich');
+  };
+
+  /** The function a search names exactly (`name` or `/^name$/`), if the tree has it. */
+  const searchedFunction = () => {
+    const text = (state.search || '').trim();
+    const m = /^\/\^(.*)\$\/$/.exec(text);
+    const name = m ? m[1].replace(/\\(.)/g, '$1') : text;
+    if (!name) return '';
+    for (let i = 1; i < tree.n; i++) if (tree.nameOf(i) === name) return name;
+    return '';
   };
 
   const applySearch = () => {
@@ -95,6 +155,7 @@ export function profileView(root, original, state, onState, pprofQuery) {
       return;
     }
     icicle.setSearch(matches ? matches.flags : null);
+    if (searchSandwich) searchSandwich.hidden = !searchedFunction();
     searchInfo.className = 'search-info muted';
     if (!matches) searchInfo.textContent = '';
     else if (!matches.count) searchInfo.textContent = 'no frame matches';
@@ -154,7 +215,7 @@ export function profileView(root, original, state, onState, pprofQuery) {
     const rows = topTable(tableTree);
     replace(tableBox, functionTable(rows, { unit, total: tableTree.value[0], isDiff }, state,
       (patch) => { Object.assign(state, patch); onState(patch); },
-      (name) => focusFunction(name)));
+      (name) => focusFunction(name), pprofQuery ? openSandwich : null));
   };
 
   // A table click: highlight every frame of the function and zoom to its heaviest one.
@@ -167,7 +228,7 @@ export function profileView(root, original, state, onState, pprofQuery) {
     let best = -1;
     for (let i = 1; i < tree.n; i++) if (tree.nameOf(i) === name && (best < 0 || tree.value[i] > tree.value[best])) best = i;
     if (best >= 0) {
-      if (state.view === 'table') setView('both');
+      if (state.view !== 'icicle' && state.view !== 'both') setView('both');
       icicle.focus(best);
     }
   };
@@ -178,6 +239,7 @@ export function profileView(root, original, state, onState, pprofQuery) {
     root.dataset.view = view;
     for (const b of viewButtons.querySelectorAll('button')) b.classList.toggle('active', b.dataset.view === view);
     renderTable();
+    mountAlt();
     icicle.resize();
   };
 
@@ -189,6 +251,15 @@ export function profileView(root, original, state, onState, pprofQuery) {
       applySearch();
     }, 150),
   });
+  const searchSandwich = pprofQuery ? h('button', {
+    type: 'button', class: 'search-sandwich', hidden: true, title: 'Callers and callees of the function searched for',
+    onclick: () => { const name = searchedFunction(); if (name) openSandwich(name); },
+  }, 'Sandwich') : null;
+  const granularitySelect = hooks.reload ? h('select', {
+    class: 'granularity', 'aria-label': 'granularity: what one frame is',
+    title: 'What one frame is: a function, a source line (name file:line) or an address',
+    onchange: (e) => hooks.reload({ granularity: e.target.value, sandwich: '', gfocus: '' }),
+  }, GRANULARITIES.map(([v, label]) => h('option', { value: v, selected: (state.granularity || '') === v }, label))) : null;
   const hideInput = h('input', {
     type: 'text', class: 'hide-pattern', placeholder: 'Hide frames matching /regex/', value: state.hide || '', 'aria-label': 'hide frames by name',
     onchange: (e) => {
@@ -234,8 +305,10 @@ export function profileView(root, original, state, onState, pprofQuery) {
     },
   }, h('option', { value: 'absolute', selected: state.diffmode !== 'relative' }, 'Absolute change'),
   h('option', { value: 'relative', selected: state.diffmode === 'relative' }, 'Relative (share of total)')) : null;
+  const views = [['icicle', 'Icicle'], ['both', 'Both'], ['table', 'Table']];
+  if (pprofQuery) views.push(['graph', 'Call graph'], ['sandwich', 'Sandwich']);
   const viewButtons = h('div', { class: 'segmented', role: 'group', 'aria-label': 'view' },
-    [['icicle', 'Icicle'], ['both', 'Both'], ['table', 'Table']].map(([v, label]) =>
+    views.map(([v, label]) =>
       h('button', { type: 'button', dataset: { view: v }, onclick: () => setView(v) }, label)));
   const fileBase = `profile-${(meta.sample_type || 'profile').replace(/\W+/g, '_')}`;
   const pprofLink = pprofQuery ? h('a', { class: 'dl-pprof', download: `${fileBase}.pb.gz`, title: 'From the server: hidden frames removed, only the samples through the zoomed frames' }, 'pprof') : null;
@@ -271,16 +344,17 @@ export function profileView(root, original, state, onState, pprofQuery) {
   };
 
   replace(root,
-    h('div', { class: 'profile-toolbar' }, viewButtons, invertBox, diffModeSelect,
-      h('span', { class: 'search-wrap' }, searchInput, searchInfo), hideInput, binSelect, hideInfo, downloads),
+    h('div', { class: 'profile-toolbar' }, viewButtons, granularitySelect, invertBox, diffModeSelect,
+      h('span', { class: 'search-wrap' }, searchInput, searchSandwich, searchInfo), hideInput, binSelect, hideInfo, downloads),
     summary, breadcrumb,
     isDiff ? h('div', { class: 'diff-legend' }, h('span', { class: 'swatch grew' }), 'grew in B ', h('span', { class: 'swatch shrank' }), 'shrank in B · width: both sides together · deeper colour: bigger change') : null,
-    h('div', { class: 'profile-panes' }, graphBox, tableBox));
-  const view = state.view || 'both';
+    h('div', { class: 'profile-panes' }, graphBox, tableBox, altBox));
+  const view = views.some(([v]) => v === state.view) ? state.view : 'both';
   root.dataset.view = view;
   for (const b of viewButtons.querySelectorAll('button')) b.classList.toggle('active', b.dataset.view === view);
   state.view = view;
   rebuild();
+  mountAlt();
   performance.mark('parca:first-draw');
   afterPaint(() => {
     fillBinaries();
@@ -293,6 +367,7 @@ export function profileView(root, original, state, onState, pprofQuery) {
     destroy: () => {
       destroyed = true;
       icicle.destroy();
+      if (alt) alt.destroy();
     },
   };
 }

@@ -8,9 +8,10 @@ const MAX_ROWS = 500; // rows drawn at once; the filter narrows the rest
 
 /**
  * A table of `rows` (from `topTable`), values in `unit` out of `total`. `state` holds
- * `{sort, filter}`; `onState(patch)` persists changes; `onPick(name)` is a row click.
+ * `{sort, filter}`; `onState(patch)` persists changes; `onPick(name)` is a row click;
+ * `onSandwich(name)`, when given, opens a function's sandwich from a button in its row.
  */
-export function functionTable(rows, { unit, total, isDiff }, state, onState, onPick) {
+export function functionTable(rows, { unit, total, isDiff }, state, onState, onPick, onSandwich = null) {
   let sort = state.sort || (isDiff ? 'delta' : 'flat');
   let filter = state.filter || '';
   const body = h('tbody');
@@ -39,7 +40,7 @@ export function functionTable(rows, { unit, total, isDiff }, state, onState, onP
         onState({ sort });
         render();
       },
-    }, label, sort === k ? (k === 'name' ? ' ▲' : ' ▼') : '')));
+    }, label, sort === k ? (k === 'name' ? ' ▲' : ' ▼') : '')), onSandwich ? h('th', { class: 'actions' }) : null);
     let list = rows;
     if (filter) {
       const low = filter.toLowerCase();
@@ -49,8 +50,12 @@ export function functionTable(rows, { unit, total, isDiff }, state, onState, onP
     list = list.slice().sort(sort === 'name' ? (a, b) => (a.name < b.name ? -1 : 1) : (a, b) => f(b) - f(a));
     const shown = list.slice(0, MAX_ROWS);
     replace(body, shown.map((r) => h('tr', { onclick: () => onPick(r.name), title: 'Focus the graph on this function' },
-      columns.map(([k]) => h('td', { class: k === 'name' ? 'name' : 'num' }, cell(k, r))))));
-    if (!shown.length) replace(body, h('tr', {}, h('td', { colspan: columns.length, class: 'muted' }, filter ? `No function matches “${filter}”.` : 'No functions.')));
+      columns.map(([k]) => h('td', { class: k === 'name' ? 'name' : 'num' }, cell(k, r))),
+      onSandwich ? h('td', { class: 'actions' }, h('button', {
+        type: 'button', class: 'row-sandwich', title: 'Callers and callees of this function (sandwich)',
+        onclick: (e) => { e.stopPropagation(); onSandwich(r.name); },
+      }, 'sandwich')) : null)));
+    if (!shown.length) replace(body, h('tr', {}, h('td', { colspan: columns.length + (onSandwich ? 1 : 0), class: 'muted' }, filter ? `No function matches “${filter}”.` : 'No functions.')));
     count.textContent = list.length > MAX_ROWS ? `showing ${MAX_ROWS} of ${list.length} functions` : `${list.length} functions`;
   };
   const cell = (k, r) => {
