@@ -66,6 +66,161 @@ pub enum ExprKind {
     },
     /// `(expr)`: kept so that printing gives back the user's parentheses.
     Paren(Box<Expr>),
+    /// A number, as an operand of a binary operator: `0.5`, `-2`, `1e3`.
+    Number(Number),
+    /// `lhs op rhs` between series sets (profile sets read as series of totals) and numbers,
+    /// with PromQL's semantics: arithmetic, or a comparison that filters (or gives 0 and 1 with
+    /// `bool`); series are matched by their labels as `matching` says.
+    Binary {
+        /// The operator.
+        op: BinaryOp,
+        /// The left operand.
+        lhs: Box<Expr>,
+        /// The right operand.
+        rhs: Box<Expr>,
+        /// `bool` after a comparison: 1 where it holds and 0 where not, rather than a filter.
+        return_bool: bool,
+        /// `on`/`ignoring` and `group_left`/`group_right`; `None` matches series one to one on
+        /// all their labels but `__name__`.
+        matching: Option<VectorMatching>,
+        /// Where the operator and its modifiers are in the query.
+        op_span: Span,
+    },
+}
+
+/// A number literal. Equality is on the bits, so that trees compare (and `Eq` holds); a parsed
+/// number is always finite.
+#[derive(Debug, Clone, Copy)]
+pub struct Number(pub f64);
+
+impl PartialEq for Number {
+    fn eq(&self, other: &Number) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Number {}
+
+/// The binary operators, in PromQL's precedence (comparisons bind loosest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/`
+    Div,
+    /// `==`
+    Eql,
+    /// `!=`
+    Neq,
+    /// `>`
+    Gtr,
+    /// `<`
+    Lss,
+    /// `>=`
+    Gte,
+    /// `<=`
+    Lte,
+}
+
+impl BinaryOp {
+    /// The operator as written in a query.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "+",
+            BinaryOp::Sub => "-",
+            BinaryOp::Mul => "*",
+            BinaryOp::Div => "/",
+            BinaryOp::Eql => "==",
+            BinaryOp::Neq => "!=",
+            BinaryOp::Gtr => ">",
+            BinaryOp::Lss => "<",
+            BinaryOp::Gte => ">=",
+            BinaryOp::Lte => "<=",
+        }
+    }
+
+    /// The operator written as `text`, if it is one.
+    pub fn from_text(text: &str) -> Option<BinaryOp> {
+        Some(match text {
+            "+" => BinaryOp::Add,
+            "-" => BinaryOp::Sub,
+            "*" => BinaryOp::Mul,
+            "/" => BinaryOp::Div,
+            "==" => BinaryOp::Eql,
+            "!=" => BinaryOp::Neq,
+            ">" => BinaryOp::Gtr,
+            "<" => BinaryOp::Lss,
+            ">=" => BinaryOp::Gte,
+            "<=" => BinaryOp::Lte,
+            _ => return None,
+        })
+    }
+
+    /// Whether it compares (`==`, `!=`, `>`, `<`, `>=`, `<=`) rather than computes.
+    pub fn is_comparison(self) -> bool {
+        self.precedence() == 1
+    }
+
+    /// How tightly it binds: 1 for comparisons, 2 for `+ -`, 3 for `* /`.
+    pub fn precedence(self) -> u8 {
+        match self {
+            BinaryOp::Add | BinaryOp::Sub => 2,
+            BinaryOp::Mul | BinaryOp::Div => 3,
+            _ => 1,
+        }
+    }
+
+    /// `lhs op rhs`: the arithmetic result, or for a comparison 1 where it holds and 0 where not.
+    pub fn apply(self, lhs: f64, rhs: f64) -> f64 {
+        let holds = |b: bool| if b { 1.0 } else { 0.0 };
+        match self {
+            BinaryOp::Add => lhs + rhs,
+            BinaryOp::Sub => lhs - rhs,
+            BinaryOp::Mul => lhs * rhs,
+            BinaryOp::Div => lhs / rhs,
+            BinaryOp::Eql => holds(lhs == rhs),
+            BinaryOp::Neq => holds(lhs != rhs),
+            BinaryOp::Gtr => holds(lhs > rhs),
+            BinaryOp::Lss => holds(lhs < rhs),
+            BinaryOp::Gte => holds(lhs >= rhs),
+            BinaryOp::Lte => holds(lhs <= rhs),
+        }
+    }
+}
+
+/// How the series of two series sets are paired: PromQL's `on (…)`/`ignoring (…)` and
+/// `group_left (…)`/`group_right (…)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VectorMatching {
+    /// `on`: series match when these labels agree; `ignoring`: when all labels but these (and
+    /// `__name__`) agree.
+    pub on: bool,
+    /// The labels of `on`/`ignoring`, in query order.
+    pub labels: Vec<String>,
+    /// `group_left`/`group_right`: many-to-one or one-to-many; `None`: one to one.
+    pub group: Option<GroupModifier>,
+}
+
+/// `group_left (labels)` or `group_right (labels)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupModifier {
+    /// Which side has many series per match: the left for `group_left`.
+    pub side: GroupSide,
+    /// Labels copied from the "one" side into the result.
+    pub labels: Vec<String>,
+}
+
+/// The "many" side of a many-to-one match.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GroupSide {
+    /// `group_left`: many series on the left per series on the right.
+    Left,
+    /// `group_right`: many series on the right per series on the left.
+    Right,
 }
 
 /// A selection of series and the window of their profiles.
@@ -298,6 +453,10 @@ pub struct StackFilter {
     pub op: StackFilterOp,
     /// A substring for `|=`/`!=`, a regex (anchored at both ends) for `|~`/`!~`; unescaped.
     pub pattern: String,
+    /// `leaf`, as in `|= leaf "json.Marshal"`: test only the frame that was running (the
+    /// innermost function of the stack), so that what is kept is the function's self value;
+    /// otherwise any frame of the stack, giving its inclusive value.
+    pub leaf: bool,
     /// Where the filter (operator and string) is in the query.
     pub span: Span,
 }
@@ -371,17 +530,20 @@ pub enum ValueType {
     ProfileSet,
     /// Stacks with values: the result of `merge` or `diff`.
     Profile,
-    /// Numbers over time: the result of an aggregation or `topk`.
+    /// Numbers over time: the result of an aggregation, `topk` or a binary operator.
     SeriesSet,
+    /// One number: a literal, or arithmetic between numbers.
+    Scalar,
 }
 
 impl ValueType {
-    /// In words, for messages: "a profile set", "a profile", "a series set".
+    /// In words, for messages: "a profile set", "a profile", "a series set", "a number".
     pub fn describe(self) -> &'static str {
         match self {
             ValueType::ProfileSet => "a profile set",
             ValueType::Profile => "a profile",
             ValueType::SeriesSet => "a series set",
+            ValueType::Scalar => "a number",
         }
     }
 }
@@ -397,6 +559,16 @@ impl Expr {
                 ExprKind::Merge { .. } | ExprKind::Diff { .. } => return ValueType::Profile,
                 ExprKind::Aggregate { .. } | ExprKind::TopK { .. } => {
                     return ValueType::SeriesSet;
+                }
+                ExprKind::Number(_) => return ValueType::Scalar,
+                ExprKind::Binary { lhs, rhs, .. } => {
+                    let scalar = lhs.value_type() == ValueType::Scalar
+                        && rhs.value_type() == ValueType::Scalar;
+                    return if scalar {
+                        ValueType::Scalar
+                    } else {
+                        ValueType::SeriesSet
+                    };
                 }
                 ExprKind::Offset { expr: inner, .. }
                 | ExprKind::StackFilter { expr: inner, .. }

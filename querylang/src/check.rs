@@ -3,7 +3,10 @@
 
 use regex::Regex;
 
-use crate::ast::{Expr, ExprKind, LabelMatcher, MatchOp, Selector, StackFilterOp, ValueType};
+use crate::ast::{
+    BinaryOp, Expr, ExprKind, LabelMatcher, MatchOp, Selector, StackFilterOp, ValueType,
+    VectorMatching,
+};
 use crate::error::{ParseError, Span};
 
 /// The label that holds the profile type.
@@ -57,7 +60,24 @@ impl Checker<'_> {
         const SERIES: &[ValueType] = &[ValueType::ProfileSet, ValueType::SeriesSet];
         match &expr.kind {
             ExprKind::Selector(selector) => self.selector(selector, expr.span),
-            ExprKind::Offset { expr, .. } => self.expr(expr),
+            ExprKind::Offset { expr: inner, .. } => {
+                self.expr(inner);
+                if inner.value_type() == ValueType::Scalar {
+                    self.error(
+                        expr.span,
+                        "`offset` shifts the time of series and profiles; a number has none".into(),
+                    );
+                }
+            }
+            ExprKind::Number(_) => {}
+            ExprKind::Binary {
+                op,
+                lhs,
+                rhs,
+                return_bool,
+                matching,
+                op_span,
+            } => self.binary(*op, lhs, rhs, *return_bool, matching.as_ref(), *op_span),
             ExprKind::StackFilter {
                 expr: inner,
                 filter,
@@ -94,6 +114,71 @@ impl Checker<'_> {
                 self.takes("topk", SERIES, "a profile set or a series set", inner);
             }
             ExprKind::Paren(inner) => self.expr(inner),
+        }
+    }
+
+    /// PromQL's rules for binary operators: operands are series (profile sets read as series of
+    /// totals) or numbers; `bool` only after comparisons, and between two numbers a comparison
+    /// needs it; `on`/`ignoring` only between two series sets.
+    fn binary(
+        &mut self,
+        op: BinaryOp,
+        lhs: &Expr,
+        rhs: &Expr,
+        return_bool: bool,
+        matching: Option<&VectorMatching>,
+        op_span: Span,
+    ) {
+        const OPERANDS: &[ValueType] = &[
+            ValueType::ProfileSet,
+            ValueType::SeriesSet,
+            ValueType::Scalar,
+        ];
+        let what = op.as_str();
+        self.expr(lhs);
+        self.takes(what, OPERANDS, "series sets or numbers", lhs);
+        self.expr(rhs);
+        self.takes(what, OPERANDS, "series sets or numbers", rhs);
+        let scalars = [lhs, rhs]
+            .iter()
+            .filter(|e| e.value_type() == ValueType::Scalar)
+            .count();
+        if return_bool && !op.is_comparison() {
+            self.error(
+                op_span,
+                format!("`bool` only follows a comparison (==, !=, >, <, >=, <=), not `{what}`"),
+            );
+        } else if op.is_comparison() && !return_bool && scalars == 2 {
+            self.error(
+                op_span,
+                format!(
+                    "a comparison between two numbers must say `bool`, as in `1 {what} bool 2`: \
+                     there are no series to filter"
+                ),
+            );
+        }
+        let Some(matching) = matching else {
+            return;
+        };
+        if scalars > 0 {
+            let keyword = if matching.on { "on" } else { "ignoring" };
+            self.error(
+                op_span,
+                format!("`{keyword}` matches series with series; one side of `{what}` is a number"),
+            );
+            return;
+        }
+        if matching.on
+            && let Some(group) = &matching.group
+            && let Some(label) = group.labels.iter().find(|l| matching.labels.contains(l))
+        {
+            self.error(
+                op_span,
+                format!(
+                    "label `{label}` is in both `on` and the group modifier: a label the series \
+                     match on is the same on both sides already"
+                ),
+            );
         }
     }
 

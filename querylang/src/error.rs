@@ -29,7 +29,8 @@ impl Span {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Expected {
-    /// Any expression: a selector, `merge(…)`, `diff(…)`, an aggregation, `topk(…)` or `(…)`.
+    /// Any expression: a selector, `merge(…)`, `diff(…)`, an aggregation, `topk(…)`, `(…)` or
+    /// a number.
     Expression,
     /// `by (…)` or `without (…)`.
     Grouping,
@@ -53,6 +54,14 @@ pub enum Expected {
     Offset,
     /// A stack filter such as `|= "main"`.
     StackFilter,
+    /// A binary operator such as `/` or `>`.
+    BinaryOperator,
+    /// `bool`, `on (…)` or `ignoring (…)` after a binary operator.
+    VectorMatching,
+    /// `group_left` or `group_right` after `on (…)` or `ignoring (…)`.
+    GroupModifier,
+    /// `leaf` in a stack filter, as in `|= leaf "main"`.
+    Leaf,
     /// The end of the query.
     EndOfQuery,
 }
@@ -74,6 +83,10 @@ impl fmt::Display for Expected {
             Expected::Range => f.write_str("a range such as [5m]"),
             Expected::Offset => f.write_str("`offset`"),
             Expected::StackFilter => f.write_str("a stack filter such as |= \"main\""),
+            Expected::BinaryOperator => f.write_str("a binary operator such as / or >"),
+            Expected::VectorMatching => f.write_str("`bool`, `on (…)` or `ignoring (…)`"),
+            Expected::GroupModifier => f.write_str("`group_left` or `group_right`"),
+            Expected::Leaf => f.write_str("`leaf`"),
             Expected::EndOfQuery => f.write_str("the end of the query"),
         }
     }

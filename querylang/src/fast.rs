@@ -141,7 +141,12 @@ pub(crate) fn plain_selector(query: &str) -> Option<Expr> {
             let span = Span::new(postfix_start, i);
             ExprKind::StackFilter {
                 expr: Box::new(expr),
-                filter: StackFilter { op, pattern, span },
+                filter: StackFilter {
+                    op,
+                    pattern,
+                    leaf: false,
+                    span,
+                },
             }
         };
         expr = Expr {
@@ -285,6 +290,10 @@ mod tests {
             "a:b:c:d:e[1h]]",
             "{,}",
             "a:b:c:d:e{a=\"b\",,}",
+            "a:b:c:d:e / 2",
+            "a:b:c:d:e != 1",
+            "a:b:c:d:e != leaf \"x\"",
+            "a:b:c:d:e |= \"x\" * a:b:c:d:e",
         ];
         for q in refused {
             assert_eq!(plain_selector(q), None, "{q:?}");

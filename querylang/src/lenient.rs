@@ -194,5 +194,13 @@ fn clamp_spans(expr: &mut Expr, limit: usize) {
             clamp_spans(base, limit);
             clamp_spans(comparison, limit);
         }
+        ExprKind::Binary {
+            lhs, rhs, op_span, ..
+        } => {
+            clamp(op_span);
+            clamp_spans(lhs, limit);
+            clamp_spans(rhs, limit);
+        }
+        ExprKind::Number(_) => {}
     }
 }

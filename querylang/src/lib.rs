@@ -5,7 +5,10 @@
 //! `process_cpu:samples:count:cpu:nanoseconds:delta{job="api"}[1h]` picks a **profile set**;
 //! `merge` and `diff` make a **profile**; `sum`/`avg`/`min`/`max`/`count` and `topk` make a
 //! **series set** of totals. `offset` shifts a window back and stack filters (`|=`, `!=`, `|~`,
-//! `!~`) keep or drop samples by the functions on their stacks.
+//! `!~`) keep or drop samples by the functions on their stacks (`leaf`: by the function that was
+//! running). Binary operators (`+ - * /`, comparisons with or without `bool`, vector matching
+//! with `on`/`ignoring` and `group_left`/`group_right`) combine series sets and numbers as
+//! PromQL's do: `sum by (job) (x |= "f") / sum by (job) (x)` is a function's share per job.
 //!
 //! [`parse`] returns an [`Expr`] that has passed the type and semantic checks, or the first
 //! [`ParseError`]; [`parse_lenient`] returns what it could make of a half-typed query and all the
@@ -30,8 +33,13 @@
 //!   numbers. Whether a well-formed name exists is for evaluation to say.
 //! - Types: `merge`, `diff` and stack filters take profiles (a profile set is merged
 //!   implicitly); `sum`/`avg`/`min`/`max`/`count` and `topk` take a series set or a profile set,
-//!   read as one series of totals per matched series. Anything else is a type error that points
-//!   at the argument. `offset` applies to any expression.
+//!   read as one series of totals per matched series; binary operators take those or numbers.
+//!   Anything else is a type error that points at the argument. `offset` applies to any
+//!   expression but a number.
+//! - `!=` and `!~` are both stack filters and (`!=`) a comparison: a string on the right makes a
+//!   filter, anything else an operand; no operand starts with a string, so this is never
+//!   ambiguous. Binary chains nest as deep as they are long, so their operators count towards
+//!   the depth limit.
 //! - Regexes (in `=~`, `!~`, `|~`, `!~`) are anchored at both ends, `^(?:…)$`, as in PromQL.
 //!   They are only validated here; the AST keeps the pattern text and the evaluator compiles it.
 //! - Parsing is fast enough for a UI's every keystroke and an API's every request: over a
@@ -76,8 +84,9 @@ mod parser;
 mod print;
 
 pub use ast::{
-    AggregateOp, Expr, ExprKind, Grouping, InvalidProfileTypeName, LabelMatcher, MatchOp,
-    ProfileTypeName, Selector, StackFilter, StackFilterOp, ValueType,
+    AggregateOp, BinaryOp, Expr, ExprKind, GroupModifier, GroupSide, Grouping,
+    InvalidProfileTypeName, LabelMatcher, MatchOp, Number, ProfileTypeName, Selector, StackFilter,
+    StackFilterOp, ValueType, VectorMatching,
 };
 pub use error::{Expected, ParseError, Span};
 pub use names::{is_valid_label_name, sanitize_label_name};

@@ -8,8 +8,8 @@ use pest::error::{ErrorVariant, InputLocation};
 use pest::iterators::Pair;
 
 use crate::ast::{
-    AggregateOp, Expr, ExprKind, Grouping, LabelMatcher, MatchOp, ProfileTypeName, Selector,
-    StackFilter, StackFilterOp,
+    AggregateOp, BinaryOp, Expr, ExprKind, GroupModifier, GroupSide, Grouping, LabelMatcher,
+    MatchOp, Number, ProfileTypeName, Selector, StackFilter, StackFilterOp, VectorMatching,
 };
 use crate::error::{Expected, ParseError, Span};
 use crate::literal;
@@ -106,6 +106,8 @@ fn unknown_function(query: &str, pos: usize) -> Option<String> {
 fn expected_for(rule: Rule) -> Option<Expected> {
     Some(match rule {
         Rule::expr
+        | Rule::term
+        | Rule::scalar
         | Rule::merge
         | Rule::diff
         | Rule::aggregate
@@ -128,6 +130,15 @@ fn expected_for(rule: Rule) -> Option<Expected> {
         Rule::range | Rule::lbracket => Expected::Range,
         Rule::offset | Rule::kw_offset => Expected::Offset,
         Rule::stack_filter | Rule::stack_op => Expected::StackFilter,
+        Rule::binary_op => Expected::BinaryOperator,
+        Rule::kw_bool | Rule::vector_matching | Rule::kw_on | Rule::kw_ignoring => {
+            Expected::VectorMatching
+        }
+        Rule::group_modifier | Rule::kw_group_left | Rule::kw_group_right => {
+            Expected::GroupModifier
+        }
+        Rule::label_list => Expected::Symbol('('),
+        Rule::kw_leaf => Expected::Leaf,
         Rule::lparen => Expected::Symbol('('),
         Rule::rparen => Expected::Symbol(')'),
         Rule::rbrace => Expected::Symbol('}'),
@@ -230,10 +241,129 @@ impl Builder<'_> {
         self.errors.push(ParseError::new(self.query, span, message));
     }
 
-    /// `depth` counts enclosing expressions and postfix operators (see [`MAX_DEPTH`]).
+    /// A chain of terms and binary operators, built into a tree by precedence (all operators
+    /// fold to the left). `depth` counts enclosing expressions, binary and postfix operators
+    /// (see [`MAX_DEPTH`]); a chain of `n` operators may nest `n` deep.
     fn expr(&mut self, pair: Pair<'_, Rule>, depth: usize) -> Result<Expr, ParseError> {
+        let parts: Vec<Pair<'_, Rule>> = pair.into_inner().collect();
+        let n_ops = parts
+            .iter()
+            .filter(|p| p.as_rule() == Rule::binary_op)
+            .count();
+        if n_ops == 0 {
+            let term = parts.into_iter().next().expect("grammar: expr has a term");
+            return self.term(term, depth);
+        }
+        let depth = depth + n_ops;
+        if depth > MAX_DEPTH {
+            let op = parts
+                .iter()
+                .find(|p| p.as_rule() == Rule::binary_op)
+                .expect("counted");
+            return Err(too_deep(self.query, span_of(op)));
+        }
+        let mut operands: Vec<Expr> = Vec::new();
+        let mut pending: Vec<Operator> = Vec::new();
+        let mut current: Option<Operator> = None;
+        for part in parts {
+            match part.as_rule() {
+                Rule::term => {
+                    let operand = self.term(part, depth)?;
+                    if let Some(op) = current.take() {
+                        while pending
+                            .last()
+                            .is_some_and(|top| top.op.precedence() >= op.op.precedence())
+                        {
+                            let top = pending.pop().expect("checked");
+                            reduce(&mut operands, top);
+                        }
+                        pending.push(op);
+                    }
+                    operands.push(operand);
+                }
+                Rule::binary_op => {
+                    let span = span_of(&part);
+                    current = Some(Operator {
+                        op: BinaryOp::from_text(part.as_str()).expect("grammar: binary_op"),
+                        return_bool: false,
+                        matching: None,
+                        span,
+                    });
+                }
+                Rule::kw_bool => {
+                    let op = current.as_mut().expect("grammar: bool after an operator");
+                    op.return_bool = true;
+                    op.span = op.span.to(span_of(&part));
+                }
+                Rule::vector_matching => {
+                    let span = span_of(&part);
+                    let matching = self.vector_matching(part);
+                    let op = current.as_mut().expect("grammar: on after an operator");
+                    op.matching = Some(matching);
+                    op.span = op.span.to(span);
+                }
+                r => unreachable!("grammar: expr part {r:?}"),
+            }
+        }
+        while let Some(top) = pending.pop() {
+            reduce(&mut operands, top);
+        }
+        Ok(operands.pop().expect("one operand left"))
+    }
+
+    /// `on (…) group_left (…)` and the like.
+    fn vector_matching(&mut self, pair: Pair<'_, Rule>) -> VectorMatching {
+        let mut matching = VectorMatching {
+            on: false,
+            labels: Vec::new(),
+            group: None,
+        };
+        for p in pair.into_inner() {
+            match p.as_rule() {
+                Rule::kw_on => matching.on = true,
+                Rule::kw_ignoring => matching.on = false,
+                Rule::label_list => matching.labels = self.label_list(p),
+                Rule::group_modifier => {
+                    let mut group = GroupModifier {
+                        side: GroupSide::Left,
+                        labels: Vec::new(),
+                    };
+                    for g in p.into_inner() {
+                        match g.as_rule() {
+                            Rule::kw_group_left => group.side = GroupSide::Left,
+                            Rule::kw_group_right => group.side = GroupSide::Right,
+                            Rule::label_list => group.labels = self.label_list(g),
+                            r => unreachable!("grammar: group modifier part {r:?}"),
+                        }
+                    }
+                    matching.group = Some(group);
+                }
+                r => unreachable!("grammar: vector matching part {r:?}"),
+            }
+        }
+        matching
+    }
+
+    /// The names of `(a, "b.c", …)`, each once.
+    fn label_list(&mut self, pair: Pair<'_, Rule>) -> Vec<String> {
+        let mut labels: Vec<String> = Vec::new();
+        for p in pair.into_inner() {
+            if matches!(p.as_rule(), Rule::label_name | Rule::string) {
+                let label = self.label_name(&p);
+                if labels.contains(&label) {
+                    self.error(span_of(&p), format!("label `{label}` is listed twice"));
+                } else {
+                    labels.push(label);
+                }
+            }
+        }
+        labels
+    }
+
+    /// A primary with its postfix operators. `depth` as for [`Builder::expr`].
+    fn term(&mut self, pair: Pair<'_, Rule>, depth: usize) -> Result<Expr, ParseError> {
         let mut inner = pair.into_inner();
-        let primary = inner.next().expect("grammar: expr starts with a primary");
+        let primary = inner.next().expect("grammar: term starts with a primary");
         let mut depth = depth + 1;
         let mut expr = self.primary(primary, depth)?;
         for postfix in inner {
@@ -281,6 +411,7 @@ impl Builder<'_> {
             return Err(too_deep(self.query, span));
         }
         let rule = pair.as_rule();
+        let text = pair.as_str();
         let mut inner = pair.into_inner();
         let kind = match rule {
             Rule::selector => ExprKind::Selector(self.selector(inner)),
@@ -336,6 +467,7 @@ impl Builder<'_> {
                     comparison: Box::new(self.expr(comparison, depth)?),
                 }
             }
+            Rule::scalar => ExprKind::Number(Number(self.scalar(text, span))),
             Rule::topk => {
                 let number = inner
                     .find(|p| p.as_rule() == Rule::number)
@@ -444,8 +576,55 @@ impl Builder<'_> {
             "!~" => StackFilterOp::NotMatches,
             op => unreachable!("grammar: stack_op {op}"),
         };
-        let pattern = self.string(&inner.next().expect("grammar: stack filter pattern"));
-        StackFilter { op, pattern, span }
+        let mut next = inner.next().expect("grammar: stack filter pattern");
+        let leaf = next.as_rule() == Rule::kw_leaf;
+        if leaf {
+            next = inner
+                .next()
+                .expect("grammar: stack filter pattern after leaf");
+        }
+        let pattern = self.string(&next);
+        StackFilter {
+            op,
+            pattern,
+            leaf,
+            span,
+        }
+    }
+
+    /// A number operand; 0 (after an error) when it is not a finite decimal number.
+    fn scalar(&mut self, text: &str, span: Span) -> f64 {
+        let decimal = text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'));
+        match text.parse::<f64>() {
+            Ok(x) if decimal && x.is_finite() => x,
+            Ok(_) if decimal => {
+                self.error(span, format!("`{text}` is too large for a number"));
+                0.0
+            }
+            _ if text.contains(':') => {
+                self.error(
+                    span,
+                    format!(
+                        "`{text}` is not a profile type: its name must start with a letter or `_`"
+                    ),
+                );
+                0.0
+            }
+            _ => {
+                let hint = if text.bytes().any(|b| b.is_ascii_alphabetic()) && !decimal {
+                    " (a duration such as 5m belongs in a range [5m] or after `offset`)"
+                } else {
+                    ""
+                };
+                self.error(
+                    span,
+                    format!("`{text}` is not a number: write a decimal number such as 0.5, 2 or 1e3{hint}"),
+                );
+                0.0
+            }
+        }
     }
 
     fn grouping(&mut self, pair: Pair<'_, Rule>) -> Grouping {
@@ -532,6 +711,33 @@ impl Builder<'_> {
             }
         }
     }
+}
+
+/// A binary operator read but not yet applied, with its modifiers.
+struct Operator {
+    op: BinaryOp,
+    return_bool: bool,
+    matching: Option<VectorMatching>,
+    /// The operator and its modifiers.
+    span: Span,
+}
+
+/// Replaces the last two operands with `lhs op rhs`.
+fn reduce(operands: &mut Vec<Expr>, op: Operator) {
+    let rhs = operands.pop().expect("an operator has two operands");
+    let lhs = operands.pop().expect("an operator has two operands");
+    let span = lhs.span.to(rhs.span);
+    operands.push(Expr {
+        kind: ExprKind::Binary {
+            op: op.op,
+            lhs: Box::new(lhs),
+            rhs: Box::new(rhs),
+            return_bool: op.return_bool,
+            matching: op.matching,
+            op_span: op.span,
+        },
+        span,
+    });
 }
 
 fn too_deep(query: &str, span: Span) -> ParseError {

@@ -3,7 +3,9 @@
 
 use std::fmt::{self, Write};
 
-use crate::ast::{Expr, ExprKind, Grouping, LabelMatcher, Selector, StackFilter};
+use crate::ast::{
+    Expr, ExprKind, GroupSide, Grouping, LabelMatcher, Selector, StackFilter, VectorMatching,
+};
 use crate::literal::{write_duration, write_quoted};
 
 impl fmt::Display for Expr {
@@ -11,10 +13,41 @@ impl fmt::Display for Expr {
         match &self.kind {
             ExprKind::Selector(selector) => selector.fmt(f),
             ExprKind::Offset { expr, offset } => {
-                write!(f, "{expr} offset ")?;
+                write_operand(f, expr, 4)?;
+                f.write_str(" offset ")?;
                 write_duration(f, *offset)
             }
-            ExprKind::StackFilter { expr, filter } => write!(f, "{expr} {filter}"),
+            ExprKind::StackFilter { expr, filter } => {
+                write_operand(f, expr, 4)?;
+                write!(f, " {filter}")
+            }
+            ExprKind::Number(n) => write!(f, "{}", n.0),
+            ExprKind::Binary {
+                op,
+                lhs,
+                rhs,
+                return_bool,
+                matching,
+                ..
+            } => {
+                // Left operands of the same precedence need no parentheses (operators fold to
+                // the left), right ones do.
+                write_operand(f, lhs, op.precedence())?;
+                write!(f, " {}", op.as_str())?;
+                if *return_bool {
+                    f.write_str(" bool")?;
+                }
+                let rhs_text = match &rhs.kind {
+                    ExprKind::Binary { op: inner, .. } if inner.precedence() <= op.precedence() => {
+                        format!("({rhs})")
+                    }
+                    _ => rhs.to_string(),
+                };
+                if let Some(matching) = matching {
+                    write_matching(f, matching, rhs_text.starts_with('('))?;
+                }
+                write!(f, " {rhs_text}")
+            }
             ExprKind::Merge { grouping, expr } => {
                 f.write_str("merge")?;
                 write_call(f, grouping.as_ref(), expr)
@@ -30,6 +63,50 @@ impl fmt::Display for Expr {
     }
 }
 
+/// `expr`, in parentheses if it is a binary operation that binds looser than `precedence` (4:
+/// a postfix operator, which binds tighter than any). A parsed tree keeps the user's
+/// parentheses as [`ExprKind::Paren`], so this only adds them to trees built by hand.
+fn write_operand(f: &mut fmt::Formatter<'_>, expr: &Expr, precedence: u8) -> fmt::Result {
+    match &expr.kind {
+        ExprKind::Binary { op, .. } if op.precedence() < precedence => write!(f, "({expr})"),
+        _ => write!(f, "{expr}"),
+    }
+}
+
+/// ` on (a) group_left (b)`; an empty `group_left` list is written `()` only when the right-hand
+/// side starts with `(`, which would otherwise be read as the list.
+fn write_matching(
+    f: &mut fmt::Formatter<'_>,
+    matching: &VectorMatching,
+    rhs_starts_with_paren: bool,
+) -> fmt::Result {
+    f.write_str(if matching.on { " on " } else { " ignoring " })?;
+    write_labels(f, &matching.labels)?;
+    if let Some(group) = &matching.group {
+        f.write_str(match group.side {
+            GroupSide::Left => " group_left",
+            GroupSide::Right => " group_right",
+        })?;
+        if !group.labels.is_empty() || rhs_starts_with_paren {
+            f.write_char(' ')?;
+            write_labels(f, &group.labels)?;
+        }
+    }
+    Ok(())
+}
+
+/// `(a, b)`.
+fn write_labels(f: &mut fmt::Formatter<'_>, labels: &[String]) -> fmt::Result {
+    f.write_char('(')?;
+    for (i, label) in labels.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        f.write_str(label)?;
+    }
+    f.write_char(')')
+}
+
 /// ` by (a, b) (expr)` or `(expr)`.
 fn write_call(f: &mut fmt::Formatter<'_>, grouping: Option<&Grouping>, expr: &Expr) -> fmt::Result {
     if let Some(grouping) = grouping {
@@ -40,14 +117,8 @@ fn write_call(f: &mut fmt::Formatter<'_>, grouping: Option<&Grouping>, expr: &Ex
 
 impl fmt::Display for Grouping {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.without { "without (" } else { "by (" })?;
-        for (i, label) in self.labels.iter().enumerate() {
-            if i > 0 {
-                f.write_str(", ")?;
-            }
-            f.write_str(label)?;
-        }
-        f.write_char(')')
+        f.write_str(if self.without { "without " } else { "by " })?;
+        write_labels(f, &self.labels)
     }
 }
 
@@ -85,6 +156,9 @@ impl fmt::Display for LabelMatcher {
 impl fmt::Display for StackFilter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} ", self.op.as_str())?;
+        if self.leaf {
+            f.write_str("leaf ")?;
+        }
         write_quoted(f, &self.pattern)
     }
 }

@@ -1,6 +1,8 @@
 //! The crate's integration tests, one binary with a module per area: the design document's
 //! examples, malformed queries and their messages, printing round trips, the lenient parse.
 
+#[path = "querylang/binary.rs"]
+mod binary;
 #[path = "querylang/errors.rs"]
 mod errors;
 #[path = "querylang/examples.rs"]
@@ -55,7 +57,8 @@ fn tree(out: &mut String, query: &str, expr: &Expr, depth: usize) {
         ExprKind::StackFilter { filter, .. } => {
             let text = &query[filter.span.start..filter.span.end];
             assert!(text.starts_with(filter.op.as_str()), "{text}");
-            format!("stack_filter {:?} {:?}", filter.op, filter.pattern)
+            let leaf = if filter.leaf { " leaf" } else { "" };
+            format!("stack_filter {:?}{leaf} {:?}", filter.op, filter.pattern)
         }
         ExprKind::Merge { grouping, .. } => format!("merge{}", grouping_text(grouping.as_ref())),
         ExprKind::Diff { .. } => "diff".to_owned(),
@@ -64,6 +67,30 @@ fn tree(out: &mut String, query: &str, expr: &Expr, depth: usize) {
         }
         ExprKind::TopK { k, .. } => format!("topk {k}"),
         ExprKind::Paren(_) => "paren".to_owned(),
+        ExprKind::Number(n) => format!("number {:?}", n.0),
+        ExprKind::Binary {
+            op,
+            return_bool,
+            matching,
+            op_span,
+            ..
+        } => {
+            let mut head = format!("binary {op:?}");
+            if *return_bool {
+                head.push_str(" bool");
+            }
+            if let Some(m) = matching {
+                let on = if m.on { "on" } else { "ignoring" };
+                write!(head, " {on}{:?}", m.labels).unwrap();
+                if let Some(g) = &m.group {
+                    write!(head, " group_{:?}{:?}", g.side, g.labels).unwrap();
+                }
+            }
+            let text = &query[op_span.start..op_span.end];
+            assert!(text.starts_with(op.as_str()), "{text}");
+            write!(head, " op@{}..{}", op_span.start, op_span.end).unwrap();
+            head
+        }
     };
     writeln!(
         out,
@@ -72,7 +99,11 @@ fn tree(out: &mut String, query: &str, expr: &Expr, depth: usize) {
     )
     .unwrap();
     match &expr.kind {
-        ExprKind::Selector(_) => {}
+        ExprKind::Selector(_) | ExprKind::Number(_) => {}
+        ExprKind::Binary { lhs, rhs, .. } => {
+            tree(out, query, lhs, depth + 1);
+            tree(out, query, rhs, depth + 1);
+        }
         ExprKind::Offset { expr, .. }
         | ExprKind::StackFilter { expr, .. }
         | ExprKind::Merge { expr, .. }

@@ -114,6 +114,7 @@ fn structure_of(text: &str, expr: Option<&Expr>) -> Structure {
             ValueType::ProfileSet => "profile_set",
             ValueType::Profile => "profile",
             ValueType::SeriesSet => "series_set",
+            ValueType::Scalar => "scalar",
         }),
         selectors,
         errors: None,
@@ -134,6 +135,11 @@ fn collect_selectors(expr: &Expr, visit: &mut impl FnMut(&Selector, Span)) {
             collect_selectors(base, visit);
             collect_selectors(comparison, visit);
         }
+        ExprKind::Binary { lhs, rhs, .. } => {
+            collect_selectors(lhs, visit);
+            collect_selectors(rhs, visit);
+        }
+        ExprKind::Number(_) => {}
     }
 }
 

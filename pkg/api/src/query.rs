@@ -156,10 +156,10 @@ pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>
         _ => return Err(ApiError::bad_data("give both `start` and `end`, or `time`")),
     };
     let format = p.get("format").unwrap_or("json").to_owned();
-    if expr.value_type() == parca_querylang::ValueType::SeriesSet {
+    if gives_numbers(&expr) {
         if format != "json" {
             return Err(ApiError::bad_data(format!(
-                "the query gives series (an aggregation), which are answered as a JSON vector, not as `{format}`: drop `format`, or query profiles with merge(…)"
+                "the query gives series (an aggregation or arithmetic), which are answered as a JSON vector, not as `{format}`: drop `format`, or query profiles with merge(…)"
             )));
         }
         return instant_vector(api, expr, query).await;
@@ -263,9 +263,9 @@ pub(crate) async fn profile_groups(
     query: InstantQuery,
 ) -> Result<Vec<parca_query::ProfileGroup>, ApiError> {
     let expr = parse(text)?;
-    if expr.value_type() == parca_querylang::ValueType::SeriesSet {
+    if gives_numbers(&expr) {
         return Err(ApiError::bad_data(
-            "the query gives series (an aggregation), not a profile: give a selector",
+            "the query gives series (an aggregation or arithmetic), not a profile: give a selector",
         ));
     }
     evaluate(api, "query", move |engine| {
@@ -274,25 +274,45 @@ pub(crate) async fn profile_groups(
     .await
 }
 
+/// Whether `expr` gives numbers (series, or one number) rather than profiles.
+fn gives_numbers(expr: &Expr) -> bool {
+    matches!(
+        expr.value_type(),
+        parca_querylang::ValueType::SeriesSet | parca_querylang::ValueType::Scalar
+    )
+}
+
 /// A series-valued instant query, answered as Prometheus answers one:
-/// `{"resultType":"vector","result":[{"metric":{…},"value":[t,"v"]}]}`.
+/// `{"resultType":"vector","result":[{"metric":{…},"value":[t,"v"]}]}`, or for a number
+/// `{"resultType":"scalar","result":[t,"v"]}`.
 async fn instant_vector(
     api: &Arc<Api>,
     expr: Expr,
     query: InstantQuery,
 ) -> Result<Response<Body>, ApiError> {
+    let scalar = expr.value_type() == parca_querylang::ValueType::Scalar;
     let series = evaluate(api, "query", move |engine| {
         engine.instant_series(&expr, &query).map_err(query_error)
     })
     .await;
     let series = series?;
+    if scalar {
+        let (t, v) = series
+            .first()
+            .and_then(|s| s.points.last())
+            .map_or((query.time_ms, f64::NAN), |p| (p.timestamp_ms, p.value));
+        return Ok(success(&serde_json::json!({
+            "resultType": "scalar",
+            "result": [seconds(t), prom_float(v)],
+        })));
+    }
     let result: Vec<serde_json::Value> = series
         .iter()
         .filter_map(|s| {
             let point = s.points.last()?;
             Some(serde_json::json!({
                 "metric": labels_map(&s.labels),
-                "value": [seconds(point.timestamp_ms), point.value.to_string()],
+                "value": [seconds(point.timestamp_ms), prom_float(point.value)],
             }))
         })
         .collect();
@@ -300,6 +320,18 @@ async fn instant_vector(
         "resultType": "vector",
         "result": result,
     })))
+}
+
+/// A value as Prometheus writes it in JSON: a string, with `+Inf`, `-Inf` and `NaN` (a ratio
+/// over a step whose divisor is 0).
+pub(crate) fn prom_float(v: f64) -> String {
+    if v.is_nan() {
+        "NaN".to_owned()
+    } else if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.to_owned()
+    } else {
+        v.to_string()
+    }
 }
 
 /// Milliseconds since the epoch as Prometheus' seconds.
@@ -594,7 +626,7 @@ pub(crate) async fn range(api: &Arc<Api>, call: Call) -> Result<Response<Body>, 
             values: s
                 .points
                 .iter()
-                .map(|p| (seconds(p.timestamp_ms), p.value.to_string()))
+                .map(|p| (seconds(p.timestamp_ms), prom_float(p.value)))
                 .collect(),
             unit: &s.unit,
             period_unit: s.period_unit.as_deref(),
@@ -604,7 +636,7 @@ pub(crate) async fn range(api: &Arc<Api>, call: Call) -> Result<Response<Body>, 
                     .map(|p| {
                         (
                             seconds(p.timestamp_ms),
-                            p.period_value.unwrap_or(0.0).to_string(),
+                            prom_float(p.period_value.unwrap_or(0.0)),
                         )
                     })
                     .collect()
@@ -620,7 +652,7 @@ pub(crate) async fn range(api: &Arc<Api>, call: Call) -> Result<Response<Body>, 
             omitted
                 .points
                 .iter()
-                .filter_map(|p| Some((seconds(p.timestamp_ms), f(p)?.to_string())))
+                .filter_map(|p| Some((seconds(p.timestamp_ms), prom_float(f(p)?))))
                 .collect()
         };
         let mut o = serde_json::json!({

@@ -18,12 +18,15 @@ enum Pattern {
 }
 
 /// One stack filter. A sample passes when some frame matches (for `keep` filters) or no frame
-/// matches (for `drop` filters). Unsymbolized frames are tested by their display name,
+/// matches (for `drop` filters); for a leaf filter ([`StackFilter::at_leaf`]), when the frame
+/// that was running matches or not. Unsymbolized frames are tested by their display name,
 /// `binary+0xoffset`.
 #[derive(Debug, Clone)]
 pub struct StackFilter {
     pattern: Pattern,
     keep: bool,
+    /// Test only the innermost function of the stack (the query language's `leaf`).
+    leaf: bool,
 }
 
 impl StackFilter {
@@ -32,6 +35,7 @@ impl StackFilter {
         StackFilter {
             pattern: Pattern::Substring(s.to_owned()),
             keep: true,
+            leaf: false,
         }
     }
 
@@ -40,7 +44,17 @@ impl StackFilter {
         StackFilter {
             pattern: Pattern::Substring(s.to_owned()),
             keep: false,
+            leaf: false,
         }
+    }
+
+    /// The same test, of the innermost function of each stack only (the query language's
+    /// `|= leaf "s"`): the function that was running, not its callers. What such a filter keeps
+    /// sums to the function's self value (pprof's flat), where the plain filter gives its
+    /// inclusive value (cum). An inlined call's innermost function is the one tested.
+    pub fn at_leaf(mut self) -> Self {
+        self.leaf = true;
+        self
     }
 
     /// Keeps samples with a function whose whole name matches `pattern` (`|~ "re"`); the regex is
@@ -49,6 +63,7 @@ impl StackFilter {
         Ok(StackFilter {
             pattern: Pattern::Regex(anchored(pattern)?),
             keep: true,
+            leaf: false,
         })
     }
 
@@ -57,6 +72,7 @@ impl StackFilter {
         Ok(StackFilter {
             pattern: Pattern::Regex(anchored(pattern)?),
             keep: false,
+            leaf: false,
         })
     }
 
@@ -72,6 +88,7 @@ impl StackFilter {
             return StackFilter {
                 pattern: Pattern::Frame(test),
                 keep: true,
+                leaf: false,
             };
         }
         let (test, keep) = match test {
@@ -100,6 +117,7 @@ impl StackFilter {
         StackFilter {
             pattern: Pattern::Frame(test),
             keep,
+            leaf: false,
         }
     }
 
@@ -123,6 +141,9 @@ impl StackFilter {
         }
         if lines.is_empty() {
             self.test(&tables.location_display_name(id))
+        } else if self.leaf {
+            // pprof's order: the first line is the innermost of the functions inlined here.
+            self.test(tables.string(tables.function(lines[0].function).name))
         } else {
             lines
                 .iter()
@@ -164,10 +185,14 @@ impl StackMatcher<'_> {
     fn stack(&mut self, id: StackId) -> bool {
         if self.stacks[id.idx()] == UNKNOWN {
             let tables = self.tables;
-            let hit = tables
-                .stack(id)
-                .iter()
-                .any(|&location| self.location(location));
+            let frames = tables.stack(id);
+            // pprof's order: the leaf first.
+            let frames = if self.filter.leaf {
+                &frames[..frames.len().min(1)]
+            } else {
+                frames
+            };
+            let hit = frames.iter().any(|&location| self.location(location));
             self.stacks[id.idx()] = if hit { YES } else { NO };
         }
         self.stacks[id.idx()] == YES
@@ -289,6 +314,18 @@ mod tests {
             none.samples.is_empty(),
             "anchored: `http` alone matches no full name"
         );
+    }
+
+    #[test]
+    fn leaf_filters_test_the_running_function_only() {
+        let leaf = filter_stacks(&sample(), &[StackFilter::contains("net/http").at_leaf()]);
+        assert_eq!(folded(&leaf), "main;net/http.read 2\n");
+        let not_leaf = filter_stacks(&sample(), &[StackFilter::not_contains("main").at_leaf()]);
+        assert_eq!(not_leaf.total(), sample().total());
+        let re = StackFilter::matches("runtime\\..*")
+            .expect("valid")
+            .at_leaf();
+        assert_eq!(filter_stacks(&sample(), &[re]).total(), 5);
     }
 
     #[test]

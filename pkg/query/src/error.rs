@@ -65,6 +65,10 @@ pub enum Error {
     /// The query's result has the wrong kind for the endpoint.
     #[error("{0}")]
     WrongKind(String),
+    /// The series of a binary operation do not match as its modifiers say (several series
+    /// where one was to match, or two results with the same labels); PromQL's errors.
+    #[error("{0}")]
+    Matching(String),
     /// Profiles of different types met in a merge or diff.
     #[error("{what}: {source}")]
     Profile {

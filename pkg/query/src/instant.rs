@@ -158,6 +158,13 @@ impl Engine {
             ExprKind::TopK { .. } => Err(Error::WrongKind(
                 "`topk` gives a series set (numbers over time), not a profile: ask /api/v1/query_range for it".into(),
             )),
+            ExprKind::Binary { op, .. } => Err(Error::WrongKind(format!(
+                "`{}` gives series (numbers over time), not a profile: ask /api/v1/query_range for them, or /api/v1/query for their values at one time",
+                op.as_str()
+            ))),
+            ExprKind::Number(_) => Err(Error::WrongKind(
+                "a number is not a profile: give a selector, merge(…) or diff(…)".into(),
+            )),
         }
     }
 

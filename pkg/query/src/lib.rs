@@ -30,6 +30,7 @@
 //! assert!(err.to_string().starts_with("unknown profile type"));
 //! ```
 
+mod binary;
 mod error;
 mod instant;
 mod range;

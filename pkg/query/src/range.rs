@@ -2,10 +2,11 @@
 
 use parca_profile::Meta;
 use parca_profile::{StackFilter, filter_stacks};
-use parca_querylang::{AggregateOp, Expr, ExprKind};
+use parca_querylang::{AggregateOp, Expr, ExprKind, ValueType};
 use parca_tsdb::{Labels, NAME_LABEL, TotalPoint};
 use rustc_hash::FxHashMap;
 
+use crate::binary::{self, Operator, Side};
 use crate::instant::group_labels;
 use crate::select::{self, ProfileType};
 use crate::{Engine, Error};
@@ -194,10 +195,56 @@ impl Engine {
                 let inner = self.eval_range(expr, query, offset_ms, filters)?;
                 Ok(topk(*k as usize, inner))
             }
+            ExprKind::Number(n) => Ok(vec![scalar_series(n.0, query)]),
+            ExprKind::Binary {
+                op,
+                lhs,
+                rhs,
+                return_bool,
+                matching,
+                ..
+            } => {
+                let mut side = |e: &Expr| -> Result<Side, Error> {
+                    let series = self.eval_range(e, query, offset_ms, filters)?;
+                    Ok(if e.value_type() == ValueType::Scalar {
+                        Side::Scalar(series.into_iter().next().unwrap_or_else(|| scalar_series(f64::NAN, query)))
+                    } else {
+                        Side::Vector(series)
+                    })
+                };
+                let lhs = side(lhs)?;
+                let rhs = side(rhs)?;
+                let operator = Operator {
+                    op: *op,
+                    return_bool: *return_bool,
+                    matching: matching.as_ref(),
+                };
+                binary::evaluate(operator, lhs, rhs, query)
+            }
             ExprKind::Merge { .. } | ExprKind::Diff { .. } => Err(Error::WrongKind(
                 "`merge` and `diff` give a profile, not numbers over time: ask /api/v1/query for it, or graph the profile set itself (drop merge)".into(),
             )),
         }
+    }
+}
+
+/// A number as a series without labels, with a point at every step.
+fn scalar_series(value: f64, query: &RangeQuery) -> RangeSeries {
+    let mut points = Vec::new();
+    let mut t = query.start_ms;
+    while t <= query.end_ms {
+        points.push(Point {
+            timestamp_ms: t,
+            value,
+            period_value: None,
+        });
+        t += query.step_ms;
+    }
+    RangeSeries {
+        labels: Labels::default(),
+        points,
+        unit: String::new(),
+        period_unit: None,
     }
 }
 

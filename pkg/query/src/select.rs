@@ -84,12 +84,13 @@ pub(crate) fn stack_filter(filter: &parca_querylang::StackFilter) -> Result<Stac
         what: "stack filter".into(),
         source,
     };
-    Ok(match filter.op {
+    let test = match filter.op {
         StackFilterOp::Contains => StackFilter::contains(pattern),
         StackFilterOp::NotContains => StackFilter::not_contains(pattern),
         StackFilterOp::Matches => StackFilter::matches(pattern).map_err(profile_error)?,
         StackFilterOp::NotMatches => StackFilter::not_matches(pattern).map_err(profile_error)?,
-    })
+    };
+    Ok(if filter.leaf { test.at_leaf() } else { test })
 }
 
 /// Checks a selection as [`series`] does, without listing the shards' series (a round trip to

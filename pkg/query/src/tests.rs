@@ -292,3 +292,74 @@ fn an_answer_without_a_shard_says_so_even_when_it_is_an_error() {
     );
     assert_eq!(engine.warnings(), vec!["shard x cannot be read".to_owned()]);
 }
+
+/// The issue's query: a function's share of each instance's CPU, inclusive (any frame) and
+/// self (`leaf`), equal to pprof's cum and flat over the total.
+#[test]
+fn a_functions_share_of_cpu_inclusive_and_self() {
+    let (_dir, engine) = store();
+    let profile = corpus("go-cpu.pb.gz")
+        .into_iter()
+        .find(|p| p.meta.sample_type.kind == "cpu")
+        .expect("cpu");
+    let top = parca_profile::TopTable::build(&profile);
+    // The function with the most self time whose name is in no other function's name, so that
+    // a substring selects it alone.
+    let row = top
+        .rows
+        .iter()
+        .filter(|r| r.flat > 0)
+        .filter(|r| {
+            !top.rows
+                .iter()
+                .any(|o| o.name != r.name && o.name.contains(&r.name))
+        })
+        .max_by_key(|r| r.flat)
+        .expect("a function with self time");
+    assert!(row.flat < row.cum, "{} calls nothing", row.name);
+    let at = |q: &str| -> f64 {
+        let expr = parca_querylang::parse(q).unwrap_or_else(|e| panic!("{}", e.render(q)));
+        let series = engine
+            .range(
+                &expr,
+                &RangeQuery {
+                    start_ms: 1_000_000,
+                    end_ms: 1_000_000,
+                    step_ms: 10_000,
+                },
+            )
+            .expect("evaluates");
+        let a = series
+            .iter()
+            .find(|s| s.labels.get("instance") == Some("a:1"))
+            .unwrap_or_else(|| panic!("{q}: no series of a:1 in {series:?}"));
+        assert!(
+            a.labels.get("__name__").is_none(),
+            "arithmetic drops the name"
+        );
+        a.points[0].value
+    };
+    let name = &row.name;
+    let total = top.total as f64;
+    assert_eq!(
+        at(&format!(
+            r#"sum by (instance) ({CPU} |= "{name}") / sum by (instance) ({CPU})"#
+        )),
+        row.cum as f64 / total
+    );
+    assert_eq!(
+        at(&format!(
+            r#"sum by (instance) ({CPU} |= leaf "{name}") / sum by (instance) ({CPU})"#
+        )),
+        row.flat as f64 / total
+    );
+    // Per series, matched on all labels but the name; a comparison keeps the left value.
+    assert_eq!(
+        at(&format!(r#"{CPU} |= leaf "{name}" / {CPU} * 100"#)),
+        row.flat as f64 / total * 100.0
+    );
+    assert_eq!(
+        at(&format!(r#"{CPU} - {CPU} != leaf "{name}" > 0"#)),
+        row.flat as f64
+    );
+}

@@ -107,30 +107,30 @@ fn syntax_errors() {
     check(
         "memory:inuse_space:bytes:space:bytes offset 1h [5m]",
         expect![[r#"
-        line 1, column 48: expected `offset`, a stack filter such as |= "main" or the end of the query, found `[`
-        1 | memory:inuse_space:bytes:space:bytes offset 1h [5m]
-          |                                                ^"#]],
+            line 1, column 48: expected `offset`, a stack filter such as |= "main", a binary operator such as / or > or the end of the query, found `[`
+            1 | memory:inuse_space:bytes:space:bytes offset 1h [5m]
+              |                                                ^"#]],
     );
     check(
         "memory:inuse_space:bytes:space:bytes foo",
         expect![[r#"
-        line 1, column 38: expected `{`, a range such as [5m], `offset`, a stack filter such as |= "main" or the end of the query, found `foo`
-        1 | memory:inuse_space:bytes:space:bytes foo
-          |                                      ^^^"#]],
+            line 1, column 38: expected `{`, a range such as [5m], `offset`, a stack filter such as |= "main", a binary operator such as / or > or the end of the query, found `foo`
+            1 | memory:inuse_space:bytes:space:bytes foo
+              |                                      ^^^"#]],
     );
     check(
         "memory:inuse_space:bytes:space:bytes |=",
         expect![[r#"
-        line 1, column 40: expected a string such as "api", found the end of the query
-        1 | memory:inuse_space:bytes:space:bytes |=
-          |                                        ^"#]],
+            line 1, column 40: expected a string such as "api" or `leaf`, found the end of the query
+            1 | memory:inuse_space:bytes:space:bytes |=
+              |                                        ^"#]],
     );
     check(
         "memory:inuse_space:bytes:space:bytes |= main",
         expect![[r#"
-        line 1, column 41: expected a string such as "api", found `main`
-        1 | memory:inuse_space:bytes:space:bytes |= main
-          |                                         ^^^^"#]],
+            line 1, column 41: expected a string such as "api" or `leaf`, found `main`
+            1 | memory:inuse_space:bytes:space:bytes |= main
+              |                                         ^^^^"#]],
     );
     check(
         "sum",
@@ -177,30 +177,30 @@ fn syntax_errors() {
     check(
         "sum(memory:inuse_space:bytes:space:bytes",
         expect![[r#"
-        line 1, column 41: expected `)`, `{`, a range such as [5m], `offset` or a stack filter such as |= "main", found the end of the query
-        1 | sum(memory:inuse_space:bytes:space:bytes
-          |                                         ^"#]],
+            line 1, column 41: expected `)`, `{`, a range such as [5m], `offset`, a stack filter such as |= "main" or a binary operator such as / or >, found the end of the query
+            1 | sum(memory:inuse_space:bytes:space:bytes
+              |                                         ^"#]],
     );
     check(
         "merge(memory:inuse_space:bytes:space:bytes))",
         expect![[r#"
-        line 1, column 44: expected a grouping such as by (job), `offset`, a stack filter such as |= "main" or the end of the query, found `)`
-        1 | merge(memory:inuse_space:bytes:space:bytes))
-          |                                            ^"#]],
+            line 1, column 44: expected a grouping such as by (job), `offset`, a stack filter such as |= "main", a binary operator such as / or > or the end of the query, found `)`
+            1 | merge(memory:inuse_space:bytes:space:bytes))
+              |                                            ^"#]],
     );
     check(
         "diff(memory:inuse_space:bytes:space:bytes)",
         expect![[r#"
-        line 1, column 42: expected `,`, `{`, a range such as [5m], `offset` or a stack filter such as |= "main", found `)`
-        1 | diff(memory:inuse_space:bytes:space:bytes)
-          |                                          ^"#]],
+            line 1, column 42: expected `,`, `{`, a range such as [5m], `offset`, a stack filter such as |= "main" or a binary operator such as / or >, found `)`
+            1 | diff(memory:inuse_space:bytes:space:bytes)
+              |                                          ^"#]],
     );
     check(
         "diff(memory:inuse_space:bytes:space:bytes, memory:inuse_space:bytes:space:bytes, memory:inuse_space:bytes:space:bytes)",
         expect![[r#"
-        line 1, column 80: expected `)`, `{`, a range such as [5m], `offset` or a stack filter such as |= "main", found `,`
-        1 | …es, memory:inuse_space:bytes:space:bytes, memory:inuse_space:bytes:space:bytes)
-          |                                          ^"#]],
+            line 1, column 80: expected `)`, `{`, a range such as [5m], `offset`, a stack filter such as |= "main" or a binary operator such as / or >, found `,`
+            1 | …es, memory:inuse_space:bytes:space:bytes, memory:inuse_space:bytes:space:bytes)
+              |                                          ^"#]],
     );
     check(
         "topk(memory:inuse_space:bytes:space:bytes)",
@@ -226,9 +226,11 @@ fn syntax_errors() {
     check(
         "memory:inuse_space:bytes:space:bytes / 2",
         expect![[r#"
-        line 1, column 38: expected `{`, a range such as [5m], `offset`, a stack filter such as |= "main" or the end of the query, found `/`
-        1 | memory:inuse_space:bytes:space:bytes / 2
-          |                                      ^"#]],
+            SeriesSet: memory:inuse_space:bytes:space:bytes / 2
+            binary Div op@37..38 @0..40
+              selector memory:inuse_space:bytes:space:bytes @0..36
+              number 2.0 @39..40
+        "#]],
     );
     check(
         "sum(\n  memory:inuse_space:bytes:space:bytes{job=\"api\"\n)",
@@ -240,9 +242,9 @@ fn syntax_errors() {
     check(
         "(memory:inuse_space:bytes:space:bytes",
         expect![[r#"
-        line 1, column 38: expected `)`, `{`, a range such as [5m], `offset` or a stack filter such as |= "main", found the end of the query
-        1 | (memory:inuse_space:bytes:space:bytes
-          |                                      ^"#]],
+            line 1, column 38: expected `)`, `{`, a range such as [5m], `offset`, a stack filter such as |= "main" or a binary operator such as / or >, found the end of the query
+            1 | (memory:inuse_space:bytes:space:bytes
+              |                                      ^"#]],
     );
     check(
         "memory:inuse_space:bytes:space:bytes{job=\"api\n\"}",
@@ -268,9 +270,9 @@ fn syntax_errors() {
     check(
         "memory:inuse_space:bytes:space:bytes{job=\"api\"} 😀",
         expect![[r#"
-        line 1, column 49: expected a range such as [5m], `offset`, a stack filter such as |= "main" or the end of the query, found `😀`
-        1 | memory:inuse_space:bytes:space:bytes{job="api"} 😀
-          |                                                 ^"#]],
+            line 1, column 49: expected a range such as [5m], `offset`, a stack filter such as |= "main", a binary operator such as / or > or the end of the query, found `😀`
+            1 | memory:inuse_space:bytes:space:bytes{job="api"} 😀
+              |                                                 ^"#]],
     );
 }
 
@@ -437,7 +439,7 @@ fn profile_type_errors() {
     check(
         "1a:b:c:d:e",
         expect![[r#"
-            line 1, column 1: expected an expression such as memory:inuse_space:bytes:space:bytes{job="api"} or merge(…), found `1a:b:c:d:e`
+            line 1, column 1: `1a:b:c:d:e` is not a profile type: its name must start with a letter or `_`
             1 | 1a:b:c:d:e
               | ^^^^^^^^^^"#]],
     );

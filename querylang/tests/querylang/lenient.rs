@@ -47,9 +47,9 @@ fn half_typed_queries() {
     check(
         r#"sum by (job) (memory:inuse_space:bytes:space:bytes{job="api"}"#,
         expect![[r#"
-        sum by (job) (memory:inuse_space:bytes:space:bytes{job="api"}) @0..61
-        line 1, column 62: expected `)`, a range such as [5m], `offset` or a stack filter such as |= "main", found the end of the query [Symbol(')'), Range, Offset, StackFilter]
-    "#]],
+            sum by (job) (memory:inuse_space:bytes:space:bytes{job="api"}) @0..61
+            line 1, column 62: expected `)`, a range such as [5m], `offset`, a stack filter such as |= "main" or a binary operator such as / or >, found the end of the query [Symbol(')'), Range, Offset, StackFilter, BinaryOperator]
+        "#]],
     );
     check(
         "sum by (",

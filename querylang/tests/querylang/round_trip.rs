@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use parca_querylang::{
-    AggregateOp, Expr, ExprKind, Grouping, LabelMatcher, MatchOp, Selector, Span, StackFilter,
-    StackFilterOp, parse, parse_lenient,
+    AggregateOp, BinaryOp, Expr, ExprKind, GroupModifier, GroupSide, Grouping, LabelMatcher,
+    MatchOp, Number, Selector, Span, StackFilter, StackFilterOp, VectorMatching, parse,
+    parse_lenient,
 };
 
 /// The tree with every span zeroed, to compare trees parsed from different text.
@@ -26,6 +27,14 @@ fn without_spans(mut expr: Expr) -> Expr {
                 clear(base);
                 clear(comparison);
             }
+            ExprKind::Binary {
+                lhs, rhs, op_span, ..
+            } => {
+                *op_span = Span::default();
+                clear(lhs);
+                clear(rhs);
+            }
+            ExprKind::Number(_) => {}
         }
     }
     clear(&mut expr);
@@ -46,6 +55,13 @@ const QUERIES: &[&str] = &[
     r#"memory:inuse_space:bytes:space:bytes{a='it\'s', b=`raw\`, c="\a\b\f\v\x00\u00e9\U0001F600"}[90m] offset 14d"#,
     "((memory:inuse_space:bytes:space:bytes)) offset 0s",
     "count(topk(3, memory:inuse_space:bytes:space:bytes[1y2w3d4h5m6s7ms]))",
+    r#"sum by (job) (process_cpu:samples:count:cpu:nanoseconds:delta |= "hot_func") / sum by (job) (process_cpu:samples:count:cpu:nanoseconds:delta)"#,
+    "1 + 2 * 3 - 4 / -5 > bool 0.5e1",
+    "a:b:c:d:e - (a:b:c:d:e - a:b:c:d:e) * 1e-3",
+    r#"a:b:c:d:e{job="x"} != a:b:c:d:e != "f" != leaf "g""#,
+    "sum by (job, instance) (a:b:c:d:e) / on (job) group_left (team) sum by (job, team) (a:b:c:d:e)",
+    "a:b:c:d:e * ignoring (pod) group_right () (a:b:c:d:e)",
+    "a:b:c:d:e <= ignoring () a:b:c:d:e offset 1h |~ leaf `x.*`",
 ];
 
 #[test]
@@ -128,7 +144,7 @@ impl Gen {
             kind,
             span: Span::default(),
         };
-        let choice = if depth > 4 { 0 } else { self.next(9) };
+        let choice = if depth > 4 { 0 } else { self.next(12) };
         let sub = |g: &mut Gen| Box::new(g.expr(depth + 1));
         e(match choice {
             0 | 1 => {
@@ -163,7 +179,7 @@ impl Gen {
                 })
             }
             2 => ExprKind::Offset {
-                expr: sub(self),
+                expr: paren_if(sub(self), |_| true),
                 offset: self.duration(),
             },
             3 => {
@@ -176,10 +192,11 @@ impl Gen {
                 let filter = StackFilter {
                     op: ops[self.next(4) as usize],
                     pattern: self.string(),
+                    leaf: self.next(2) == 0,
                     span: Span::default(),
                 };
                 ExprKind::StackFilter {
-                    expr: sub(self),
+                    expr: paren_if(sub(self), |_| true),
                     filter,
                 }
             }
@@ -209,8 +226,67 @@ impl Gen {
                 k: 1 + self.next(1000),
                 expr: sub(self),
             },
+            9 => ExprKind::Number(Number(
+                [0.5, -2.0, 1e21, 1e-7, 3.0, -0.0][self.next(6) as usize],
+            )),
+            10 | 11 => {
+                let ops = [
+                    BinaryOp::Add,
+                    BinaryOp::Sub,
+                    BinaryOp::Mul,
+                    BinaryOp::Div,
+                    BinaryOp::Eql,
+                    BinaryOp::Neq,
+                    BinaryOp::Gtr,
+                    BinaryOp::Lss,
+                    BinaryOp::Gte,
+                    BinaryOp::Lte,
+                ];
+                let op = ops[self.next(10) as usize];
+                // Operands that would bind differently without them get the parentheses a
+                // person would write.
+                let lhs = paren_if(sub(self), |p| p < op.precedence());
+                let rhs = paren_if(sub(self), |p| p <= op.precedence());
+                let labels = |g: &mut Gen| -> Vec<String> {
+                    ["job", "instance", "on", "bool", "group_left"][..g.next(4) as usize]
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect()
+                };
+                let matching = (self.next(2) == 0).then(|| VectorMatching {
+                    on: self.next(2) == 0,
+                    labels: labels(self),
+                    group: (self.next(2) == 0).then(|| GroupModifier {
+                        side: if self.next(2) == 0 {
+                            GroupSide::Left
+                        } else {
+                            GroupSide::Right
+                        },
+                        labels: labels(self),
+                    }),
+                });
+                ExprKind::Binary {
+                    op,
+                    lhs,
+                    rhs,
+                    return_bool: op.is_comparison() && self.next(2) == 0,
+                    matching,
+                    op_span: Span::default(),
+                }
+            }
             _ => ExprKind::Paren(sub(self)),
         })
+    }
+}
+
+/// `expr` in parentheses if it is a binary operation whose precedence `needs` them.
+fn paren_if(expr: Box<Expr>, needs: impl Fn(u8) -> bool) -> Box<Expr> {
+    match &expr.kind {
+        ExprKind::Binary { op, .. } if needs(op.precedence()) => Box::new(Expr {
+            kind: ExprKind::Paren(expr),
+            span: Span::default(),
+        }),
+        _ => expr,
     }
 }
 
