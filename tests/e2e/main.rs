@@ -12,6 +12,7 @@ mod parca_agent_writes;
 mod parca_client;
 mod pprof_oracle;
 mod prometheus_clients;
+mod query_arithmetic;
 mod query_golden;
 mod security;
 mod server;

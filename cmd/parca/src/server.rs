@@ -99,6 +99,12 @@ pub struct ServerArgs {
     /// How long a query may run before it is answered 422, e.g. 2m.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     query_timeout: Duration,
+    /// How far back a series-valued instant query (and a selector without a range in
+    /// /api/v1/query) looks for profiles: the window a series' value is computed over, as
+    /// Prometheus' --query.lookback-delta. Delta types sum the profiles in it; snapshot types
+    /// take the latest.
+    #[arg(long, default_value = "5m", value_parser = parse_lookback)]
+    query_lookback_delta: Duration,
     /// Origins whose pages may call the API from a browser, comma-separated (`*`: any), as
     /// Parca's --cors-allowed-origins.
     #[arg(long, value_delimiter = ',')]
@@ -173,6 +179,17 @@ impl ObjstoreArgs {
 
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, parca_api::ParamError> {
     parca_api::parse_duration_ms(text).map(|ms| Duration::from_millis(ms as u64))
+}
+
+/// A lookback: a duration of at least 1 ms (a zero window would hold no profile).
+fn parse_lookback(text: &str) -> Result<Duration, String> {
+    let lookback = parse_duration(text).map_err(|e| e.to_string())?;
+    if lookback.is_zero() {
+        return Err(format!(
+            "`{text}` is no window: the lookback must be longer than zero, such as 5m"
+        ));
+    }
+    Ok(lookback)
 }
 
 /// `10GB`, `512MiB`, `1024` (bytes).
@@ -454,7 +471,7 @@ async fn serve(
             max_samples: args.query_max_samples,
             max_points: args.query_max_points,
             max_steps: args.query_max_steps,
-            ..parca_query::Limits::default()
+            lookback_ms: i64::try_from(args.query_lookback_delta.as_millis()).unwrap_or(i64::MAX),
         },
         cors_allowed_origins: args.cors_allowed_origins.clone(),
         external_labels: control

@@ -2,7 +2,8 @@
 //!
 //! Two ways to evaluate, as Prometheus has: [`Engine::instant`] gives profiles (for the
 //! flame graph, `merge`, `diff`), [`Engine::range`] gives series of totals per step (for the
-//! metrics graph, `sum by`, `topk`).
+//! metrics graph, `sum by`, `topk`, binary operators with PromQL's vector matching), and
+//! [`Engine::instant_series`] one step of it, over the lookback ([`Limits::lookback_ms`]).
 //!
 //! # Design constraints
 //!
