@@ -4,6 +4,7 @@
 
 mod agent;
 mod agent_python;
+mod check_rules;
 mod corpus;
 mod fanout;
 mod objstore;

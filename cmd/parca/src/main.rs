@@ -2,8 +2,10 @@
 //!
 //! Without a subcommand it runs the server; `parca profile` reads pprof files for people and
 //! scripts; `parca import` writes saved pprof files as blocks into a store; `parca compact`
-//! compacts the object store's blocks and applies its retention.
+//! compacts the object store's blocks and applies its retention; `parca check rules` checks
+//! rule files.
 
+mod check_cmd;
 mod compact_cmd;
 mod import_cmd;
 mod profile_cmd;
@@ -48,6 +50,8 @@ enum Command {
     /// Compact the object store's blocks and apply its retention, once (for a bucket that no
     /// server runs --objstore-compactor on).
     Compact(compact_cmd::Args),
+    /// Check files before a server reads them: `parca check rules FILE…`, as promtool's.
+    Check(check_cmd::Args),
 }
 
 fn main() -> ExitCode {
@@ -56,6 +60,7 @@ fn main() -> ExitCode {
         Some(Command::Profile(args)) => profile_cmd::run(&args),
         Some(Command::Import(args)) => import_cmd::run(&args),
         Some(Command::Compact(args)) => compact_cmd::run(&args),
+        Some(Command::Check(args)) => check_cmd::run(&args),
         None => server::run(cli.server),
     };
     match result {

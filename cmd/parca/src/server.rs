@@ -398,6 +398,14 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let address = listen_address(&args.http_address)?;
     // A bad file at start is fatal; on reload it only keeps the old configuration.
     let config = parca_config::load(&args.config_path).context("cannot load the configuration")?;
+    if !config.rules.is_empty() {
+        let n_rules: usize = config.rules.iter().map(|(_, f)| f.n_rules()).sum();
+        tracing::warn!(
+            files = config.rules.len(),
+            rules = n_rules,
+            "rule files are read and checked (at start and on reload), but this version does not evaluate rules yet"
+        );
+    }
     if args.storage_block_duration < Duration::from_secs(60) {
         bail!("--storage-block-duration must be at least 1m");
     }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
@@ -11,9 +11,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 use crate::checked::Checked;
+use crate::checked::str_then;
 use crate::duration;
 use crate::error::{invalid_error, syntax_error};
 use crate::labels::label_set_opt;
+use crate::rules::{RuleFile, load_rules};
 use crate::scrape::{DEFAULT_SCRAPE_INTERVAL, JobDefaults, ScrapeConfig, ScrapeConfigsSeed};
 use crate::storage::ObjectStorage;
 
@@ -34,6 +36,15 @@ pub struct Config {
     /// reach them; `profiling_config` is not used). Default: none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub query_stores: Vec<ScrapeConfig>,
+    /// `rule_files`: globs of rule files (Prometheus' format, [`crate::parse_rules`]), relative
+    /// to the configuration file's folder. Default: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rule_files: Vec<String>,
+    /// The rule files that `rule_files` matched, each read and checked, in path order: filled
+    /// by [`load`] (a bad rule file fails the load, so a reload keeps the old rules), empty
+    /// after [`parse`].
+    #[serde(skip)]
+    pub rules: Vec<(PathBuf, RuleFile)>,
 }
 
 /// `global` (Prometheus' section).
@@ -168,7 +179,37 @@ pub fn load(path: impl AsRef<Path>) -> Result<Config, Error> {
             job.set_directory(dir);
         }
     }
+    config.rules = read_rule_files(&config.rule_files, dir, &path.display().to_string())?;
     Ok(config)
+}
+
+/// The rule files matched by `globs` (relative ones under `dir`), each read and checked, in
+/// path order, each file once.
+fn read_rule_files(
+    globs: &[String],
+    dir: &Path,
+    source_name: &str,
+) -> Result<Vec<(PathBuf, RuleFile)>, Error> {
+    let mut paths = std::collections::BTreeSet::new();
+    for pattern in globs {
+        let full = if Path::new(pattern).is_absolute() || dir.as_os_str().is_empty() {
+            pattern.clone()
+        } else {
+            dir.join(pattern).display().to_string()
+        };
+        // The pattern compiled when parsed; the folder's name may hold glob characters.
+        let matches = glob::glob(&full).map_err(|e| Error::Invalid {
+            source_name: source_name.to_owned(),
+            location: None,
+            path: "rule_files".into(),
+            message: format!("invalid glob {full:?}: {e}"),
+        })?;
+        paths.extend(matches.filter_map(Result::ok).filter(|p| p.is_file()));
+    }
+    paths
+        .into_iter()
+        .map(|path| load_rules(&path).map(|file| (path, file)))
+        .collect()
 }
 
 impl Config {
@@ -193,6 +234,7 @@ enum TopKey {
     ScrapeConfigs,
     ObjectStorage,
     QueryStores,
+    RuleFiles,
 }
 
 impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
@@ -204,7 +246,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
             type Value = Config;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(
-                    "a mapping with `global`, `scrape_configs`, `object_storage` or `query_stores`",
+                    "a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores` or `rule_files`",
                 )
             }
             fn visit_none<E: de::Error>(self) -> Result<Config, E> {
@@ -221,6 +263,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                 let mut scrape_configs: Option<Vec<ScrapeConfig>> = None;
                 let mut object_storage: Option<Option<ObjectStorage>> = None;
                 let mut query_stores: Option<Vec<ScrapeConfig>> = None;
+                let mut rule_files: Option<Vec<String>> = None;
                 while let Some(key) = map.next_key::<TopKey>()? {
                     match key {
                         TopKey::Global => {
@@ -249,6 +292,14 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                             }
                             query_stores = Some(map.next_value_seed(ScrapeConfigsSeed(self.0))?);
                         }
+                        TopKey::RuleFiles => {
+                            if rule_files.is_some() {
+                                return Err(de::Error::duplicate_field("rule_files"));
+                            }
+                            let globs: Option<Vec<RuleGlob>> = map.next_value()?;
+                            rule_files =
+                                Some(globs.unwrap_or_default().into_iter().map(|g| g.0).collect());
+                        }
                     }
                 }
                 Ok(Config {
@@ -256,10 +307,25 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                     scrape_configs: scrape_configs.unwrap_or_default(),
                     object_storage: object_storage.flatten(),
                     query_stores: query_stores.unwrap_or_default(),
+                    rule_files: rule_files.unwrap_or_default(),
+                    rules: Vec::new(),
                 })
             }
         }
         d.deserialize_option(V(self.defaults))
+    }
+}
+
+/// A `rule_files` entry: a glob pattern, checked where it is written.
+struct RuleGlob(String);
+
+impl<'de> Deserialize<'de> for RuleGlob {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        str_then(d, "a file path or glob", |text| {
+            glob::Pattern::new(text)
+                .map(|_| RuleGlob(text.to_owned()))
+                .map_err(|e| format!("invalid glob {text:?}: {e}"))
+        })
     }
 }
 

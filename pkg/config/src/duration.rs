@@ -96,6 +96,20 @@ pub(crate) fn deserialize_positive_opt<'de, D: Deserializer<'de>>(
     Ok(<Option<Positive> as serde::Deserialize>::deserialize(d)?.map(|p| p.0))
 }
 
+/// A duration that may be zero, as an optional field (a rule's `for`).
+pub(crate) fn deserialize_opt<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    struct Any(Duration);
+    impl<'de> serde::Deserialize<'de> for Any {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_str(DurationVisitor { positive: false })
+                .map(Any)
+        }
+    }
+    Ok(<Option<Any> as serde::Deserialize>::deserialize(d)?.map(|a| a.0))
+}
+
 /// Serializes a duration with [`format_duration`].
 pub(crate) fn serialize<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format_duration(*d))

@@ -81,6 +81,7 @@ mod error;
 mod http_client;
 mod labels;
 mod relabel;
+mod rules;
 mod scrape;
 mod secret;
 mod storage;
@@ -90,6 +91,7 @@ pub use duration::{format_duration, parse_duration};
 pub use error::{Error, Location};
 pub use http_client::{HttpUrl, OAuth2, ProxyConfig};
 pub use relabel::{Action, Regexp, RelabelConfig, relabel, relabel_in_place};
+pub use rules::{Rule, RuleFile, RuleGroup, RuleKind, load_rules, parse_rules};
 pub use scrape::{
     Authorization, BasicAuth, DEFAULT_ENDPOINTS, DEFAULT_FILE_SD_REFRESH_INTERVAL,
     DEFAULT_SCRAPE_INTERVAL, FileSdConfig, ProfileEndpoint, SCRAPE_TIMEOUT_MARGIN, SampleType,
