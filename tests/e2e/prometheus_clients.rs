@@ -36,6 +36,27 @@ fn vector(result: &serde_json::Value) -> BTreeMap<String, f64> {
         .collect()
 }
 
+/// `promtool query instant` of `query` at `at` (Unix seconds) against the server at `addr`: the
+/// result as promtool prints it (a vector's list of samples).
+pub(crate) fn promtool_instant(
+    addr: std::net::SocketAddr,
+    at: i64,
+    query: &str,
+) -> serde_json::Value {
+    let output = Command::new("promtool")
+        .args(["query", "instant", "-o", "json", "--time", &at.to_string()])
+        .arg(format!("http://{addr}"))
+        .arg(query)
+        .output()
+        .expect("run promtool");
+    assert!(
+        output.status.success(),
+        "promtool failed on {query}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("promtool prints JSON")
+}
+
 #[test]
 fn promtool_instant_queries_get_prometheus_vectors() {
     if Command::new("promtool").arg("--version").output().is_err() {
@@ -72,19 +93,7 @@ fn promtool_instant_queries_get_prometheus_vectors() {
         r#"topk(2, memory:alloc_space:bytes:space:bytes{job="push"})"#,
         r#"count(memory:inuse_objects:count:space:bytes)"#,
     ] {
-        let output = Command::new("promtool")
-            .args(["query", "instant", "-o", "json", "--time", &at.to_string()])
-            .arg(format!("http://{}", server.addr))
-            .arg(query)
-            .output()
-            .expect("run promtool");
-        assert!(
-            output.status.success(),
-            "promtool failed on {query}: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let got: serde_json::Value =
-            serde_json::from_slice(&output.stdout).expect("promtool prints JSON");
+        let got = promtool_instant(server.addr, at, query);
         let range = server
             .api(&format!(
                 "/api/v1/query_range?query={}&start={at}&end={at}&step=300",

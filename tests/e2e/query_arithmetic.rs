@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
+use crate::prometheus_clients::promtool_instant;
 use crate::server_harness::{
     Server, corpus_profile_at, encode, http_request, parca_binary, skip, top_rows,
 };
@@ -159,19 +160,7 @@ fn a_functions_share_of_cpu_over_http() {
     if Command::new("promtool").arg("--version").output().is_err() {
         return skip("promtool (Debian's prometheus package)", "not installed");
     }
-    let output = Command::new("promtool")
-        .args(["query", "instant", "-o", "json", "--time", &at.to_string()])
-        .arg(format!("http://{}", server.addr))
-        .arg(&inclusive)
-        .output()
-        .expect("run promtool");
-    assert!(
-        output.status.success(),
-        "promtool failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let got: serde_json::Value =
-        serde_json::from_slice(&output.stdout).expect("promtool prints JSON");
+    let got = promtool_instant(server.addr, at, &inclusive);
     let got = by_instance(&serde_json::json!({"resultType": "vector", "result": got}));
     assert_eq!(got["a"], *cum as f64 / total);
     assert_eq!(got.len(), 2);

@@ -82,32 +82,29 @@ pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D
     d.deserialize_str(DurationVisitor { positive: false })
 }
 
+/// A duration, greater than zero when `POSITIVE`; decoded by [`DurationVisitor`] so that an
+/// error points at the value.
+struct Checked<const POSITIVE: bool>(Duration);
+
+impl<'de, const POSITIVE: bool> serde::Deserialize<'de> for Checked<POSITIVE> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_str(DurationVisitor { positive: POSITIVE })
+            .map(Checked)
+    }
+}
+
 /// A duration that must be greater than zero, as an optional field.
 pub(crate) fn deserialize_positive_opt<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Duration>, D::Error> {
-    struct Positive(Duration);
-    impl<'de> serde::Deserialize<'de> for Positive {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_str(DurationVisitor { positive: true })
-                .map(Positive)
-        }
-    }
-    Ok(<Option<Positive> as serde::Deserialize>::deserialize(d)?.map(|p| p.0))
+    Ok(<Option<Checked<true>> as serde::Deserialize>::deserialize(d)?.map(|c| c.0))
 }
 
 /// A duration that may be zero, as an optional field (a rule's `for`).
 pub(crate) fn deserialize_opt<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Duration>, D::Error> {
-    struct Any(Duration);
-    impl<'de> serde::Deserialize<'de> for Any {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_str(DurationVisitor { positive: false })
-                .map(Any)
-        }
-    }
-    Ok(<Option<Any> as serde::Deserialize>::deserialize(d)?.map(|a| a.0))
+    Ok(<Option<Checked<false>> as serde::Deserialize>::deserialize(d)?.map(|c| c.0))
 }
 
 /// Serializes a duration with [`format_duration`].

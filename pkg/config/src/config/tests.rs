@@ -906,6 +906,7 @@ fn the_examples_in_the_documentation_parse() {
             "scrape_configs:",
             "object_storage:",
             "query_stores:",
+            "rule_files:",
         ]
         .iter()
         .any(|k| first.starts_with(k))
