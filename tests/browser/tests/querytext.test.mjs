@@ -51,8 +51,8 @@ test('a window gets its range and offset after the matchers', async () => {
 
 test('a query is a profile, a series set or a profile set, by the server', async () => {
   const kinds = [];
-  for (const q of [`merge(${CPU})`, `sum(${CPU})`, `${CPU}{a="b"}`, `(${CPU}) offset 1h`, `topk(2, ${CPU})`]) kinds.push(queryKind(await parse(q)));
-  assert.deepEqual(kinds, ['profile', 'series', 'set', 'set', 'series']);
+  for (const q of [`merge(${CPU})`, `sum(${CPU})`, `${CPU}{a="b"}`, `(${CPU}) offset 1h`, `topk(2, ${CPU})`, `sum(${CPU} |= leaf "f") / sum(${CPU})`, '1 + 2']) kinds.push(queryKind(await parse(q)));
+  assert.deepEqual(kinds, ['profile', 'series', 'set', 'set', 'series', 'series', 'series']);
   assert.equal(typeOf(await parse('memory:alloc_space:bytes:space:bytes{job="a"}')), 'memory:alloc_space:bytes:space:bytes');
   assert.equal(typeOf(await parse('{__name__="a:b:c:d:e", job="x"}')), 'a:b:c:d:e');
   assert.equal(typeOf(await parse('merge by (i) (a:b:c:d:e:delta{job="x"})')), 'a:b:c:d:e:delta');

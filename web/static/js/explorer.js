@@ -213,7 +213,7 @@ export function mountExplorer(app) {
     profile = null;
     if (kind === 'series') {
       replace(profileHead);
-      replace(profilePanel, stateBox('empty', 'An aggregation gives numbers, not a profile.', 'Use the “Sum by” field with a plain selector to keep both the graph and the profile.'));
+      replace(profilePanel, stateBox('empty', 'An aggregation or arithmetic gives numbers, not a profile.', 'Use the “Sum by” field with a plain selector to keep both the graph and the profile.'));
       return;
     }
     let pq;

@@ -4,10 +4,12 @@
 
 /**
  * The kind of a query from its structure (`parseQuery`'s answer): 'profile' (merge, diff),
- * 'series' (an aggregation) or 'set' (a selector, with offsets and stack filters).
+ * 'series' (an aggregation, arithmetic, a number) or 'set' (a selector, with offsets and stack
+ * filters).
  */
 export function queryKind(parsed) {
-  return { profile: 'profile', series_set: 'series', profile_set: 'set' }[parsed.value_type] || 'set';
+  const kinds = { profile: 'profile', series_set: 'series', scalar: 'series', profile_set: 'set' };
+  return kinds[parsed.value_type] || 'set';
 }
 
 /** The profile type the query's first selector selects, or null. */
