@@ -26,8 +26,11 @@ const FUNCTIONS: &[&str] = &[
     r#"topk(5, sum by (instance) (memory:inuse_space:bytes:space:bytes))"#,
 ];
 
+/// A function's self time as a share of each job's CPU: binary operators go through the grammar.
+const SHARE: &str = r#"sum by (job) (process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{job="api"} |= leaf "encoding/json.Marshal") / sum by (job) (process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{job="api"})"#;
+
 fn bench(c: &mut Criterion) {
-    for q in SELECTORS.iter().chain(FUNCTIONS) {
+    for q in SELECTORS.iter().chain(FUNCTIONS).chain([&SHARE]) {
         parca_querylang::parse(q).expect("benchmark queries parse");
     }
     let mut group = c.benchmark_group("parse");
@@ -35,6 +38,10 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     group.bench_function("typical_selector", |b| {
         b.iter(|| parca_querylang::parse(black_box(SELECTORS[0])))
+    });
+
+    group.bench_function("share_of_cpu", |b| {
+        b.iter(|| parca_querylang::parse(black_box(SHARE)))
     });
 
     group.throughput(Throughput::Elements(SELECTORS.len() as u64));
