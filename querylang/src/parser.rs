@@ -64,7 +64,9 @@ fn syntax_error(query: &str, error: &pest::error::Error<Rule>) -> ParseError {
     expected.sort();
     expected.dedup();
     let found = found_at(query, pos);
-    if let Some(message) = unknown_function(query, pos) {
+    if let Some(message) =
+        unknown_function(query, pos).or_else(|| string_after_operator(query, pos))
+    {
         let mut e = ParseError::new(query, Span::new(pos, pos + 1), message);
         e.expected = expected;
         return e;
@@ -100,6 +102,24 @@ fn unknown_function(query: &str, pos: usize) -> Option<String> {
             "unknown function `{name}`: the functions are merge, diff, sum, avg, min, max, count and topk"
         )
     })
+}
+
+/// A message for `x == "f"` and the like: a string after a binary operator, where a stack filter
+/// was probably meant (only `|=`, `!=`, `|~` and `!~` take a string).
+fn string_after_operator(query: &str, pos: usize) -> Option<String> {
+    if !query[pos..].starts_with(['"', '\'', '`']) {
+        return None;
+    }
+    let before = query[..pos].trim_end_matches([' ', '\t', '\r', '\n']);
+    let before = before.strip_suffix("bool").map_or(before, str::trim_end);
+    let op = ["==", ">=", "<=", ">", "<", "+", "-", "*", "/"]
+        .into_iter()
+        .find(|op| before.ends_with(op) && !before.ends_with(&format!("|{op}")))?;
+    Some(format!(
+        "`{op}` compares or computes numbers, not a string: to keep samples with a function \
+         whose name contains the string, write `|=`; to drop them, `!=` (`|~` and `!~` for \
+         regular expressions)"
+    ))
 }
 
 /// What a grammar rule means to a person, where pest reports it as expected.

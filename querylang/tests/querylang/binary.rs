@@ -145,10 +145,22 @@ fn a_string_on_the_right_makes_a_stack_filter() {
     check(
         r#"x:a:b:c:d == "f""#,
         expect![[r#"
-        line 1, column 14: expected an expression such as memory:inuse_space:bytes:space:bytes{job="api"} or merge(…) or `bool`, `on (…)` or `ignoring (…)`, found a string
-        1 | x:a:b:c:d == "f"
-          |              ^"#]],
+            line 1, column 14: `==` compares or computes numbers, not a string: to keep samples with a function whose name contains the string, write `|=`; to drop them, `!=` (`|~` and `!~` for regular expressions)
+            1 | x:a:b:c:d == "f"
+              |              ^"#]],
     );
+}
+
+#[test]
+fn a_string_after_an_operator_points_to_the_filters() {
+    check("x:a:b:c:d > bool 'f'", expect![[r#"
+        line 1, column 18: `>` compares or computes numbers, not a string: to keep samples with a function whose name contains the string, write `|=`; to drop them, `!=` (`|~` and `!~` for regular expressions)
+        1 | x:a:b:c:d > bool 'f'
+          |                  ^"#]]);
+    check("x:a:b:c:d |= \"f\" - `g`", expect![[r#"
+        line 1, column 20: `-` compares or computes numbers, not a string: to keep samples with a function whose name contains the string, write `|=`; to drop them, `!=` (`|~` and `!~` for regular expressions)
+        1 | x:a:b:c:d |= "f" - `g`
+          |                    ^"#]]);
 }
 
 #[test]
