@@ -153,14 +153,20 @@ fn a_string_on_the_right_makes_a_stack_filter() {
 
 #[test]
 fn a_string_after_an_operator_points_to_the_filters() {
-    check("x:a:b:c:d > bool 'f'", expect![[r#"
+    check(
+        "x:a:b:c:d > bool 'f'",
+        expect![[r#"
         line 1, column 18: `>` compares or computes numbers, not a string: to keep samples with a function whose name contains the string, write `|=`; to drop them, `!=` (`|~` and `!~` for regular expressions)
         1 | x:a:b:c:d > bool 'f'
-          |                  ^"#]]);
-    check("x:a:b:c:d |= \"f\" - `g`", expect![[r#"
+          |                  ^"#]],
+    );
+    check(
+        "x:a:b:c:d |= \"f\" - `g`",
+        expect![[r#"
         line 1, column 20: `-` compares or computes numbers, not a string: to keep samples with a function whose name contains the string, write `|=`; to drop them, `!=` (`|~` and `!~` for regular expressions)
         1 | x:a:b:c:d |= "f" - `g`
-          |                    ^"#]]);
+          |                    ^"#]],
+    );
 }
 
 #[test]
