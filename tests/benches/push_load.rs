@@ -53,6 +53,11 @@ impl Options {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let mut i = 0;
         while i < args.len() {
+            // `cargo bench` passes `--bench`.
+            if args[i] == "--bench" {
+                i += 1;
+                continue;
+            }
             let value = args
                 .get(i + 1)
                 .unwrap_or_else(|| panic!("{} needs a value", args[i]));
@@ -63,11 +68,6 @@ impl Options {
                         .split(',')
                         .map(|n| n.parse().expect("--connections N,M"))
                         .collect();
-                }
-                // `cargo bench` passes `--bench`.
-                "--bench" => {
-                    i += 1;
-                    continue;
                 }
                 other => panic!("unknown option {other}"),
             }
@@ -122,7 +122,9 @@ fn main() {
         options.seconds,
         binary.display()
     );
-    println!("connections  pushes/s  p50      p99      non-2xx  server CPU/push  RSS after");
+    println!(
+        "connections  pushes/s  p50      p99      non-2xx  server CPU/push  RSS after  head series"
+    );
     for &connections in &options.connections {
         let server = Server::start(&binary, &[], |_| "scrape_configs: []\n".into());
         let pid = server.process.pid();
@@ -151,8 +153,14 @@ fn main() {
             .unwrap_or(0.0);
         let refused = figure(&report, "Non-2xx or 3xx responses:");
         let refused = if refused == "?" { "0" } else { refused };
+        let metrics = server.get("/metrics").map(|r| r.text()).unwrap_or_default();
+        let head_series = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("parca_tsdb_head_series "))
+            .unwrap_or("?")
+            .to_owned();
         println!(
-            "{connections:<12} {:<9} {:<8} {:<8} {refused:<8} {:<16} {:.0} MiB",
+            "{connections:<12} {:<9} {:<8} {:<8} {refused:<8} {:<16} {:<10} {head_series}",
             figure(&report, "Requests/sec:"),
             figure(&report, "50%"),
             figure(&report, "99%"),
@@ -161,7 +169,7 @@ fn main() {
             } else {
                 "?".into()
             },
-            rss_mib(pid)
+            format!("{:.0} MiB", rss_mib(pid))
         );
         if !output.status.success() || requests == 0.0 {
             println!("wrk: {report}{}", String::from_utf8_lossy(&output.stderr));

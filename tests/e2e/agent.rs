@@ -274,6 +274,35 @@ impl Agent {
             .expect("the agent's profile decodes")
             .to_proto()
     }
+
+    /// A profile of a `seconds` window in which each of `pids` has at least `min` samples:
+    /// windows are taken again (within a minute) until one has them. Busy targets share two
+    /// CPUs with whatever else the machine runs, so a window of fixed length may fall short;
+    /// the test waits for the samples, not for a longer sleep.
+    pub(crate) fn profile_with_samples(
+        &self,
+        seconds: u32,
+        pids: &[u32],
+        min: i64,
+    ) -> proto::Profile {
+        poll(
+            &format!("{min} samples of each of {pids:?} in one {seconds} s window"),
+            Duration::from_secs(60),
+            Duration::ZERO,
+            || {
+                let p = self.profile(&format!("seconds={seconds}"));
+                let counts: Vec<i64> = pids
+                    .iter()
+                    .map(|&pid| share_with(&p, pid, |_| true).1)
+                    .collect();
+                if counts.iter().all(|&n| n >= min) {
+                    Ok(p)
+                } else {
+                    Err(format!("samples per process: {counts:?}"))
+                }
+            },
+        )
+    }
 }
 
 pub(crate) fn string(p: &proto::Profile, i: i64) -> &str {
@@ -1334,9 +1363,9 @@ fn agent_unwinds_threads_dlopened_libraries_signal_handlers_and_cpp_exceptions()
     );
     // New mappings are found within a second of the first sample outside the known ones.
     std::thread::sleep(Duration::from_millis(1500));
-    // Five busy threads share two CPUs: 8 s give each well over the 20 samples checked, even
-    // on a machine busy with other work (5 s once left one under).
-    let p = agent.profile("seconds=8");
+    // Five busy threads share two CPUs with whatever else runs: a window with the 20 samples
+    // of each process that the checks below need.
+    let p = agent.profile_with_samples(8, &[threads.pid(), dl.pid(), signal.pid(), cpp.pid()], 20);
     assert_attributed(
         &p,
         "threads",

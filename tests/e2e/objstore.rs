@@ -518,12 +518,15 @@ fn the_bucket_is_read_when_local_copies_are_gone_and_by_other_servers() {
         &["--storage-block-duration=1m", "--storage-retention-time=2m"],
         |_| config(&bucket),
     );
-    for ago in [300_000, 240_000, 180_000] {
+    // Three minutes a minute apart, each a block of its own, all within the retention when
+    // pushed (older ones are refused); then a newer profile moves the retention's horizon
+    // (counted from the newest profile) past them.
+    for ago in [110_000, 50_000, -10_000] {
         push_at(&server, "a", now - ago);
         push_at(&server, "b", now - ago);
     }
-    push_at(&server, "one", now);
-    let (start, end) = (now - 330_000, now + 10_000);
+    push_at(&server, "one", now + 230_000);
+    let (start, end) = (now - 140_000, now + 240_000);
     let one = cpu_total(&server, "job=\"one\"", start, end);
     assert!(one > 0);
     // Every old block shipped, then deleted from the disk by retention.

@@ -698,9 +698,21 @@ fn refusals_are_answers_over_http2_for_curl_go_and_grpc() {
         &[&format!("--web-config-file={}", limited.display())],
         no_scrapes,
     );
-    // The one token goes to the first answer.
+    // The one token goes to the first request answered, whatever its answer (a 503 while the
+    // store opens, say): wait for any answer.
     let ready = https(&server, "/-/ready");
-    wait_ready(&mut server, d, &["--cacert", ca_arg, &ready]);
+    poll(
+        "the server to answer",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            server.process.assert_running();
+            match curl(d, &["--cacert", ca_arg, &ready]) {
+                got if got.status == 0 => Err(format!("{got:?}")),
+                _ => Ok(()),
+            }
+        },
+    );
     let url = https(&server, "/api/v1/write?__name__=process_cpu");
     for _ in 0..TRIES {
         let got = curl(
