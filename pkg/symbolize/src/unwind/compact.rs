@@ -140,6 +140,8 @@ pub struct CompactTable {
     pub bad_fdes: u64,
     /// FDEs compiled.
     pub fdes: u64,
+    /// The object's executable `PT_LOAD` segments: (file offset, file size, virtual address).
+    pub segments: Vec<(u64, u64, u64)>,
 }
 
 impl CompactTable {
@@ -153,6 +155,25 @@ impl CompactTable {
         let row = &self.rows[i];
         (row.kind != RowKind::End).then_some(row)
     }
+
+    /// The virtual address the start of an executable mapping at `file_offset` stands for
+    /// (see [`mapping_vaddr`]).
+    pub fn mapping_vaddr(&self, file_offset: u64) -> Option<u64> {
+        mapping_vaddr(&self.segments, file_offset)
+    }
+}
+
+/// The virtual address that the first byte of an executable mapping of an object at
+/// `file_offset` (page-aligned, as in `/proc/PID/maps`) stands for, given the object's
+/// executable `segments`: the segment whose pages hold that offset. A segment need not start
+/// on a page (lld puts `.text` at file offset 0x16930, address 0x17930), so the mapping's first
+/// byte may lie before it, and also inside the previous, read-only, segment's last page: only
+/// the executable segments are asked.
+pub fn mapping_vaddr(segments: &[(u64, u64, u64)], file_offset: u64) -> Option<u64> {
+    segments
+        .iter()
+        .find(|s| file_offset >= s.0 & !0xfff && file_offset < s.0 + s.1.max(1))
+        .map(|s| file_offset.wrapping_sub(s.0).wrapping_add(s.2))
 }
 
 /// A PLT stub's CFA expression: `DW_OP_breg7 8; DW_OP_breg16 0; DW_OP_lit15; DW_OP_and;
@@ -190,11 +211,12 @@ struct Sections {
     text_address: u64,
     got_address: u64,
     go: bool,
+    segments: Vec<(u64, u64, u64)>,
 }
 
 /// Reads the CFI sections of the object open as `file` (`path` names it in messages).
 fn read_sections(file: &File, path: &Path, limits: &Limits) -> Result<Sections, CompileError> {
-    use object::read::elf::{FileHeader, SectionHeader};
+    use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
     use std::os::unix::fs::FileExt;
     let cache = ReadCache::new(file);
     let elf_error = |source| crate::Error::Elf {
@@ -247,6 +269,15 @@ fn read_sections(file: &File, path: &Path, limits: &Limits) -> Result<Sections, 
             .section_by_name(endian, name)
             .map_or(0, |(_, s)| s.sh_addr(endian))
     };
+    let segments = header
+        .program_headers(endian, &cache)
+        .map_err(elf_error)?
+        .iter()
+        .filter(|p| {
+            p.p_type(endian) == object::elf::PT_LOAD && p.p_flags(endian) & object::elf::PF_X != 0
+        })
+        .map(|p| (p.p_offset(endian), p.p_filesz(endian), p.p_vaddr(endian)))
+        .collect();
     let (eh, eh_address) = read(".eh_frame")?.unwrap_or_default();
     let (debug, _) = read(".debug_frame")?.unwrap_or_default();
     Ok(Sections {
@@ -258,6 +289,7 @@ fn read_sections(file: &File, path: &Path, limits: &Limits) -> Result<Sections, 
         go: [&b".go.buildinfo"[..], b".note.go.buildid", b".gopclntab"]
             .iter()
             .any(|name| sections.section_by_name(endian, name).is_some()),
+        segments,
     })
 }
 
@@ -284,7 +316,9 @@ pub fn compile(file: &File, path: &Path, limits: &Limits) -> Result<CompactTable
     let mut eh_frame = EhFrame::new(&s.eh, LittleEndian);
     eh_frame.set_address_size(8);
     out.section(&eh_frame, &s.eh, &bases, 1)?;
-    Ok(out.finish(s.go))
+    let mut table = out.finish(s.go);
+    table.segments = s.segments;
+    Ok(table)
 }
 
 struct Compiler<'a> {
@@ -417,6 +451,7 @@ impl Compiler<'_> {
             },
             bad_fdes: self.bad_fdes,
             fdes: self.fdes,
+            segments: Vec::new(),
         };
         if !go {
             self.functions.sort_unstable();
@@ -634,6 +669,24 @@ mod tests {
             }
         }
         assert!(checked > 1000);
+    }
+
+    #[test]
+    fn a_mapping_finds_its_executable_segment_even_off_page() {
+        // lld's layout: a read-only segment, then .text at offset 0x16930, address 0x17930.
+        let segments = [(0x16930, 0x3f010, 0x17930)];
+        // The r-x mapping starts at the page holding 0x16930.
+        assert_eq!(mapping_vaddr(&segments, 0x16000), Some(0x17000));
+        // gcc's layout: offsets and addresses equal, page-aligned.
+        assert_eq!(
+            mapping_vaddr(&[(0x1000, 0x5000, 0x1000)], 0x1000),
+            Some(0x1000)
+        );
+        assert_eq!(mapping_vaddr(&segments, 0x0), None);
+        let Some(t) = compile_path("/usr/bin/gzip") else {
+            return;
+        };
+        assert_eq!(t.segments.len(), 1, "{:?}", t.segments);
     }
 
     #[test]
