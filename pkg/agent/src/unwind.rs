@@ -331,6 +331,10 @@ impl Unwinder {
             fail(self, true);
             return;
         };
+        // The program's rows are all that is needed of them from here.
+        let CompactTable {
+            census, segments, ..
+        } = table;
         let n_chunks = rows.len().div_ceil(ROWS_PER_CHUNK).max(1) as u32;
         if n_chunks > self.budget_chunks {
             fail(self, true);
@@ -364,8 +368,8 @@ impl Unwinder {
                 first_chunk,
                 n_chunks,
                 n_rows: rows.len() as u32,
-                census: table.census,
-                segments: table.segments,
+                census,
+                segments,
                 last_used: self.tick,
             },
         );
@@ -683,6 +687,21 @@ mod tests {
         let mut far = table.clone();
         far.rows[0].pc = 1 << 33;
         assert!(encode(&far).is_none());
+    }
+
+    #[test]
+    fn freed_chunks_merge_with_their_neighbours() {
+        let mut u = Unwinder::new(100);
+        assert_eq!(u.free, [(0, 100)]);
+        assert_eq!(u.stats().table_budget_bytes, 100 * CHUNK_BYTES);
+        // Three tables' worth taken by hand, then given back out of order.
+        u.free = vec![(90, 10)];
+        u.release(30, 60);
+        assert_eq!(u.free, [(30, 70)]);
+        u.release(0, 10);
+        assert_eq!(u.free, [(0, 10), (30, 70)]);
+        u.release(10, 20);
+        assert_eq!(u.free, [(0, 100)]);
     }
 
     #[test]

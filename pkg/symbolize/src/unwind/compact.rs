@@ -312,18 +312,18 @@ pub fn compile(file: &File, path: &Path, limits: &Limits) -> Result<CompactTable
     // `.debug_frame` first: where both cover an address `.eh_frame`'s rows come later and win.
     let mut debug_frame = DebugFrame::new(&s.debug, LittleEndian);
     debug_frame.set_address_size(8);
-    out.section(&debug_frame, &s.debug, &bases, 0)?;
+    out.section(&debug_frame, &s.debug, &bases)?;
     let mut eh_frame = EhFrame::new(&s.eh, LittleEndian);
     eh_frame.set_address_size(8);
-    out.section(&eh_frame, &s.eh, &bases, 1)?;
+    out.section(&eh_frame, &s.eh, &bases)?;
     let mut table = out.finish(s.go);
     table.segments = s.segments;
     Ok(table)
 }
 
 struct Compiler<'a> {
-    /// (row, section rank, FDE start): sorted later.
-    rows: Vec<(CompactRow, u8)>,
+    /// Rows in the sections' order (`.debug_frame`'s, then `.eh_frame`'s), sorted later.
+    rows: Vec<CompactRow>,
     /// (start, end) of each FDE, for the census.
     functions: Vec<(u64, u64)>,
     bad_fdes: u64,
@@ -338,7 +338,6 @@ impl Compiler<'_> {
         section: &S,
         bytes: &'s [u8],
         bases: &BaseAddresses,
-        rank: u8,
     ) -> Result<(), CompileError>
     where
         S::Offset: gimli::UnwindOffset<usize>,
@@ -369,7 +368,7 @@ impl Compiler<'_> {
                 match table.next_row() {
                     Ok(Some(row)) => {
                         let compact = convert(row, bytes, signal);
-                        self.rows.push((compact, rank));
+                        self.push(compact);
                         if self.rows.len() > self.limits.max_rows {
                             return Err(CompileError::TooManyRows {
                                 path: self.path.to_owned(),
@@ -388,42 +387,52 @@ impl Compiler<'_> {
                 // A CFA program gimli refused: its code is marked, not guessed at.
                 self.bad_fdes += 1;
                 self.rows.truncate(before);
-                self.rows.push((
-                    CompactRow {
-                        pc: fde.initial_address(),
-                        kind: RowKind::Unsupported,
-                        cfa_offset: 0,
-                        rbp: RbpRule::Lost,
-                        rbp_offset: 0,
-                    },
-                    rank,
-                ));
+                self.rows.push(CompactRow {
+                    pc: fde.initial_address(),
+                    kind: RowKind::Unsupported,
+                    cfa_offset: 0,
+                    rbp: RbpRule::Lost,
+                    rbp_offset: 0,
+                });
             }
             let end = fde.initial_address().saturating_add(fde.len());
             // Where the function ends, nothing covers until another row says so (the sort puts
             // a function starting there after this marker).
-            self.rows.push((
-                CompactRow {
-                    pc: end,
-                    kind: RowKind::End,
-                    cfa_offset: 0,
-                    rbp: RbpRule::Same,
-                    rbp_offset: 0,
-                },
-                0,
-            ));
+            self.push(CompactRow {
+                pc: end,
+                kind: RowKind::End,
+                cfa_offset: 0,
+                rbp: RbpRule::Same,
+                rbp_offset: 0,
+            });
             self.functions.push((fde.initial_address(), end));
         }
         Ok(())
     }
 
+    /// Appends a row, merging it at once with the last when the sections list them in address
+    /// order (as linkers write them): a row with the last one's rule adds nothing, and a row at
+    /// the address of an end marker replaces it. What is left is merged after the sort; memory
+    /// stays near the final table's.
+    fn push(&mut self, row: CompactRow) {
+        if let Some(last) = self.rows.last_mut() {
+            if last.pc < row.pc && last.same_rule(&row) {
+                return;
+            }
+            if last.pc == row.pc && last.kind == RowKind::End {
+                *last = row;
+                return;
+            }
+        }
+        self.rows.push(row);
+    }
+
     fn finish(mut self, go: bool) -> CompactTable {
-        // By address; at one address an end marker first, then `.debug_frame`'s row, then
-        // `.eh_frame`'s: the last one wins.
-        self.rows
-            .sort_by_key(|(r, rank)| (r.pc, r.kind != RowKind::End, *rank));
-        let mut rows: Vec<CompactRow> = Vec::with_capacity(self.rows.len() / 2);
-        for (row, _) in self.rows {
+        // By address; at one address an end marker first, then the rows in the sections'
+        // order (`.debug_frame`'s, then `.eh_frame`'s: the sort is stable), the last winning.
+        self.rows.sort_by_key(|r| (r.pc, r.kind != RowKind::End));
+        let mut rows: Vec<CompactRow> = Vec::with_capacity(self.rows.len());
+        for row in std::mem::take(&mut self.rows) {
             if let Some(last) = rows.last_mut()
                 && last.pc == row.pc
             {
