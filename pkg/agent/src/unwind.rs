@@ -111,7 +111,7 @@ struct Lazy {
 pub(crate) struct Unwinder {
     budget_chunks: u32,
     /// Objects to compile, to the compiling threads (small objects, and those over
-    /// [`LARGE_OBJECT_BYTES`]); and what they compiled, back.
+    /// [`LARGE_CFI_BYTES`]); and what they compiled, back.
     jobs: [std::sync::mpsc::Sender<Arc<MappedObject>>; 2],
     compiled: std::sync::mpsc::Receiver<Compiled>,
     /// Objects sent to be compiled and not back yet.
@@ -132,7 +132,7 @@ impl Unwinder {
     ///
     /// Tables are compiled on threads of their own, so that a large object (a 150 MB
     /// `librustc_driver`, seconds to compile) never holds up the sampling thread: one for
-    /// objects up to [`LARGE_OBJECT_BYTES`] (`unwind-tables`), one for larger ones
+    /// objects with up to [`LARGE_CFI_BYTES`] of CFI (`unwind-tables`), one for larger ones
     /// (`unwind-tables-large`, at nice 10: its seconds of CPU come mostly from idle time, not
     /// from the programs profiled), so that a small object never waits behind a large one.
     /// The threads end when the manager is dropped.
@@ -218,10 +218,7 @@ impl Unwinder {
                 && !self.objects.contains_key(&object.key)
                 && !self.failed.contains(&object.key)
             {
-                let large = object
-                    .file
-                    .metadata()
-                    .is_ok_and(|m| m.len() > LARGE_OBJECT_BYTES);
+                let large = compact::cfi_bytes(&object.file).is_none_or(|n| n > LARGE_CFI_BYTES);
                 if self.compiling.insert(object.key.clone())
                     && self.jobs[usize::from(large)].send(object.clone()).is_err()
                 {
@@ -518,8 +515,9 @@ impl Unwinder {
     }
 }
 
-/// Objects larger than this (their file) are compiled on a thread of their own.
-const LARGE_OBJECT_BYTES: u64 = 16 << 20;
+/// Objects with more call frame information than this are compiled on a thread of their own
+/// (Rust 1.95's `librustc_driver` has 6.2 MB of `.eh_frame`, Debian's libc 0.3 MB, python3.11d 0.5 MB).
+const LARGE_CFI_BYTES: u64 = 4 << 20;
 
 /// Starts a thread that compiles the objects sent to it, smallest first, at nice value `nice`,
 /// and sends the tables to `done`; returns where to send objects.
@@ -575,7 +573,7 @@ fn spawn_compiler(
     jobs
 }
 
-/// An object waiting to be compiled, ordered smallest file first.
+/// An object waiting to be compiled, ordered smallest CFI first.
 struct Job {
     size: u64,
     object: Arc<MappedObject>,
@@ -583,7 +581,7 @@ struct Job {
 
 impl Job {
     fn new(object: Arc<MappedObject>) -> Job {
-        let size = object.file.metadata().map_or(u64::MAX, |m| m.len());
+        let size = compact::cfi_bytes(&object.file).unwrap_or(u64::MAX);
         Job { size, object }
     }
 }

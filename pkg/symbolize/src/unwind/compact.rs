@@ -214,6 +214,24 @@ struct Sections {
     segments: Vec<(u64, u64, u64)>,
 }
 
+/// Bytes of call frame information (`.eh_frame` and `.debug_frame`, as stored) of the object open
+/// as `file`: what compiling its table costs, in proportion. `None` when its headers cannot be
+/// read.
+pub fn cfi_bytes(file: &File) -> Option<u64> {
+    use object::read::elf::{FileHeader, SectionHeader};
+    let cache = ReadCache::new(file);
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
+    let endian = header.endian().ok()?;
+    let sections = header.sections(endian, &cache).ok()?;
+    Some(
+        [&b".eh_frame"[..], b".debug_frame"]
+            .iter()
+            .filter_map(|name| sections.section_by_name(endian, name))
+            .map(|(_, s)| s.sh_size(endian))
+            .sum(),
+    )
+}
+
 /// Reads the CFI sections of the object open as `file` (`path` names it in messages).
 fn read_sections(file: &File, path: &Path, limits: &Limits) -> Result<Sections, CompileError> {
     use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
@@ -316,7 +334,11 @@ pub fn compile(file: &File, path: &Path, limits: &Limits) -> Result<CompactTable
     let mut eh_frame = EhFrame::new(&s.eh, LittleEndian);
     eh_frame.set_address_size(8);
     out.section(&eh_frame, &s.eh, &bases)?;
-    let mut table = out.finish(s.go);
+    let two_sections = !s.eh.is_empty() && !s.debug.is_empty();
+    // The sections' bytes are not needed any more: the rows are sorted without them.
+    drop(s.eh);
+    drop(s.debug);
+    let mut table = out.finish(s.go, two_sections);
     table.segments = s.segments;
     Ok(table)
 }
@@ -427,30 +449,40 @@ impl Compiler<'_> {
         self.rows.push(row);
     }
 
-    fn finish(mut self, go: bool) -> CompactTable {
+    fn finish(mut self, go: bool, two_sections: bool) -> CompactTable {
         // By address; at one address an end marker first, then the rows in the sections'
-        // order (`.debug_frame`'s, then `.eh_frame`'s: the sort is stable), the last winning.
-        self.rows.sort_by_key(|r| (r.pc, r.kind != RowKind::End));
-        let mut rows: Vec<CompactRow> = Vec::with_capacity(self.rows.len());
-        for row in std::mem::take(&mut self.rows) {
-            if let Some(last) = rows.last_mut()
-                && last.pc == row.pc
-            {
-                *last = row;
+        // order (`.debug_frame`'s, then `.eh_frame`'s: the sort is then stable), the last
+        // winning. With one section no two rows but an end marker share an address, and the
+        // unstable sort needs no memory of its own.
+        let key = |r: &CompactRow| (r.pc, r.kind != RowKind::End);
+        if two_sections {
+            self.rows.sort_by_key(key);
+        } else {
+            self.rows.sort_unstable_by_key(key);
+        }
+        // Merged in place: `n` rows kept at the front.
+        let mut rows = std::mem::take(&mut self.rows);
+        let mut n = 0;
+        for i in 0..rows.len() {
+            let row = rows[i];
+            if n > 0 && rows[n - 1].pc == row.pc {
+                rows[n - 1] = row;
                 // The one replaced may have differed from its predecessor where this does not.
-                if rows.len() >= 2 && rows[rows.len() - 2].same_rule(&row) {
-                    rows.pop();
+                if n >= 2 && rows[n - 2].same_rule(&row) {
+                    n -= 1;
                 }
                 continue;
             }
-            if rows.last().is_some_and(|last| last.same_rule(&row)) {
+            if n > 0 && rows[n - 1].same_rule(&row) {
                 continue;
             }
-            if rows.is_empty() && row.kind == RowKind::End {
+            if n == 0 && row.kind == RowKind::End {
                 continue;
             }
-            rows.push(row);
+            rows[n] = row;
+            n += 1;
         }
+        rows.truncate(n);
         rows.shrink_to_fit();
         let mut table = CompactTable {
             rows,
@@ -696,6 +728,8 @@ mod tests {
             return;
         };
         assert_eq!(t.segments.len(), 1, "{:?}", t.segments);
+        let file = File::open("/usr/bin/gzip").unwrap();
+        assert!(cfi_bytes(&file).is_some_and(|n| n > 1000 && n < 1 << 20));
     }
 
     #[test]
