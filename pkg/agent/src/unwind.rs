@@ -282,6 +282,13 @@ impl Unwinder {
         if done.is_empty() {
             return;
         }
+        // A table's rows were built on a compiling thread (in its malloc arena) and freed
+        // here: give that memory back to the system, or the agent's RSS keeps every table's
+        // peak.
+        // SAFETY: malloc_trim only returns free heap memory to the system; it takes no pointer.
+        unsafe {
+            libc::malloc_trim(0);
+        }
         let waited: Vec<Arc<ProcessInfo>> = self
             .processes
             .values()
