@@ -1,28 +1,36 @@
 // SPDX-License-Identifier: GPL-2.0
 //
 // profiler.bpf.c: the agent's CPU sampler. Attached to a `cpu-clock` perf event on every online
-// CPU. For a sample with a user stack it copies the user registers (rip, rsp, rbp), the top
-// STACK_COPY_BYTES of the user stack and the kernel stack into the `stack_samples` ring buffer:
-// userspace unwinds the copy with the objects' .eh_frame (perf's `--call-graph dwarf` way).
-// Samples without a user stack (kernel threads), and any whose copy does not fit in the ring
-// buffer, are counted per (process, user stack, kernel stack) with frame-pointer stacks
-// (`bpf_get_stackid`). Userspace (`pkg/agent/src/bpf.rs`) loads it with aya.
+// CPU. It unwinds each sample's user stack here, in the kernel, with the unwind tables userspace
+// compiled from the objects' .eh_frame/.debug_frame (`parca_symbolize::unwind::compact`), and
+// sends the return addresses with the kernel stack through the `stack_samples` ring buffer: no
+// user stack is copied. Samples without a user stack (kernel threads), of processes whose
+// mappings userspace has not told yet, and any that do not fit in the ring buffer, are counted
+// per (process, user stack, kernel stack) with frame-pointer stacks (`bpf_get_stackid`).
+// Userspace (`pkg/agent/src/bpf.rs`) loads it with aya.
+//
+// The unwind tables: `unwind_rows` is one array of fixed-size chunks of rows (sized at load time
+// by the agent's budget); each object's table (by build id, shared by every process that maps the
+// object) is a run of rows in it, named by an id in `unwind_objects`. `proc_maps` holds, per
+// process, its executable mappings sorted by address, each with its object's table id and load
+// bias. A walk step binary-searches the process's mappings, then the object's rows, and applies
+// the row: CFA = rsp or rbp + offset (or a PLT stub's expression, or a signal frame's saved
+// registers), return address at CFA - 8, saved rbp at CFA + offset. `bpf_loop` runs the steps:
+// the verifier checks one step, whatever the depth (MAX_USER_FRAMES).
+//
+// Frame pointers are the fast path where they are valid: in a mapping whose object keeps them
+// (userspace's census, MAP_FP), every frame but the leaf is left by its frame pointer; the leaf
+// always goes by its row (a sample in a prologue, an epilogue or a frameless leaf would skip a
+// caller). A frame-pointer step that lands outside every mapping is redone with the row.
 //
 // Two sets of maps, switched: `counts0`/`stacks0` and `counts1`/`stacks1`. `half` (one u32)
 // says which set the program writes; userspace flips it, waits out the programs already running,
 // then drains and clears the other set while new samples go to the fresh one. Nothing is lost
 // while userspace reads.
 //
-// The ABI shared with userspace (the key layout, the `stats` indices, the `proc_event` layout)
-// is mirrored in `pkg/agent/src/bpf.rs`: change both together.
-//
-// Frame pointers are the fast path where they are valid: for a process whose executable code
-// userspace found to keep frame pointers (`fp_code`: Go binaries, and objects built with
-// -fno-omit-frame-pointer, as Fedora and Ubuntu 24.04 build their packages), the program walks
-// the user stack by frame pointers itself, while every return address stays in that code, and
-// sends the frames with the top LEAF_COPY_BYTES of the stack (userspace checks the leaf frame
-// with its CFI: a sample in a prologue, an epilogue or a frameless leaf would skip a caller).
-// Any step that leaves that code or reads nothing falls back to the stack copy.
+// The ABI shared with userspace (the key layout, the `stats` indices, the `proc_event`,
+// `stack_sample`, unwind row and mapping layouts) is mirrored in `pkg/agent/src/bpf.rs`: change
+// both together.
 //
 // CPython processes (userspace writes a `py_config` for each: `pkg/agent/src/python/`) also get
 // their Python frames read at sample time, since the interpreter changes its frame chain within
@@ -47,9 +55,13 @@ struct task_struct {
 	struct thread_struct thread;
 } __attribute__((preserve_access_index));
 
-// Deepest stack recorded, in frames: the kernel's own limit for stack maps
-// (`sysctl kernel.perf_event_max_stack` defaults to 127).
+// Deepest kernel stack recorded, and deepest user stack of the frame-pointer fallback, in
+// frames: the kernel's own limit for stack maps (`sysctl kernel.perf_event_max_stack`).
 #define MAX_STACK_DEPTH 127
+// Deepest user stack the in-kernel walk records, in frames (the sampled address included); a
+// deeper one keeps its innermost frames and ends WALK_DEPTH. bpf_loop's bound: the verifier
+// checks the step once, so this costs no verifier work.
+#define MAX_USER_FRAMES 1024
 // Distinct stacks one half can hold per window (each bucket preallocates 127 × 8 bytes, so one
 // stack map costs about 17 MB of kernel memory).
 #define MAX_STACKS 16384
@@ -57,24 +69,21 @@ struct task_struct {
 #define MAX_COUNTS 16384
 // Processes whose first sample has been announced to userspace.
 #define MAX_KNOWN_PIDS 32768
-// Bytes of user stack copied per sample, from the stack pointer up (a power of two: offsets are
-// masked with it). 32 KiB hold 127 frames of typical C, C++ and Rust code and most stacks of
-// code with large frames (rustc's threads needed more than 16 KiB in a fifth of samples); deeper frames
-// are cut (userspace marks the stack `unreadable_memory`).
-#define STACK_COPY_BYTES 32768
-#define PAGE_BYTES 4096
-// Bytes of user stack sent with a frame-pointer walk, from the stack pointer up: enough for the
-// leaf frame's return address in all but leaves with large locals (userspace then marks the
-// stack `unreadable_memory` rather than guess).
-#define LEAF_COPY_BYTES 1024
-// Address ranges of frame-pointer code per process (`fp_code`): its executable mappings.
-#define MAX_FP_RANGES 16
-// Processes with frame-pointer code known at once.
-#define MAX_FP_PROCESSES 8192
-// The ring buffer of stack copies, emptied by userspace every 100 ms. Userspace sizes it at load
-// to four times what the CPUs send in that time (8 to 64 MiB); a copy that does not fit falls back
-// to frame-pointer stacks, counted in STAT_COPY_LOST.
+// The ring buffer of samples, emptied by userspace every 100 ms; sized by userspace at load.
 #define STACK_SAMPLES_BYTES (8 * 1024 * 1024)
+
+// Rows per chunk of `unwind_rows` (a power of two): userspace writes a chunk per syscall.
+#define ROWS_PER_CHUNK 512
+// Objects' tables held at once.
+#define MAX_OBJECTS 16384
+// Executable mappings per process (`proc_maps`); a process with more has the rest walked by
+// frame pointers.
+#define MAX_MAPPINGS 256
+// Processes whose mappings are known at once.
+#define MAX_PROCESSES 8192
+// Binary search steps: over MAX_MAPPINGS mappings, and over an object's rows (at most 2^24).
+#define MAPPING_SEARCH_STEPS 9
+#define ROW_SEARCH_STEPS 25
 
 // Python frames read per sample, at most (innermost first); a deeper chain is cut (PY_DEPTH).
 #define MAX_PY_FRAMES 96
@@ -102,13 +111,14 @@ enum stat {
 	STAT_USER_UNREADABLE = 4,  // a user-mode sample whose user stack could not be read
 	STAT_COUNTS_FULL = 5,      // the counts map was full: the sample is lost
 	STAT_EVENTS_LOST = 6,      // the ring buffer was full: a new process was not announced
-	STAT_COPY_LOST = 7,        // the stack copy did not fit in `stack_samples`: counted with frame pointers
-	STAT_COPIED = 8,           // samples sent with a copy of their user stack
-	STAT_FP_WALKED = 9,        // samples sent with their user stack walked by frame pointers
-	STAT_FP_FALLBACK = 10,     // a frame-pointer walk left the process's frame-pointer code: copied instead
+	STAT_SAMPLES_LOST = 7,     // a walked sample did not fit in `stack_samples`: counted with frame pointers
+	STAT_WALKED = 8,           // samples sent with their user stack walked here
+	STAT_FP_WALKED = 9,        // of which some frames were left by their frame pointers (the fast path)
+	STAT_FP_FALLBACK = 10,     // frame-pointer steps that led outside every mapping, redone with the row
 	STAT_PY_WALKED = 11,       // samples of a Python thread sent with its Python frames
 	STAT_PY_CUT = 12,          // of which the Python frame chain was cut (depth or an unreadable frame)
-	STAT_LEN = 13,
+	STAT_NO_PROCESS = 13,      // samples of a process whose mappings userspace has not told yet
+	STAT_LEN = 14,
 };
 
 struct count_key {
@@ -124,11 +134,73 @@ struct proc_event {
 	char comm[16];       // the sampled thread's name
 };
 
-// How a frame-pointer walk ended (`stack_sample.walk_end`).
+// How a walk ended (`stack_sample.walk_end`): mirrored by `StackEnd` in userspace.
 enum walk_end {
-	WALK_NONE = 0,       // not walked: `stack` is a copy of the stack
-	WALK_COMPLETE = 1,   // reached a null frame pointer or return address: the start
-	WALK_DEPTH = 2,      // stopped at MAX_STACK_DEPTH frames with more left
+	WALK_COMPLETE = 1,   // reached the start: an outermost function, a null return address or frame pointer
+	WALK_NO_INFO = 2,    // a frame without unwind information, and frame pointers did not lead on
+	WALK_UNREADABLE = 3, // memory the next frame needed could not be read
+	WALK_DEPTH = 4,      // stopped at MAX_USER_FRAMES frames with more left
+	WALK_BAD_INFO = 5,   // a row the walk cannot apply, or one that led nowhere (no progress)
+};
+
+// `stack_sample.flags`.
+#define SAMPLE_UNKNOWN_ADDRESS 1  // the sampled address is in no mapping userspace told: reread them
+#define SAMPLE_TABLE_MISSING 2    // a mapping's object has no table loaded (evicted, or failed)
+#define SAMPLE_FP 4               // some frames were left by their frame pointers
+
+// One row of an object's unwind table (`parca_symbolize::unwind::compact::CompactRow`): from
+// `pc` (the object's virtual address) up to the next row's, the rule `kind` holds.
+enum row_kind {
+	ROW_END = 0,         // no CFI covers the addresses from here
+	ROW_SP = 1,          // CFA = rsp + cfa_offset
+	ROW_BP = 2,          // CFA = rbp + cfa_offset
+	ROW_PLT = 3,         // CFA = rsp + 8, + 8 once (rip & 15) >= cfa_offset
+	ROW_SIGNAL = 4,      // a signal trampoline: the interrupted registers are in the ucontext at rsp
+	ROW_OUTERMOST = 5,   // the return address is undefined: the stack's start
+	ROW_UNSUPPORTED = 6, // a rule the walk cannot apply
+};
+
+enum rbp_rule {
+	RBP_SAME = 0,        // unchanged
+	RBP_AT = 1,          // saved at CFA + rbp_offset
+	RBP_LOST = 2,        // unknown from here on
+};
+
+struct unwind_row {
+	__u32 pc;
+	__u8 kind;           // enum row_kind
+	__u8 rbp_rule;       // enum rbp_rule
+	__s16 rbp_offset;
+	__s32 cfa_offset;
+};
+
+struct row_chunk {
+	struct unwind_row rows[ROWS_PER_CHUNK];
+};
+
+// Where an object's rows are: `n_rows` from global row index `first_row`.
+struct object_table {
+	__u32 first_row;
+	__u32 n_rows;
+};
+
+// `mapping.flags`.
+#define MAP_FP 1             // its object keeps frame pointers: non-leaf frames go by them
+
+// One executable mapping of a process: [start, end), its object's table (0: none) and the load
+// bias (address - bias = the object's virtual address).
+struct mapping {
+	__u64 start;
+	__u64 end;
+	__u64 bias;
+	__u32 object;
+	__u32 flags;
+};
+
+struct proc_maps {
+	__u32 n;             // mappings used, sorted by start
+	__u32 pad;
+	struct mapping m[MAX_MAPPINGS];
 };
 
 // How the Python frame chain of a sample ended (`stack_sample.py_end`).
@@ -167,31 +239,26 @@ struct py_config {
 	__u32 pad;
 };
 
-// A sample with its user stack copied or walked: mirrored by `parse_sample` in
-// pkg/agent/src/bpf.rs. Only the header, the kernel frames and `stack_len` bytes of `stack`
-// are sent. `stack` holds `user_len` bytes of return addresses (8 each, innermost first; the
-// sampled `ip` is not among them) when the stack was walked, then `py_len` bytes of Python
-// frames (`struct py_frame`) when the thread runs Python, then the top of the stack from `sp`
-// (all of it that was copied, or enough to check a walked stack's leaf frame).
+// The bytes after the kernel frames: the user frames (8 bytes each, the sampled address first),
+// then the Python frames.
+#define SAMPLE_DATA_BYTES (MAX_USER_FRAMES * 8 + MAX_PY_FRAMES * sizeof(struct py_frame))
+
+// A sample with its user stack walked: mirrored by `parse_sample` in pkg/agent/src/bpf.rs. Only
+// the header, the kernel frames and `user_len + py_len` bytes of `data` are sent.
 struct stack_sample {
 	__u32 pid;
 	__u32 tid;
 	__u32 kernel_len;    // bytes of `kernel` used (8 per frame)
-	__u32 stack_len;     // bytes of `stack` sent
-	__u32 user_len;      // bytes of return addresses at the start of `stack` (walked samples)
+	__u32 user_len;      // bytes of user frames at the start of `data`
 	__u32 walk_end;      // enum walk_end
-	__u32 py_len;        // bytes of `struct py_frame` after the return addresses
+	__u32 py_len;        // bytes of `struct py_frame` after the user frames
 	__u32 py_end;        // enum py_end
-	__u64 ip;            // user registers: where the thread was in user mode
-	__u64 sp;
-	__u64 bp;
+	__u32 flags;         // SAMPLE_*
 	__u64 kernel[MAX_STACK_DEPTH];
-	// PAGE_BYTES of slack past the copy's limit: the verifier checks every page-sized read at a
-	// masked offset below STACK_COPY_BYTES against the buffer, so the buffer must hold one more.
-	__u8 stack[STACK_COPY_BYTES + PAGE_BYTES];
+	__u8 data[SAMPLE_DATA_BYTES];
 };
 
-#define SAMPLE_HEADER_BYTES (sizeof(struct stack_sample) - STACK_COPY_BYTES - PAGE_BYTES)
+#define SAMPLE_HEADER_BYTES (sizeof(struct stack_sample) - SAMPLE_DATA_BYTES)
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -200,9 +267,9 @@ struct {
 	__type(value, __u32);
 } half SEC(".maps");
 
-// Scratch space for one `stack_sample` per CPU (too large for the 512-byte BPF stack, and for a
-// per-CPU array, whose values are at most 32 KiB): an array indexed by CPU number, sized to the
-// possible CPUs by userspace at load time. A perf event program is not preempted on its CPU.
+// Scratch space for one `stack_sample` per CPU (too large for the 512-byte BPF stack): an array
+// indexed by CPU number, sized to the possible CPUs by userspace at load time. A perf event
+// program is not preempted on its CPU.
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
@@ -215,21 +282,31 @@ struct {
 	__uint(max_entries, STACK_SAMPLES_BYTES);
 } stack_samples SEC(".maps");
 
-// The executable code of a process that keeps frame pointers, as [start, end) ranges; a process
-// has an entry only when all its executable code does (userspace writes it: `Sampler::set_fp_code`).
-struct fp_code {
-	__u32 n;             // ranges used
-	__u32 pad;
-	__u64 start[MAX_FP_RANGES];
-	__u64 end[MAX_FP_RANGES];
-};
-
+// The rows of every object's table, in chunks; userspace sizes it at load (the table budget).
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_FP_PROCESSES);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct fp_code);
-} fp_code SEC(".maps");
+	__type(value, struct row_chunk);
+} unwind_rows SEC(".maps");
+
+// Object table id → where its rows are. Ids are never reused: a mapping naming an evicted table
+// finds nothing rather than another object's rows.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_OBJECTS);
+	__type(key, __u32);
+	__type(value, struct object_table);
+} unwind_objects SEC(".maps");
+
+// Process → its executable mappings; allocated per entry (8 KiB each), bounded by userspace.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PROCESSES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u32);
+	__type(value, struct proc_maps);
+} proc_maps SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -329,86 +406,302 @@ static __always_inline void announce_if_new(__u32 pid)
 		announce(pid);
 }
 
-static __always_inline int in_fp_code(const struct fp_code *code, __u64 addr)
+// The state of a binary search (`search_step`): the first index in [lo, hi) whose key is above
+// `key` ends up in `lo`. `maps` set: over a process's mappings by start; else over rows by pc.
+struct search {
+	struct proc_maps *maps;
+	__u64 key;
+	__u32 lo;
+	__u32 hi;
+	__u32 failed;        // an index could not be read
+	__u32 pad;
+};
+
+static __always_inline struct unwind_row *row_at(__u32 index);
+
+// One step of a binary search; 1 stops. Run by bpf_loop, so the verifier checks one step
+// (a bounded loop here, inside the walk's step, made it explore every path of every
+// iteration).
+static long search_step(__u32 index, void *data)
 {
-	for (int i = 0; i < MAX_FP_RANGES; i++) {
-		if (i >= code->n)
-			break;
-		if (addr >= code->start[i] && addr < code->end[i])
+	struct search *r = data;
+	if (r->lo >= r->hi)
+		return 1;
+	__u32 mid = r->lo + (r->hi - r->lo) / 2;
+	__u64 key;
+	if (r->maps) {
+		asm volatile("" : "+r"(mid));
+		if (mid >= MAX_MAPPINGS) {
+			r->failed = 1;
 			return 1;
+		}
+		key = r->maps->m[mid].start;
+	} else {
+		struct unwind_row *row = row_at(mid);
+		if (!row) {
+			r->failed = 1;
+			return 1;
+		}
+		key = row->pc;
 	}
+	if (key <= r->key)
+		r->lo = mid + 1;
+	else
+		r->hi = mid;
 	return 0;
 }
 
-// Copies the user stack from `sp` up into `s->stack` at `at`, page by page, until `limit`
-// bytes or an unmapped page (the top of the stack: one read that crossed it would fail whole).
-// Returns the bytes copied.
-static __always_inline __u32 copy_user_stack(struct stack_sample *s, __u32 at, __u64 sp, __u32 limit)
+// The mapping of `maps` holding `addr`, or NULL.
+static __always_inline struct mapping *find_mapping(struct proc_maps *maps, __u64 addr)
 {
-	__u32 len = 0;
-	for (int i = 0; i < STACK_COPY_BYTES / PAGE_BYTES + 1; i++) {
-		if (len >= limit)
-			break;
-		__u64 addr = sp + len;
-		__u32 chunk = PAGE_BYTES - (addr & (PAGE_BYTES - 1));
-		if (chunk > limit - len)
-			chunk = limit - len;
-		// The compiler would drop checks it can prove; the verifier cannot prove them. The
-		// empty asm hides the values so the checks stay and bound the read for the verifier.
-		__u64 off = at + len, n = chunk;
-		asm volatile("" : "+r"(off), "+r"(n));
-		if (off >= STACK_COPY_BYTES || n > PAGE_BYTES)
-			break;
-		if (bpf_probe_read_user(&s->stack[off], n, (void *)addr) != 0)
-			break;
-		len += chunk;
-	}
-	return len;
+	__u32 n = maps->n;
+	struct search r = {
+		.maps = maps,
+		.key = addr,
+		.lo = 0,
+		.hi = n > MAX_MAPPINGS ? MAX_MAPPINGS : n,
+	};
+	bpf_loop(MAPPING_SEARCH_STEPS, search_step, &r, 0);
+	__u32 at = r.lo - 1;
+	asm volatile("" : "+r"(at));
+	if (r.failed || r.lo == 0 || at >= MAX_MAPPINGS)
+		return 0;
+	struct mapping *m = &maps->m[at];
+	return addr < m->end ? m : 0;
 }
 
-// Walks the user stack by frame pointers from `s->bp` while every return address is in the
-// process's frame-pointer code, writing the return addresses to the start of `s->stack`.
-// Returns the walk's end (enum walk_end), or WALK_NONE when the walk cannot be trusted (a
-// return address outside that code, an unreadable or misaligned frame, a frame below its
-// callee's): the caller then copies the stack instead.
-static __always_inline __u32 walk_frame_pointers(struct stack_sample *s, const struct fp_code *code)
+// The row with global index `index`, or NULL.
+static __always_inline struct unwind_row *row_at(__u32 index)
 {
-	__u64 bp = s->bp;
-	__u64 floor = s->sp;
-	__u32 n = 0;
-	// A null frame pointer at the leaf: an outermost function or a frameless leaf whose
-	// caller cannot be told apart by frame pointers. The copy's CFI walk knows.
-	if (bp == 0)
-		return WALK_NONE;
-	for (int i = 0; i < MAX_STACK_DEPTH - 1; i++) {
-		if (bp == 0) {
-			s->user_len = n * 8;
-			return WALK_COMPLETE;
-		}
-		if (bp < floor || (bp & 7) != 0)
-			return WALK_NONE;
-		__u64 frame[2];
-		if (bpf_probe_read_user(frame, sizeof(frame), (void *)bp) != 0)
-			return WALK_NONE;
-		__u64 ra = frame[1];
-		if (ra == 0) {
-			s->user_len = n * 8;
-			return WALK_COMPLETE;
-		}
-		// The call instruction is before the return address.
-		if (!in_fp_code(code, ra - 1))
-			return WALK_NONE;
-		__u32 at = n * 8;
-		asm volatile("" : "+r"(at));
-		if (at > (MAX_STACK_DEPTH - 2) * 8)
-			return WALK_NONE;
-		*(__u64 *)&s->stack[at] = ra;
-		n++;
-		floor = bp + 16;
-		bp = frame[0];
+	__u32 chunk = index / ROWS_PER_CHUNK;
+	struct row_chunk *c = bpf_map_lookup_elem(&unwind_rows, &chunk);
+	if (!c)
+		return 0;
+	return &c->rows[index & (ROWS_PER_CHUNK - 1)];
+}
+
+// Copies into `out` the row of mapping `m` that covers `addr`; 0 when none does (no table, a
+// gap between functions, an address before the first row).
+static __always_inline int find_row(struct stack_sample *s, struct mapping *m, __u64 addr,
+				    struct unwind_row *out)
+{
+	if (m->object == 0)
+		return 0;
+	struct object_table *t = bpf_map_lookup_elem(&unwind_objects, &m->object);
+	if (!t) {
+		s->flags |= SAMPLE_TABLE_MISSING;
+		return 0;
 	}
-	s->user_len = n * 8;
-	return bp == 0 ? WALK_COMPLETE : WALK_DEPTH;
+	__u64 rel = addr - m->bias;
+	if (rel >> 32)
+		return 0;
+	__u32 pc = (__u32)rel;
+	__u32 first = t->first_row;
+	struct search r = {
+		.maps = 0,
+		.key = pc,
+		.lo = first,
+		.hi = first + t->n_rows,
+	};
+	bpf_loop(ROW_SEARCH_STEPS, search_step, &r, 0);
+	__u32 lo = r.lo;
+	if (r.failed || r.lo < r.hi)
+		return 0;
+	if (lo <= first)
+		return 0;
+	struct unwind_row *row = row_at(lo - 1);
+	if (!row || row->kind == ROW_END)
+		return 0;
+	*out = *row;
+	return 1;
+}
+
+static __always_inline int read_u64(__u64 *out, __u64 addr)
+{
+	return bpf_probe_read_user(out, sizeof(*out), (void *)addr) == 0;
+}
+
+// The state of a walk, for its steps (`walk_step`): the registers of the frame last written.
+struct walk {
+	struct stack_sample *s;
+	struct proc_maps *maps;
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__u32 n;             // frames written
+	__u32 end;           // enum walk_end, once the walk stops
+	__u8 bp_known;       // rbp is known (a row may have lost it)
+	__u8 exact;          // `ip` is exact (the leaf, or interrupted by a signal), not a return address
+	__u8 after_fp;       // this frame was reached through a frame pointer without a row
+	__u8 pad;
+};
+
+// One frame-pointer step: the caller's rbp at [rbp], its return address at [rbp + 8]. Returns
+// 0 with the next registers set, else how the walk ends.
+static __always_inline __u32 fp_step(struct walk *w, __u64 *ip, __u64 *sp, __u64 *bp)
+{
+	if (!w->bp_known)
+		return WALK_NO_INFO;
+	// The ABI's outermost frame has a null frame pointer.
+	if (w->bp == 0)
+		return WALK_COMPLETE;
+	if (w->bp < w->sp || (w->bp & 7) != 0)
+		return WALK_NO_INFO;
+	__u64 frame[2];
+	if (bpf_probe_read_user(frame, sizeof(frame), (void *)w->bp) != 0)
+		return WALK_UNREADABLE;
+	*bp = frame[0];
+	*ip = frame[1];
+	*sp = w->bp + 16;
+	return 0;
+}
+
+// One step of a walk: finds the caller of the frame last written and writes it; 1 stops.
+static long walk_step(__u32 index, void *data)
+{
+	struct walk *w = data;
+	struct stack_sample *s = w->s;
+	// For a return address, the call instruction's row applies (the return address may be the
+	// first byte of the next function after a call that does not return).
+	__u64 at = w->exact ? w->ip : w->ip - 1;
+	int leaf = w->n == 1;
+	struct mapping *m = find_mapping(w->maps, at);
+	if (!m && leaf)
+		s->flags |= SAMPLE_UNKNOWN_ADDRESS;
+	__u64 ip = 0, sp = 0, bp = w->bp;
+	__u8 bp_known = w->bp_known, exact = 0, after_fp = 0;
+	int stepped = 0;
+
+	// The fast path: frame-pointer code, past the leaf.
+	if (m && (m->flags & MAP_FP) && !leaf && !w->exact && w->bp_known && w->bp >= w->sp &&
+	    (w->bp & 7) == 0 && w->bp != 0) {
+		__u64 frame[2];
+		if (bpf_probe_read_user(frame, sizeof(frame), (void *)w->bp) == 0) {
+			if (frame[1] == 0) {
+				w->end = WALK_COMPLETE;
+				return 1;
+			}
+			if (find_mapping(w->maps, frame[1] - 1)) {
+				ip = frame[1];
+				sp = w->bp + 16;
+				bp = frame[0];
+				bp_known = 1;
+				stepped = 1;
+				s->flags |= SAMPLE_FP;
+			} else {
+				bump(STAT_FP_FALLBACK);
+			}
+		}
+	}
+
+	struct unwind_row row = {};
+	if (!stepped && m && find_row(s, m, at, &row)) {
+		__u64 cfa;
+		switch (row.kind) {
+		case ROW_SP:
+			cfa = w->sp + (__s64)row.cfa_offset;
+			break;
+		case ROW_BP:
+			if (!w->bp_known) {
+				w->end = WALK_BAD_INFO;
+				return 1;
+			}
+			cfa = w->bp + (__s64)row.cfa_offset;
+			break;
+		case ROW_PLT:
+			cfa = w->sp + 8 + ((w->ip & 15) >= (__u64)row.cfa_offset ? 8 : 0);
+			break;
+		case ROW_SIGNAL:
+			// The kernel's rt_sigframe: at rsp the ucontext, whose mcontext holds rbp at 120,
+			// rsp at 160 and rip at 168 from it.
+			if (!read_u64(&bp, w->sp + 120) || !read_u64(&sp, w->sp + 160) ||
+			    !read_u64(&ip, w->sp + 168)) {
+				w->end = WALK_UNREADABLE;
+				return 1;
+			}
+			bp_known = 1;
+			exact = 1;
+			cfa = 0;
+			break;
+		case ROW_OUTERMOST:
+			w->end = WALK_COMPLETE;
+			return 1;
+		default:
+			w->end = WALK_BAD_INFO;
+			return 1;
+		}
+		if (row.kind != ROW_SIGNAL) {
+			if (!read_u64(&ip, cfa - 8)) {
+				w->end = WALK_UNREADABLE;
+				return 1;
+			}
+			sp = cfa;
+			if (row.rbp_rule == RBP_AT) {
+				if (!read_u64(&bp, cfa + (__s64)row.rbp_offset)) {
+					w->end = WALK_UNREADABLE;
+					return 1;
+				}
+				bp_known = 1;
+			} else if (row.rbp_rule == RBP_LOST) {
+				bp_known = 0;
+			} else if ((m->flags & MAP_FP) && w->bp_known && w->bp == cfa - 16) {
+				// Frame-pointer code whose CFI does not describe rbp (Go's): rbp points
+				// at this frame's saved rbp, just below its return address, so the
+				// function has set up its frame and the caller's rbp is there.
+				if (!read_u64(&bp, cfa - 16)) {
+					w->end = WALK_UNREADABLE;
+					return 1;
+				}
+			}
+		}
+		stepped = 1;
+	}
+
+	if (!stepped) {
+		// No row: frame pointers. A null frame pointer ends a chain of them; in a frame
+		// without CFI whose caller was found otherwise, rbp may be anything, zero included.
+		if (w->bp_known && w->bp == 0 && !w->after_fp) {
+			w->end = WALK_NO_INFO;
+			return 1;
+		}
+		__u32 end = fp_step(w, &ip, &sp, &bp);
+		if (end) {
+			w->end = end;
+			return 1;
+		}
+		bp_known = 1;
+		after_fp = 1;
+	}
+
+	if (ip == 0) {
+		w->end = WALK_COMPLETE;
+		return 1;
+	}
+	// The stack grows down: a caller's frame is above its callee's. Anything else is corrupt
+	// information, and would loop.
+	if (sp <= w->sp) {
+		w->end = WALK_BAD_INFO;
+		return 1;
+	}
+	if (w->n >= MAX_USER_FRAMES) {
+		w->end = WALK_DEPTH;
+		return 1;
+	}
+	__u32 off = w->n * 8;
+	asm volatile("" : "+r"(off));
+	if (off > (MAX_USER_FRAMES - 1) * 8) {
+		w->end = WALK_DEPTH;
+		return 1;
+	}
+	*(__u64 *)&s->data[off] = ip;
+	w->n++;
+	w->ip = ip;
+	w->sp = sp;
+	w->bp = bp;
+	w->bp_known = bp_known;
+	w->exact = exact;
+	w->after_fp = after_fp;
+	return 0;
 }
 
 // The u64 at `off` in a Python frame's window (0 when `off` is out of it).
@@ -437,7 +730,7 @@ struct py_walk {
 	const struct py_config *c;
 	struct py_window *w;
 	__u64 frame;         // the next frame to read (0: the chain's end)
-	__u32 at;            // where in `s->stack` the frames go
+	__u32 at;            // where in `s->data` the frames go
 	__u32 n;             // frames written
 	__u32 end;           // enum py_end, once the walk stops
 };
@@ -468,11 +761,11 @@ static long py_step(__u32 index, void *data)
 	__u32 marker = marker_at < PY_WINDOW_BYTES ? w->bytes[marker_at] : 0;
 	__u32 off = walk->at + walk->n * sizeof(struct py_frame);
 	asm volatile("" : "+r"(off));
-	if (off > STACK_COPY_BYTES - sizeof(struct py_frame)) {
+	if (off > SAMPLE_DATA_BYTES - sizeof(struct py_frame)) {
 		walk->end = PY_DEPTH;
 		return 1;
 	}
-	struct py_frame *f = (struct py_frame *)&s->stack[off];
+	struct py_frame *f = (struct py_frame *)&s->data[off];
 	f->code = code;
 	f->fingerprint = code ? py_fingerprint(c, code) : 0;
 	f->index = c->instr_is_pointer ? (__s32)((__s64)(instr - code - c->code_bytecode) >> 1)
@@ -483,7 +776,7 @@ static long py_step(__u32 index, void *data)
 	return 0;
 }
 
-// Reads the Python frames of the current thread into `s->stack` at `at`, innermost first, when
+// Reads the Python frames of the current thread into `s->data` at `at`, innermost first, when
 // its process runs a CPython that userspace described (`py_configs`) and the thread has a
 // Python thread state. Returns the bytes written; sets `s->py_end`.
 static __always_inline __u32 walk_python(struct stack_sample *s, __u32 at)
@@ -536,20 +829,26 @@ static __always_inline __u32 walk_python(struct stack_sample *s, __u32 at)
 	return n * sizeof(struct py_frame);
 }
 
-// Sends the sample with its user registers and kernel stack, and its user stack walked by frame
-// pointers (when the process's code keeps them) or copied; 1 when sent. 0 when there is no user
-// context (a kernel thread) or the ring buffer is full: the caller then counts it with
+// Sends the sample with its kernel stack and its user stack walked with the unwind tables; 1
+// when sent. 0 when there is no user context (a kernel thread), userspace has not told the
+// process's mappings yet, or the ring buffer is full: the caller then counts it with
 // frame-pointer stacks.
 static __always_inline int send_user_stack(struct bpf_perf_event_data *ctx, __u32 pid, int user_mode)
 {
+	struct proc_maps *maps = bpf_map_lookup_elem(&proc_maps, &pid);
+	if (!maps) {
+		bump(STAT_NO_PROCESS);
+		return 0;
+	}
 	__u32 cpu = bpf_get_smp_processor_id();
 	struct stack_sample *s = bpf_map_lookup_elem(&scratch, &cpu);
 	if (!s)
 		return 0;
+	__u64 ip, sp, bp;
 	if (user_mode) {
-		s->ip = ctx->regs.rip;
-		s->sp = ctx->regs.rsp;
-		s->bp = ctx->regs.rbp;
+		ip = ctx->regs.rip;
+		sp = ctx->regs.rsp;
+		bp = ctx->regs.rbp;
 	} else {
 		// In the kernel: the user registers are those saved on entry, at the top of the
 		// task's kernel stack.
@@ -561,55 +860,52 @@ static __always_inline int send_user_stack(struct bpf_perf_event_data *ctx, __u3
 		// A kernel thread has no user context.
 		if ((regs.cs & 3) != 3)
 			return 0;
-		s->ip = regs.rip;
-		s->sp = regs.rsp;
-		s->bp = regs.rbp;
+		ip = regs.rip;
+		sp = regs.rsp;
+		bp = regs.rbp;
 	}
-	if (s->ip == 0 || s->sp == 0)
+	if (ip == 0 || sp == 0)
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	s->pid = pid;
 	s->tid = (__u32)pid_tgid;
+	s->flags = 0;
 	long k = user_mode ? 0 : bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	s->kernel_len = k > 0 ? (__u32)k : 0;
 
-	s->user_len = 0;
-	s->walk_end = WALK_NONE;
-	struct fp_code *code = bpf_map_lookup_elem(&fp_code, &pid);
-	if (code && in_fp_code(code, s->ip)) {
-		s->walk_end = walk_frame_pointers(s, code);
-		if (s->walk_end == WALK_NONE) {
-			s->user_len = 0;
-			bump(STAT_FP_FALLBACK);
-		}
-	}
-
-	__u32 at = s->user_len;
+	*(__u64 *)&s->data[0] = ip;
+	struct walk w = {
+		.s = s,
+		.maps = maps,
+		.ip = ip,
+		.sp = sp,
+		.bp = bp,
+		.n = 1,
+		.end = 0,
+		.bp_known = 1,
+		.exact = 1,
+		.after_fp = 0,
+	};
+	// bpf_loop: the verifier checks one step, not MAX_USER_FRAMES unrolled ones.
+	bpf_loop(MAX_USER_FRAMES, walk_step, &w, 0);
+	s->walk_end = w.end ? w.end : WALK_DEPTH;
+	__u32 at = w.n * 8;
 	asm volatile("" : "+r"(at));
-	if (at > (MAX_STACK_DEPTH - 1) * 8)
+	if (at > MAX_USER_FRAMES * 8)
 		return 0;
+	s->user_len = at;
 	s->py_len = walk_python(s, at);
-	at += s->py_len;
-	asm volatile("" : "+r"(at));
-	if (at > (MAX_STACK_DEPTH - 1) * 8 + MAX_PY_FRAMES * sizeof(struct py_frame))
-		return 0;
-	__u32 limit = s->walk_end == WALK_NONE ? STACK_COPY_BYTES : LEAF_COPY_BYTES;
-	__u64 len = at + copy_user_stack(s, at, s->sp, limit);
-	// Python frames take their room from the copy: what was copied past STACK_COPY_BYTES
-	// (into the slack page) is not sent. (A limit of STACK_COPY_BYTES - at for the copy
-	// itself made the verifier's work pass its limit.)
-	if (len > STACK_COPY_BYTES)
-		len = STACK_COPY_BYTES;
+	__u64 len = at + s->py_len;
 	asm volatile("" : "+r"(len));
-	if (len > STACK_COPY_BYTES)
+	if (len > SAMPLE_DATA_BYTES)
 		return 0;
-	s->stack_len = len;
-	__u64 size = SAMPLE_HEADER_BYTES + len;
-	if (bpf_ringbuf_output(&stack_samples, s, size, 0) != 0) {
-		bump(STAT_COPY_LOST);
+	if (bpf_ringbuf_output(&stack_samples, s, SAMPLE_HEADER_BYTES + len, 0) != 0) {
+		bump(STAT_SAMPLES_LOST);
 		return 0;
 	}
-	bump(s->walk_end == WALK_NONE ? STAT_COPIED : STAT_FP_WALKED);
+	bump(STAT_WALKED);
+	if (s->flags & SAMPLE_FP)
+		bump(STAT_FP_WALKED);
 	return 1;
 }
 
@@ -673,7 +969,7 @@ int on_exec(void *ctx)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	bpf_map_delete_elem(&known_pids, &pid);
-	bpf_map_delete_elem(&fp_code, &pid);
+	bpf_map_delete_elem(&proc_maps, &pid);
 	bpf_map_delete_elem(&py_configs, &pid);
 	return 0;
 }
@@ -687,7 +983,7 @@ int on_exit(void *ctx)
 	// Only the thread group leader's exit ends the process.
 	if ((__u32)pid_tgid == pid) {
 		bpf_map_delete_elem(&known_pids, &pid);
-		bpf_map_delete_elem(&fp_code, &pid);
+		bpf_map_delete_elem(&proc_maps, &pid);
 		bpf_map_delete_elem(&py_configs, &pid);
 	}
 	return 0;

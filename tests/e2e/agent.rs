@@ -866,8 +866,10 @@ struct UnwindTargets {
     /// hot.rs as a default release build: `-C opt-level=3`, no frame pointers, no debug info,
     /// panic=unwind.
     rust_release: PathBuf,
-    /// deep.c: 200 nested calls.
+    /// deep.c: 1,100 nested calls (by default), past the agent's 1,024 frames.
     c_deep: PathBuf,
+    /// deep_work.c (`-O2 -fomit-frame-pointer`): work through libc's qsort 400 calls deep.
+    c_deep_work: PathBuf,
     /// threads.c: two threads busy.
     c_threads: PathBuf,
     /// dlopen_main.c and the library it loads.
@@ -954,6 +956,11 @@ fn unwind_targets() -> &'static UnwindTargets {
             &["-O1", "-fomit-frame-pointer", "-g"],
             "deep.c",
             "agent-c-deep",
+        );
+        let c_deep_work = gcc(
+            &["-O2", "-fomit-frame-pointer", "-g"],
+            "deep_work.c",
+            "agent-c-deep-work",
         );
         let c_threads = gcc(
             &["-O2", "-fomit-frame-pointer", "-g", "-pthread"],
@@ -1066,6 +1073,7 @@ fn unwind_targets() -> &'static UnwindTargets {
             c_o2_fp,
             rust_release,
             c_deep,
+            c_deep_work,
             c_threads,
             c_dlopen,
             c_dlopen_lib,
@@ -1278,10 +1286,13 @@ fn agent_walks_frame_pointer_code_by_frame_pointers_and_checks_the_leaf() {
         "only {walked} of {go_samples} Go stacks were walked by frame pointers"
     );
     assert!(metric_value(&after, "parca_agent_fp_processes") >= 2.0);
-    assert_eq!(
-        metric_value(&after, "parca_agent_fp_walks_wrong_total"),
-        0.0
-    );
+    // A frame-pointer step is checked in the BPF program now: one that leaves the process's
+    // mappings (Go's assembly on the system stack keeps no frame pointer) is redone with the
+    // unwind row, never cut; the chains above are whole.
+    say(&format!(
+        "frame-pointer steps redone with the row: {}",
+        metric_value(&after, "parca_agent_fp_walk_fallbacks_total")
+    ));
     // The C program is copied and unwound as before.
     assert_attributed(
         &p,
@@ -1300,33 +1311,107 @@ fn agent_cuts_deep_stacks_at_the_depth_limit_and_says_so() {
     }
     let t = unwind_targets();
     let dir = tempfile::tempdir().unwrap();
+    // 1,101 frames of rec: past the 1,024 frames the agent keeps.
     let deep = start_target(&t.c_deep, 60.0, dir.path());
     let agent = Agent::start(dir.path(), &[]);
     let p = agent.profile(&format!("seconds=4&pid={}", deep.pid()));
     let stacks = stacks_of(&p, deep.pid());
     let total: i64 = stacks.iter().map(|(_, n)| n).sum();
+    // The innermost 1,024 frames: spin (and, in a sample taken in its clock_gettime, the
+    // frames above it), then rec up to the cut.
     let cut: i64 = stacks
         .iter()
         .filter(|(f, _)| {
-            let recs = f.iter().filter(|(name, _)| name == "rec").count();
-            f.last()
+            let Some(at_spin) = f.iter().position(|(name, _)| name == "spin") else {
+                return false;
+            };
+            let below = &f[at_spin + 1..];
+            below
+                .last()
                 .is_some_and(|(name, _)| name == "[truncated: depth limit]")
-                && f.iter().any(|(name, _)| name == "spin")
-                && recs == 126
+                && below[..below.len() - 1]
+                    .iter()
+                    .all(|(name, _)| name == "rec")
+                && below.len() > 1020
         })
         .map(|(_, n)| n)
         .sum();
     say(&format!(
-        "200-deep recursion (pid {}): {cut} of {total} samples keep spin and 126 rec frames, \
-         marked [truncated: depth limit]",
+        "1,100-deep recursion (pid {}): {cut} of {total} samples keep spin and the rec frames \
+         up to the 1,024th frame, marked [truncated: depth limit]",
         deep.pid()
     ));
     assert!(total >= 20, "only {total} samples");
     assert!(
         cut * 10 >= total * 9,
-        "{cut} of {total}; a stack: {:?}",
-        stacks.first()
+        "{cut} of {total}; a stack's end: {:?}",
+        stacks.first().map(|(f, _)| &f[f.len().saturating_sub(5)..])
     );
+}
+
+#[test]
+fn agent_unwinds_a_400_deep_recursion_without_frame_pointers_whole() {
+    let _exclusive = crate::support::exclusive();
+    let test = "agent_unwinds_a_400_deep_recursion_without_frame_pointers_whole";
+    if !can_run(test) || !unwind_tools_present(test) {
+        return;
+    }
+    let t = unwind_targets();
+    let dir = tempfile::tempdir().unwrap();
+    let deep = start_target(&t.c_deep_work, 60.0, dir.path());
+    let agent = Agent::start(dir.path(), &[]);
+    // A window for the process to be told to the BPF program (its first samples are walked
+    // by frame pointers in the kernel).
+    let _ = agent.profile(&format!("seconds=1&pid={}", deep.pid()));
+    let p = agent.profile(&format!("seconds=5&pid={}", deep.pid()));
+    let stacks = stacks_of(&p, deep.pid());
+    let total: i64 = stacks.iter().map(|(_, n)| n).sum();
+    let whole = |f: &[(String, bool)]| {
+        let levels = f
+            .iter()
+            .filter(|(name, _)| name == "down_fixed" || name == "down_vla")
+            .count();
+        let names: Vec<&str> = f.iter().map(|(name, _)| name.as_str()).collect();
+        let at_main = names.iter().position(|&n| n == "main");
+        levels == 400
+            && names.contains(&"work")
+            && at_main.is_some()
+            && !names.iter().any(|n| n.starts_with("[truncated"))
+    };
+    let hit: i64 = stacks
+        .iter()
+        .filter(|(f, _)| whole(f))
+        .map(|(_, n)| n)
+        .sum();
+    let in_qsort: i64 = stacks
+        .iter()
+        .filter(|(f, _)| whole(f) && f.iter().any(|(name, _)| name == "compare"))
+        .map(|(_, n)| n)
+        .sum();
+    say(&format!(
+        "400-deep recursion without frame pointers (pid {}): {hit} of {total} samples ({:.1}%) \
+         hold every frame down to main; {in_qsort} of them through qsort's callback",
+        deep.pid(),
+        100.0 * hit as f64 / total.max(1) as f64
+    ));
+    assert!(total >= 20, "only {total} samples");
+    assert!(
+        hit * 10 >= total * 9,
+        "{hit} of {total}; some stacks' ends: {:?}",
+        stacks
+            .iter()
+            .filter(|(f, _)| !whole(f))
+            .take(3)
+            .map(|(f, n)| (
+                n,
+                f.iter()
+                    .take(6)
+                    .chain(f.iter().rev().take(4))
+                    .collect::<Vec<_>>()
+            ))
+            .collect::<Vec<_>>()
+    );
+    assert!(in_qsort > 0, "no sample in qsort's callback");
 }
 
 #[test]

@@ -89,6 +89,10 @@ struct Args {
     /// (comma-separated).
     #[arg(long, default_value = "/usr/lib/debug", value_delimiter = ',')]
     debug_dirs: Vec<std::path::PathBuf>,
+    /// Kernel memory the unwind tables may take, in bytes (at least 1 MiB); past it the least
+    /// recently used objects' tables are evicted.
+    #[arg(long, default_value_t = 64 << 20)]
+    unwind_tables_max_bytes: u64,
     /// Where the kernel's BTF is looked for (for tests of the refusal).
     #[arg(long, default_value = "/sys/kernel/btf/vmlinux", hide = true)]
     btf_path: std::path::PathBuf,
@@ -198,6 +202,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .context("cannot use the web configuration")?,
         ),
         btf_path: args.btf_path,
+        unwind_tables_max_bytes: args.unwind_tables_max_bytes,
         debug_dirs: args.debug_dirs,
         debuginfod_urls: match args.debuginfod_urls {
             Some(urls) => urls

@@ -2,7 +2,7 @@
 # The agent's overhead while both CPUs are busy: pkg/agent/benches/overhead.sh [SECONDS] (default 60).
 #
 # Starts one busy C program per CPU (tests/targets/agent/hot.c built -O2 -fomit-frame-pointer:
-# every sample is unwound from its stack copy with .eh_frame), then for 19 Hz and 99 Hz runs
+# every sample is walked in the BPF program with the unwind tables compiled from .eh_frame), then for 19 Hz and 99 Hz runs
 # the release agent, lets it warm up (one 10 s profile, which parses every object once), and
 # for SECONDS fetches /debug/pprof/profile?seconds=10 back to back, as a server scraping every
 # 10 s would; it reports the agent's CPU seconds per wall second (utime + stime of the process,
@@ -13,7 +13,7 @@
 # file; `perf report` unwinds them afterwards, reported as its own line).
 # AGENT_HZ="19" limits the frequencies tried. LOAD=go runs the Go program
 # tests/targets/agent/hot.go instead (it keeps frame pointers: its stacks take the fast path,
-# walked by frame pointers in the BPF program), when Go is installed. LOAD=python runs Debian's
+# every frame past the leaf left by its frame pointer in the BPF program), when Go is installed. LOAD=python runs Debian's
 # /usr/bin/python3.11 on tests/targets/python-frames/chain.py (every sample also reads the
 # Python frame chain in the BPF program and names its frames). Needs root, gcc, curl, bpftool
 # and perf (Debian: linux-perf), golang-go for LOAD=go and python3.11 for LOAD=python.

@@ -1,7 +1,8 @@
 //! The BPF side: loads `ebpf/profiler.bpf.o` with aya, attaches it, drains its maps.
 //!
 //! This is the only module that sees aya. The ABI it mirrors is in `ebpf/profiler.bpf.c`:
-//! [`CountKey`], the [`Stat`] indices and the process event layout must match it.
+//! [`CountKey`], the [`Stat`] indices, the process event and sample layouts, and the unwind
+//! tables' rows and mappings must match it.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,12 +48,13 @@ enum Stat {
     UserUnreadable = 4,
     CountsFull = 5,
     EventsLost = 6,
-    CopyLost = 7,
-    Copied = 8,
+    SamplesLost = 7,
+    Walked = 8,
     FpWalked = 9,
     FpFallback = 10,
     PyWalked = 11,
     PyCut = 12,
+    NoProcess = 13,
 }
 
 /// Counters kept by the BPF program since it was loaded, summed over CPUs.
@@ -72,42 +74,99 @@ pub struct BpfStats {
     pub counts_full: u64,
     /// New processes not announced because the ring buffer was full.
     pub events_lost: u64,
-    /// Samples sent with a copy of their user stack (unwound in userspace).
-    pub stacks_copied: u64,
-    /// Samples whose stack copy did not fit in the ring buffer: counted with frame pointers.
-    pub copies_lost: u64,
-    /// Samples sent with their user stack walked by frame pointers (the fast path).
+    /// Samples sent with their user stack walked in the kernel with the unwind tables.
+    pub stacks_walked: u64,
+    /// Walked samples that did not fit in the ring buffer: counted with frame pointers.
+    pub samples_lost: u64,
+    /// Of the walked samples, those with frames left by their frame pointers (the fast path).
     pub fp_walked: u64,
-    /// Frame-pointer walks that left the process's frame-pointer code: sent as copies.
+    /// Frame-pointer steps that led outside every mapping, redone with the unwind row.
     pub fp_fallbacks: u64,
+    /// Samples of processes whose mappings the program was not told yet: counted with
+    /// frame-pointer stacks.
+    pub no_process: u64,
     /// Samples of Python threads sent with their Python frames.
     pub python_walks: u64,
     /// Of which the Python frame chain was cut (too deep, or a frame unreadable).
     pub python_walks_cut: u64,
 }
 
-/// `struct stack_sample`'s header: pid, tid, kernel_len, stack_len, user_len, walk_end,
-/// py_len, py_end (u32 each), then ip, sp, bp (u64 each), then 127 kernel frames; the user
-/// stack follows.
-const SAMPLE_KERNEL_AT: usize = 56;
-const SAMPLE_STACK_AT: usize = SAMPLE_KERNEL_AT + 127 * 8;
+/// `struct stack_sample`'s header: pid, tid, kernel_len, user_len, walk_end, py_len, py_end,
+/// flags (u32 each), then 127 kernel frames; the user frames and Python frames follow.
+const SAMPLE_KERNEL_AT: usize = 32;
+const SAMPLE_DATA_AT: usize = SAMPLE_KERNEL_AT + 127 * 8;
 
-/// Most frame-pointer code ranges of one process the BPF program takes (`MAX_FP_RANGES`).
-pub(crate) const MAX_FP_RANGES: usize = 16;
+/// Deepest user stack the program walks, in frames (`MAX_USER_FRAMES`).
+pub const MAX_USER_FRAMES: usize = 1024;
+/// Rows per chunk of `unwind_rows` (`ROWS_PER_CHUNK`).
+pub(crate) const ROWS_PER_CHUNK: usize = 512;
+/// Executable mappings per process the program takes (`MAX_MAPPINGS`).
+pub(crate) const MAX_MAPPINGS: usize = 256;
+/// Processes whose mappings the program holds at once (`MAX_PROCESSES`).
+pub(crate) const MAX_PROCESSES: usize = 8192;
+/// Objects' tables the program holds at once (`MAX_OBJECTS`).
+pub(crate) const MAX_OBJECTS: usize = 16384;
 
-/// Value of the `fp_code` map: `struct fp_code`.
+/// `struct unwind_row`: one row of an object's unwind table
+/// (`parca_symbolize::unwind::compact::CompactRow`, its address made a u32).
 #[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct FpCode {
-    n: u32,
-    pad: u32,
-    start: [u64; MAX_FP_RANGES],
-    end: [u64; MAX_FP_RANGES],
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct UnwindRow {
+    pub pc: u32,
+    pub kind: u8,
+    pub rbp_rule: u8,
+    pub rbp_offset: i16,
+    pub cfa_offset: i32,
 }
 
-// SAFETY: `FpCode` is `repr(C)`: two u32 then two arrays of u64, no padding (8 + 2 × 128
-// bytes), and every bit pattern is a valid value.
-unsafe impl aya::Pod for FpCode {}
+/// `struct row_chunk`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct RowChunk {
+    rows: [UnwindRow; ROWS_PER_CHUNK],
+}
+
+/// `struct object_table`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct ObjectTable {
+    first_row: u32,
+    n_rows: u32,
+}
+
+/// `mapping.flags`: the object keeps frame pointers (`MAP_FP`).
+pub(crate) const MAP_FP: u32 = 1;
+
+/// `struct mapping`: one executable mapping of a process, its object's table id (0: none) and
+/// load bias (address − bias = the object's virtual address).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct MappingEntry {
+    pub start: u64,
+    pub end: u64,
+    pub bias: u64,
+    pub object: u32,
+    pub flags: u32,
+}
+
+/// `struct proc_maps`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ProcMaps {
+    n: u32,
+    pad: u32,
+    m: [MappingEntry; MAX_MAPPINGS],
+}
+
+// SAFETY: `UnwindRow`, `RowChunk`, `ObjectTable`, `MappingEntry` and `ProcMaps` are `repr(C)`
+// with fields laid out without padding (u32, u8, u8, i16, i32: 12 bytes; arrays of it; two u32;
+// three u64 and two u32: 32 bytes; two u32 then an array of those), and every bit pattern is a
+// valid value.
+unsafe impl aya::Pod for UnwindRow {}
+unsafe impl aya::Pod for RowChunk {}
+unsafe impl aya::Pod for ObjectTable {}
+unsafe impl aya::Pod for MappingEntry {}
+unsafe impl aya::Pod for ProcMaps {}
 
 /// `PY_WINDOW_BYTES`: most bytes of a Python frame the program reads
 /// ([`PyConfig::window_len`]); an offset of it stands for "no such field".
@@ -158,70 +217,59 @@ pub(crate) struct PyFrameSample {
 /// `sizeof(struct py_frame)`.
 const PY_FRAME_BYTES: usize = 24;
 
-/// A user stack the BPF program walked by frame pointers.
-#[derive(Debug)]
-pub(crate) struct Walked {
-    /// Return addresses, innermost first (the sampled `ip` is not among them).
-    pub return_addresses: Vec<u64>,
-    /// How the walk ended: [`StackEnd::Complete`] or [`StackEnd::DepthLimit`].
-    pub end: StackEnd,
-}
+/// `stack_sample.flags`: the sampled address is in no mapping the program was told.
+const SAMPLE_UNKNOWN_ADDRESS: u32 = 1;
+/// `stack_sample.flags`: a mapping's object had no table loaded.
+const SAMPLE_TABLE_MISSING: u32 = 2;
 
-/// One sample sent with its user stack (`struct stack_sample`), borrowed from the ring buffer:
-/// walked by frame pointers in the BPF program, or copied for userspace to unwind.
+/// One sample whose user stack the program walked (`struct stack_sample`).
 #[derive(Debug)]
-pub(crate) struct CopiedSample<'a> {
+pub(crate) struct WalkedSample {
     pub pid: u32,
-    pub ip: u64,
-    pub sp: u64,
-    pub bp: u64,
     /// Kernel frames, leaf first.
     pub kernel: Vec<u64>,
-    /// The frame-pointer walk, when the stack was walked rather than copied.
-    pub walked: Option<Walked>,
+    /// User frames, leaf first: the sampled address, then return addresses (an address
+    /// interrupted by a signal as it is).
+    pub user: Vec<u64>,
+    /// How the walk ended.
+    pub end: StackEnd,
+    /// The sampled address is in no mapping the program was told: the process's mappings
+    /// may have changed (a `dlopen`) and are worth reading again.
+    pub unknown_address: bool,
+    /// Some mapping's object had no table loaded (evicted): worth loading again.
+    pub table_missing: bool,
     /// The thread's Python frames, innermost first (none unless it runs CPython).
     pub python: Vec<PyFrameSample>,
-    /// The stack from `sp` up: all that was copied, or for a walked stack its top (enough to
-    /// check the leaf's frame).
-    pub stack: &'a [u8],
 }
 
 /// Decodes one `struct stack_sample`; `None` when it is truncated or malformed.
-pub(crate) fn parse_sample(bytes: &[u8]) -> Option<CopiedSample<'_>> {
+pub(crate) fn parse_sample(bytes: &[u8]) -> Option<WalkedSample> {
     let u32_at = |at: usize| -> Option<u32> {
         Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
     };
-    let u64_at = |at: usize| -> Option<u64> {
-        Some(u64::from_ne_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+    let u64s = |b: &[u8]| -> Vec<u64> {
+        b.chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+            .collect()
     };
     let kernel_len = (u32_at(8)? as usize).min(127 * 8);
-    let stack_len = u32_at(12)? as usize;
-    let user_len = u32_at(16)? as usize;
-    let py_len = u32_at(24)? as usize;
-    let kernel = (0..kernel_len / 8)
-        .map(|i| u64_at(SAMPLE_KERNEL_AT + 8 * i))
-        .collect::<Option<Vec<u64>>>()?;
-    let sent = bytes.get(SAMPLE_STACK_AT..SAMPLE_STACK_AT.checked_add(stack_len)?)?;
-    // `enum walk_end`: 0 not walked, 1 complete, 2 cut at the depth limit.
-    let walked = match u32_at(20)? {
-        0 => None,
-        end @ (1 | 2) => Some(Walked {
-            return_addresses: sent
-                .get(..user_len)?
-                .chunks_exact(8)
-                .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
-                .collect(),
-            end: if end == 1 {
-                StackEnd::Complete
-            } else {
-                StackEnd::DepthLimit
-            },
-        }),
+    let user_len = (u32_at(12)? as usize).min(MAX_USER_FRAMES * 8);
+    let py_len = u32_at(20)? as usize;
+    let flags = u32_at(28)?;
+    let kernel = u64s(bytes.get(SAMPLE_KERNEL_AT..SAMPLE_KERNEL_AT + kernel_len)?);
+    let user = u64s(bytes.get(SAMPLE_DATA_AT..SAMPLE_DATA_AT + user_len)?);
+    // `enum walk_end`.
+    let end = match u32_at(16)? {
+        1 => StackEnd::Complete,
+        2 => StackEnd::NoUnwindInfo,
+        3 => StackEnd::Unreadable,
+        4 => StackEnd::DepthLimit,
+        5 => StackEnd::BadUnwindInfo,
         _ => return None,
     };
-    let return_addresses = if walked.is_some() { user_len } else { 0 };
-    let python = sent
-        .get(return_addresses..return_addresses.checked_add(py_len)?)?
+    let at = SAMPLE_DATA_AT + user_len;
+    let python = bytes
+        .get(at..at.checked_add(py_len)?)?
         .chunks_exact(PY_FRAME_BYTES)
         .map(|f| PyFrameSample {
             code: u64::from_ne_bytes(f[0..8].try_into().expect("8 bytes")),
@@ -230,16 +278,14 @@ pub(crate) fn parse_sample(bytes: &[u8]) -> Option<CopiedSample<'_>> {
             marker: u32::from_ne_bytes(f[20..24].try_into().expect("4 bytes")),
         })
         .collect();
-    let stack = sent.get(return_addresses + py_len..)?;
-    Some(CopiedSample {
+    Some(WalkedSample {
         pid: u32_at(0)?,
-        ip: u64_at(32)?,
-        sp: u64_at(40)?,
-        bp: u64_at(48)?,
         kernel,
-        walked,
+        user,
+        end,
+        unknown_address: flags & SAMPLE_UNKNOWN_ADDRESS != 0,
+        table_missing: flags & SAMPLE_TABLE_MISSING != 0,
         python,
-        stack,
     })
 }
 
@@ -272,7 +318,10 @@ pub(crate) struct Sampler {
     stacks: [StackTraceMap<MapData>; 2],
     stats: PerCpuArray<MapData, u64>,
     samples: RingBuf<MapData>,
-    fp_code: HashMap<MapData, u32, FpCode>,
+    unwind_rows: Array<MapData, RowChunk>,
+    unwind_objects: HashMap<MapData, u32, ObjectTable>,
+    proc_maps: HashMap<MapData, u32, ProcMaps>,
+    table_chunks: u32,
     py_configs: HashMap<MapData, u32, PyConfig>,
     current: u32,
     n_cpus: usize,
@@ -304,8 +353,11 @@ impl Sampler {
     /// Loads the program, attaches it to a `cpu-clock` event at `frequency_hz` on every online
     /// CPU and to the exec and exit raw tracepoints (which, unlike tracepoints, need no tracefs), and returns it with the ring buffer of
     /// process announcements.
-    pub fn start(frequency_hz: u64) -> Result<(Sampler, ProcEvents), Error> {
-        // `scratch` holds one stack copy per possible CPU (indexed by CPU number).
+    ///
+    /// `table_bytes` is the kernel memory given to unwind tables (`unwind_rows`, in chunks of
+    /// [`ROWS_PER_CHUNK`] rows).
+    pub fn start(frequency_hz: u64, table_bytes: u64) -> Result<(Sampler, ProcEvents), Error> {
+        // `scratch` holds one sample per possible CPU (indexed by CPU number).
         let n_possible = aya::util::nr_cpus().map_err(|(path, source)| Error::OnlineCpus {
             path: path.into(),
             source,
@@ -316,6 +368,7 @@ impl Sampler {
                 "stack_samples",
                 stack_samples_bytes(n_possible, frequency_hz),
             )
+            .map_max_entries("unwind_rows", table_chunks(table_bytes))
             .load(OBJECT)
             .map_err(|source| Error::Load {
                 source: Box::new(source),
@@ -379,8 +432,12 @@ impl Sampler {
             .map_err(map_error("proc_events"))?;
         let samples = RingBuf::try_from(take_map(&mut ebpf, "stack_samples")?)
             .map_err(map_error("stack_samples"))?;
-        let fp_code =
-            HashMap::try_from(take_map(&mut ebpf, "fp_code")?).map_err(map_error("fp_code"))?;
+        let unwind_rows = Array::try_from(take_map(&mut ebpf, "unwind_rows")?)
+            .map_err(map_error("unwind_rows"))?;
+        let unwind_objects = HashMap::try_from(take_map(&mut ebpf, "unwind_objects")?)
+            .map_err(map_error("unwind_objects"))?;
+        let proc_maps =
+            HashMap::try_from(take_map(&mut ebpf, "proc_maps")?).map_err(map_error("proc_maps"))?;
         let py_configs = HashMap::try_from(take_map(&mut ebpf, "py_configs")?)
             .map_err(map_error("py_configs"))?;
         Ok((
@@ -390,7 +447,10 @@ impl Sampler {
                 stacks,
                 stats,
                 samples,
-                fp_code,
+                unwind_rows,
+                unwind_objects,
+                proc_maps,
+                table_chunks: table_chunks(table_bytes),
                 py_configs,
                 current: 0,
                 n_cpus: cpus.len(),
@@ -458,9 +518,9 @@ impl Sampler {
         Ok(out)
     }
 
-    /// Hands every stack copy waiting in the ring buffer to `f`, in the order they were taken;
-    /// returns how many there were.
-    pub fn read_copies(&mut self, mut f: impl FnMut(CopiedSample<'_>)) -> usize {
+    /// Hands every walked sample waiting in the ring buffer to `f`, in the order they were
+    /// taken; returns how many there were.
+    pub fn read_samples(&mut self, mut f: impl FnMut(WalkedSample)) -> usize {
         let mut n = 0;
         while let Some(item) = self.samples.next() {
             if let Some(sample) = parse_sample(&item) {
@@ -471,28 +531,65 @@ impl Sampler {
         n
     }
 
-    /// Tells the program that all executable code of process `pid` keeps frame pointers, in
-    /// `ranges` (at most [`MAX_FP_RANGES`]): its stacks are then walked by them in the
-    /// program. `None` takes that back (the process's code changed, or a walk was found wrong).
-    pub fn set_fp_code(&mut self, pid: u32, ranges: Option<&[(u64, u64)]>) -> Result<(), Error> {
-        let Some(ranges) = ranges.filter(|r| !r.is_empty() && r.len() <= MAX_FP_RANGES) else {
-            // Absent already is fine.
-            self.fp_code.remove(&pid).ok();
+    /// Chunks of [`ROWS_PER_CHUNK`] rows the unwind tables may take.
+    pub fn table_chunks(&self) -> u32 {
+        self.table_chunks
+    }
+
+    /// Loads the table `id` (never reused) into chunks from `first_chunk` on: `rows`, sorted.
+    pub fn load_table(
+        &mut self,
+        id: u32,
+        first_chunk: u32,
+        rows: &[UnwindRow],
+    ) -> Result<(), Error> {
+        let mut chunk = RowChunk {
+            rows: [UnwindRow::default(); ROWS_PER_CHUNK],
+        };
+        for (i, part) in rows.chunks(ROWS_PER_CHUNK).enumerate() {
+            chunk.rows[..part.len()].copy_from_slice(part);
+            chunk.rows[part.len()..].fill(UnwindRow::default());
+            self.unwind_rows
+                .set(first_chunk + i as u32, chunk, 0)
+                .map_err(map_error("unwind_rows"))?;
+        }
+        let table = ObjectTable {
+            first_row: first_chunk * ROWS_PER_CHUNK as u32,
+            n_rows: rows.len() as u32,
+        };
+        self.unwind_objects
+            .insert(id, table, 0)
+            .map_err(map_error("unwind_objects"))
+    }
+
+    /// Forgets table `id`: mappings naming it find no rows until it is loaded again.
+    pub fn drop_table(&mut self, id: u32) {
+        // Absent already is fine.
+        self.unwind_objects.remove(&id).ok();
+    }
+
+    /// Tells the program process `pid`'s executable mappings (sorted, at most
+    /// [`MAX_MAPPINGS`]); `None` forgets the process.
+    pub fn set_process(
+        &mut self,
+        pid: u32,
+        mappings: Option<&[MappingEntry]>,
+    ) -> Result<(), Error> {
+        let Some(mappings) = mappings else {
+            self.proc_maps.remove(&pid).ok();
             return Ok(());
         };
-        let mut code = FpCode {
-            n: ranges.len() as u32,
+        let mut maps = ProcMaps {
+            n: mappings.len().min(MAX_MAPPINGS) as u32,
             pad: 0,
-            start: [0; MAX_FP_RANGES],
-            end: [0; MAX_FP_RANGES],
+            m: [MappingEntry::default(); MAX_MAPPINGS],
         };
-        for (i, &(start, end)) in ranges.iter().enumerate() {
-            code.start[i] = start;
-            code.end[i] = end;
+        for (to, from) in maps.m.iter_mut().zip(mappings) {
+            *to = *from;
         }
-        self.fp_code
-            .insert(pid, code, 0)
-            .map_err(map_error("fp_code"))
+        self.proc_maps
+            .insert(pid, maps, 0)
+            .map_err(map_error("proc_maps"))
     }
 
     /// Tells the program where process `pid`'s Python frames are (`None`: it reads none).
@@ -527,26 +624,33 @@ impl Sampler {
             user_stack_unreadable: read(Stat::UserUnreadable)?,
             counts_full: read(Stat::CountsFull)?,
             events_lost: read(Stat::EventsLost)?,
-            stacks_copied: read(Stat::Copied)?,
-            copies_lost: read(Stat::CopyLost)?,
+            stacks_walked: read(Stat::Walked)?,
+            samples_lost: read(Stat::SamplesLost)?,
             fp_walked: read(Stat::FpWalked)?,
             fp_fallbacks: read(Stat::FpFallback)?,
+            no_process: read(Stat::NoProcess)?,
             python_walks: read(Stat::PyWalked)?,
             python_walks_cut: read(Stat::PyCut)?,
         })
     }
 }
 
-/// Size of the ring buffer of stack copies: four times what `n_cpus` at `frequency_hz` send
-/// between two reads of it (`collector::COPY_POLL_INTERVAL`, 100 ms) when every copy is full
-/// (about 33 KiB), as a power of two from 8 to 64 MiB: the sampling thread competes for the CPUs
-/// it samples, and on busy ones copies were lost from 2 and 4 MiB buffers.
-/// Mapped into the agent, it counts in its RSS twice (the kernel maps the data pages twice), so
-/// it is not made larger than needed. A copy that does not fit is counted with frame-pointer
-/// stacks instead (`parca_agent_stack_copies_lost_total`).
+/// Size of the ring buffer of walked samples: four times what `n_cpus` at `frequency_hz` send
+/// between two reads of it (`collector::SAMPLE_POLL_INTERVAL`, 100 ms) when every stack is
+/// 1,024 frames deep (about 9 KiB a sample), as a power of two from 8 to 64 MiB. Mapped into
+/// the agent, it counts in its RSS twice (the kernel maps the data pages twice), so it is not
+/// made larger than needed. A sample that does not fit is counted with frame-pointer stacks
+/// instead (`parca_agent_samples_lost_total`).
 fn stack_samples_bytes(n_cpus: usize, frequency_hz: u64) -> u32 {
-    let per_poll = n_cpus as u64 * frequency_hz * (SAMPLE_STACK_AT as u64 + 32 * 1024) / 10;
+    let per_poll =
+        n_cpus as u64 * frequency_hz * (SAMPLE_DATA_AT + MAX_USER_FRAMES * 8) as u64 / 10;
     (4 * per_poll).clamp(8 << 20, 64 << 20).next_power_of_two() as u32
+}
+
+/// Chunks of `unwind_rows` that `table_bytes` hold (at least one).
+fn table_chunks(table_bytes: u64) -> u32 {
+    let chunk = std::mem::size_of::<RowChunk>() as u64;
+    (table_bytes / chunk).clamp(1, u64::from(u32::MAX) / ROWS_PER_CHUNK as u64) as u32
 }
 
 fn attach_error(program: &'static str, source: aya::programs::ProgramError) -> Error {
@@ -622,53 +726,58 @@ mod tests {
         assert_eq!(parse_event(&bytes).unwrap().comm, "abcdefghijklmnop");
     }
 
-    #[test]
-    fn sample_layout_matches_the_c_struct() {
-        let mut bytes = vec![0u8; SAMPLE_STACK_AT + 24];
+    /// A `struct stack_sample` as the program sends it.
+    fn sample(user: &[u64], end: u32, flags: u32, python: &[[u8; PY_FRAME_BYTES]]) -> Vec<u8> {
+        let mut bytes = vec![0u8; SAMPLE_DATA_AT];
         bytes[0..4].copy_from_slice(&7u32.to_ne_bytes());
         bytes[8..12].copy_from_slice(&16u32.to_ne_bytes());
-        bytes[12..16].copy_from_slice(&24u32.to_ne_bytes());
-        bytes[32..40].copy_from_slice(&0x401000u64.to_ne_bytes());
-        bytes[40..48].copy_from_slice(&0x7ff0u64.to_ne_bytes());
-        bytes[48..56].copy_from_slice(&0x7ff8u64.to_ne_bytes());
-        bytes[56..64].copy_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
-        let s = parse_sample(&bytes).unwrap();
-        assert_eq!((s.pid, s.ip, s.sp, s.bp), (7, 0x401000, 0x7ff0, 0x7ff8));
-        assert_eq!(s.kernel.len(), 2);
-        assert_eq!(s.kernel[0], 0xffff_ffff_8100_0000);
-        assert_eq!(s.stack.len(), 24);
-        assert!(s.walked.is_none());
-        assert!(parse_sample(&bytes[..SAMPLE_STACK_AT + 8]).is_none());
-        // Walked: two return addresses, then 8 bytes of the stack's top; cut at the limit.
-        bytes[16..20].copy_from_slice(&16u32.to_ne_bytes());
-        bytes[20..24].copy_from_slice(&2u32.to_ne_bytes());
-        bytes[SAMPLE_STACK_AT..SAMPLE_STACK_AT + 8].copy_from_slice(&0x401234u64.to_ne_bytes());
-        let s = parse_sample(&bytes).unwrap();
-        let walked = s.walked.unwrap();
-        assert_eq!(walked.return_addresses[0], 0x401234);
-        assert_eq!(walked.return_addresses.len(), 2);
-        assert_eq!(walked.end, StackEnd::DepthLimit);
-        assert_eq!(s.stack.len(), 8);
-        // An unknown walk end is refused.
-        bytes[20..24].copy_from_slice(&9u32.to_ne_bytes());
-        assert!(parse_sample(&bytes).is_none());
+        bytes[12..16].copy_from_slice(&(user.len() as u32 * 8).to_ne_bytes());
+        bytes[16..20].copy_from_slice(&end.to_ne_bytes());
+        bytes[20..24].copy_from_slice(&((python.len() * PY_FRAME_BYTES) as u32).to_ne_bytes());
+        bytes[28..32].copy_from_slice(&flags.to_ne_bytes());
+        bytes[32..40].copy_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
+        for f in user {
+            bytes.extend_from_slice(&f.to_ne_bytes());
+        }
+        for p in python {
+            bytes.extend_from_slice(p);
+        }
+        bytes
     }
 
     #[test]
-    fn python_frames_sit_between_the_return_addresses_and_the_stack() {
-        // Walked (one return address), one Python frame, 8 bytes of stack.
-        let mut bytes = vec![0u8; SAMPLE_STACK_AT + 8 + PY_FRAME_BYTES + 8];
-        bytes[12..16].copy_from_slice(&((8 + PY_FRAME_BYTES + 8) as u32).to_ne_bytes());
-        bytes[16..20].copy_from_slice(&8u32.to_ne_bytes());
-        bytes[20..24].copy_from_slice(&1u32.to_ne_bytes());
-        bytes[24..28].copy_from_slice(&(PY_FRAME_BYTES as u32).to_ne_bytes());
-        let at = SAMPLE_STACK_AT + 8;
-        bytes[at..at + 8].copy_from_slice(&0x7f00_1000u64.to_ne_bytes());
-        bytes[at + 8..at + 16].copy_from_slice(&0xfeedu64.to_ne_bytes());
-        bytes[at + 16..at + 20].copy_from_slice(&(-1i32).to_ne_bytes());
-        bytes[at + 20..at + 24].copy_from_slice(&3u32.to_ne_bytes());
-        bytes[at + 24..at + 32].copy_from_slice(&0x5555u64.to_ne_bytes());
+    fn sample_layout_matches_the_c_struct() {
+        let bytes = sample(&[0x401000, 0x401234], 1, SAMPLE_UNKNOWN_ADDRESS, &[]);
         let s = parse_sample(&bytes).unwrap();
+        assert_eq!(s.pid, 7);
+        assert_eq!(s.kernel.len(), 2);
+        assert_eq!(s.kernel[0], 0xffff_ffff_8100_0000);
+        assert_eq!(s.user, [0x401000, 0x401234]);
+        assert_eq!(s.end, StackEnd::Complete);
+        assert!(s.unknown_address && !s.table_missing);
+        assert!(parse_sample(&bytes[..bytes.len() - 8]).is_none());
+        for (code, end) in [
+            (2, StackEnd::NoUnwindInfo),
+            (3, StackEnd::Unreadable),
+            (4, StackEnd::DepthLimit),
+            (5, StackEnd::BadUnwindInfo),
+        ] {
+            let s = parse_sample(&sample(&[1], code, SAMPLE_TABLE_MISSING, &[])).unwrap();
+            assert_eq!(s.end, end);
+            assert!(s.table_missing);
+        }
+        // An unknown walk end is refused.
+        assert!(parse_sample(&sample(&[1], 9, 0, &[])).is_none());
+    }
+
+    #[test]
+    fn python_frames_follow_the_user_frames() {
+        let mut frame = [0u8; PY_FRAME_BYTES];
+        frame[0..8].copy_from_slice(&0x7f00_1000u64.to_ne_bytes());
+        frame[8..16].copy_from_slice(&0xfeedu64.to_ne_bytes());
+        frame[16..20].copy_from_slice(&(-1i32).to_ne_bytes());
+        frame[20..24].copy_from_slice(&3u32.to_ne_bytes());
+        let s = parse_sample(&sample(&[0x5555], 1, 0, &[frame])).unwrap();
         assert_eq!(
             s.python,
             [PyFrameSample {
@@ -678,8 +787,7 @@ mod tests {
                 marker: 3
             }]
         );
-        assert_eq!(s.walked.unwrap().return_addresses.len(), 1);
-        assert_eq!(s.stack, 0x5555u64.to_ne_bytes());
+        assert_eq!(s.user, [0x5555]);
     }
 
     #[test]
@@ -691,7 +799,8 @@ mod tests {
     fn the_ring_buffer_grows_with_cpus_and_frequency() {
         assert_eq!(stack_samples_bytes(2, 19), 8 << 20);
         assert_eq!(stack_samples_bytes(2, 99), 8 << 20);
-        assert_eq!(stack_samples_bytes(64, 19), 16 << 20);
+        assert_eq!(stack_samples_bytes(64, 19), 8 << 20);
+        assert_eq!(stack_samples_bytes(256, 99), 64 << 20);
         assert_eq!(stack_samples_bytes(1024, 10_000), 64 << 20);
     }
 
@@ -701,7 +810,15 @@ mod tests {
     }
 
     #[test]
-    fn fp_code_matches_the_c_struct() {
-        assert_eq!(std::mem::size_of::<FpCode>(), 8 + 2 * 8 * MAX_FP_RANGES);
+    fn table_structs_match_the_c_structs() {
+        assert_eq!(std::mem::size_of::<UnwindRow>(), 12);
+        assert_eq!(std::mem::size_of::<RowChunk>(), 12 * ROWS_PER_CHUNK);
+        assert_eq!(std::mem::size_of::<MappingEntry>(), 32);
+        assert_eq!(std::mem::size_of::<ProcMaps>(), 8 + 32 * MAX_MAPPINGS);
+        assert_eq!(
+            table_chunks(64 << 20),
+            (64 << 20) / (12 * ROWS_PER_CHUNK as u32)
+        );
+        assert_eq!(table_chunks(0), 1);
     }
 }

@@ -21,9 +21,6 @@ use crate::profile::RawProfile;
 use crate::python::{FrameTable, PythonStacks};
 use crate::unwind::{REREAD_MAPS_AFTER, Unwinder};
 
-/// A process's frame-pointer code as the BPF program takes it: [start, end) address ranges.
-type FpRanges = Vec<(u64, u64)>;
-
 /// How many windows a process is kept after its last sample.
 const KEEP_PROCESS_WINDOWS: u64 = 3;
 
@@ -50,11 +47,14 @@ pub(crate) struct Shared {
     pub filter: crate::ProcessFilter,
     /// The Python frames named so far (user stacks hold their ids: `python::frame_address`).
     pub python_frames: Arc<Mutex<FrameTable>>,
+    /// Processes announced (and read) since the sampling thread last looked: it tells the BPF
+    /// program their mappings.
+    pub announced: Mutex<Vec<u32>>,
 }
 
-/// How often the ring buffer of stack copies is emptied and its samples unwound (it is sized
-/// for twice what arrives meanwhile: `bpf::stack_samples_bytes`).
-pub(crate) const COPY_POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// How often the ring buffer of walked samples is emptied (it is sized for four times what
+/// arrives meanwhile: `bpf::stack_samples_bytes`), and new processes told to the program.
+pub(crate) const SAMPLE_POLL_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Runs until every command sender is gone. Finished windows go to `windows` (dropped when
 /// the receiver lags: the next one has the news).
@@ -71,73 +71,78 @@ pub(crate) fn run(
     let mut deadline = Instant::now() + window_length;
     let mut requests: FxHashMap<u64, RawProfile> = FxHashMap::default();
     let mut next_id = 0u64;
-    let mut unwinder = Unwinder::default();
+    let mut unwinder = Unwinder::new(sampler.table_chunks());
     let mut python = PythonStacks::new("/proc", shared.python_frames.clone());
     // Stacks unwound since the last drain.
     let mut pending: Vec<DrainedStack> = Vec::new();
 
-    // Empties the ring buffer of stack copies, unwinding each into `pending`.
-    let read_copies = |sampler: &mut Sampler,
-                       unwinder: &mut Unwinder,
-                       python: &mut PythonStacks,
-                       pending: &mut Vec<DrainedStack>| {
+    // Empties the ring buffer of walked samples into `pending`, and tells the program the
+    // mappings (and loads the unwind tables) of processes new or changed.
+    let read_samples = |sampler: &mut Sampler,
+                        unwinder: &mut Unwinder,
+                        python: &mut PythonStacks,
+                        pending: &mut Vec<DrainedStack>| {
         let window_no = shared.window.load(Relaxed);
-        // Announcements first: a new process is read before its first samples are unwound.
+        // Announcements first: a new process is read, and told, before its next samples.
         let events = shared.events.get_ref().read();
         let mut table = shared.processes.lock().expect("process table lock");
         shared
             .metrics
             .process_events
             .fetch_add(events.len() as u64, Relaxed);
-        for event in events {
+        let mut to_tell: FxHashMap<u32, Arc<ProcessInfo>> = FxHashMap::default();
+        for event in &events {
             table.announce(event.pid, &event.comm, window_no);
         }
-        // What to tell the BPF program of processes' frame-pointer code, once the ring
-        // buffer (which borrows the sampler) is read.
-        let mut fp_code: Vec<(u32, Option<FpRanges>)> = Vec::new();
-        // And of where CPython processes keep their frames.
+        let announced = std::mem::take(&mut *shared.announced.lock().expect("announced lock"));
+        for pid in announced.into_iter().chain(events.iter().map(|e| e.pid)) {
+            let info = table.get(pid, window_no);
+            if info.readable && shared.filter.admits(&info) && unwinder.needs_telling(&info) {
+                to_tell.insert(pid, info);
+            }
+        }
+        // Where CPython processes keep their frames, once the ring buffer (which borrows the
+        // sampler) is read.
         let mut py_configs: Vec<(u32, Option<PyConfig>)> = Vec::new();
-        sampler.read_copies(|sample| {
+        sampler.read_samples(|sample| {
             let mut info = table.get(sample.pid, window_no);
             if !shared.filter.admits(&info) {
                 shared.metrics.filtered_samples.fetch_add(1, Relaxed);
                 return;
             }
-            let mut unwound = unwinder.unwind(&sample, &info);
-            if unwound.unknown_address
+            if sample.unknown_address
                 && let Some(reread) = table.reread(sample.pid, window_no, REREAD_MAPS_AFTER)
             {
                 shared.metrics.maps_rereads.fetch_add(1, Relaxed);
                 info = reread;
-                unwound = unwinder.unwind(&sample, &info);
             }
-            if unwound.fp_wrong {
-                unwinder.fp_revoked(sample.pid);
-                fp_code.push((sample.pid, None));
-            } else if let Some(ranges) = unwinder.fp_code(&info) {
-                fp_code.push((sample.pid, ranges));
+            if sample.table_missing || unwinder.needs_telling(&info) {
+                to_tell.insert(sample.pid, info.clone());
             }
-            unwinder.count(unwound.end);
+            unwinder.sampled(sample.pid);
+            unwinder.count(sample.end);
             if let Some(config) = python.config_update(&info) {
                 py_configs.push((sample.pid, config));
             }
             let frames = if sample.python.is_empty() {
-                unwound.frames
+                sample.user
             } else {
-                python.interleave(&info, unwound.frames, &sample.python)
+                python.interleave(&info, sample.user, &sample.python)
             };
             pending.push(DrainedStack {
                 pid: sample.pid,
                 user: Arc::from(frames),
                 kernel: Arc::from(sample.kernel),
                 count: 1,
-                end: Some(unwound.end),
+                end: Some(sample.end),
             });
         });
-        for (pid, ranges) in fp_code {
-            if let Err(e) = sampler.set_fp_code(pid, ranges.as_deref()) {
-                // The copy path stays: nothing is lost but speed.
-                tracing::debug!(pid, error = %e, "cannot update the frame-pointer code map");
+        drop(table);
+        unwinder.load_compiled(sampler);
+        for info in to_tell.values() {
+            if let Err(e) = unwinder.tell(sampler, info) {
+                // Its samples go on, walked by frame pointers in the kernel.
+                tracing::debug!(pid = info.pid, error = %e, "cannot tell the program a process");
             }
         }
         for (pid, config) in py_configs {
@@ -160,8 +165,8 @@ pub(crate) fn run(
      -> Result<(), Error> {
         let started = Instant::now();
         let mut drained = sampler.drain()?;
-        // After the switch: every copy taken before it is in the ring buffer by now.
-        read_copies(sampler, unwinder, python, pending);
+        // After the switch: every sample taken before it is in the ring buffer by now.
+        read_samples(sampler, unwinder, python, pending);
         drained.append(pending);
         let window_no = shared.window.load(Relaxed);
         let mut processes: FxHashMap<u32, Arc<ProcessInfo>> = FxHashMap::default();
@@ -173,8 +178,9 @@ pub(crate) fn run(
                     .or_insert_with(|| table.get(d.pid, window_no));
             }
         }
-        // User stacks the kernel walked by frame pointers (their copy did not fit in the ring
-        // buffer) say so, cut where the walk cannot be trusted.
+        // User stacks the kernel walked by frame pointers (the program was not told their
+        // process yet, or the ring buffer was full) say so, cut where the walk cannot be
+        // trusted.
         for d in drained
             .iter_mut()
             .filter(|d| d.end.is_none() && !d.user.is_empty())
@@ -213,7 +219,7 @@ pub(crate) fn run(
         let now = Instant::now();
         let timeout = deadline
             .saturating_duration_since(now)
-            .min(COPY_POLL_INTERVAL);
+            .min(SAMPLE_POLL_INTERVAL);
         match commands.recv_timeout(timeout) {
             Ok(Command::Subscribe(reply)) => {
                 drain(
@@ -249,7 +255,7 @@ pub(crate) fn run(
                 requests.remove(&id);
             }
             Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {
-                read_copies(&mut sampler, &mut unwinder, &mut python, &mut pending);
+                read_samples(&mut sampler, &mut unwinder, &mut python, &mut pending);
             }
             Err(RecvTimeoutError::Timeout) => {
                 drain(
@@ -271,7 +277,7 @@ pub(crate) fn run(
                     .expire(window_no, KEEP_PROCESS_WINDOWS);
                 {
                     let table = shared.processes.lock().expect("process table lock");
-                    unwinder.trim(|pid| table.contains(pid));
+                    unwinder.trim(&mut sampler, |pid| table.contains(pid));
                     python.trim(|pid| table.contains(pid));
                 }
                 shared.metrics.record_window(&done);

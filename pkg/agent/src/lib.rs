@@ -108,6 +108,9 @@ pub struct Config {
     pub debuginfod_cache_dir: PathBuf,
     /// Bytes the debuginfod cache may hold.
     pub debuginfod_cache_max_bytes: u64,
+    /// Kernel memory the unwind tables may take (`--unwind-tables-max-bytes`, default 64 MiB):
+    /// past it, the least recently used objects' tables are evicted.
+    pub unwind_tables_max_bytes: u64,
 }
 
 impl Default for Config {
@@ -126,9 +129,13 @@ impl Default for Config {
             debuginfod_urls: DebuginfodConfig::urls_from_env(),
             debuginfod_cache_dir: PathBuf::from("/var/cache/parca-agent/debuginfod"),
             debuginfod_cache_max_bytes: 2 << 30,
+            unwind_tables_max_bytes: unwind::DEFAULT_TABLE_BYTES,
         }
     }
 }
+
+/// The smallest budget for unwind tables: a C library's table takes about 0.5 MiB.
+const MIN_TABLE_BYTES: u64 = 1 << 20;
 
 /// Labels every sample may carry already; external labels may not take these names.
 const RESERVED_LABELS: &[&str] = &[
@@ -151,6 +158,12 @@ pub fn hostname() -> String {
 impl Config {
     fn validate(&self) -> Result<(), Error> {
         // perf_event_max_sample_rate caps frequencies (100 kHz by default, lowered under load).
+        if self.unwind_tables_max_bytes < MIN_TABLE_BYTES {
+            return Err(Error::Config(format!(
+                "--unwind-tables-max-bytes must be at least {MIN_TABLE_BYTES} (1 MiB), got {}",
+                self.unwind_tables_max_bytes
+            )));
+        }
         if !(1..=10_000).contains(&self.frequency_hz) {
             return Err(Error::Config(format!(
                 "--profiling-cpu-sampling-frequency must be from 1 to 10000 Hz, got {}",
@@ -210,7 +223,8 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         })?;
     let local = listener.local_addr().unwrap_or(config.http_address);
 
-    let (sampler, events) = bpf::Sampler::start(config.frequency_hz)?;
+    let (sampler, events) =
+        bpf::Sampler::start(config.frequency_hz, config.unwind_tables_max_bytes)?;
     // SAFETY: `ProcEvents` returns the descriptor of the ring buffer it owns (aya's `MapData`
     // holds it as an `OwnedFd`), which stays open and the same for as long as the `AsyncFd`
     // owns the `ProcEvents`; aya's docs poll ring buffers exactly this way.
@@ -241,6 +255,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         window: Default::default(),
         filter: config.process_filter.clone(),
         python_frames: Default::default(),
+        announced: Default::default(),
     });
     let (commands, command_rx) = std::sync::mpsc::channel();
     let (window_tx, mut window_rx) = tokio::sync::mpsc::channel::<profile::RawProfile>(2);
@@ -276,8 +291,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     .fetch_add(batch.len() as u64, Relaxed);
                 let window = shared.window.load(Relaxed);
                 let mut table = shared.processes.lock().expect("process table lock");
+                let mut announced = shared.announced.lock().expect("announced lock");
                 for event in batch {
                     table.announce(event.pid, &event.comm, window);
+                    announced.push(event.pid);
                 }
             })
             .await

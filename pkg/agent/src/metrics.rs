@@ -217,11 +217,12 @@ impl Metrics {
         metric(
             "parca_agent_unwound_stacks_total",
             "counter",
-            "User stacks unwound from stack copies or walked by frame pointers, by how the walk \
-             ended: complete (reached the start), no_unwind_info, unreadable_memory (the next \
-             frame is above the copied 32 KiB), depth_limit (cut at 127 frames), \
-             bad_unwind_info (malformed CFI, or a frame-pointer walk through a function that \
-             keeps no frame pointer).",
+            "User stacks walked with the unwind tables in the BPF program (or by frame pointers \
+             in the kernel, for a process not told to it yet), by how the walk ended: complete \
+             (reached the start), no_unwind_info, unreadable_memory (a frame's memory could not \
+             be read, or a kernel walk nothing checked), depth_limit (cut at 1024 frames; 127 \
+             for a kernel walk), bad_unwind_info (CFI the walk cannot apply, or that led \
+             nowhere).",
             &ends,
         );
         let total: u64 = unwind.ends.iter().sum();
@@ -242,40 +243,53 @@ impl Metrics {
             "parca_agent_frame_pointer_stacks_total",
             "counter",
             "Samples whose stacks were walked with frame pointers in the kernel instead (no \
-             user context, or their copy did not fit in the ring buffer).",
+             user context, a process not told to the BPF program yet, or the ring buffer was \
+             full).",
             &[(
                 "",
                 bpf.samples
-                    .saturating_sub(bpf.stacks_copied + bpf.fp_walked + bpf.counts_full)
-                    as f64,
+                    .saturating_sub(bpf.stacks_walked + bpf.counts_full) as f64,
             )],
+        );
+        metric(
+            "parca_agent_walked_stacks_total",
+            "counter",
+            "User stacks walked in the BPF program with the unwind tables.",
+            &[("", bpf.stacks_walked as f64)],
         );
         metric(
             "parca_agent_fp_walked_stacks_total",
             "counter",
-            "User stacks walked by frame pointers in the BPF program (the fast path, for \
-             processes whose code keeps them), checked in userspace with the CFI.",
+            "Of the walked stacks, those with frames left by their frame pointers (the fast \
+             path, in code that keeps them everywhere; the leaf always goes by its row).",
             &[("", bpf.fp_walked as f64)],
         );
         metric(
             "parca_agent_fp_walk_fallbacks_total",
             "counter",
-            "Frame-pointer walks that left the process's frame-pointer code or read nothing: \
-             the stack was copied instead.",
+            "Frame-pointer steps that led outside every mapping of the process (a function \
+             that keeps no frame pointer, as Go's assembly on the system stack): redone with \
+             the unwind row.",
             &[("", bpf.fp_fallbacks as f64)],
-        );
-        metric(
-            "parca_agent_fp_walks_wrong_total",
-            "counter",
-            "Frame-pointer walks found to pass through a function that keeps no frame pointer: \
-             cut there (bad_unwind_info); the object is copied from then on.",
-            &[("", unwind.fp_walks_wrong as f64)],
         );
         metric(
             "parca_agent_fp_processes",
             "gauge",
-            "Processes whose code keeps frame pointers, walked by them in the BPF program.",
+            "Processes told to the BPF program whose code (some of it) keeps frame pointers.",
             &[("", unwind.fp_processes as f64)],
+        );
+        metric(
+            "parca_agent_unwind_processes",
+            "gauge",
+            "Processes whose mappings the BPF program holds (at most 8192).",
+            &[("", unwind.processes as f64)],
+        );
+        metric(
+            "parca_agent_samples_before_tables_total",
+            "counter",
+            "Samples of processes whose mappings the BPF program was not told yet (their first \
+             ~100 ms): walked with frame pointers in the kernel.",
+            &[("", bpf.no_process as f64)],
         );
         let python = *self.python.lock().expect("metrics lock");
         metric(
@@ -324,45 +338,64 @@ impl Metrics {
             &[("", python.frames_held as f64)],
         );
         metric(
-            "parca_agent_stack_copies_lost_total",
+            "parca_agent_samples_lost_total",
             "counter",
-            "Stack copies that did not fit in the ring buffer (walked with frame pointers).",
-            &[("", bpf.copies_lost as f64)],
+            "Walked samples that did not fit in the ring buffer (counted with frame-pointer \
+             stacks instead).",
+            &[("", bpf.samples_lost as f64)],
         );
         metric(
             "parca_agent_unwind_tables_loaded_total",
             "counter",
-            "Unwind tables (.eh_frame, .debug_frame) built, once per object while cached.",
+            "Unwind tables compiled from objects' .eh_frame/.debug_frame and loaded into the \
+             BPF program, once per object while held.",
             &[("", unwind.tables_loaded as f64)],
         );
         metric(
             "parca_agent_unwind_table_errors_total",
             "counter",
-            "Objects whose unwind table could not be read.",
-            &[("", unwind.table_errors as f64)],
+            "Objects whose unwind table could not be compiled, by reason: unreadable (the file \
+             or its headers), too_large (a CFI section or table past the limits, or larger \
+             than the whole budget: a hostile or huge object).",
+            &[
+                ("{reason=\"unreadable\"}", unwind.table_errors as f64),
+                ("{reason=\"too_large\"}", unwind.tables_too_large as f64),
+            ],
+        );
+        metric(
+            "parca_agent_unwind_tables_evicted_total",
+            "counter",
+            "Unwind tables evicted (least recently used) to make room within the budget.",
+            &[("", unwind.tables_evicted as f64)],
         );
         metric(
             "parca_agent_unwind_tables_cached",
             "gauge",
-            "Unwind tables held.",
+            "Unwind tables held in the BPF program.",
             &[("", unwind.tables_cached as f64)],
         );
         metric(
             "parca_agent_unwind_table_bytes",
             "gauge",
-            "Bytes the unwind tables hold.",
+            "Kernel memory the held unwind tables take, in bytes.",
             &[("", unwind.table_bytes as f64)],
         );
         metric(
-            "parca_agent_unwind_seconds_total",
-            "counter",
-            "Time spent unwinding stack copies.",
-            &[("", secs(unwind.unwind_ns))],
+            "parca_agent_unwind_table_budget_bytes",
+            "gauge",
+            "The budget for unwind tables (--unwind-tables-max-bytes).",
+            &[("", unwind.table_budget_bytes as f64)],
+        );
+        metric(
+            "parca_agent_unwind_table_rows",
+            "gauge",
+            "Rows of the held unwind tables.",
+            &[("", unwind.table_rows as f64)],
         );
         metric(
             "parca_agent_unwind_table_build_seconds_total",
             "counter",
-            "Of the time spent unwinding, the time spent building unwind tables.",
+            "Time spent compiling unwind tables (and reading the CFI that checks kernel walks).",
             &[("", secs(unwind.table_build_ns))],
         );
         metric(

@@ -20,13 +20,13 @@ pub const PROFILE_NAME: &str = "parca_agent";
 const KERNEL_MAPPING: &str = "[kernel.kallsyms]";
 
 /// The function name of the synthetic outermost frame of a stack that did not reach its start.
-/// `[truncated: depth limit]` marks a stack cut at [`crate::unwind::MAX_USER_FRAMES`]: its
+/// `[truncated: depth limit]` marks a stack cut at [`crate::bpf::MAX_USER_FRAMES`]: its
 /// innermost frames are kept.
 pub fn truncation_frame_name(end: StackEnd) -> &'static str {
     match end {
         StackEnd::Complete => "",
         StackEnd::NoUnwindInfo => "[truncated: no unwind info]",
-        StackEnd::Unreadable => "[truncated: stack not copied]",
+        StackEnd::Unreadable => "[truncated: unreadable stack]",
         StackEnd::DepthLimit => "[truncated: depth limit]",
         StackEnd::BadUnwindInfo => "[truncated: bad unwind info]",
     }

@@ -1,319 +1,477 @@
-//! User stacks from the BPF program's samples: each stack copy is unwound with the unwind table
-//! (`.eh_frame`, `.debug_frame`) of the object holding each frame's address, tables built once
-//! per object ([`ObjectKey`]: build id) and shared by every process that maps it. A stack the
-//! program walked by frame pointers (the fast path, for processes whose code keeps them: see
-//! [`Unwinder::fp_code`]) has its leaf and its frames checked against the same tables; a walk
-//! found wrong is cut there, and its objects and process go back to stack copies.
+//! The unwind tables the BPF program walks user stacks with: each object's CFI (`.eh_frame`,
+//! `.debug_frame`) compiled once ([`compact::compile`]) into rows loaded into the program's
+//! `unwind_rows` map, shared by every process that maps the object ([`ObjectKey`]: build id),
+//! and each process's executable mappings told to the program with their tables and load biases.
+//!
+//! Memory is bounded by construction: the tables take at most the budget given at start
+//! (`--unwind-tables-max-bytes`, in chunks of [`ROWS_PER_CHUNK`] rows); when a table does not
+//! fit, the least recently used objects' tables are evicted (a mapping naming an evicted table
+//! finds no rows, and the sample says so, so its process is told again and the table reloaded).
+//! At most [`MAX_PROCESSES`] processes are held (the least recently sampled go first), and an
+//! object whose CFI is larger than [`compact::Limits`] allow is refused and counted.
+//!
+//! Samples of processes the program was not told yet (their first ~100 ms) are walked by frame
+//! pointers in the kernel (`bpf_get_stackid`); [`Unwinder::check_kernel_walk`] cuts those walks
+//! where they cannot be trusted, with the objects' lazily read CFI.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parca_symbolize::ObjectKey;
+use parca_symbolize::unwind::compact::{self, CompactTable, CompileError, Limits};
 use parca_symbolize::unwind::{
-    LeafFrame, Registers, StackCopy, StackEnd, UnwindTable, check_frame_pointer_walk,
-    frame_pointer_leaf, unwind,
+    FramePointerCensus, StackEnd, UnwindTable, check_frame_pointer_walk,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::bpf::{CopiedSample, MAX_FP_RANGES, Walked};
-use crate::process::{Mapping, ProcessInfo};
+use crate::Error;
+use crate::bpf::{
+    MAP_FP, MAX_MAPPINGS, MAX_OBJECTS, MAX_PROCESSES, MappingEntry, ROWS_PER_CHUNK, Sampler,
+    UnwindRow,
+};
+use crate::process::{MappedObject, ProcessInfo};
 
-/// Deepest user stack kept, in frames (the kernel's own limit for stack maps): a deeper one
-/// keeps its innermost frames and ends [`StackEnd::DepthLimit`].
-pub const MAX_USER_FRAMES: usize = 127;
+/// Deepest user stack of a frame-pointer walk in the kernel (its stack map's limit).
+pub const MAX_KERNEL_WALK_FRAMES: usize = 127;
 
-/// Unwind tables held, at most, and the bytes they may hold together (their `.eh_frame` and
-/// `.debug_frame` are copied into memory); past either, the least recently used go first.
-const MAX_TABLES: usize = 256;
-const MAX_TABLE_BYTES: u64 = 256 << 20;
+/// The default budget for unwind tables, in bytes of kernel memory (`--unwind-tables-max-bytes`).
+pub const DEFAULT_TABLE_BYTES: u64 = 64 << 20;
 
-/// Counters of the unwinder, for metrics.
+/// Lazily read CFI indexes (for checking the kernel's frame-pointer walks) held at most.
+const MAX_LAZY_TABLES: usize = 64;
+
+/// Objects whose table failed remembered at most (they are not compiled again meanwhile).
+const MAX_FAILED: usize = 4096;
+
+/// Bytes of one chunk of rows in the program's map.
+const CHUNK_BYTES: u64 = (ROWS_PER_CHUNK * std::mem::size_of::<UnwindRow>()) as u64;
+
+/// Counters of the unwind tables, for metrics.
 #[derive(Debug, Clone, Default)]
 pub struct UnwindStats {
-    /// Stacks unwound, by how they ended (in [`StackEnd::ALL`]'s order).
+    /// Stacks kept, by how their walk ended (in [`StackEnd::ALL`]'s order).
     pub ends: [u64; 5],
-    /// Unwind tables built (once per object while cached).
+    /// Tables compiled and loaded (once per object while held).
     pub tables_loaded: u64,
-    /// Objects whose unwind table could not be read.
+    /// Objects whose table could not be compiled (unreadable, or malformed headers).
     pub table_errors: u64,
-    /// Tables held now and their bytes.
+    /// Objects refused for their size (a CFI section or a table past the limits, or a table
+    /// larger than the whole budget).
+    pub tables_too_large: u64,
+    /// Tables evicted to make room for others.
+    pub tables_evicted: u64,
+    /// Tables held now.
     pub tables_cached: u64,
-    /// Bytes the cached tables hold.
+    /// Kernel memory the held tables take, in bytes.
     pub table_bytes: u64,
-    /// Time spent unwinding, table builds included.
-    pub unwind_ns: u64,
-    /// Of which building unwind tables.
+    /// The budget for it.
+    pub table_budget_bytes: u64,
+    /// Rows the held tables have.
+    pub table_rows: u64,
+    /// Time spent compiling tables.
     pub table_build_ns: u64,
-    /// Stacks walked by frame pointers in the BPF program, then checked here.
-    pub fp_walks: u64,
-    /// Of which were found to skip a caller's frame and cut there (their objects then go
-    /// back to stack copies).
-    pub fp_walks_wrong: u64,
-    /// Processes whose code keeps frame pointers (walked by them in the BPF program) now.
+    /// Processes whose mappings the program holds.
+    pub processes: u64,
+    /// Of which map code that keeps frame pointers (walked by them past the leaf).
     pub fp_processes: u64,
 }
 
-struct Cached {
+/// An object's table in the program's map.
+struct Loaded {
+    id: u32,
+    first_chunk: u32,
+    n_chunks: u32,
+    n_rows: u32,
+    census: FramePointerCensus,
+    segments: Vec<(u64, u64, u64)>,
+    last_used: u64,
+}
+
+/// A process told to the program.
+struct Told {
+    /// What was told of it, to tell again once tables it waits for are compiled.
+    info: Arc<ProcessInfo>,
+    /// Objects it maps whose tables were being compiled when it was told.
+    waiting: Vec<ObjectKey>,
+    /// The read of it ([`ProcessInfo::read_no`]) that was told.
+    read_no: u64,
+    /// The objects it maps that have tables.
+    objects: Vec<ObjectKey>,
+    /// Whether some of its code keeps frame pointers.
+    fp: bool,
+    last_sampled: u64,
+}
+
+struct Lazy {
     table: Option<Arc<UnwindTable>>,
     last_used: u64,
 }
 
-/// The unwinder: unwind tables per object, and the counters.
-#[derive(Default)]
+/// The table manager: which objects' tables are loaded where, which processes are told.
 pub(crate) struct Unwinder {
-    tables: FxHashMap<ObjectKey, Cached>,
-    /// Objects whose frame-pointer walks were found wrong: never walked by frame pointers again.
-    no_fp: FxHashSet<ObjectKey>,
-    /// Processes told to the BPF program, by the read of them they were judged on
-    /// ([`ProcessInfo::read_no`]), and whether their code keeps frame pointers.
-    fp_judged: FxHashMap<u32, (u64, bool)>,
+    budget_chunks: u32,
+    /// Objects to compile, to the compiling threads (small objects, and those over
+    /// [`LARGE_CFI_BYTES`]); and what they compiled, back.
+    jobs: [std::sync::mpsc::Sender<Arc<MappedObject>>; 2],
+    compiled: std::sync::mpsc::Receiver<Compiled>,
+    /// Objects sent to be compiled and not back yet.
+    compiling: FxHashSet<ObjectKey>,
+    objects: FxHashMap<ObjectKey, Loaded>,
+    failed: FxHashSet<ObjectKey>,
+    /// Free runs of chunks: (first, count), sorted by first, neighbours merged.
+    free: Vec<(u32, u32)>,
+    next_id: u32,
+    processes: FxHashMap<u32, Told>,
+    lazy: FxHashMap<ObjectKey, Lazy>,
     tick: u64,
     stats: UnwindStats,
 }
 
-/// A stack copy unwound.
-#[derive(Debug)]
-pub(crate) struct Unwound {
-    /// Frames, leaf first: the sampled address, then return addresses.
-    pub frames: Vec<u64>,
-    pub end: StackEnd,
-    /// Some frame's address is in no mapping the process had when it was read: its mappings
-    /// may have changed (a `dlopen`) and are worth reading again.
-    pub unknown_address: bool,
-    /// A frame-pointer walk was found wrong: the process must go back to stack copies.
-    pub fp_wrong: bool,
-}
-
 impl Unwinder {
-    /// The unwind table of the object mapped at `addr` in `process`, and `addr`'s virtual
-    /// address in it; built on first use.
-    fn table_at<'p>(
-        &mut self,
-        process: &'p ProcessInfo,
-        addr: u64,
-    ) -> Option<(Arc<UnwindTable>, u64, &'p Mapping)> {
-        let (_, mapping) = process.mapping_of(addr)?;
-        let table = self.table_of(mapping)?;
-        let vaddr = table.vaddr_of_file_offset(addr - mapping.start + mapping.offset)?;
-        Some((table, vaddr, mapping))
-    }
-
-    /// The unwind table of `mapping`'s object, built on first use.
-    fn table_of(&mut self, mapping: &Mapping) -> Option<Arc<UnwindTable>> {
-        let object = mapping.object.as_ref()?;
-        let tick = self.tick;
-        let stats = &mut self.stats;
-        let cached = self.tables.entry(object.key.clone()).or_insert_with(|| {
-            let started = Instant::now();
-            let table = match UnwindTable::read(&object.file, &object.opened_as) {
-                Ok(t) => {
-                    stats.tables_loaded += 1;
-                    Some(Arc::new(t))
-                }
-                Err(_) => {
-                    stats.table_errors += 1;
-                    None
-                }
-            };
-            stats.table_build_ns += started.elapsed().as_nanos() as u64;
-            Cached {
-                table,
-                last_used: tick,
-            }
-        });
-        cached.last_used = tick;
-        cached.table.clone()
-    }
-
-    /// Unwinds `sample` of `process`: walks its stack copy, or checks and completes the
-    /// frame-pointer walk the BPF program made.
-    pub fn unwind(&mut self, sample: &CopiedSample<'_>, process: &ProcessInfo) -> Unwound {
-        let started = Instant::now();
-        self.tick += 1;
-        let regs = Registers {
-            ip: sample.ip,
-            sp: sample.sp,
-            bp: sample.bp,
+    /// A manager of `budget_chunks` chunks of the program's rows (`Sampler::table_chunks`).
+    ///
+    /// Tables are compiled on threads of their own, so that a large object (a 150 MB
+    /// `librustc_driver`, seconds to compile) never holds up the sampling thread: one for
+    /// objects with up to [`LARGE_CFI_BYTES`] of CFI (`unwind-tables`), one for larger ones
+    /// (`unwind-tables-large`, at nice 10: its seconds of CPU come mostly from idle time, not
+    /// from the programs profiled), so that a small object never waits behind a large one.
+    /// The threads end when the manager is dropped.
+    pub fn new(budget_chunks: u32) -> Unwinder {
+        let budget_rows = budget_chunks as usize * ROWS_PER_CHUNK;
+        let limits = Limits {
+            max_rows: budget_rows.min(Limits::default().max_rows),
+            ..Limits::default()
         };
-        let stack = StackCopy {
-            sp: sample.sp,
-            bytes: sample.stack,
-        };
-        let unwound = match &sample.walked {
-            Some(walked) => self.check_walk(regs, &stack, walked, process),
-            None => self.unwind_copy(regs, &stack, process),
-        };
-        self.stats.unwind_ns += started.elapsed().as_nanos() as u64;
-        unwound
-    }
-
-    fn unwind_copy(
-        &mut self,
-        regs: Registers,
-        stack: &StackCopy<'_>,
-        process: &ProcessInfo,
-    ) -> Unwound {
-        let mut frames = Vec::with_capacity(32);
-        let mut unknown_address = false;
-        let mut first = true;
-        let end = unwind(regs, stack, MAX_USER_FRAMES, &mut frames, |addr| {
-            let leaf = std::mem::replace(&mut first, false);
-            if process.mapping_of(addr).is_none() {
-                // Only the sampled address says the mappings changed: a return address in no
-                // mapping may be garbage from a frame-pointer step.
-                unknown_address |= leaf;
-                return None;
-            }
-            let (table, vaddr, _) = self.table_at(process, addr)?;
-            Some((table, vaddr))
-        });
-        Unwound {
-            frames,
-            end,
-            unknown_address,
-            fp_wrong: false,
+        let (done_tx, compiled) = std::sync::mpsc::channel();
+        let jobs = [
+            spawn_compiler("unwind-tables", 0, limits, done_tx.clone()),
+            spawn_compiler("unwind-tables-large", 10, limits, done_tx),
+        ];
+        Unwinder {
+            budget_chunks,
+            jobs,
+            compiled,
+            compiling: FxHashSet::default(),
+            objects: FxHashMap::default(),
+            failed: FxHashSet::default(),
+            free: vec![(0, budget_chunks)],
+            next_id: 1,
+            processes: FxHashMap::default(),
+            lazy: FxHashMap::default(),
+            tick: 0,
+            stats: UnwindStats {
+                table_budget_bytes: u64::from(budget_chunks) * CHUNK_BYTES,
+                ..UnwindStats::default()
+            },
         }
     }
 
-    /// A stack walked by frame pointers: the leaf checked with its CFI (a sample in a prologue,
-    /// an epilogue or a frameless leaf finds its caller's frame pointer in rbp, and the walk
-    /// skipped the caller), then each frame's function checked to keep rbp where it called.
-    fn check_walk(
-        &mut self,
-        regs: Registers,
-        stack: &StackCopy<'_>,
-        walked: &Walked,
-        process: &ProcessInfo,
-    ) -> Unwound {
-        self.stats.fp_walks += 1;
-        let mut frames = Vec::with_capacity(walked.return_addresses.len() + 2);
-        frames.push(regs.ip);
-        let unknown_address = process.mapping_of(regs.ip).is_none();
-        let leaf = frame_pointer_leaf(regs, stack, |addr| {
-            let (table, vaddr, _) = self.table_at(process, addr)?;
-            Some((table, vaddr))
-        });
-        let mut end = walked.end;
-        match leaf {
-            Ok(LeafFrame::Framed) => {}
-            Ok(LeafFrame::Frameless { caller }) => frames.push(caller),
-            Ok(LeafFrame::Outermost) => {
-                return Unwound {
-                    frames,
-                    end: StackEnd::Complete,
-                    unknown_address,
-                    fp_wrong: false,
-                };
+    /// Whether the program must be told `process` (never told, or told an older read).
+    pub fn needs_telling(&self, process: &ProcessInfo) -> bool {
+        self.processes
+            .get(&process.pid)
+            .is_none_or(|t| t.read_no != process.read_no)
+    }
+
+    /// Notes a sample of `pid`: its objects' tables are in use.
+    pub fn sampled(&mut self, pid: u32) {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some(told) = self.processes.get_mut(&pid) {
+            told.last_sampled = tick;
+            for key in &told.objects {
+                if let Some(loaded) = self.objects.get_mut(key) {
+                    loaded.last_used = tick;
+                }
+            }
+        }
+    }
+
+    /// Tells the program `process`'s executable mappings, with the tables of its objects that
+    /// have one loaded; the others are sent to be compiled, and the process is told again when
+    /// they are loaded ([`Unwinder::load_compiled`]).
+    pub fn tell(&mut self, sampler: &mut Sampler, process: &Arc<ProcessInfo>) -> Result<(), Error> {
+        self.tick += 1;
+        if !self.processes.contains_key(&process.pid) && self.processes.len() >= MAX_PROCESSES {
+            let oldest = self
+                .processes
+                .iter()
+                .min_by_key(|(_, t)| t.last_sampled)
+                .map(|(&pid, _)| pid);
+            if let Some(pid) = oldest {
+                self.forget(sampler, pid);
+            }
+        }
+        let mut entries: Vec<MappingEntry> = Vec::with_capacity(process.mappings.len());
+        let mut objects = Vec::new();
+        let mut waiting = Vec::new();
+        let mut fp = false;
+        for mapping in process.mappings.iter().take(MAX_MAPPINGS) {
+            let mut entry = MappingEntry {
+                start: mapping.start,
+                end: mapping.end,
+                bias: 0,
+                object: 0,
+                flags: 0,
+            };
+            if let Some(object) = &mapping.object
+                && !self.objects.contains_key(&object.key)
+                && !self.failed.contains(&object.key)
+            {
+                let large = compact::cfi_bytes(&object.file).is_none_or(|n| n > LARGE_CFI_BYTES);
+                if self.compiling.insert(object.key.clone())
+                    && self.jobs[usize::from(large)].send(object.clone()).is_err()
+                {
+                    self.compiling.remove(&object.key);
+                }
+                if self.compiling.contains(&object.key) {
+                    waiting.push(object.key.clone());
+                }
+            }
+            if let Some(object) = &mapping.object
+                && let Some(loaded) = self.loaded(&object.key)
+                && let Some(vaddr) = compact::mapping_vaddr(&loaded.segments, mapping.offset)
+            {
+                entry.bias = mapping.start.wrapping_sub(vaddr);
+                entry.object = loaded.id;
+                // The kernel's pages hold leaves, never callers.
+                let special = mapping.path == "[vdso]" || mapping.path == "[vsyscall]";
+                if !special && keeps_frame_pointers_everywhere(&loaded.census) {
+                    entry.flags |= MAP_FP;
+                    fp = true;
+                }
+                objects.push(object.key.clone());
+            }
+            entries.push(entry);
+        }
+        sampler.set_process(process.pid, Some(&entries))?;
+        let last_sampled = self.tick;
+        self.processes.insert(
+            process.pid,
+            Told {
+                info: process.clone(),
+                waiting,
+                read_no: process.read_no,
+                objects,
+                fp,
+                last_sampled,
+            },
+        );
+        Ok(())
+    }
+
+    /// The loaded table of `key`, marked used.
+    fn loaded(&mut self, key: &ObjectKey) -> Option<&Loaded> {
+        let tick = self.tick;
+        let loaded = self.objects.get_mut(key)?;
+        loaded.last_used = tick;
+        Some(loaded)
+    }
+
+    /// Loads the tables the compiling thread finished into the program, and tells again the
+    /// processes that waited for them.
+    pub fn load_compiled(&mut self, sampler: &mut Sampler) {
+        let mut done = Vec::new();
+        while let Ok(compiled) = self.compiled.try_recv() {
+            self.compiling.remove(&compiled.object.key);
+            self.stats.table_build_ns += compiled.took.as_nanos() as u64;
+            let key = compiled.object.key.clone();
+            self.load(sampler, compiled);
+            done.push(key);
+        }
+        if done.is_empty() {
+            return;
+        }
+        // A table's rows were built on a compiling thread (in its malloc arena) and freed
+        // here: give that memory back to the system, or the agent's RSS keeps every table's
+        // peak.
+        // SAFETY: malloc_trim only returns free heap memory to the system; it takes no pointer.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        let waited: Vec<Arc<ProcessInfo>> = self
+            .processes
+            .values()
+            .filter(|t| t.waiting.iter().any(|k| done.contains(k)))
+            .map(|t| t.info.clone())
+            .collect();
+        for info in waited {
+            if let Err(e) = self.tell(sampler, &info) {
+                tracing::debug!(pid = info.pid, error = %e, "cannot tell the program a process");
+            }
+        }
+    }
+
+    /// Loads a compiled table into the program (evicting the least recently used tables when
+    /// the budget is full), or notes why it cannot have one.
+    fn load(&mut self, sampler: &mut Sampler, compiled: Compiled) {
+        let object = &compiled.object;
+        let fail = |this: &mut Unwinder, too_large: bool| {
+            if too_large {
+                this.stats.tables_too_large += 1;
+            } else {
+                this.stats.table_errors += 1;
+            }
+            if this.failed.len() >= MAX_FAILED {
+                this.failed.clear();
+            }
+            this.failed.insert(object.key.clone());
+        };
+        let table = match compiled.table {
+            Ok(table) => table,
+            Err(CompileError::Object(e)) => {
+                tracing::debug!(object = %object.opened_as.display(), error = %e, "no unwind table");
+                fail(self, false);
+                return;
             }
             Err(e) => {
-                // The leaf's return address lies past the top of the stack that was sent, or
-                // the leaf keeps no frame pointer where the walk looked for its caller's.
-                let fp_wrong = e == StackEnd::BadUnwindInfo;
-                if fp_wrong {
-                    self.stats.fp_walks_wrong += 1;
+                tracing::info!(object = %object.opened_as.display(), error = %e, "unwind table refused");
+                fail(self, true);
+                return;
+            }
+        };
+        let Some(rows) = encode(&table) else {
+            // Addresses past 4 GiB: the program's rows hold 32-bit addresses.
+            fail(self, true);
+            return;
+        };
+        // The program's rows are all that is needed of them from here.
+        let CompactTable {
+            census, segments, ..
+        } = table;
+        let n_chunks = rows.len().div_ceil(ROWS_PER_CHUNK).max(1) as u32;
+        if n_chunks > self.budget_chunks {
+            fail(self, true);
+            return;
+        }
+        // Tables of processes waiting for this one stay.
+        let keep: FxHashSet<ObjectKey> = self
+            .processes
+            .values()
+            .filter(|t| t.waiting.contains(&object.key))
+            .flat_map(|t| t.objects.iter().cloned())
+            .collect();
+        let Some(first_chunk) = self.allocate(sampler, n_chunks, &keep) else {
+            fail(self, true);
+            return;
+        };
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        if let Err(e) = sampler.load_table(id, first_chunk, &rows) {
+            tracing::debug!(object = %object.opened_as.display(), error = %e, "cannot load an unwind table");
+            self.release(first_chunk, n_chunks);
+            fail(self, false);
+            return;
+        }
+        self.stats.tables_loaded += 1;
+        self.tick += 1;
+        self.objects.insert(
+            object.key.clone(),
+            Loaded {
+                id,
+                first_chunk,
+                n_chunks,
+                n_rows: rows.len() as u32,
+                census,
+                segments,
+                last_used: self.tick,
+            },
+        );
+    }
+
+    /// `n` free chunks in a row, evicting the least recently used tables (but those of `keep`)
+    /// until they are there.
+    fn allocate(
+        &mut self,
+        sampler: &mut Sampler,
+        n: u32,
+        keep: &FxHashSet<ObjectKey>,
+    ) -> Option<u32> {
+        loop {
+            if self.objects.len() < MAX_OBJECTS
+                && let Some(i) = self.free.iter().position(|&(_, len)| len >= n)
+            {
+                let (first, len) = self.free[i];
+                if len == n {
+                    self.free.remove(i);
+                } else {
+                    self.free[i] = (first + n, len - n);
                 }
-                return Unwound {
-                    frames,
-                    end: e,
-                    unknown_address,
-                    fp_wrong,
-                };
+                return Some(first);
             }
-        }
-        frames.extend_from_slice(&walked.return_addresses);
-        let mut wrong_object = None;
-        // Every frame but the leaf (checked above), the caller found for it included: the walk
-        // went on from each by its rbp.
-        let first_wrong = check_frame_pointer_walk(&frames[1..], |addr| {
-            let (table, vaddr, mapping) = self.table_at(process, addr)?;
-            wrong_object = mapping.object.as_ref().map(|o| o.key.clone());
-            Some((table, vaddr))
-        });
-        let fp_wrong = first_wrong.is_some();
-        if let Some(i) = first_wrong {
-            // The frame `frames[1 + i]` is right (its callee's frame pointer led to it); the
-            // walk from it on is not.
-            frames.truncate(i + 2);
-            end = StackEnd::BadUnwindInfo;
-            self.stats.fp_walks_wrong += 1;
-            if let Some(key) = wrong_object {
-                self.no_fp.insert(key);
-            }
-        }
-        if frames.len() > MAX_USER_FRAMES {
-            frames.truncate(MAX_USER_FRAMES);
-            end = StackEnd::DepthLimit;
-        }
-        Unwound {
-            frames,
-            end,
-            unknown_address,
-            fp_wrong,
+            let victim = self
+                .objects
+                .iter()
+                .filter(|(k, _)| !keep.contains(*k))
+                .min_by_key(|(_, l)| l.last_used)
+                .map(|(k, _)| k.clone())?;
+            let loaded = self.objects.remove(&victim)?;
+            sampler.drop_table(loaded.id);
+            self.release(loaded.first_chunk, loaded.n_chunks);
+            self.stats.tables_evicted += 1;
         }
     }
 
-    /// A user stack the kernel walked by frame pointers (`bpf_get_stackid`, for a sample whose
-    /// copy did not fit in the ring buffer): how many of its frames to keep, and how it ends.
-    /// Nothing checked its leaf, so it ends [`StackEnd::Unreadable`] (`[truncated: stack not
-    /// copied]`) unless cut at the depth limit; its frames are cut after the first whose
-    /// function keeps no frame pointer (the kernel's walk went on from garbage).
+    /// Returns chunks to the free runs.
+    fn release(&mut self, first: u32, n: u32) {
+        let i = self.free.partition_point(|&(f, _)| f < first);
+        self.free.insert(i, (first, n));
+        // Merge with the next run, then with the previous.
+        if i + 1 < self.free.len() && self.free[i].0 + self.free[i].1 == self.free[i + 1].0 {
+            self.free[i].1 += self.free[i + 1].1;
+            self.free.remove(i + 1);
+        }
+        if i > 0 && self.free[i - 1].0 + self.free[i - 1].1 == self.free[i].0 {
+            self.free[i - 1].1 += self.free[i].1;
+            self.free.remove(i);
+        }
+    }
+
+    /// Forgets process `pid` (in the program too).
+    fn forget(&mut self, sampler: &mut Sampler, pid: u32) {
+        self.processes.remove(&pid);
+        if let Err(e) = sampler.set_process(pid, None) {
+            tracing::debug!(pid, error = %e, "cannot forget a process");
+        }
+    }
+
+    /// A user stack the kernel walked by frame pointers (`bpf_get_stackid`, for a sample of a
+    /// process the program was not told yet): how many of its frames to keep, and how it ends.
+    /// Nothing checked its leaf, so it ends [`StackEnd::Unreadable`] unless cut at the depth
+    /// limit; its frames are cut after the first whose function keeps no frame pointer (the
+    /// kernel's walk went on from garbage).
     pub fn check_kernel_walk(&mut self, user: &[u64], process: &ProcessInfo) -> (usize, StackEnd) {
+        self.tick += 1;
         let first_wrong = check_frame_pointer_walk(user.get(1..).unwrap_or_default(), |addr| {
-            let (table, vaddr, _) = self.table_at(process, addr)?;
+            let (_, mapping) = process.mapping_of(addr)?;
+            let table = self.lazy_table(mapping.object.as_ref()?)?;
+            let vaddr = table.vaddr_of_file_offset(addr - mapping.start + mapping.offset)?;
             Some((table, vaddr))
         });
         match first_wrong {
             Some(i) => (i + 2, StackEnd::Unreadable),
-            None if user.len() >= MAX_USER_FRAMES => (user.len(), StackEnd::DepthLimit),
+            None if user.len() >= MAX_KERNEL_WALK_FRAMES => (user.len(), StackEnd::DepthLimit),
             None => (user.len(), StackEnd::Unreadable),
         }
     }
 
-    /// Whether the BPF program should walk `process`'s stacks by frame pointers, and where its
-    /// code is: `Some(ranges)` when every other executable mapping holds an object whose
-    /// code keeps frame pointers ([`UnwindTable::keeps_frame_pointers`]), at most
-    /// [`MAX_FP_RANGES`] ranges once adjacent ones are joined. The vDSO and vsyscall pages are
-    /// left out of the ranges: their functions are leaves, never callers, and a sample in one is
-    /// copied. `None`
-    /// when the answer has not changed since the process's last judgment (same read of it).
-    pub fn fp_code(&mut self, process: &Arc<ProcessInfo>) -> Option<Option<Vec<(u64, u64)>>> {
-        let read = process.read_no;
-        if self
-            .fp_judged
-            .get(&process.pid)
-            .is_some_and(|j| j.0 == read)
-        {
-            return None;
-        }
-        let ranges = self.judge_fp(process);
-        self.fp_judged.insert(process.pid, (read, ranges.is_some()));
-        Some(ranges)
-    }
-
-    /// Takes back the frame-pointer walks of `pid` (one was found wrong).
-    pub fn fp_revoked(&mut self, pid: u32) {
-        if let Some(judged) = self.fp_judged.get_mut(&pid) {
-            judged.1 = false;
-        }
-    }
-
-    fn judge_fp(&mut self, process: &ProcessInfo) -> Option<Vec<(u64, u64)>> {
-        let mut ranges: Vec<(u64, u64)> = Vec::new();
-        for mapping in &process.mappings {
-            // The kernel's pages: their functions are leaves, never callers.
-            if mapping.path == "[vdso]" || mapping.path == "[vsyscall]" {
-                continue;
+    /// The lazily read CFI index of `object`, read on first use.
+    fn lazy_table(&mut self, object: &MappedObject) -> Option<Arc<UnwindTable>> {
+        let tick = self.tick;
+        let stats = &mut self.stats;
+        let lazy = self.lazy.entry(object.key.clone()).or_insert_with(|| {
+            let started = Instant::now();
+            let table = UnwindTable::read(&object.file, &object.opened_as)
+                .ok()
+                .map(Arc::new);
+            stats.table_build_ns += started.elapsed().as_nanos() as u64;
+            Lazy {
+                table,
+                last_used: tick,
             }
-            let object = mapping.object.as_ref()?;
-            if self.no_fp.contains(&object.key) || !self.table_of(mapping)?.keeps_frame_pointers() {
-                return None;
-            }
-            match ranges.last_mut() {
-                Some(last) if last.1 == mapping.start => last.1 = mapping.end,
-                _ => ranges.push((mapping.start, mapping.end)),
-            }
-        }
-        (!ranges.is_empty() && ranges.len() <= MAX_FP_RANGES).then_some(ranges)
+        });
+        lazy.last_used = tick;
+        lazy.table.clone()
     }
 
     /// Counts how a stack that is kept ended.
@@ -323,45 +481,244 @@ impl Unwinder {
         }
     }
 
-    /// Drops the least recently used tables beyond the bounds, and the judgments of processes
-    /// gone (`alive` says which are kept). Call once per window.
-    pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
-        self.fp_judged.retain(|&pid, _| alive(pid));
-        let bytes = |c: &Cached| c.table.as_ref().map_or(0, |t| t.size_bytes());
-        let mut total: u64 = self.tables.values().map(bytes).sum();
-        let mut by_age: Vec<(u64, ObjectKey, u64)> = self
-            .tables
-            .iter()
-            .map(|(k, c)| (c.last_used, k.clone(), bytes(c)))
+    /// Forgets processes gone (`alive` says which are kept) and drops the least recently used
+    /// lazy CFI indexes beyond their bound. Call once per window.
+    pub fn trim(&mut self, sampler: &mut Sampler, alive: impl Fn(u32) -> bool) {
+        let gone: Vec<u32> = self
+            .processes
+            .keys()
+            .copied()
+            .filter(|&pid| !alive(pid))
             .collect();
-        by_age.sort_by_key(|e| e.0);
-        let mut n = self.tables.len();
-        for (_, key, size) in by_age {
-            if n <= MAX_TABLES && total <= MAX_TABLE_BYTES {
-                break;
+        for pid in gone {
+            self.forget(sampler, pid);
+        }
+        if self.lazy.len() > MAX_LAZY_TABLES {
+            let mut by_age: Vec<(u64, ObjectKey)> = self
+                .lazy
+                .iter()
+                .map(|(k, l)| (l.last_used, k.clone()))
+                .collect();
+            by_age.sort_by_key(|e| e.0);
+            for (_, key) in by_age.into_iter().take(self.lazy.len() - MAX_LAZY_TABLES) {
+                self.lazy.remove(&key);
             }
-            self.tables.remove(&key);
-            n -= 1;
-            total -= size;
         }
     }
 
-    /// The counters, with the cache's current size.
+    /// The counters, with the tables' and processes' current numbers.
     pub fn stats(&self) -> UnwindStats {
         let mut s = self.stats.clone();
-        s.tables_cached = self.tables.values().filter(|c| c.table.is_some()).count() as u64;
-        s.fp_processes = self.fp_judged.values().filter(|j| j.1).count() as u64;
+        s.tables_cached = self.objects.len() as u64;
         s.table_bytes = self
-            .tables
+            .objects
             .values()
-            .filter_map(|c| c.table.as_ref())
-            .map(|t| t.size_bytes())
+            .map(|l| u64::from(l.n_chunks) * CHUNK_BYTES)
             .sum();
+        s.table_rows = self.objects.values().map(|l| u64::from(l.n_rows)).sum();
+        s.processes = self.processes.len() as u64;
+        s.fp_processes = self.processes.values().filter(|t| t.fp).count() as u64;
         s
     }
+}
+
+/// Objects with more call frame information than this are compiled on a thread of their own
+/// (Rust 1.95's `librustc_driver` has 6.2 MB of `.eh_frame`, Debian's libc 0.3 MB, python3.11d 0.5 MB).
+const LARGE_CFI_BYTES: u64 = 4 << 20;
+
+/// Starts a thread that compiles the objects sent to it, smallest first, at nice value `nice`,
+/// and sends the tables to `done`; returns where to send objects.
+fn spawn_compiler(
+    name: &str,
+    nice: i32,
+    limits: Limits,
+    done: std::sync::mpsc::Sender<Compiled>,
+) -> std::sync::mpsc::Sender<Arc<MappedObject>> {
+    let (jobs, job_rx) = std::sync::mpsc::channel::<Arc<MappedObject>>();
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            if nice != 0 {
+                // SAFETY: setpriority with PRIO_PROCESS and 0 changes this thread's nice value
+                // (Linux applies it per thread); it reads and writes no memory of ours.
+                unsafe {
+                    libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+                }
+            }
+            // Smallest first: a process waiting for small objects' tables is not held up
+            // behind a larger one.
+            let mut queue: std::collections::BinaryHeap<Job> = Default::default();
+            loop {
+                if queue.is_empty() {
+                    match job_rx.recv() {
+                        Ok(object) => queue.push(Job::new(object)),
+                        Err(_) => return,
+                    }
+                }
+                while let Ok(object) = job_rx.try_recv() {
+                    queue.push(Job::new(object));
+                }
+                let Some(Job { object, .. }) = queue.pop() else {
+                    continue;
+                };
+                let started = Instant::now();
+                let table = compact::compile(&object.file, &object.opened_as, &limits);
+                let compiled = Compiled {
+                    object,
+                    table,
+                    took: started.elapsed(),
+                };
+                if done.send(compiled).is_err() {
+                    return;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        // Without it its objects are not compiled: their frames are walked by frame pointers.
+        tracing::error!(thread = name, error = %e, "cannot start an unwind tables' thread");
+    }
+    jobs
+}
+
+/// An object waiting to be compiled, ordered smallest CFI first.
+struct Job {
+    size: u64,
+    object: Arc<MappedObject>,
+}
+
+impl Job {
+    fn new(object: Arc<MappedObject>) -> Job {
+        let size = compact::cfi_bytes(&object.file).unwrap_or(u64::MAX);
+        Job { size, object }
+    }
+}
+
+impl PartialEq for Job {
+    fn eq(&self, other: &Job) -> bool {
+        self.size == other.size
+    }
+}
+
+impl Eq for Job {}
+
+impl PartialOrd for Job {
+    fn partial_cmp(&self, other: &Job) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Job {
+    /// Reversed: the heap pops the smallest.
+    fn cmp(&self, other: &Job) -> std::cmp::Ordering {
+        other.size.cmp(&self.size)
+    }
+}
+
+/// A table the compiling thread finished.
+struct Compiled {
+    object: Arc<MappedObject>,
+    table: Result<CompactTable, CompileError>,
+    took: Duration,
+}
+
+/// Whether every frame but the leaf of an object's code can be left by its frame pointer: a Go
+/// binary (Go keeps them in every function with a frame), or code whose every sampled function
+/// frames itself by rbp. Stricter than [`FramePointerCensus::keeps_frame_pointers`]: the
+/// program does not check a frame-pointer step against the CFI, and a frameless function
+/// that calls would make the step skip its caller.
+fn keeps_frame_pointers_everywhere(census: &FramePointerCensus) -> bool {
+    census.go || (census.sampled >= 8 && census.framed == census.sampled)
+}
+
+/// The program's rows of `table`; `None` when an address does not fit in 32 bits.
+fn encode(table: &CompactTable) -> Option<Vec<UnwindRow>> {
+    table
+        .rows
+        .iter()
+        .map(|r| {
+            Some(UnwindRow {
+                pc: u32::try_from(r.pc).ok()?,
+                kind: r.kind as u8,
+                rbp_rule: r.rbp as u8,
+                rbp_offset: r.rbp_offset,
+                cfa_offset: r.cfa_offset,
+            })
+        })
+        .collect()
 }
 
 /// How long after reading a process its mappings may be read again because the sampled address
 /// fell outside them (a `dlopen`ed library, or maps read just before an `exec`): bounds the cost
 /// of a process whose samples keep landing outside every mapping.
 pub const REREAD_MAPS_AFTER: Duration = Duration::from_millis(200);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parca_symbolize::unwind::compact::RowKind;
+
+    #[test]
+    fn rows_keep_their_rules_in_the_programs_layout() {
+        let table = CompactTable {
+            rows: vec![
+                compact::CompactRow {
+                    pc: 0x1000,
+                    kind: RowKind::Sp,
+                    cfa_offset: 8,
+                    rbp: compact::RbpRule::Same,
+                    rbp_offset: 0,
+                },
+                compact::CompactRow {
+                    pc: 0x1004,
+                    kind: RowKind::Bp,
+                    cfa_offset: 16,
+                    rbp: compact::RbpRule::At,
+                    rbp_offset: -16,
+                },
+            ],
+            ..CompactTable::default()
+        };
+        let rows = encode(&table).unwrap();
+        assert_eq!(
+            rows[1],
+            UnwindRow {
+                pc: 0x1004,
+                kind: 2,
+                rbp_rule: 1,
+                rbp_offset: -16,
+                cfa_offset: 16
+            }
+        );
+        let mut far = table.clone();
+        far.rows[0].pc = 1 << 33;
+        assert!(encode(&far).is_none());
+    }
+
+    #[test]
+    fn freed_chunks_merge_with_their_neighbours() {
+        let mut u = Unwinder::new(100);
+        assert_eq!(u.free, [(0, 100)]);
+        assert_eq!(u.stats().table_budget_bytes, 100 * CHUNK_BYTES);
+        // Three tables' worth taken by hand, then given back out of order.
+        u.free = vec![(90, 10)];
+        u.release(30, 60);
+        assert_eq!(u.free, [(30, 70)]);
+        u.release(0, 10);
+        assert_eq!(u.free, [(0, 10), (30, 70)]);
+        u.release(10, 20);
+        assert_eq!(u.free, [(0, 100)]);
+    }
+
+    #[test]
+    fn only_code_framed_everywhere_is_walked_by_frame_pointers() {
+        let census = |sampled, framed, go| FramePointerCensus {
+            sampled,
+            framed,
+            go,
+        };
+        assert!(keeps_frame_pointers_everywhere(&census(0, 0, true)));
+        assert!(keeps_frame_pointers_everywhere(&census(64, 64, false)));
+        assert!(!keeps_frame_pointers_everywhere(&census(64, 60, false)));
+        assert!(!keeps_frame_pointers_everywhere(&census(4, 4, false)));
+    }
+}

@@ -16,6 +16,8 @@
 //!
 //! x86-64 only: registers are DWARF's numbers 6 (rbp), 7 (rsp) and 16 (the return address).
 
+pub mod compact;
+
 use std::fs::File;
 use std::path::Path;
 use std::sync::{Arc, Mutex};

@@ -1,6 +1,7 @@
-// A deep stack for the agent's tests: main → rec × 200 → spin, where all the time goes. The
-// agent keeps the innermost 127 frames (spin and 126 rec) and marks the stack cut.
-// Build: gcc -O1 -fomit-frame-pointer -g. Usage: agent-c-deep [SECONDS] (default: an hour).
+// A deep stack for the agent's tests: main → rec × (DEPTH + 1) → spin, where all the time goes.
+// Deeper than the agent's 1,024 frames, it keeps the innermost (spin and 1,023 rec) and marks the
+// stack cut. Build: gcc -O1 -fomit-frame-pointer -g. Usage: agent-c-deep [SECONDS] [DEPTH]
+// (defaults: an hour, 1,100).
 #include <stdlib.h>
 #include <time.h>
 
@@ -36,6 +37,6 @@ __attribute__((noinline)) void rec(int depth, double seconds)
 
 int main(int argc, char **argv)
 {
-	rec(200, argc > 1 ? atof(argv[1]) : 3600);
+	rec(argc > 2 ? atoi(argv[2]) : 1100, argc > 1 ? atof(argv[1]) : 3600);
 	return 0;
 }
