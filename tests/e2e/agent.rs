@@ -400,7 +400,11 @@ fn agent_attributes_real_programs_to_their_call_chains_and_kernel_frames() {
         .map(|bin| start_target(bin, 60.0, dir.path()));
     let agent = Agent::start(dir.path(), &["--node=e2e-node"]);
 
-    let p = agent.profile("seconds=5");
+    // A 5 s window with the 20 samples of each checked process (on a busy machine one may fall
+    // short: the window is taken again).
+    let mut checked = vec![c.pid(), rust.pid()];
+    checked.extend(go.iter().chain(&go_stripped).map(Process::pid));
+    let p = agent.profile_with_samples(5, &checked, 20);
     assert_eq!(string(&p, p.sample_type[0].r#type), "samples");
     assert_eq!(string(&p, p.sample_type[0].unit), "count");
     let period_type = p.period_type.unwrap();
@@ -1182,7 +1186,8 @@ fn agent_unwinds_programs_without_frame_pointers_and_names_stripped_ones() {
     let xz = compress("xz", "-9 -T1");
     let agent = Agent::start(dir.path(), &[]);
 
-    let p = agent.profile("seconds=5");
+    let checked = [&c, &c_fp, &rust, &c_debuglink, &c_mini, &gzip, &xz].map(|t| t.pid());
+    let p = agent.profile_with_samples(5, &checked, 20);
     assert_attributed(
         &p,
         "C -O2 -fomit-frame-pointer, stripped",
