@@ -259,7 +259,9 @@ fn agent_places_c_extension_frames_under_python_callers_and_reads_each_thread() 
     let threads = start(PYTHON, "threads.py", 60.0, dir.path());
     let agent = Agent::start(dir.path(), &[]);
     std::thread::sleep(Duration::from_secs(1));
-    let p = agent.profile("seconds=6");
+    // A window with the 15 samples of each program checked below, taken again if the machine
+    // was too busy for them.
+    let p = agent.profile_with_samples(6, &[compress.pid(), threads.pid()], 15);
 
     // zlib: native frames of libz, then compress_loop as the innermost Python frame.
     let samples = samples_of(&p, compress.pid());
