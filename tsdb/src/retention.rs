@@ -112,7 +112,7 @@ mod tests {
     }
 
     #[test]
-    fn a_store_directory_counts_from_its_newest_block() {
+    fn a_store_directory_without_blocks_counts_from_now() {
         let dir = tempfile::tempdir().expect("temporary directory");
         let empty = RetentionHorizon::of_store_dir(dir.path(), DAY_MS).expect("retention on");
         let now = jiff::Timestamp::now().as_millisecond();
