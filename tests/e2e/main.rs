@@ -5,6 +5,7 @@
 mod agent;
 mod agent_off_cpu;
 mod agent_python;
+mod agent_rustc;
 mod check_rules;
 mod corpus;
 mod fanout;
