@@ -450,8 +450,9 @@ impl Sampler {
         let agent_tgid = std::process::id();
         let mut ring_bytes = stack_samples_bytes(n_possible, frequency_hz);
         if off_cpu {
-            // Off-CPU samples come at the rate of context switches: room for them beside.
-            ring_bytes = (ring_bytes * 2).min(64 << 20);
+            // Off-CPU samples come at the rate of context switches (thousands a second per
+            // CPU, each about 1.5 KiB): room for them beside.
+            ring_bytes = (ring_bytes * 2).clamp(16 << 20, 64 << 20);
         }
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("scratch", n_possible as u32)
@@ -733,14 +734,15 @@ impl Sampler {
 
 /// Size of the ring buffer of walked samples: four times what `n_cpus` at `frequency_hz` send
 /// between two reads of it (`collector::SAMPLE_POLL_INTERVAL`, 100 ms) when every stack is
-/// 1,024 frames deep (about 9 KiB a sample), as a power of two from 8 to 64 MiB. Mapped into
+/// 1,024 frames deep (about 9 KiB a sample), as a power of two from 2 to 64 MiB (2 MiB holds
+/// five seconds of such samples from two CPUs at 19 Hz). Mapped into
 /// the agent, it counts in its RSS twice (the kernel maps the data pages twice), so it is not
 /// made larger than needed. A sample that does not fit is counted with frame-pointer stacks
 /// instead (`parca_agent_samples_lost_total`).
 fn stack_samples_bytes(n_cpus: usize, frequency_hz: u64) -> u32 {
     let per_poll =
         n_cpus as u64 * frequency_hz * (SAMPLE_DATA_AT + MAX_USER_FRAMES * 8) as u64 / 10;
-    (4 * per_poll).clamp(8 << 20, 64 << 20).next_power_of_two() as u32
+    (4 * per_poll).clamp(2 << 20, 64 << 20).next_power_of_two() as u32
 }
 
 /// Chunks of `unwind_rows` that `table_bytes` hold (at least one).
@@ -955,8 +957,8 @@ mod tests {
 
     #[test]
     fn the_ring_buffer_grows_with_cpus_and_frequency() {
-        assert_eq!(stack_samples_bytes(2, 19), 8 << 20);
-        assert_eq!(stack_samples_bytes(2, 99), 8 << 20);
+        assert_eq!(stack_samples_bytes(2, 19), 2 << 20);
+        assert_eq!(stack_samples_bytes(2, 99), 2 << 20);
         assert_eq!(stack_samples_bytes(64, 19), 8 << 20);
         assert_eq!(stack_samples_bytes(256, 99), 64 << 20);
         assert_eq!(stack_samples_bytes(1024, 10_000), 64 << 20);
