@@ -25,8 +25,9 @@
 //!
 //! # Design constraints
 //!
-//! - Only `bpf.rs` sees aya; `unsafe` is limited to aya's `Pod` marker there and to polling
-//!   aya's ring buffer with tokio (`AsyncFd::register_with_interest` in [`run`]).
+//! - Only `bpf.rs` sees aya; `unsafe` is limited to aya's `Pod` marker there, to polling
+//!   aya's ring buffer with tokio (`AsyncFd::register_with_interest` in [`run`]) and to
+//!   glibc's allocator knobs (`malloc_trim`, `mallopt`).
 //! - Nothing is pinned: the programs and links live as file descriptors of this process, so they
 //!   are gone when it exits, however it exits.
 //! - The BPF side does no symbolization and no string work; userspace drains maps at most once
