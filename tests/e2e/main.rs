@@ -3,6 +3,7 @@
 //! passes without checking, and CI installs every such tool so that nothing is skipped there.
 
 mod agent;
+mod agent_hostile;
 mod agent_off_cpu;
 mod agent_python;
 mod agent_rustc;

@@ -376,6 +376,13 @@ impl Metrics {
             ],
         );
         metric(
+            "parca_agent_unwind_malformed_cfi_total",
+            "counter",
+            "CFI entries refused as malformed in the objects whose unwind table was compiled: \
+             their code has no rows (a hostile or corrupt object).",
+            &[("", unwind.malformed_cfi as f64)],
+        );
+        metric(
             "parca_agent_unwind_tables_evicted_total",
             "counter",
             "Unwind tables evicted (least recently used) to make room within the budget.",

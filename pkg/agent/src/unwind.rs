@@ -70,6 +70,9 @@ pub struct UnwindStats {
     pub table_rows: u64,
     /// Time spent compiling tables.
     pub table_build_ns: u64,
+    /// CFI entries refused as malformed in the objects compiled (their code has no rows, and
+    /// frames in it end `[truncated: bad unwind info]` or go by frame pointers).
+    pub malformed_cfi: u64,
     /// Processes whose mappings the program holds.
     pub processes: u64,
     /// Of which map code that keeps frame pointers (walked by them past the leaf).
@@ -118,6 +121,8 @@ pub(crate) struct Unwinder {
     compiling: FxHashSet<ObjectKey>,
     objects: FxHashMap<ObjectKey, Loaded>,
     failed: FxHashSet<ObjectKey>,
+    /// What the compilers accept (an object past them is refused before it is queued).
+    limits: Limits,
     /// Free runs of chunks: (first, count), sorted by first, neighbours merged.
     free: Vec<(u32, u32)>,
     next_id: u32,
@@ -148,6 +153,7 @@ impl Unwinder {
             spawn_compiler("unwind-tables-large", 10, limits, done_tx),
         ];
         Unwinder {
+            limits,
             budget_chunks,
             jobs,
             compiled,
@@ -217,8 +223,25 @@ impl Unwinder {
             if let Some(object) = &mapping.object
                 && !self.objects.contains_key(&object.key)
                 && !self.failed.contains(&object.key)
+                && !self.compiling.contains(&object.key)
             {
-                let large = compact::cfi_bytes(&object.file).is_none_or(|n| n > LARGE_CFI_BYTES);
+                let sizes = compact::cfi_sizes(&object.file);
+                if sizes.is_some_and(|s| s.past(&self.limits)) {
+                    // Refused from its headers, without a read: a hostile or huge object.
+                    tracing::info!(
+                        object = %object.opened_as.display(),
+                        sizes = ?sizes,
+                        "unwind table refused: a CFI section past the limit"
+                    );
+                    self.refuse(&object.key, true);
+                }
+            }
+            if let Some(object) = &mapping.object
+                && !self.objects.contains_key(&object.key)
+                && !self.failed.contains(&object.key)
+            {
+                let large =
+                    compact::cfi_sizes(&object.file).is_none_or(|s| s.total() > LARGE_CFI_BYTES);
                 if self.compiling.insert(object.key.clone())
                     && self.jobs[usize::from(large)].send(object.clone()).is_err()
                 {
@@ -302,21 +325,25 @@ impl Unwinder {
         }
     }
 
+    /// Notes that `key`'s object gets no table (`too_large`: refused for its size; else it could
+    /// not be read); it is not tried again while remembered.
+    fn refuse(&mut self, key: &ObjectKey, too_large: bool) {
+        if too_large {
+            self.stats.tables_too_large += 1;
+        } else {
+            self.stats.table_errors += 1;
+        }
+        if self.failed.len() >= MAX_FAILED {
+            self.failed.clear();
+        }
+        self.failed.insert(key.clone());
+    }
+
     /// Loads a compiled table into the program (evicting the least recently used tables when
     /// the budget is full), or notes why it cannot have one.
     fn load(&mut self, sampler: &mut Sampler, compiled: Compiled) {
         let object = &compiled.object;
-        let fail = |this: &mut Unwinder, too_large: bool| {
-            if too_large {
-                this.stats.tables_too_large += 1;
-            } else {
-                this.stats.table_errors += 1;
-            }
-            if this.failed.len() >= MAX_FAILED {
-                this.failed.clear();
-            }
-            this.failed.insert(object.key.clone());
-        };
+        let fail = |this: &mut Unwinder, too_large: bool| this.refuse(&object.key, too_large);
         let table = match compiled.table {
             Ok(table) => table,
             Err(CompileError::Object(e)) => {
@@ -335,6 +362,7 @@ impl Unwinder {
             fail(self, true);
             return;
         };
+        self.stats.malformed_cfi += table.bad_fdes;
         // The program's rows are all that is needed of them from here.
         let CompactTable {
             census, segments, ..
@@ -588,7 +616,7 @@ struct Job {
 
 impl Job {
     fn new(object: Arc<MappedObject>) -> Job {
-        let size = compact::cfi_bytes(&object.file).unwrap_or(u64::MAX);
+        let size = compact::cfi_sizes(&object.file).map_or(u64::MAX, |s| s.total());
         Job { size, object }
     }
 }

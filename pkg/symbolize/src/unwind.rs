@@ -243,8 +243,9 @@ impl std::fmt::Debug for UnwindTable {
     }
 }
 
-/// CFI sections larger than this are not indexed (the object is walked with frame pointers).
-const MAX_CFI_BYTES: u64 = 256 << 20;
+/// CFI sections larger than this are not indexed (the object is walked with frame pointers):
+/// the compiler's bound, so that a hostile object costs no more memory here than there.
+const MAX_CFI_BYTES: u64 = compact::MAX_SECTION_BYTES;
 
 /// One CIE or FDE larger than this is not read.
 const MAX_ENTRY_BYTES: u64 = 1 << 20;

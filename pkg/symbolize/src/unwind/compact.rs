@@ -83,6 +83,11 @@ impl CompactRow {
     }
 }
 
+/// CFI sections larger than this (decompressed) are not read by default: larger ones come from
+/// hostile or broken objects (the largest real ones here, LLVM's and `librustc_driver`'s, are
+/// under 10 MB). [`crate::unwind::UnwindTable::read`] keeps to it too.
+pub const MAX_SECTION_BYTES: u64 = 64 << 20;
+
 /// The bounds of one compilation.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -95,7 +100,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_section_bytes: 64 << 20,
+            max_section_bytes: MAX_SECTION_BYTES,
             max_rows: 8 << 20,
         }
     }
@@ -136,7 +141,8 @@ pub struct CompactTable {
     pub rows: Vec<CompactRow>,
     /// What the CFI says of the object's frame pointers.
     pub census: FramePointerCensus,
-    /// FDEs whose CFA program gimli refused (malformed): their code has no rows.
+    /// FDEs whose CFA program gimli refused (malformed): their code has no rows. A malformed
+    /// entry that ends a section's scan counts here too.
     pub bad_fdes: u64,
     /// FDEs compiled.
     pub fdes: u64,
@@ -214,22 +220,45 @@ struct Sections {
     segments: Vec<(u64, u64, u64)>,
 }
 
-/// Bytes of call frame information (`.eh_frame` and `.debug_frame`, as stored) of the object open
-/// as `file`: what compiling its table costs, in proportion. `None` when its headers cannot be
-/// read.
-pub fn cfi_bytes(file: &File) -> Option<u64> {
+/// Sizes of an object's call frame information sections, as stored.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CfiSizes {
+    /// `.eh_frame`.
+    pub eh_frame: u64,
+    /// `.debug_frame`.
+    pub debug_frame: u64,
+}
+
+impl CfiSizes {
+    /// Both together: what compiling the table costs, in proportion.
+    pub fn total(&self) -> u64 {
+        self.eh_frame.saturating_add(self.debug_frame)
+    }
+
+    /// Whether a section passes [`Limits::max_section_bytes`] as stored (the compiler refuses
+    /// it with [`CompileError::SectionTooLarge`]; known before anything is read).
+    pub fn past(&self, limits: &Limits) -> bool {
+        self.eh_frame.max(self.debug_frame) > limits.max_section_bytes
+    }
+}
+
+/// The CFI section sizes of the object open as `file`, from its section headers alone; `None`
+/// when they cannot be read.
+pub fn cfi_sizes(file: &File) -> Option<CfiSizes> {
     use object::read::elf::{FileHeader, SectionHeader};
     let cache = ReadCache::new(file);
     let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
     let endian = header.endian().ok()?;
     let sections = header.sections(endian, &cache).ok()?;
-    Some(
-        [&b".eh_frame"[..], b".debug_frame"]
-            .iter()
-            .filter_map(|name| sections.section_by_name(endian, name))
-            .map(|(_, s)| s.sh_size(endian))
-            .sum(),
-    )
+    let size = |name: &[u8]| {
+        sections
+            .section_by_name(endian, name)
+            .map_or(0, |(_, s)| s.sh_size(endian))
+    };
+    Some(CfiSizes {
+        eh_frame: size(b".eh_frame"),
+        debug_frame: size(b".debug_frame"),
+    })
 }
 
 /// Reads the CFI sections of the object open as `file` (`path` names it in messages).
@@ -367,7 +396,15 @@ impl Compiler<'_> {
         let mut ctx = Box::new(UnwindContext::new());
         let mut entries = section.entries(bases);
         // A malformed entry ends the scan: what was compiled before it stays usable.
-        while let Ok(Some(entry)) = entries.next() {
+        loop {
+            let entry = match entries.next() {
+                Ok(Some(entry)) => entry,
+                Ok(None) => break,
+                Err(_) => {
+                    self.bad_fdes += 1;
+                    break;
+                }
+            };
             let gimli::CieOrFde::Fde(partial) = entry else {
                 continue;
             };
@@ -729,7 +766,7 @@ mod tests {
         };
         assert_eq!(t.segments.len(), 1, "{:?}", t.segments);
         let file = File::open("/usr/bin/gzip").unwrap();
-        assert!(cfi_bytes(&file).is_some_and(|n| n > 1000 && n < 1 << 20));
+        assert!(cfi_sizes(&file).is_some_and(|s| s.total() > 1000 && s.total() < 1 << 20));
     }
 
     #[test]
@@ -757,6 +794,26 @@ mod tests {
     }
 
     #[test]
+    fn a_section_past_the_limit_is_known_from_the_headers() {
+        let limits = Limits::default();
+        let small = CfiSizes {
+            eh_frame: 1 << 20,
+            debug_frame: 2 << 20,
+        };
+        assert!(!small.past(&limits));
+        assert_eq!(small.total(), 3 << 20);
+        let huge = CfiSizes {
+            debug_frame: limits.max_section_bytes + 1,
+            ..small
+        };
+        assert!(huge.past(&limits));
+        // This test binary's own sizes are read, and within the limits.
+        let exe = File::open(std::env::current_exe().unwrap()).unwrap();
+        let own = cfi_sizes(&exe).unwrap();
+        assert!(own.eh_frame > 0 && !own.past(&limits), "{own:?}");
+    }
+
+    #[test]
     fn garbage_cfi_gives_an_empty_table_or_marks_never_a_panic() {
         // An ELF whose .eh_frame is noise: this test binary with its CFI replaced.
         let exe = std::env::current_exe().unwrap();
@@ -781,5 +838,7 @@ mod tests {
         std::fs::write(&bad, &bytes).unwrap();
         let t = compile(&File::open(&bad).unwrap(), &bad, &Limits::default()).unwrap();
         well_formed(&t);
+        // Noise is named as such: at least the entry that ended the scan.
+        assert!(t.bad_fdes >= 1, "{t:?}");
     }
 }
