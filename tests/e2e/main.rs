@@ -15,6 +15,7 @@ mod pprof_oracle;
 mod prometheus_clients;
 mod query_arithmetic;
 mod query_golden;
+mod rules_eval;
 mod security;
 mod server;
 mod server_harness;

@@ -47,6 +47,9 @@ pub struct Config {
     pub rules: Vec<(PathBuf, RuleFile)>,
 }
 
+/// How often rule groups are evaluated when neither they nor `global` say: Prometheus' default.
+pub const DEFAULT_EVALUATION_INTERVAL: Duration = Duration::from_secs(60);
+
 /// `global` (Prometheus' section).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GlobalConfig {
@@ -60,6 +63,10 @@ pub struct GlobalConfig {
         serialize_with = "duration::serialize_opt"
     )]
     pub scrape_timeout: Option<Duration>,
+    /// `evaluation_interval`: how often rule groups without their own `interval` are
+    /// evaluated. Default 1m, as Prometheus.
+    #[serde(serialize_with = "duration::serialize")]
+    pub evaluation_interval: Duration,
     /// `external_labels`: labels that describe this server, for federation and for shipped
     /// blocks. Default: none.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -71,6 +78,7 @@ impl Default for GlobalConfig {
         GlobalConfig {
             scrape_interval: DEFAULT_SCRAPE_INTERVAL,
             scrape_timeout: None,
+            evaluation_interval: DEFAULT_EVALUATION_INTERVAL,
             external_labels: BTreeMap::new(),
         }
     }
@@ -83,6 +91,8 @@ struct RawGlobal {
     scrape_interval: Option<Duration>,
     #[serde(default, deserialize_with = "duration::deserialize_positive_opt")]
     scrape_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration::deserialize_positive_opt")]
+    evaluation_interval: Option<Duration>,
     #[serde(default, deserialize_with = "label_set_opt")]
     external_labels: Option<BTreeMap<String, String>>,
 }
@@ -92,6 +102,9 @@ impl RawGlobal {
         GlobalConfig {
             scrape_interval: self.scrape_interval.unwrap_or(DEFAULT_SCRAPE_INTERVAL),
             scrape_timeout: self.scrape_timeout,
+            evaluation_interval: self
+                .evaluation_interval
+                .unwrap_or(DEFAULT_EVALUATION_INTERVAL),
             external_labels: self.external_labels.unwrap_or_default(),
         }
     }

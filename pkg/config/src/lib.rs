@@ -86,7 +86,7 @@ mod scrape;
 mod secret;
 mod storage;
 
-pub use config::{Config, GlobalConfig, load, parse};
+pub use config::{Config, DEFAULT_EVALUATION_INTERVAL, GlobalConfig, load, parse};
 pub use duration::{format_duration, parse_duration};
 pub use error::{Error, Location};
 pub use http_client::{HttpUrl, OAuth2, ProxyConfig};

@@ -1,0 +1,221 @@
+//! Rule evaluation in the real server: a group evaluated every second over pushed profiles,
+//! seen through `GET /api/v1/rules` and `GET /api/v1/alerts` in Prometheus' shapes; an alert
+//! goes pending, fires, and resolves once profiles stop; its value equals `/api/v1/query`'s at
+//! the same evaluation time; a reload (SIGHUP and `/-/reload`) keeps the state of rules that did
+//! not change, and a bad rule file keeps the old rules.
+
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::server_harness::{Server, corpus_profile_at, encode, http_request, parca_binary, poll};
+
+const HEAP: &str = "memory:inuse_space:bytes:space:bytes";
+
+fn rules_file(extra: &str) -> String {
+    format!(
+        r#"groups:
+  - name: heap
+    interval: 1s
+    labels: {{team: profiling}}
+    rules:
+      - record: job:heap_inuse:sum
+        expr: sum by (job) ({HEAP})
+      - alert: HeapInUse
+        expr: sum by (job) ({HEAP}) > 0
+        for: 2s
+        labels: {{severity: "{{{{ if gt $value 0.0 }}}}page{{{{ end }}}}"}}
+        annotations:
+          summary: "{{{{ $labels.job }}}} holds {{{{ $value | humanize1024 }}}}B"
+{extra}"#
+    )
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+}
+
+fn push_heap(server: &Server) {
+    let heap = corpus_profile_at("go/go-heap.pb.gz", now_ms());
+    let r = http_request(
+        server.addr,
+        "POST",
+        "/api/v1/write?__name__=memory&job=api",
+        &heap,
+        Duration::from_secs(30),
+    )
+    .expect("push");
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// The rule named `name` of `/api/v1/rules`.
+fn rule(server: &Server, name: &str) -> Result<serde_json::Value, String> {
+    let data = server.api("/api/v1/rules")?;
+    data["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        .find(|r| r["name"] == name)
+        .cloned()
+        .ok_or_else(|| format!("no rule {name} in {data}"))
+}
+
+#[test]
+fn rules_record_alert_and_survive_reloads() {
+    let binary = parca_binary(false);
+    let server = Server::start(
+        &binary,
+        &["--query-lookback-delta=4s", "--web-enable-lifecycle"],
+        |_| "rule_files: [rules.yml]\n".to_owned(),
+    );
+    let rules_path = server.dir.path().join("rules.yml");
+    // Written after the start: a missing file is an empty glob, so the server starts without
+    // rules and takes them at the first reload.
+    std::fs::write(&rules_path, rules_file("")).expect("write rules");
+    let r = http_request(
+        server.addr,
+        "POST",
+        "/-/reload",
+        &[],
+        Duration::from_secs(30),
+    )
+    .expect("reload");
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // Pending while profiles keep coming, then firing after `for`.
+    let firing = poll(
+        "the alert to fire",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            push_heap(&server);
+            let alert = rule(&server, "HeapInUse")?;
+            if alert["state"] == "firing" {
+                Ok(alert)
+            } else {
+                Err(format!("{alert}"))
+            }
+        },
+    );
+    assert_eq!(firing["type"], "alerting");
+    assert_eq!(firing["health"], "ok", "{firing}");
+    assert_eq!(firing["duration"], 2.0);
+    assert_eq!(firing["labels"]["team"], "profiling");
+    let alert = &firing["alerts"][0];
+    assert_eq!(alert["state"], "firing");
+    assert_eq!(alert["labels"]["alertname"], "HeapInUse");
+    assert_eq!(alert["labels"]["severity"], "page");
+    assert_eq!(alert["labels"]["job"], "api");
+    assert!(
+        alert["annotations"]["summary"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("api holds ") && s.ends_with('B')),
+        "{alert}"
+    );
+    let active_at = alert["activeAt"].as_str().expect("activeAt").to_owned();
+    // The alert's value is the query API's at the rule's evaluation time.
+    let at = firing["lastEvaluation"].as_str().expect("lastEvaluation");
+    let vector = server
+        .api(&format!(
+            "/api/v1/query?query={}&time={}",
+            encode(&format!("sum by (job) ({HEAP})")),
+            encode(at)
+        ))
+        .expect("query");
+    let queried: f64 = vector["result"][0]["value"][1]
+        .as_str()
+        .expect("value")
+        .parse()
+        .expect("number");
+    let alerted: f64 = alert["value"]
+        .as_str()
+        .expect("value")
+        .parse()
+        .expect("number");
+    assert_eq!(alerted, queried, "{alert} {vector}");
+    let recording = rule(&server, "job:heap_inuse:sum").expect("recording rule");
+    assert_eq!(recording["type"], "recording");
+    assert_eq!(recording["health"], "ok");
+    assert!(recording.get("alerts").is_none());
+
+    // Filters, as Prometheus'.
+    let only_alerts = server.api("/api/v1/rules?type=alert").expect("filtered");
+    let kinds: Vec<&str> = only_alerts["groups"][0]["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["type"].as_str())
+        .collect();
+    assert_eq!(kinds, ["alerting"]);
+    assert_eq!(only_alerts["groups"][0]["interval"], 1.0);
+    let r = server.get("/api/v1/rules?type=nope").expect("bad filter");
+    assert_eq!(r.status, 400, "{}", r.text());
+    let alerts = server.api("/api/v1/alerts").expect("alerts");
+    assert_eq!(alerts["alerts"][0]["labels"]["alertname"], "HeapInUse");
+
+    // A changed group (a rule added) keeps the alert's state: SIGHUP.
+    push_heap(&server);
+    std::fs::write(
+        &rules_path,
+        rules_file("      - record: heap:count\n        expr: count(") + HEAP + ")\n",
+    )
+    .expect("write rules");
+    let status = Command::new("kill")
+        .args(["-HUP", &server.process.pid().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(status.success());
+    let kept = poll(
+        "the new rule after SIGHUP",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            push_heap(&server);
+            rule(&server, "heap:count")?;
+            rule(&server, "HeapInUse")
+        },
+    );
+    assert_eq!(kept["state"], "firing", "{kept}");
+    assert_eq!(kept["alerts"][0]["activeAt"], active_at.as_str(), "{kept}");
+
+    // A bad file is refused, and the rules in force stay.
+    std::fs::write(
+        &rules_path,
+        "groups:\n  - name: heap\n    rules:\n      - record: 1bad\n        expr: sum(a:b:c:d:e)\n",
+    )
+    .expect("write rules");
+    let r = http_request(
+        server.addr,
+        "POST",
+        "/-/reload",
+        &[],
+        Duration::from_secs(30),
+    )
+    .expect("reload");
+    assert_ne!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("rules.yml"), "{}", r.text());
+    rule(&server, "heap:count").expect("old rules kept");
+
+    // Without new profiles the condition goes away past the lookback: resolved.
+    let resolved = poll(
+        "the alert to resolve",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let alert = rule(&server, "HeapInUse")?;
+            if alert["state"] == "inactive" {
+                Ok(alert)
+            } else {
+                Err(format!("{alert}"))
+            }
+        },
+    );
+    assert_eq!(resolved["alerts"], serde_json::json!([]));
+    assert_eq!(
+        server.api("/api/v1/alerts").expect("alerts")["alerts"],
+        serde_json::json!([])
+    );
+}
