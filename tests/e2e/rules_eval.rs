@@ -2,12 +2,16 @@
 //! seen through `GET /api/v1/rules` and `GET /api/v1/alerts` in Prometheus' shapes; an alert
 //! goes pending, fires, and resolves once profiles stop; its value equals `/api/v1/query`'s at
 //! the same evaluation time; a reload (SIGHUP and `/-/reload`) keeps the state of rules that did
-//! not change, and a bad rule file keeps the old rules.
+//! not change, and a bad rule file keeps the old rules. Debian's real `prometheus` scrapes the
+//! recorded series from `/federate` and stores the values the query API gives.
 
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::server_harness::{Server, corpus_profile_at, encode, http_request, parca_binary, poll};
+use crate::server_harness::{
+    Process, Server, corpus_profile_at, encode, free_port, http_get, http_request, outside_target,
+    parca_binary, poll, skip,
+};
 
 const HEAP: &str = "memory:inuse_space:bytes:space:bytes";
 
@@ -218,4 +222,167 @@ fn rules_record_alert_and_survive_reloads() {
         server.api("/api/v1/alerts").expect("alerts")["alerts"],
         serde_json::json!([])
     );
+}
+
+/// Starts Debian's `prometheus` with `config` (a prometheus.yml) in `dir`, waiting until it is
+/// ready; `None` (said loudly, or a failure under `PARCA_REQUIRE_TARGETS=1`) without it.
+pub(crate) fn start_prometheus(
+    dir: &std::path::Path,
+    config: &str,
+    extra_args: &[&str],
+) -> Option<(Process, std::net::SocketAddr)> {
+    let binary = match outside_target("prometheus") {
+        Ok(binary) => binary,
+        Err(why) => {
+            skip("Debian's prometheus", &why);
+            return None;
+        }
+    };
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let config_path = dir.join("prometheus.yml");
+    std::fs::write(&config_path, config).expect("write prometheus.yml");
+    let mut command = Command::new(binary);
+    command
+        .arg(format!("--config.file={}", config_path.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("prometheus-data").display()
+        ))
+        .arg(format!("--web.listen-address={addr}"))
+        .arg("--log.level=warn")
+        .args(extra_args);
+    let mut process = Process::start("prometheus", command, &dir.join("prometheus.log"));
+    poll(
+        "prometheus to be ready",
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+        || {
+            process.assert_running();
+            match http_get(addr, "/-/ready", Duration::from_secs(5)) {
+                Ok(r) if r.status == 200 => Ok(()),
+                Ok(r) => Err(format!("HTTP {}", r.status)),
+                Err(e) => Err(e),
+            }
+        },
+    );
+    Some((process, addr))
+}
+
+/// `data.result` of Prometheus' `/api/v1/query?query=…`.
+pub(crate) fn prometheus_query(
+    addr: std::net::SocketAddr,
+    query: &str,
+) -> Result<Vec<serde_json::Value>, String> {
+    let r = http_get(
+        addr,
+        &format!("/api/v1/query?query={}", encode(query)),
+        Duration::from_secs(10),
+    )?;
+    let json: serde_json::Value = serde_json::from_slice(&r.body).map_err(|e| e.to_string())?;
+    json["data"]["result"]
+        .as_array()
+        .cloned()
+        .ok_or_else(|| format!("HTTP {}: {json}", r.status))
+}
+
+#[test]
+fn prometheus_federates_recorded_series() {
+    let binary = parca_binary(false);
+    let server = Server::start(&binary, &[], |_| {
+        "global: {external_labels: {region: eu}}\nrule_files: [rules.yml]\n".to_owned()
+    });
+    std::fs::write(server.dir.path().join("rules.yml"), rules_file("")).expect("write rules");
+    let r = Command::new("kill")
+        .args(["-HUP", &server.process.pid().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(r.success());
+    push_heap(&server);
+    // Our own side first: the text format, external labels added, selectors matched.
+    let text = poll(
+        "the recorded series at /federate",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let r = server.get(&format!(
+                "/federate?match[]={}&match[]={}",
+                encode("job:heap_inuse:sum"),
+                encode(r#"{__name__="ALERTS",alertstate="firing"}"#)
+            ))?;
+            let text = r.text();
+            if r.status == 200 && text.contains("job:heap_inuse:sum{") && text.contains("ALERTS{") {
+                Ok((text, r.header("content-type").map(str::to_owned)))
+            } else {
+                Err(format!("HTTP {}: {text}", r.status))
+            }
+        },
+    );
+    assert_eq!(
+        text.1.as_deref(),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    assert!(
+        text.0.lines().any(
+            |l| l.starts_with(r#"job:heap_inuse:sum{job="api",region="eu",team="profiling"} "#)
+        ),
+        "{}",
+        text.0
+    );
+    assert!(
+        text.0.contains("# TYPE job:heap_inuse:sum untyped\n"),
+        "{}",
+        text.0
+    );
+    let r = server.get("/federate").expect("federate");
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    let Some((_prometheus, prom)) = start_prometheus(
+        server.dir.path(),
+        &format!(
+            "global: {{scrape_interval: 1s}}\nscrape_configs:\n  - job_name: federate\n    honor_labels: true\n    metrics_path: /federate\n    params: {{'match[]': ['{{__name__=~\"job:.*\"}}']}}\n    static_configs: [{{targets: ['{}']}}]\n",
+            server.addr
+        ),
+        &[],
+    ) else {
+        return;
+    };
+    let (value, at) = poll(
+        "prometheus to store the federated series",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || {
+            let values = prometheus_query(prom, r#"job:heap_inuse:sum{job="api"}"#)?;
+            let times = prometheus_query(prom, r#"timestamp(job:heap_inuse:sum{job="api"})"#)?;
+            let (Some(value), Some(time)) = (values.first(), times.first()) else {
+                return Err("not yet".into());
+            };
+            assert_eq!(value["metric"]["region"], "eu", "{value}");
+            assert_eq!(value["metric"]["team"], "profiling", "{value}");
+            assert_eq!(value["metric"]["job"], "api", "{value}");
+            let v: f64 = value["value"][1]
+                .as_str()
+                .unwrap_or("")
+                .parse()
+                .map_err(|_| format!("{value}"))?;
+            let t: f64 = time["value"][1]
+                .as_str()
+                .unwrap_or("")
+                .parse()
+                .map_err(|_| format!("{time}"))?;
+            Ok((v, t))
+        },
+    );
+    // The stored value is the query API's at the evaluation time Prometheus stored with it.
+    let vector = server
+        .api(&format!(
+            "/api/v1/query?query={}&time={at}",
+            encode(&format!("sum by (job) ({HEAP})"))
+        ))
+        .expect("query");
+    let queried: f64 = vector["result"][0]["value"][1]
+        .as_str()
+        .expect("value")
+        .parse()
+        .expect("number");
+    assert_eq!(value, queried, "{vector}");
 }

@@ -1,5 +1,6 @@
 //! Rule endpoints in Prometheus' shapes: `GET /api/v1/rules` (groups, rules, their health and
-//! alerts) and `GET /api/v1/alerts` (the pending and firing alerts).
+//! alerts), `GET /api/v1/alerts` (the pending and firing alerts) and `GET /federate` (the
+//! recorded series in the text format, for a Prometheus to scrape).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -214,4 +215,139 @@ pub(crate) fn alerts(api: &Arc<Api>) -> Response<Body> {
         .map(AlertJson::new)
         .collect();
     success(&serde_json::json!({ "alerts": alerts }))
+}
+
+/// The content type of Prometheus' text exposition format.
+const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// `GET /federate?match[]=…`: the recorded series (and `ALERTS`) whose labels match any of the
+/// selectors, in Prometheus' text format with their evaluation times, as a Prometheus scrapes
+/// another's `/federate`. `global.external_labels` are added where a series lacks them.
+/// Samples older than the lookback (`--query-lookback-delta`) are left out, as Prometheus
+/// leaves out stale series. Without `match[]`: 400, as Prometheus.
+pub(crate) fn federate(api: &Arc<Api>, call: &Call) -> Result<Response<Body>, ApiError> {
+    let texts = call.params.all("match[]");
+    if texts.is_empty() {
+        return Err(ApiError::bad_data(
+            "give at least one `match[]` selector, such as match[]={__name__=~\"job:.*\"}",
+        ));
+    }
+    let selectors: Vec<String> = texts.iter().map(|t| metric_selector(t)).collect();
+    let selectors = crate::query::selectors_matchers(&selectors, "match[]")?;
+    let oldest_ms = crate::ingest::now_ms() - api.options.limits.lookback_ms;
+    let mut samples: Vec<parca_rules::Sample> = api
+        .rules
+        .get()
+        .map(|m| m.samples())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s.timestamp_ms >= oldest_ms)
+        .map(|mut s| {
+            for (name, value) in &api.options.external_labels {
+                s.labels
+                    .entry(name.clone())
+                    .or_insert_with(|| value.clone());
+            }
+            s
+        })
+        .filter(|s| {
+            selectors.iter().any(|matchers| {
+                matchers
+                    .iter()
+                    .all(|m| m.matches(s.labels.get(&m.name).map_or("", String::as_str)))
+            })
+        })
+        .collect();
+    let name = |s: &parca_rules::Sample| {
+        s.labels
+            .get(parca_tsdb::NAME_LABEL)
+            .cloned()
+            .unwrap_or_default()
+    };
+    samples.sort_by(|a, b| (name(a), &a.labels).cmp(&(name(b), &b.labels)));
+    let mut out = String::new();
+    let mut family = None;
+    for s in &samples {
+        let metric = name(s);
+        if family.as_ref() != Some(&metric) {
+            out.push_str(&format!("# TYPE {metric} untyped\n"));
+            family = Some(metric.clone());
+        }
+        out.push_str(&metric);
+        let mut first = true;
+        for (label, value) in &s.labels {
+            if label == parca_tsdb::NAME_LABEL {
+                continue;
+            }
+            out.push(if first { '{' } else { ',' });
+            first = false;
+            out.push_str(label);
+            out.push_str("=\"");
+            for c in value.chars() {
+                match c {
+                    '\\' => out.push_str("\\\\"),
+                    '"' => out.push_str("\\\""),
+                    '\n' => out.push_str("\\n"),
+                    c => out.push(c),
+                }
+            }
+            out.push('"');
+        }
+        if !first {
+            out.push('}');
+        }
+        out.push_str(&format!(
+            " {} {}\n",
+            crate::query::prom_float(s.value),
+            s.timestamp_ms
+        ));
+    }
+    Ok(crate::response::with_type(out, TEXT_FORMAT))
+}
+
+/// A PromQL selector led by a metric name (`job:cpu:sum{job="api"}`) as a label selector
+/// (`{__name__="job:cpu:sum",job="api"}`): recorded series' names are metric names, not
+/// profile types, which the query language's selectors name. Other text is kept.
+fn metric_selector(text: &str) -> String {
+    let text = text.trim();
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(text.len());
+    let (name, rest) = text.split_at(end);
+    let rest = rest.trim_start();
+    if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
+        return text.to_owned();
+    }
+    let inner = match rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')) {
+        Some(inner) => inner.trim(),
+        None if rest.is_empty() => "",
+        None => return text.to_owned(),
+    };
+    if inner.is_empty() {
+        format!("{{__name__=\"{name}\"}}")
+    } else {
+        format!("{{__name__=\"{name}\",{inner}}}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::metric_selector;
+
+    #[test]
+    fn metric_names_become_name_matchers() {
+        assert_eq!(
+            metric_selector("job:cpu:sum"),
+            r#"{__name__="job:cpu:sum"}"#
+        );
+        assert_eq!(
+            metric_selector(r#"job:cpu:sum{job="api"}"#),
+            r#"{__name__="job:cpu:sum",job="api"}"#
+        );
+        assert_eq!(metric_selector("ALERTS {}"), r#"{__name__="ALERTS"}"#);
+        assert_eq!(
+            metric_selector(r#"{__name__=~"job:.*"}"#),
+            r#"{__name__=~"job:.*"}"#
+        );
+    }
 }
