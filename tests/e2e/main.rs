@@ -4,6 +4,7 @@
 
 mod agent;
 mod agent_python;
+mod alertmanager;
 mod check_rules;
 mod corpus;
 mod fanout;

@@ -41,7 +41,7 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-fn push_heap(server: &Server) {
+pub(crate) fn push_heap(server: &Server) {
     let heap = corpus_profile_at("go/go-heap.pb.gz", now_ms());
     let r = http_request(
         server.addr,

@@ -109,6 +109,10 @@ pub struct ServerArgs {
     /// `$externalURL` and the links of alerts. Default: `http://HOSTNAME:PORT/`.
     #[arg(long)]
     web_external_url: Option<String>,
+    /// How long before a firing alert is sent to Alertmanager again, as Prometheus'
+    /// --rules.alert.resend-delay.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    rules_alert_resend_delay: Duration,
     /// Origins whose pages may call the API from a browser, comma-separated (`*`: any), as
     /// Parca's --cors-allowed-origins.
     #[arg(long, value_delimiter = ',')]
@@ -605,7 +609,11 @@ async fn serve(
     tracing::info!(path = %args.storage_path.display(), "store ready");
     let rules = parca_rules::Manager::new(
         parca_query::Engine::new(Arc::clone(&db), limits),
-        external_url(args.web_external_url.as_deref(), address),
+        parca_rules::Options {
+            external_url: external_url(args.web_external_url.as_deref(), address),
+            notifier: Some(parca_rules::Notifier::start()),
+            resend_delay: args.rules_alert_resend_delay,
+        },
     );
     {
         let config = control.config.lock().expect("config lock");

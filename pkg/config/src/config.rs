@@ -10,6 +10,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visi
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::alerting::{AlertingConfig, RawAlerting};
 use crate::checked::Checked;
 use crate::checked::str_then;
 use crate::duration;
@@ -45,6 +46,9 @@ pub struct Config {
     /// after [`parse`].
     #[serde(skip)]
     pub rules: Vec<(PathBuf, RuleFile)>,
+    /// `alerting`: the Alertmanagers alerts go to. Default: none.
+    #[serde(skip_serializing_if = "AlertingConfig::is_empty")]
+    pub alerting: AlertingConfig,
 }
 
 /// How often rule groups are evaluated when neither they nor `global` say: Prometheus' default.
@@ -191,6 +195,9 @@ pub fn load(path: impl AsRef<Path>) -> Result<Config, Error> {
         for job in &mut config.scrape_configs {
             job.set_directory(dir);
         }
+        for am in &mut config.alerting.alertmanagers {
+            am.set_directory(dir);
+        }
     }
     config.rules = read_rule_files(&config.rule_files, dir, &path.display().to_string())?;
     Ok(config)
@@ -248,6 +255,7 @@ enum TopKey {
     ObjectStorage,
     QueryStores,
     RuleFiles,
+    Alerting,
 }
 
 impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
@@ -259,7 +267,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
             type Value = Config;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(
-                    "a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores` or `rule_files`",
+                    "a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files` or `alerting`",
                 )
             }
             fn visit_none<E: de::Error>(self) -> Result<Config, E> {
@@ -277,6 +285,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                 let mut object_storage: Option<Option<ObjectStorage>> = None;
                 let mut query_stores: Option<Vec<ScrapeConfig>> = None;
                 let mut rule_files: Option<Vec<String>> = None;
+                let mut alerting: Option<AlertingConfig> = None;
                 while let Some(key) = map.next_key::<TopKey>()? {
                     match key {
                         TopKey::Global => {
@@ -313,6 +322,13 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                             rule_files =
                                 Some(globs.unwrap_or_default().into_iter().map(|g| g.0).collect());
                         }
+                        TopKey::Alerting => {
+                            if alerting.is_some() {
+                                return Err(de::Error::duplicate_field("alerting"));
+                            }
+                            let raw: Option<RawAlerting> = map.next_value()?;
+                            alerting = Some(raw.map(RawAlerting::resolve).unwrap_or_default());
+                        }
                     }
                 }
                 Ok(Config {
@@ -322,6 +338,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                     query_stores: query_stores.unwrap_or_default(),
                     rule_files: rule_files.unwrap_or_default(),
                     rules: Vec::new(),
+                    alerting: alerting.unwrap_or_default(),
                 })
             }
         }

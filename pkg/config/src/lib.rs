@@ -74,6 +74,7 @@
 //! # Ok::<(), parca_config::Error>(())
 //! ```
 
+mod alerting;
 mod checked;
 mod config;
 mod duration;
@@ -86,6 +87,7 @@ mod scrape;
 mod secret;
 mod storage;
 
+pub use alerting::{AlertingConfig, AlertmanagerConfig, DEFAULT_ALERTMANAGER_TIMEOUT};
 pub use config::{Config, DEFAULT_EVALUATION_INTERVAL, GlobalConfig, load, parse};
 pub use duration::{format_duration, parse_duration};
 pub use error::{Error, Location};

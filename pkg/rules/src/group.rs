@@ -173,11 +173,76 @@ impl Group {
         out
     }
 
+    /// The alerts to send to Alertmanager after the evaluation at `ts` (Prometheus'
+    /// `sendAlerts`): firing ones not sent for `resend_delay`, and resolved ones not sent since
+    /// they were resolved (then again every `resend_delay` while they are kept). Each is valid
+    /// for four times the larger of `resend_delay` and the group's interval unless sent again;
+    /// a resolved one ends when it was resolved.
+    pub fn notifications(
+        &self,
+        ts: i64,
+        resend_delay: Duration,
+        external_url: &str,
+    ) -> Vec<crate::Notification> {
+        let resend_ms = resend_delay.as_millis() as i64;
+        let valid_ms = 4 * resend_ms.max(self.interval.as_millis() as i64);
+        let mut state = self.state.lock().expect("group state lock");
+        let mut out = Vec::new();
+        for (rule, rule_state) in self.rules.iter().zip(state.rules.iter_mut()) {
+            if !rule.is_alert() {
+                continue;
+            }
+            let generator_url = generator_url(external_url, &rule.rule.expr);
+            for alert in rule_state.alerts.values_mut() {
+                if !needs_sending(alert, ts, resend_ms) {
+                    continue;
+                }
+                alert.last_sent_at_ms = Some(ts);
+                out.push(crate::Notification {
+                    labels: alert.labels.clone(),
+                    annotations: alert.annotations.clone(),
+                    starts_at_ms: alert.fired_at_ms.unwrap_or(alert.active_at_ms),
+                    ends_at_ms: alert.resolved_at_ms.unwrap_or(ts + valid_ms),
+                    generator_url: generator_url.clone(),
+                });
+            }
+        }
+        out
+    }
+
     /// Whether `other` is the same group, unchanged (file, rules, interval): a reload keeps
     /// such a group running as it is.
     pub fn same_as(&self, other: &Group) -> bool {
         self.file == other.file && self.spec == other.spec && self.interval == other.interval
     }
+}
+
+/// Prometheus' `needsSending`: never a pending alert; a resolved one not sent since it was
+/// resolved; otherwise one not sent for `resend_ms`.
+fn needs_sending(alert: &crate::Alert, ts: i64, resend_ms: i64) -> bool {
+    if alert.state == crate::AlertState::Pending {
+        return false;
+    }
+    match (alert.resolved_at_ms, alert.last_sent_at_ms) {
+        (Some(resolved), Some(sent)) if resolved > sent => true,
+        (_, None) => true,
+        (_, Some(sent)) => sent + resend_ms <= ts,
+    }
+}
+
+/// The link Prometheus gives an alert: the expression in the expression browser's table,
+/// under `--web-external-url`.
+fn generator_url(external_url: &str, expr: &str) -> String {
+    let mut encoded = String::with_capacity(expr.len() * 3);
+    for b in expr.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            encoded.push(b as char);
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    let base = external_url.trim_end_matches('/');
+    format!("{base}/graph?g0.expr={encoded}&g0.tab=1")
 }
 
 /// FNV-1a over two byte strings with a separator: a phase that stays the same across runs.
@@ -314,6 +379,46 @@ mod tests {
         let state = g.state();
         assert!(state.rules[0].samples.is_empty());
         assert_eq!(state.rules[1].alerting_state(), AlertState::Inactive);
+    }
+
+    #[test]
+    fn alerts_are_sent_firing_resent_and_resolved() {
+        let (_dir, engine) = engine();
+        let g = group(&format!(
+            "groups: [{{name: g, rules: [{{alert: A, expr: 'sum({HEAP}) > 0', for: 1m}}]}}]"
+        ));
+        let env = Environment::default();
+        let minute = Duration::from_secs(60);
+        let t0 = 1_000_000 + 1_000;
+        g.evaluate(&engine, t0, env.env());
+        assert!(
+            g.notifications(t0, minute, "http://p/").is_empty(),
+            "pending: not sent"
+        );
+        let t1 = t0 + 60_000;
+        g.evaluate(&engine, t1, env.env());
+        let sent = g.notifications(t1, minute, "http://p:7070/");
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].starts_at_ms, t1);
+        assert_eq!(sent[0].ends_at_ms, t1 + 4 * 60_000);
+        assert_eq!(sent[0].labels["alertname"], "A");
+        assert!(
+            sent[0]
+                .generator_url
+                .starts_with("http://p:7070/graph?g0.expr=sum%28memory"),
+            "{}",
+            sent[0].generator_url
+        );
+        // Not again before the resend delay; again after it.
+        assert!(g.notifications(t1 + 59_999, minute, "").is_empty());
+        assert_eq!(g.notifications(t1 + 60_000, minute, "").len(), 1);
+        // Resolved (past the lookback): sent at once with its end.
+        let t2 = t1 + 10 * 60_000;
+        g.evaluate(&engine, t2, env.env());
+        let sent = g.notifications(t2, minute, "");
+        assert_eq!(sent.len(), 1);
+        assert_eq!((sent[0].starts_at_ms, sent[0].ends_at_ms), (t1, t2));
+        assert!(g.notifications(t2 + 1, minute, "").is_empty());
     }
 
     #[test]

@@ -9,7 +9,8 @@
 //! evaluation (renamed to its `record`, with its group's and its own labels; [`Sample`]); an
 //! alerting rule keeps its [`Alert`]s through pending → firing → inactive with `for` and
 //! `keep_firing_for`, its labels and annotations expanded as Go templates
-//! ([`template::expand`]).
+//! ([`template::expand`]). Firing and resolved alerts go to Alertmanagers' v2 API through a
+//! [`Notifier`] (`alerting.alertmanagers`), resent while firing.
 //!
 //! # Design constraints
 //!
@@ -33,7 +34,7 @@
 //! let dir = tempfile::tempdir().unwrap();
 //! let db = Arc::new(parca_tsdb::Db::open(dir.path(), Default::default()).unwrap());
 //! let engine = parca_query::Engine::new(db, Default::default());
-//! let rules = parca_rules::Manager::new(engine, "http://parca:7070");
+//! let rules = parca_rules::Manager::new(engine, parca_rules::Options::default());
 //! let mut config = parca_config::Config::default();
 //! let file = parca_config::parse_rules(
 //!     "groups: [{name: cpu, rules: [{record: 'job:cpu:sum', expr: 'sum by (job) (process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta)'}]}]",
@@ -48,11 +49,13 @@
 
 mod group;
 mod manager;
+mod notifier;
 mod rule;
 pub mod template;
 
 pub use group::{Environment, Group, GroupState};
-pub use manager::Manager;
+pub use manager::{Manager, Options};
+pub use notifier::{Notification, Notifier, QUEUE_CAPACITY};
 pub use rule::{
     ALERT_NAME_LABEL, Alert, AlertState, CompiledRule, Env, Health, RESOLVED_RETENTION, RuleState,
     Sample,
@@ -81,6 +84,9 @@ pub enum Error {
         /// `rule labels` or `alert labels`.
         what: &'static str,
     },
+    /// An `alerting.alertmanagers` entry cannot be used (its message names it).
+    #[error("{0}")]
+    Alerting(String),
     /// The group's `limit` was exceeded.
     #[error("exceeded limit of {limit} with {n} {what}")]
     Limit {

@@ -10,11 +10,36 @@ use tokio::task::JoinHandle;
 
 use crate::Error;
 use crate::group::{Environment, Group};
+use crate::notifier::Notifier;
 use crate::rule::Sample;
+
+/// How a [`Manager`] evaluates and where its alerts go.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The URL the server is reached at (`--web-external-url`): `$externalURL` of templates
+    /// and the alerts' links.
+    pub external_url: String,
+    /// Where firing and resolved alerts are sent; `None`: nowhere.
+    pub notifier: Option<Arc<Notifier>>,
+    /// How long before a firing alert is sent again (`--rules-alert-resend-delay`). Default 1m,
+    /// as Prometheus.
+    pub resend_delay: std::time::Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            external_url: String::new(),
+            notifier: None,
+            resend_delay: std::time::Duration::from_secs(60),
+        }
+    }
+}
 
 /// Runs the rule groups of a configuration over one store.
 pub struct Manager {
     engine: Engine,
+    options: Options,
     runtime: tokio::runtime::Handle,
     /// Read by the groups' tasks at each evaluation, so a reload's external labels apply to
     /// groups that keep running.
@@ -38,14 +63,15 @@ impl std::fmt::Debug for Manager {
 impl Manager {
     /// A manager evaluating with `engine`, with no groups yet ([`Manager::update`] gives
     /// them). Its tasks run on the current tokio runtime: call it inside one.
-    pub fn new(engine: Engine, external_url: impl Into<String>) -> Arc<Manager> {
+    pub fn new(engine: Engine, options: Options) -> Arc<Manager> {
         Arc::new(Manager {
             engine,
             runtime: tokio::runtime::Handle::current(),
             environment: Arc::new(RwLock::new(Arc::new(Environment {
-                external_url: external_url.into(),
+                external_url: options.external_url.clone(),
                 ..Default::default()
             }))),
+            options,
             running: Mutex::new(Vec::new()),
         })
     }
@@ -54,9 +80,15 @@ impl Manager {
     /// checked by [`parca_config::load`]). A group that is unchanged (same file, name, rules
     /// and interval) keeps running with its state; a changed one starts afresh but takes
     /// the state of its rules that kept their name and labels ([`Group::copy_state`]); a
-    /// removed one stops. If any group cannot be built, nothing changes and the error says
-    /// why.
+    /// removed one stops. Alerts go to `config.alerting`'s Alertmanagers from now on. If any
+    /// group cannot be built, or an Alertmanager's client, the groups do not change and the
+    /// error says why.
     pub fn update(&self, config: &Config) -> Result<(), Error> {
+        if let Some(notifier) = &self.options.notifier {
+            notifier
+                .apply(&config.alerting, &config.global.external_labels)
+                .map_err(Error::Alerting)?;
+        }
         let mut wanted = Vec::new();
         for (file, rule_file) in &config.rules {
             for spec in &rule_file.groups {
@@ -104,6 +136,7 @@ impl Manager {
             Arc::clone(&group),
             self.engine.clone(),
             Arc::clone(&self.environment),
+            self.options.clone(),
         ));
         Running { group, task }
     }
@@ -148,16 +181,26 @@ impl Drop for Manager {
 /// Evaluates `group` at each of its evaluation times, for as long as its task runs. Each
 /// evaluation runs on the blocking pool (the store is synchronous and reads never hold up
 /// writes); one that overruns its interval skips the times it missed, as Prometheus does.
-async fn run_group(group: Arc<Group>, engine: Engine, environment: Arc<RwLock<Arc<Environment>>>) {
+async fn run_group(
+    group: Arc<Group>,
+    engine: Engine,
+    environment: Arc<RwLock<Arc<Environment>>>,
+    options: Options,
+) {
     let mut last_ms = now_ms();
     loop {
         let next_ms = group.next_evaluation_ms(last_ms.max(now_ms()));
         let wait_ms = u64::try_from(next_ms - now_ms()).unwrap_or(0);
         tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
         let env = Arc::clone(&environment.read().expect("environment lock"));
-        let (g, e) = (Arc::clone(&group), engine.clone());
-        let evaluated =
-            tokio::task::spawn_blocking(move || g.evaluate(&e, next_ms, env.env())).await;
+        let (g, e, o) = (Arc::clone(&group), engine.clone(), options.clone());
+        let evaluated = tokio::task::spawn_blocking(move || {
+            g.evaluate(&e, next_ms, env.env());
+            if let Some(notifier) = &o.notifier {
+                notifier.send(g.notifications(next_ms, o.resend_delay, &o.external_url));
+            }
+        })
+        .await;
         if let Err(error) = evaluated {
             tracing::error!(group = group.name(), %error, "rule evaluation task failed");
         }
@@ -190,7 +233,7 @@ mod tests {
     async fn reload_keeps_unchanged_groups_running() {
         let dir = tempfile::tempdir().unwrap();
         let db = Arc::new(parca_tsdb::Db::open(dir.path(), Default::default()).unwrap());
-        let manager = Manager::new(Engine::new(db, Default::default()), "");
+        let manager = Manager::new(Engine::new(db, Default::default()), Options::default());
         let a =
             "{name: a, rules: [{record: r, expr: 'sum(memory:inuse_space:bytes:space:bytes)'}]}";
         let b =

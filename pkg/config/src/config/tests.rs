@@ -605,12 +605,12 @@ fn error_messages() {
         ),
         (
             "- a\n",
-            "parca.yaml:1:1: invalid type: sequence, expected a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores` or `rule_files`",
+            "parca.yaml:1:1: invalid type: sequence, expected a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files` or `alerting`",
         ),
         // Unknown keys, at every level.
         (
             "foo: 1\n",
-            "parca.yaml:1:1: unknown field `foo`, expected one of `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`",
+            "parca.yaml:1:1: unknown field `foo`, expected one of `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`",
         ),
         (
             "global:\n  scrape_intervall: 1s\n",
@@ -911,6 +911,7 @@ fn the_examples_in_the_documentation_parse() {
             "object_storage:",
             "query_stores:",
             "rule_files:",
+            "alerting:",
         ]
         .iter()
         .any(|k| first.starts_with(k))
