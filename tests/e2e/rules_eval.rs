@@ -3,7 +3,8 @@
 //! goes pending, fires, and resolves once profiles stop; its value equals `/api/v1/query`'s at
 //! the same evaluation time; a reload (SIGHUP and `/-/reload`) keeps the state of rules that did
 //! not change, and a bad rule file keeps the old rules. Debian's real `prometheus` scrapes the
-//! recorded series from `/federate` and stores the values the query API gives.
+//! recorded series from `/federate` and stores the values the query API gives; another takes
+//! them by remote write (`--web.enable-remote-write-receiver`).
 
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -385,4 +386,68 @@ fn prometheus_federates_recorded_series() {
         .parse()
         .expect("number");
     assert_eq!(value, queried, "{vector}");
+}
+
+#[test]
+fn prometheus_receives_recorded_series_by_remote_write() {
+    let binary = parca_binary(false);
+    let work = tempfile::tempdir().expect("tempdir");
+    let Some((_prometheus, prom)) = start_prometheus(
+        work.path(),
+        "global: {scrape_interval: 1m}\n",
+        &["--web.enable-remote-write-receiver"],
+    ) else {
+        return;
+    };
+    let rules = work.path().join("rules.yml");
+    std::fs::write(&rules, rules_file("")).expect("write rules");
+    let server = Server::start(&binary, &[], |_| {
+        format!(
+            "global: {{external_labels: {{region: eu}}}}\nrule_files: ['{}']\nremote_write:\n  - url: http://{prom}/api/v1/write\n    remote_timeout: 5s\n    headers: {{X-Scope-OrgID: parca}}\n    write_relabel_configs: [{{source_labels: [__name__], regex: 'job:.*', action: keep}}]\n",
+            rules.display()
+        )
+    });
+    push_heap(&server);
+    let (value, at) = poll(
+        "prometheus to store the remote-written series",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || {
+            let values = prometheus_query(prom, r#"job:heap_inuse:sum{job="api"}"#)?;
+            let times = prometheus_query(prom, r#"timestamp(job:heap_inuse:sum{job="api"})"#)?;
+            let (Some(value), Some(time)) = (values.first(), times.first()) else {
+                return Err("not yet".into());
+            };
+            assert_eq!(value["metric"]["region"], "eu", "{value}");
+            assert_eq!(value["metric"]["team"], "profiling", "{value}");
+            let v: f64 = value["value"][1]
+                .as_str()
+                .unwrap_or("")
+                .parse()
+                .map_err(|_| format!("{value}"))?;
+            let t: f64 = time["value"][1]
+                .as_str()
+                .unwrap_or("")
+                .parse()
+                .map_err(|_| format!("{time}"))?;
+            Ok((v, t))
+        },
+    );
+    let vector = server
+        .api(&format!(
+            "/api/v1/query?query={}&time={at}",
+            encode(&format!("sum by (job) ({HEAP})"))
+        ))
+        .expect("query");
+    let queried: f64 = vector["result"][0]["value"][1]
+        .as_str()
+        .expect("value")
+        .parse()
+        .expect("number");
+    assert_eq!(value, queried, "{vector}");
+    // write_relabel_configs kept only `job:…`: no ALERTS reached it.
+    assert_eq!(
+        prometheus_query(prom, "ALERTS").expect("ALERTS"),
+        Vec::<serde_json::Value>::new()
+    );
 }

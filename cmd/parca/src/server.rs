@@ -612,6 +612,7 @@ async fn serve(
         parca_rules::Options {
             external_url: external_url(args.web_external_url.as_deref(), address),
             notifier: Some(parca_rules::Notifier::start()),
+            remote_writer: Some(parca_rules::RemoteWriter::new()),
             resend_delay: args.rules_alert_resend_delay,
         },
     );

@@ -13,9 +13,11 @@ use crate::Error;
 use crate::alerting::{AlertingConfig, RawAlerting};
 use crate::checked::Checked;
 use crate::checked::str_then;
+use crate::checked::unwrap_list;
 use crate::duration;
 use crate::error::{invalid_error, syntax_error};
 use crate::labels::label_set_opt;
+use crate::remote_write::RemoteWriteConfig;
 use crate::rules::{RuleFile, load_rules};
 use crate::scrape::{DEFAULT_SCRAPE_INTERVAL, JobDefaults, ScrapeConfig, ScrapeConfigsSeed};
 use crate::storage::ObjectStorage;
@@ -49,6 +51,9 @@ pub struct Config {
     /// `alerting`: the Alertmanagers alerts go to. Default: none.
     #[serde(skip_serializing_if = "AlertingConfig::is_empty")]
     pub alerting: AlertingConfig,
+    /// `remote_write`: receivers of the recorded series. Default: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub remote_write: Vec<RemoteWriteConfig>,
 }
 
 /// How often rule groups are evaluated when neither they nor `global` say: Prometheus' default.
@@ -198,6 +203,9 @@ pub fn load(path: impl AsRef<Path>) -> Result<Config, Error> {
         for am in &mut config.alerting.alertmanagers {
             am.set_directory(dir);
         }
+        for rw in &mut config.remote_write {
+            rw.set_directory(dir);
+        }
     }
     config.rules = read_rule_files(&config.rule_files, dir, &path.display().to_string())?;
     Ok(config)
@@ -256,6 +264,7 @@ enum TopKey {
     QueryStores,
     RuleFiles,
     Alerting,
+    RemoteWrite,
 }
 
 impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
@@ -267,7 +276,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
             type Value = Config;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(
-                    "a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files` or `alerting`",
+                    "a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting` or `remote_write`",
                 )
             }
             fn visit_none<E: de::Error>(self) -> Result<Config, E> {
@@ -286,6 +295,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                 let mut query_stores: Option<Vec<ScrapeConfig>> = None;
                 let mut rule_files: Option<Vec<String>> = None;
                 let mut alerting: Option<AlertingConfig> = None;
+                let mut remote_write: Option<Vec<RemoteWriteConfig>> = None;
                 while let Some(key) = map.next_key::<TopKey>()? {
                     match key {
                         TopKey::Global => {
@@ -329,6 +339,12 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                             let raw: Option<RawAlerting> = map.next_value()?;
                             alerting = Some(raw.map(RawAlerting::resolve).unwrap_or_default());
                         }
+                        TopKey::RemoteWrite => {
+                            if remote_write.is_some() {
+                                return Err(de::Error::duplicate_field("remote_write"));
+                            }
+                            remote_write = Some(unwrap_list(map.next_value()?));
+                        }
                     }
                 }
                 Ok(Config {
@@ -339,6 +355,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                     rule_files: rule_files.unwrap_or_default(),
                     rules: Vec::new(),
                     alerting: alerting.unwrap_or_default(),
+                    remote_write: remote_write.unwrap_or_default(),
                 })
             }
         }

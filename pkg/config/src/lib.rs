@@ -82,6 +82,7 @@ mod error;
 mod http_client;
 mod labels;
 mod relabel;
+mod remote_write;
 mod rules;
 mod scrape;
 mod secret;
@@ -93,6 +94,7 @@ pub use duration::{format_duration, parse_duration};
 pub use error::{Error, Location};
 pub use http_client::{HttpUrl, OAuth2, ProxyConfig};
 pub use relabel::{Action, Regexp, RelabelConfig, relabel, relabel_in_place};
+pub use remote_write::{QueueConfig, RemoteWriteConfig};
 pub use rules::{Rule, RuleFile, RuleGroup, RuleKind, load_rules, parse_rules};
 pub use scrape::{
     Authorization, BasicAuth, DEFAULT_ENDPOINTS, DEFAULT_FILE_SD_REFRESH_INTERVAL,

@@ -10,7 +10,8 @@
 //! alerting rule keeps its [`Alert`]s through pending → firing → inactive with `for` and
 //! `keep_firing_for`, its labels and annotations expanded as Go templates
 //! ([`template::expand`]). Firing and resolved alerts go to Alertmanagers' v2 API through a
-//! [`Notifier`] (`alerting.alertmanagers`), resent while firing.
+//! [`Notifier`] (`alerting.alertmanagers`), resent while firing; recorded series go to
+//! `remote_write` receivers through a [`RemoteWriter`] (remote-write 1.0).
 //!
 //! # Design constraints
 //!
@@ -50,12 +51,14 @@
 mod group;
 mod manager;
 mod notifier;
+pub mod remote_write;
 mod rule;
 pub mod template;
 
 pub use group::{Environment, Group, GroupState};
 pub use manager::{Manager, Options};
 pub use notifier::{Notification, Notifier, QUEUE_CAPACITY};
+pub use remote_write::RemoteWriter;
 pub use rule::{
     ALERT_NAME_LABEL, Alert, AlertState, CompiledRule, Env, Health, RESOLVED_RETENTION, RuleState,
     Sample,
@@ -84,7 +87,8 @@ pub enum Error {
         /// `rule labels` or `alert labels`.
         what: &'static str,
     },
-    /// An `alerting.alertmanagers` entry cannot be used (its message names it).
+    /// An `alerting.alertmanagers` or `remote_write` entry cannot be used (its message names
+    /// it).
     #[error("{0}")]
     Alerting(String),
     /// The group's `limit` was exceeded.

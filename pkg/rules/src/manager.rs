@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use crate::Error;
 use crate::group::{Environment, Group};
 use crate::notifier::Notifier;
+use crate::remote_write::RemoteWriter;
 use crate::rule::Sample;
 
 /// How a [`Manager`] evaluates and where its alerts go.
@@ -21,6 +22,8 @@ pub struct Options {
     pub external_url: String,
     /// Where firing and resolved alerts are sent; `None`: nowhere.
     pub notifier: Option<Arc<Notifier>>,
+    /// Where recorded series (and `ALERTS`) are sent after each evaluation; `None`: nowhere.
+    pub remote_writer: Option<Arc<RemoteWriter>>,
     /// How long before a firing alert is sent again (`--rules-alert-resend-delay`). Default 1m,
     /// as Prometheus.
     pub resend_delay: std::time::Duration,
@@ -31,6 +34,7 @@ impl Default for Options {
         Options {
             external_url: String::new(),
             notifier: None,
+            remote_writer: None,
             resend_delay: std::time::Duration::from_secs(60),
         }
     }
@@ -87,6 +91,11 @@ impl Manager {
         if let Some(notifier) = &self.options.notifier {
             notifier
                 .apply(&config.alerting, &config.global.external_labels)
+                .map_err(Error::Alerting)?;
+        }
+        if let Some(writer) = &self.options.remote_writer {
+            writer
+                .apply(&config.remote_write, &config.global.external_labels)
                 .map_err(Error::Alerting)?;
         }
         let mut wanted = Vec::new();
@@ -157,8 +166,11 @@ impl Manager {
         self.groups().iter().flat_map(|g| g.samples()).collect()
     }
 
-    /// Stops every group's task.
+    /// Stops every group's task and the remote-write queues.
     pub fn stop(&self) {
+        if let Some(writer) = &self.options.remote_writer {
+            writer.stop();
+        }
         for r in self.running.lock().expect("rule groups lock").drain(..) {
             r.task.abort();
         }
@@ -198,6 +210,9 @@ async fn run_group(
             g.evaluate(&e, next_ms, env.env());
             if let Some(notifier) = &o.notifier {
                 notifier.send(g.notifications(next_ms, o.resend_delay, &o.external_url));
+            }
+            if let Some(writer) = &o.remote_writer {
+                writer.send(&g.samples());
             }
         })
         .await;

@@ -605,12 +605,12 @@ fn error_messages() {
         ),
         (
             "- a\n",
-            "parca.yaml:1:1: invalid type: sequence, expected a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files` or `alerting`",
+            "parca.yaml:1:1: invalid type: sequence, expected a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting` or `remote_write`",
         ),
         // Unknown keys, at every level.
         (
             "foo: 1\n",
-            "parca.yaml:1:1: unknown field `foo`, expected one of `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`",
+            "parca.yaml:1:1: unknown field `foo`, expected one of `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`, `remote_write`",
         ),
         (
             "global:\n  scrape_intervall: 1s\n",
@@ -912,6 +912,7 @@ fn the_examples_in_the_documentation_parse() {
             "query_stores:",
             "rule_files:",
             "alerting:",
+            "remote_write:",
         ]
         .iter()
         .any(|k| first.starts_with(k))
