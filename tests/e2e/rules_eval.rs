@@ -347,45 +347,7 @@ fn prometheus_federates_recorded_series() {
     ) else {
         return;
     };
-    let (value, at) = poll(
-        "prometheus to store the federated series",
-        Duration::from_secs(60),
-        Duration::from_millis(250),
-        || {
-            let values = prometheus_query(prom, r#"job:heap_inuse:sum{job="api"}"#)?;
-            let times = prometheus_query(prom, r#"timestamp(job:heap_inuse:sum{job="api"})"#)?;
-            let (Some(value), Some(time)) = (values.first(), times.first()) else {
-                return Err("not yet".into());
-            };
-            assert_eq!(value["metric"]["region"], "eu", "{value}");
-            assert_eq!(value["metric"]["team"], "profiling", "{value}");
-            assert_eq!(value["metric"]["job"], "api", "{value}");
-            let v: f64 = value["value"][1]
-                .as_str()
-                .unwrap_or("")
-                .parse()
-                .map_err(|_| format!("{value}"))?;
-            let t: f64 = time["value"][1]
-                .as_str()
-                .unwrap_or("")
-                .parse()
-                .map_err(|_| format!("{time}"))?;
-            Ok((v, t))
-        },
-    );
-    // The stored value is the query API's at the evaluation time Prometheus stored with it.
-    let vector = server
-        .api(&format!(
-            "/api/v1/query?query={}&time={at}",
-            encode(&format!("sum by (job) ({HEAP})"))
-        ))
-        .expect("query");
-    let queried: f64 = vector["result"][0]["value"][1]
-        .as_str()
-        .expect("value")
-        .parse()
-        .expect("number");
-    assert_eq!(value, queried, "{vector}");
+    assert_stored_as_queried(prom, &server, "the federated series");
 }
 
 #[test]
@@ -408,8 +370,20 @@ fn prometheus_receives_recorded_series_by_remote_write() {
         )
     });
     push_heap(&server);
+    assert_stored_as_queried(prom, &server, "the remote-written series");
+    // write_relabel_configs kept only `job:…`: no ALERTS reached it.
+    assert_eq!(
+        prometheus_query(prom, "ALERTS").expect("ALERTS"),
+        Vec::<serde_json::Value>::new()
+    );
+}
+
+/// Polls Prometheus at `prom` until it holds `job:heap_inuse:sum{job="api"}` (with the
+/// server's external and the group's labels), then checks that its value is the server's
+/// `/api/v1/query` value at the time Prometheus stored with it: the evaluation time.
+fn assert_stored_as_queried(prom: std::net::SocketAddr, server: &Server, what: &str) {
     let (value, at) = poll(
-        "prometheus to store the remote-written series",
+        &format!("prometheus to store {what}"),
         Duration::from_secs(60),
         Duration::from_millis(250),
         || {
@@ -420,17 +394,13 @@ fn prometheus_receives_recorded_series_by_remote_write() {
             };
             assert_eq!(value["metric"]["region"], "eu", "{value}");
             assert_eq!(value["metric"]["team"], "profiling", "{value}");
-            let v: f64 = value["value"][1]
-                .as_str()
-                .unwrap_or("")
-                .parse()
-                .map_err(|_| format!("{value}"))?;
-            let t: f64 = time["value"][1]
-                .as_str()
-                .unwrap_or("")
-                .parse()
-                .map_err(|_| format!("{time}"))?;
-            Ok((v, t))
+            let number = |v: &serde_json::Value| {
+                v["value"][1]
+                    .as_str()
+                    .and_then(|s| s.parse::<f64>().ok())
+                    .ok_or_else(|| format!("{v}"))
+            };
+            Ok((number(value)?, number(time)?))
         },
     );
     let vector = server
@@ -445,9 +415,4 @@ fn prometheus_receives_recorded_series_by_remote_write() {
         .parse()
         .expect("number");
     assert_eq!(value, queried, "{vector}");
-    // write_relabel_configs kept only `job:…`: no ALERTS reached it.
-    assert_eq!(
-        prometheus_query(prom, "ALERTS").expect("ALERTS"),
-        Vec::<serde_json::Value>::new()
-    );
 }

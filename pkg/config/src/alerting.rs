@@ -13,8 +13,8 @@ use crate::duration;
 use crate::http_client::{OAuth2, ProxyUrl};
 use crate::relabel::RelabelConfig;
 use crate::scrape::{
-    Authorization, BasicAuth, FileSdConfig, JobDefaults, RawScrapeConfig, Scheme, ScrapeConfig,
-    StaticConfig, TlsConfig,
+    Authorization, BasicAuth, FileSdConfig, RawScrapeConfig, Scheme, ScrapeConfig, StaticConfig,
+    TlsConfig,
 };
 use crate::secret::Secret;
 
@@ -132,34 +132,28 @@ impl FromRaw for AlertmanagerConfig {
         if !path_prefix.is_empty() && !path_prefix.starts_with('/') {
             return Err(format!("`path_prefix` {path_prefix:?} must start with `/`"));
         }
-        let job = RawScrapeConfig {
-            job_name: "alertmanager".to_owned(),
-            scrape_interval: None,
-            scrape_timeout: None,
-            scheme: raw.scheme,
-            params: None,
-            static_configs: raw.static_configs,
-            file_sd_configs: raw.file_sd_configs,
-            relabel_configs: raw.relabel_configs,
-            basic_auth: raw.basic_auth,
-            authorization: raw.authorization,
-            bearer_token: raw.bearer_token,
-            bearer_token_file: raw.bearer_token_file,
-            oauth2: raw.oauth2,
-            tls_config: raw.tls_config,
-            proxy_url: raw.proxy_url,
-            no_proxy: raw.no_proxy,
-            proxy_from_environment: raw.proxy_from_environment,
-            proxy_connect_header: raw.proxy_connect_header,
-            follow_redirects: raw.follow_redirects,
-            enable_http2: raw.enable_http2,
-            profiling_config: None,
-        };
-        let defaults = JobDefaults {
-            scrape_interval: crate::scrape::DEFAULT_SCRAPE_INTERVAL,
-            scrape_timeout: None,
-        };
-        let client = ScrapeConfig::resolve(job, &defaults, &[])?;
+        let client = ScrapeConfig::client_only(
+            "alertmanager",
+            RawScrapeConfig {
+                scheme: raw.scheme,
+                static_configs: raw.static_configs,
+                file_sd_configs: raw.file_sd_configs,
+                relabel_configs: raw.relabel_configs,
+                basic_auth: raw.basic_auth,
+                authorization: raw.authorization,
+                bearer_token: raw.bearer_token,
+                bearer_token_file: raw.bearer_token_file,
+                oauth2: raw.oauth2,
+                tls_config: raw.tls_config,
+                proxy_url: raw.proxy_url,
+                no_proxy: raw.no_proxy,
+                proxy_from_environment: raw.proxy_from_environment,
+                proxy_connect_header: raw.proxy_connect_header,
+                follow_redirects: raw.follow_redirects,
+                enable_http2: raw.enable_http2,
+                ..Default::default()
+            },
+        )?;
         Ok(AlertmanagerConfig {
             api_version,
             path_prefix: path_prefix.trim_end_matches('/').to_owned(),

@@ -12,9 +12,7 @@ use crate::checked::{Checked, FromRaw, unwrap_list};
 use crate::duration;
 use crate::http_client::{EndpointUrl, HttpUrl, OAuth2, ProxyUrl};
 use crate::relabel::RelabelConfig;
-use crate::scrape::{
-    Authorization, BasicAuth, JobDefaults, RawScrapeConfig, ScrapeConfig, TlsConfig,
-};
+use crate::scrape::{Authorization, BasicAuth, RawScrapeConfig, ScrapeConfig, TlsConfig};
 use crate::secret::Secret;
 
 /// Headers the protocol sets itself, which `headers` may not set (Prometheus' list).
@@ -165,34 +163,24 @@ impl FromRaw for RemoteWriteConfig {
                     .to_owned(),
             );
         }
-        let job = RawScrapeConfig {
-            job_name: "remote_write".to_owned(),
-            scrape_interval: None,
-            scrape_timeout: None,
-            scheme: None,
-            params: None,
-            static_configs: None,
-            file_sd_configs: None,
-            relabel_configs: None,
-            basic_auth: raw.basic_auth,
-            authorization: raw.authorization,
-            bearer_token: raw.bearer_token,
-            bearer_token_file: raw.bearer_token_file,
-            oauth2: raw.oauth2,
-            tls_config: raw.tls_config,
-            proxy_url: raw.proxy_url,
-            no_proxy: raw.no_proxy,
-            proxy_from_environment: raw.proxy_from_environment,
-            proxy_connect_header: raw.proxy_connect_header,
-            follow_redirects: raw.follow_redirects,
-            enable_http2: raw.enable_http2,
-            profiling_config: None,
-        };
-        let defaults = JobDefaults {
-            scrape_interval: crate::scrape::DEFAULT_SCRAPE_INTERVAL,
-            scrape_timeout: None,
-        };
-        let client = ScrapeConfig::resolve(job, &defaults, &[])?;
+        let client = ScrapeConfig::client_only(
+            "remote_write",
+            RawScrapeConfig {
+                basic_auth: raw.basic_auth,
+                authorization: raw.authorization,
+                bearer_token: raw.bearer_token,
+                bearer_token_file: raw.bearer_token_file,
+                oauth2: raw.oauth2,
+                tls_config: raw.tls_config,
+                proxy_url: raw.proxy_url,
+                no_proxy: raw.no_proxy,
+                proxy_from_environment: raw.proxy_from_environment,
+                proxy_connect_header: raw.proxy_connect_header,
+                follow_redirects: raw.follow_redirects,
+                enable_http2: raw.enable_http2,
+                ..Default::default()
+            },
+        )?;
         Ok(RemoteWriteConfig {
             name: raw.name.unwrap_or_else(|| url.as_str().to_owned()),
             url,

@@ -478,7 +478,7 @@ impl FromRaw for TlsConfig {
 }
 
 /// `scrape_configs[i]` as written.
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawScrapeConfig {
     pub(crate) job_name: String,
@@ -621,9 +621,24 @@ pub(crate) struct JobDefaults {
 }
 
 impl ScrapeConfig {
+    /// The HTTP client settings of something that is not a scrape job (Alertmanagers, remote
+    /// write receivers), written with a scrape job's keys: `raw` resolved and checked as a
+    /// job named `job_name`, with the global defaults (its intervals and endpoints unused).
+    pub(crate) fn client_only(job_name: &str, raw: RawScrapeConfig) -> Result<Self, String> {
+        let defaults = JobDefaults {
+            scrape_interval: DEFAULT_SCRAPE_INTERVAL,
+            scrape_timeout: None,
+        };
+        let raw = RawScrapeConfig {
+            job_name: job_name.to_owned(),
+            ..raw
+        };
+        ScrapeConfig::resolve(raw, &defaults, &[])
+    }
+
     /// Applies the defaults and checks the rules that concern the job as a whole. `earlier`:
     /// the jobs before this one, for unique names.
-    pub(crate) fn resolve(
+    fn resolve(
         raw: RawScrapeConfig,
         defaults: &JobDefaults,
         earlier: &[ScrapeConfig],
