@@ -55,6 +55,27 @@ pub(crate) fn push_heap(server: &Server) {
     assert_eq!(r.status, 200, "{}", r.text());
 }
 
+/// `POST /-/reload`.
+fn reload(server: &Server) -> crate::server_harness::Response {
+    http_request(
+        server.addr,
+        "POST",
+        "/-/reload",
+        &[],
+        Duration::from_secs(30),
+    )
+    .expect("reload")
+}
+
+/// Sends the server SIGHUP (a reload).
+fn sighup(server: &Server) {
+    let status = Command::new("kill")
+        .args(["-HUP", &server.process.pid().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(status.success());
+}
+
 /// The rule named `name` of `/api/v1/rules`.
 fn rule(server: &Server, name: &str) -> Result<serde_json::Value, String> {
     let data = server.api("/api/v1/rules")?;
@@ -80,14 +101,7 @@ fn rules_record_alert_and_survive_reloads() {
     // Written after the start: a missing file is an empty glob, so the server starts without
     // rules and takes them at the first reload.
     std::fs::write(&rules_path, rules_file("")).expect("write rules");
-    let r = http_request(
-        server.addr,
-        "POST",
-        "/-/reload",
-        &[],
-        Duration::from_secs(30),
-    )
-    .expect("reload");
+    let r = reload(&server);
     assert_eq!(r.status, 200, "{}", r.text());
 
     // Pending while profiles keep coming, then firing after `for`.
@@ -168,11 +182,7 @@ fn rules_record_alert_and_survive_reloads() {
         rules_file("      - record: heap:count\n        expr: count(") + HEAP + ")\n",
     )
     .expect("write rules");
-    let status = Command::new("kill")
-        .args(["-HUP", &server.process.pid().to_string()])
-        .status()
-        .expect("kill -HUP");
-    assert!(status.success());
+    sighup(&server);
     let kept = poll(
         "the new rule after SIGHUP",
         Duration::from_secs(30),
@@ -192,14 +202,7 @@ fn rules_record_alert_and_survive_reloads() {
         "groups:\n  - name: heap\n    rules:\n      - record: 1bad\n        expr: sum(a:b:c:d:e)\n",
     )
     .expect("write rules");
-    let r = http_request(
-        server.addr,
-        "POST",
-        "/-/reload",
-        &[],
-        Duration::from_secs(30),
-    )
-    .expect("reload");
+    let r = reload(&server);
     assert_ne!(r.status, 200, "{}", r.text());
     assert!(r.text().contains("rules.yml"), "{}", r.text());
     rule(&server, "heap:count").expect("old rules kept");
@@ -293,11 +296,7 @@ fn prometheus_federates_recorded_series() {
         "global: {external_labels: {region: eu}}\nrule_files: [rules.yml]\n".to_owned()
     });
     std::fs::write(server.dir.path().join("rules.yml"), rules_file("")).expect("write rules");
-    let r = Command::new("kill")
-        .args(["-HUP", &server.process.pid().to_string()])
-        .status()
-        .expect("kill -HUP");
-    assert!(r.success());
+    sighup(&server);
     push_heap(&server);
     // Our own side first: the text format, external labels added, selectors matched.
     let text = poll(
