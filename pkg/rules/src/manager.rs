@@ -1,7 +1,6 @@
 //! The rule manager: one task per group, evaluating it at its interval, and reloads that keep
 //! the state of what did not change.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
 use parca_config::Config;
@@ -174,13 +173,6 @@ impl Manager {
         for r in self.running.lock().expect("rule groups lock").drain(..) {
             r.task.abort();
         }
-    }
-
-    /// The rule files in force, for logs.
-    pub fn files(&self) -> Vec<PathBuf> {
-        let mut files: Vec<PathBuf> = self.groups().iter().map(|g| g.file.clone()).collect();
-        files.dedup();
-        files
     }
 }
 
