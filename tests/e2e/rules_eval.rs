@@ -172,6 +172,21 @@ fn rules_record_alert_and_survive_reloads() {
     assert_eq!(only_alerts["groups"][0]["interval"], 1.0);
     let r = server.get("/api/v1/rules?type=nope").expect("bad filter");
     assert_eq!(r.status, 400, "{}", r.text());
+    // Evaluations are counted per group, as Prometheus' rule_group label names it.
+    let metrics = server.get("/metrics").expect("metrics").text();
+    let group = format!("{};heap", rules_path.display());
+    assert!(
+        metrics.lines().any(|l| l.starts_with(&format!(
+            "parca_rule_evaluations_total{{rule_group=\"{group}\"}} "
+        ))),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!(
+            "parca_rule_evaluation_failures_total{{rule_group=\"{group}\"}} 0"
+        )),
+        "{metrics}"
+    );
     let alerts = server.api("/api/v1/alerts").expect("alerts");
     assert_eq!(alerts["alerts"][0]["labels"]["alertname"], "HeapInUse");
 

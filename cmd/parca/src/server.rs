@@ -508,6 +508,7 @@ async fn serve(
         ..Default::default()
     };
     let scrape_metrics = parca_scrape::ScrapeMetrics::register(&mut registry);
+    let rule_metrics = parca_rules::RuleMetrics::register(&mut registry);
     let bucket = {
         let config = control.config.lock().expect("config lock");
         shipping_bucket(&config, &args.storage_path)?
@@ -613,6 +614,7 @@ async fn serve(
             external_url: external_url(args.web_external_url.as_deref(), address),
             notifier: Some(parca_rules::Notifier::start()),
             remote_writer: Some(parca_rules::RemoteWriter::new()),
+            metrics: rule_metrics,
             resend_delay: args.rules_alert_resend_delay,
         },
     );

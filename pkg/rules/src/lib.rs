@@ -50,6 +50,7 @@
 
 mod group;
 mod manager;
+mod metrics;
 mod notifier;
 pub mod remote_write;
 mod rule;
@@ -57,6 +58,7 @@ pub mod template;
 
 pub use group::{Environment, Group, GroupState};
 pub use manager::{Manager, Options};
+pub use metrics::RuleMetrics;
 pub use notifier::{Notification, Notifier, QUEUE_CAPACITY};
 pub use remote_write::RemoteWriter;
 pub use rule::{

@@ -23,6 +23,8 @@ pub struct Options {
     pub notifier: Option<Arc<Notifier>>,
     /// Where recorded series (and `ALERTS`) are sent after each evaluation; `None`: nowhere.
     pub remote_writer: Option<Arc<RemoteWriter>>,
+    /// Where evaluations are counted (`/metrics`).
+    pub metrics: crate::RuleMetrics,
     /// How long before a firing alert is sent again (`--rules-alert-resend-delay`). Default 1m,
     /// as Prometheus.
     pub resend_delay: std::time::Duration,
@@ -34,6 +36,7 @@ impl Default for Options {
             external_url: String::new(),
             notifier: None,
             remote_writer: None,
+            metrics: Default::default(),
             resend_delay: std::time::Duration::from_secs(60),
         }
     }
@@ -194,12 +197,28 @@ async fn run_group(
     let mut last_ms = now_ms();
     loop {
         let next_ms = group.next_evaluation_ms(last_ms.max(now_ms()));
+        let interval_ms = (group.interval.as_millis() as i64).max(1);
+        let n_missed = u64::try_from((next_ms - last_ms) / interval_ms - 1).unwrap_or(0);
         let wait_ms = u64::try_from(next_ms - now_ms()).unwrap_or(0);
         tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
         let env = Arc::clone(&environment.read().expect("environment lock"));
         let (g, e, o) = (Arc::clone(&group), engine.clone(), options.clone());
         let evaluated = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             g.evaluate(&e, next_ms, env.env());
+            let n_failed = g
+                .state()
+                .rules
+                .iter()
+                .filter(|r| r.health == crate::Health::Err)
+                .count();
+            o.metrics.observe(
+                &format!("{};{}", g.file.display(), g.name()),
+                g.rules().len(),
+                n_failed,
+                started.elapsed().as_secs_f64(),
+                n_missed,
+            );
             if let Some(notifier) = &o.notifier {
                 notifier.send(g.notifications(next_ms, o.resend_delay, &o.external_url));
             }
