@@ -105,6 +105,14 @@ pub struct ServerArgs {
     /// take the latest.
     #[arg(long, default_value = "5m", value_parser = parse_lookback)]
     query_lookback_delta: Duration,
+    /// The URL this server is reached at, e.g. `https://parca.example.com/`: alert templates'
+    /// `$externalURL` and the links of alerts. Default: `http://HOSTNAME:PORT/`.
+    #[arg(long)]
+    web_external_url: Option<String>,
+    /// How long before a firing alert is sent to Alertmanager again, as Prometheus'
+    /// --rules.alert.resend-delay.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    rules_alert_resend_delay: Duration,
     /// Origins whose pages may call the API from a browser, comma-separated (`*`: any), as
     /// Parca's --cors-allowed-origins.
     #[arg(long, value_delimiter = ',')]
@@ -252,6 +260,8 @@ struct ServerControl {
     scrape: OnceLock<Arc<parca_scrape::Manager>>,
     /// The shards read beside the bucket, when there are any.
     shards: OnceLock<Arc<parca_fanout::Shards>>,
+    /// The rule groups, once the store is open.
+    rules: OnceLock<Arc<parca_rules::Manager>>,
     reloads: prometheus_client::metrics::family::Family<
         Vec<(&'static str, &'static str)>,
         prometheus_client::metrics::counter::Counter,
@@ -284,6 +294,17 @@ impl ServerControl {
     }
 }
 
+impl ServerControl {
+    /// Runs a reloaded parca.yaml's rule groups (unchanged ones keep running with their
+    /// state); an error names a rule that cannot be evaluated (the reload then fails).
+    fn take_rules(&self, config: &parca_config::Config) -> Result<(), String> {
+        match self.rules.get() {
+            Some(rules) => rules.update(config).map_err(|e| e.to_string()),
+            None => Ok(()),
+        }
+    }
+}
+
 impl Control for ServerControl {
     fn config_yaml(&self) -> String {
         self.config.lock().expect("config lock").to_yaml()
@@ -292,6 +313,7 @@ impl Control for ServerControl {
     fn reload(&self) -> Result<(), String> {
         let result = parca_config::load(&self.config_path)
             .map_err(|e| e.to_string())
+            .and_then(|config| self.take_rules(&config).map(|()| config))
             .and_then(|config| self.take_query_stores(&config).map(|()| config));
         let outcome = if result.is_ok() { "success" } else { "failure" };
         self.reloads.get_or_create(&vec![("result", outcome)]).inc();
@@ -398,14 +420,6 @@ pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     let address = listen_address(&args.http_address)?;
     // A bad file at start is fatal; on reload it only keeps the old configuration.
     let config = parca_config::load(&args.config_path).context("cannot load the configuration")?;
-    if !config.rules.is_empty() {
-        let n_rules: usize = config.rules.iter().map(|(_, f)| f.n_rules()).sum();
-        tracing::warn!(
-            files = config.rules.len(),
-            rules = n_rules,
-            "rule files are read and checked (at start and on reload), but this version does not evaluate rules yet"
-        );
-    }
     if args.storage_block_duration < Duration::from_secs(60) {
         bail!("--storage-block-duration must be at least 1m");
     }
@@ -436,6 +450,7 @@ async fn serve(
         config: Mutex::new(config),
         scrape: OnceLock::new(),
         shards: OnceLock::new(),
+        rules: OnceLock::new(),
         reloads: Default::default(),
         last_reload_ok: Default::default(),
         last_reload_error: Mutex::new(None),
@@ -452,6 +467,13 @@ async fn serve(
         "Whether the last configuration reload succeeded (1) or failed (0)",
         control.last_reload_ok.clone(),
     );
+    let limits = parca_query::Limits {
+        max_series: args.query_max_series,
+        max_samples: args.query_max_samples,
+        max_points: args.query_max_points,
+        max_steps: args.query_max_steps,
+        lookback_ms: i64::try_from(args.query_lookback_delta.as_millis()).unwrap_or(i64::MAX),
+    };
     let options = parca_api::Options {
         build: parca_api::BuildInfo {
             version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -474,13 +496,7 @@ async fn serve(
         },
         max_concurrent_queries: args.query_max_concurrency.max(1),
         query_timeout: args.query_timeout,
-        limits: parca_query::Limits {
-            max_series: args.query_max_series,
-            max_samples: args.query_max_samples,
-            max_points: args.query_max_points,
-            max_steps: args.query_max_steps,
-            lookback_ms: i64::try_from(args.query_lookback_delta.as_millis()).unwrap_or(i64::MAX),
-        },
+        limits,
         cors_allowed_origins: args.cors_allowed_origins.clone(),
         external_labels: control
             .config
@@ -492,6 +508,7 @@ async fn serve(
         ..Default::default()
     };
     let scrape_metrics = parca_scrape::ScrapeMetrics::register(&mut registry);
+    let rule_metrics = parca_rules::RuleMetrics::register(&mut registry);
     let bucket = {
         let config = control.config.lock().expect("config lock");
         shipping_bucket(&config, &args.storage_path)?
@@ -591,6 +608,32 @@ async fn serve(
     }
     api.set_store(Arc::clone(&db));
     tracing::info!(path = %args.storage_path.display(), "store ready");
+    let rules = parca_rules::Manager::new(
+        parca_query::Engine::new(Arc::clone(&db), limits),
+        parca_rules::Options {
+            external_url: external_url(args.web_external_url.as_deref(), address),
+            notifier: Some(parca_rules::Notifier::start()),
+            remote_writer: Some(parca_rules::RemoteWriter::new()),
+            metrics: rule_metrics,
+            resend_delay: args.rules_alert_resend_delay,
+        },
+    );
+    {
+        let config = control.config.lock().expect("config lock");
+        rules
+            .update(&config)
+            .map_err(anyhow::Error::msg)
+            .context("cannot evaluate the rules")?;
+        if !config.rules.is_empty() {
+            tracing::info!(
+                groups = rules.groups().len(),
+                rules = config.rules.iter().map(|(_, f)| f.n_rules()).sum::<usize>(),
+                "evaluating rules"
+            );
+        }
+    }
+    api.set_rules(Arc::clone(&rules));
+    let _ = control.rules.set(Arc::clone(&rules));
     if let (Some(bucket), Some(metrics)) = (bucket, shipper_metrics) {
         let labels = control
             .config
@@ -646,11 +689,26 @@ async fn serve(
     wait_for_signals(&control).await?;
     tracing::info!("shutting down: stopping scrapes, then the HTTP server");
     scrape.stop().await;
+    rules.stop();
     let _ = stop_tx.send(true);
     let _ = http.await;
     drop(api);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The URL the server is reached at: `--web-external-url`, or Prometheus' default,
+/// `http://HOSTNAME:PORT/`.
+fn external_url(flag: Option<&str>, address: SocketAddr) -> String {
+    if let Some(url) = flag {
+        return url.to_owned();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("http://{host}:{}/", address.port())
 }
 
 /// How often the shipper looks for blocks to upload.

@@ -39,6 +39,7 @@ mod query;
 pub mod render;
 mod response;
 mod router;
+mod rules;
 mod selfprof;
 mod store;
 mod warnings;
@@ -165,6 +166,8 @@ pub struct Api {
     options: Options,
     store: OnceLock<Arc<Db>>,
     engine: OnceLock<parca_query::Engine>,
+    /// The rule groups the server evaluates (`/api/v1/rules`, `/api/v1/alerts`, `/federate`).
+    rules: OnceLock<Arc<parca_rules::Manager>>,
     control: Arc<dyn Control>,
     registry: Registry,
     metrics: ApiMetrics,
@@ -184,6 +187,7 @@ impl Api {
             options,
             store: OnceLock::new(),
             engine: OnceLock::new(),
+            rules: OnceLock::new(),
             control,
             registry,
             metrics,
@@ -203,6 +207,12 @@ impl Api {
     }
 
     /// The store, or 503 while it opens.
+    /// Serves the rule groups of `rules` at `/api/v1/rules` and `/api/v1/alerts` (empty until
+    /// set). Only the first call counts.
+    pub fn set_rules(&self, rules: Arc<parca_rules::Manager>) {
+        let _ = self.rules.set(rules);
+    }
+
     fn store(&self) -> Result<Arc<Db>, ApiError> {
         self.store.get().cloned().ok_or_else(|| {
             ApiError::unavailable("the store is still replaying its write-ahead log; retry shortly")

@@ -10,11 +10,14 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visi
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::alerting::{AlertingConfig, RawAlerting};
 use crate::checked::Checked;
 use crate::checked::str_then;
+use crate::checked::unwrap_list;
 use crate::duration;
 use crate::error::{invalid_error, syntax_error};
 use crate::labels::label_set_opt;
+use crate::remote_write::RemoteWriteConfig;
 use crate::rules::{RuleFile, load_rules};
 use crate::scrape::{DEFAULT_SCRAPE_INTERVAL, JobDefaults, ScrapeConfig, ScrapeConfigsSeed};
 use crate::storage::ObjectStorage;
@@ -45,7 +48,16 @@ pub struct Config {
     /// after [`parse`].
     #[serde(skip)]
     pub rules: Vec<(PathBuf, RuleFile)>,
+    /// `alerting`: the Alertmanagers alerts go to. Default: none.
+    #[serde(skip_serializing_if = "AlertingConfig::is_empty")]
+    pub alerting: AlertingConfig,
+    /// `remote_write`: receivers of the recorded series. Default: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub remote_write: Vec<RemoteWriteConfig>,
 }
+
+/// How often rule groups are evaluated when neither they nor `global` say: Prometheus' default.
+pub const DEFAULT_EVALUATION_INTERVAL: Duration = Duration::from_secs(60);
 
 /// `global` (Prometheus' section).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -60,6 +72,10 @@ pub struct GlobalConfig {
         serialize_with = "duration::serialize_opt"
     )]
     pub scrape_timeout: Option<Duration>,
+    /// `evaluation_interval`: how often rule groups without their own `interval` are
+    /// evaluated. Default 1m, as Prometheus.
+    #[serde(serialize_with = "duration::serialize")]
+    pub evaluation_interval: Duration,
     /// `external_labels`: labels that describe this server, for federation and for shipped
     /// blocks. Default: none.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -71,6 +87,7 @@ impl Default for GlobalConfig {
         GlobalConfig {
             scrape_interval: DEFAULT_SCRAPE_INTERVAL,
             scrape_timeout: None,
+            evaluation_interval: DEFAULT_EVALUATION_INTERVAL,
             external_labels: BTreeMap::new(),
         }
     }
@@ -83,6 +100,8 @@ struct RawGlobal {
     scrape_interval: Option<Duration>,
     #[serde(default, deserialize_with = "duration::deserialize_positive_opt")]
     scrape_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration::deserialize_positive_opt")]
+    evaluation_interval: Option<Duration>,
     #[serde(default, deserialize_with = "label_set_opt")]
     external_labels: Option<BTreeMap<String, String>>,
 }
@@ -92,6 +111,9 @@ impl RawGlobal {
         GlobalConfig {
             scrape_interval: self.scrape_interval.unwrap_or(DEFAULT_SCRAPE_INTERVAL),
             scrape_timeout: self.scrape_timeout,
+            evaluation_interval: self
+                .evaluation_interval
+                .unwrap_or(DEFAULT_EVALUATION_INTERVAL),
             external_labels: self.external_labels.unwrap_or_default(),
         }
     }
@@ -178,6 +200,12 @@ pub fn load(path: impl AsRef<Path>) -> Result<Config, Error> {
         for job in &mut config.scrape_configs {
             job.set_directory(dir);
         }
+        for am in &mut config.alerting.alertmanagers {
+            am.set_directory(dir);
+        }
+        for rw in &mut config.remote_write {
+            rw.set_directory(dir);
+        }
     }
     config.rules = read_rule_files(&config.rule_files, dir, &path.display().to_string())?;
     Ok(config)
@@ -235,6 +263,8 @@ enum TopKey {
     ObjectStorage,
     QueryStores,
     RuleFiles,
+    Alerting,
+    RemoteWrite,
 }
 
 impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
@@ -246,7 +276,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
             type Value = Config;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(
-                    "a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores` or `rule_files`",
+                    "a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting` or `remote_write`",
                 )
             }
             fn visit_none<E: de::Error>(self) -> Result<Config, E> {
@@ -264,6 +294,8 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                 let mut object_storage: Option<Option<ObjectStorage>> = None;
                 let mut query_stores: Option<Vec<ScrapeConfig>> = None;
                 let mut rule_files: Option<Vec<String>> = None;
+                let mut alerting: Option<AlertingConfig> = None;
+                let mut remote_write: Option<Vec<RemoteWriteConfig>> = None;
                 while let Some(key) = map.next_key::<TopKey>()? {
                     match key {
                         TopKey::Global => {
@@ -300,6 +332,19 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                             rule_files =
                                 Some(globs.unwrap_or_default().into_iter().map(|g| g.0).collect());
                         }
+                        TopKey::Alerting => {
+                            if alerting.is_some() {
+                                return Err(de::Error::duplicate_field("alerting"));
+                            }
+                            let raw: Option<RawAlerting> = map.next_value()?;
+                            alerting = Some(raw.map(RawAlerting::resolve).unwrap_or_default());
+                        }
+                        TopKey::RemoteWrite => {
+                            if remote_write.is_some() {
+                                return Err(de::Error::duplicate_field("remote_write"));
+                            }
+                            remote_write = Some(unwrap_list(map.next_value()?));
+                        }
                     }
                 }
                 Ok(Config {
@@ -309,6 +354,8 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                     query_stores: query_stores.unwrap_or_default(),
                     rule_files: rule_files.unwrap_or_default(),
                     rules: Vec::new(),
+                    alerting: alerting.unwrap_or_default(),
+                    remote_write: remote_write.unwrap_or_default(),
                 })
             }
         }

@@ -59,7 +59,7 @@ impl<'de> Deserialize<'de> for ProxyUrl {
 }
 
 /// An endpoint's URL: `http` or `https`.
-struct EndpointUrl(HttpUrl);
+pub(crate) struct EndpointUrl(pub(crate) HttpUrl);
 
 impl<'de> Deserialize<'de> for EndpointUrl {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

@@ -74,6 +74,7 @@
 //! # Ok::<(), parca_config::Error>(())
 //! ```
 
+mod alerting;
 mod checked;
 mod config;
 mod duration;
@@ -81,16 +82,19 @@ mod error;
 mod http_client;
 mod labels;
 mod relabel;
+mod remote_write;
 mod rules;
 mod scrape;
 mod secret;
 mod storage;
 
-pub use config::{Config, GlobalConfig, load, parse};
+pub use alerting::{AlertingConfig, AlertmanagerConfig, DEFAULT_ALERTMANAGER_TIMEOUT};
+pub use config::{Config, DEFAULT_EVALUATION_INTERVAL, GlobalConfig, load, parse};
 pub use duration::{format_duration, parse_duration};
 pub use error::{Error, Location};
 pub use http_client::{HttpUrl, OAuth2, ProxyConfig};
 pub use relabel::{Action, Regexp, RelabelConfig, relabel, relabel_in_place};
+pub use remote_write::{QueueConfig, RemoteWriteConfig};
 pub use rules::{Rule, RuleFile, RuleGroup, RuleKind, load_rules, parse_rules};
 pub use scrape::{
     Authorization, BasicAuth, DEFAULT_ENDPOINTS, DEFAULT_FILE_SD_REFRESH_INTERVAL,

@@ -478,39 +478,39 @@ impl FromRaw for TlsConfig {
 }
 
 /// `scrape_configs[i]` as written.
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawScrapeConfig {
-    job_name: String,
+    pub(crate) job_name: String,
     #[serde(default, deserialize_with = "duration::deserialize_positive_opt")]
-    scrape_interval: Option<Duration>,
+    pub(crate) scrape_interval: Option<Duration>,
     #[serde(default, deserialize_with = "duration::deserialize_positive_opt")]
-    scrape_timeout: Option<Duration>,
-    scheme: Option<Scheme>,
-    params: Option<UniqueMap<String, Vec<String>>>,
-    static_configs: Option<Vec<Checked<StaticConfig>>>,
-    file_sd_configs: Option<Vec<Checked<FileSdConfig>>>,
-    relabel_configs: Option<Vec<Checked<RelabelConfig>>>,
-    basic_auth: Option<Checked<BasicAuth>>,
-    authorization: Option<Checked<Authorization>>,
-    bearer_token: Option<Secret>,
-    bearer_token_file: Option<PathBuf>,
-    oauth2: Option<Checked<OAuth2>>,
-    tls_config: Option<Checked<TlsConfig>>,
-    proxy_url: Option<ProxyUrl>,
-    no_proxy: Option<String>,
+    pub(crate) scrape_timeout: Option<Duration>,
+    pub(crate) scheme: Option<Scheme>,
+    pub(crate) params: Option<UniqueMap<String, Vec<String>>>,
+    pub(crate) static_configs: Option<Vec<Checked<StaticConfig>>>,
+    pub(crate) file_sd_configs: Option<Vec<Checked<FileSdConfig>>>,
+    pub(crate) relabel_configs: Option<Vec<Checked<RelabelConfig>>>,
+    pub(crate) basic_auth: Option<Checked<BasicAuth>>,
+    pub(crate) authorization: Option<Checked<Authorization>>,
+    pub(crate) bearer_token: Option<Secret>,
+    pub(crate) bearer_token_file: Option<PathBuf>,
+    pub(crate) oauth2: Option<Checked<OAuth2>>,
+    pub(crate) tls_config: Option<Checked<TlsConfig>>,
+    pub(crate) proxy_url: Option<ProxyUrl>,
+    pub(crate) no_proxy: Option<String>,
     #[serde(default)]
-    proxy_from_environment: bool,
+    pub(crate) proxy_from_environment: bool,
     #[serde(default)]
-    proxy_connect_header: BTreeMap<String, Vec<Secret>>,
-    follow_redirects: Option<bool>,
-    enable_http2: Option<bool>,
-    profiling_config: Option<RawProfilingConfig>,
+    pub(crate) proxy_connect_header: BTreeMap<String, Vec<Secret>>,
+    pub(crate) follow_redirects: Option<bool>,
+    pub(crate) enable_http2: Option<bool>,
+    pub(crate) profiling_config: Option<RawProfilingConfig>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawProfilingConfig {
+pub(crate) struct RawProfilingConfig {
     pprof_config: Option<PprofEntries>,
     path_prefix: Option<String>,
 }
@@ -621,6 +621,21 @@ pub(crate) struct JobDefaults {
 }
 
 impl ScrapeConfig {
+    /// The HTTP client settings of something that is not a scrape job (Alertmanagers, remote
+    /// write receivers), written with a scrape job's keys: `raw` resolved and checked as a
+    /// job named `job_name`, with the global defaults (its intervals and endpoints unused).
+    pub(crate) fn client_only(job_name: &str, raw: RawScrapeConfig) -> Result<Self, String> {
+        let defaults = JobDefaults {
+            scrape_interval: DEFAULT_SCRAPE_INTERVAL,
+            scrape_timeout: None,
+        };
+        let raw = RawScrapeConfig {
+            job_name: job_name.to_owned(),
+            ..raw
+        };
+        ScrapeConfig::resolve(raw, &defaults, &[])
+    }
+
     /// Applies the defaults and checks the rules that concern the job as a whole. `earlier`:
     /// the jobs before this one, for unique names.
     fn resolve(

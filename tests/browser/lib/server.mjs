@@ -113,7 +113,27 @@ export async function startServer({ args = [] } = {}) {
   const port = await freePort();
   const closed = await freePort();
   const config = join(dir, 'parca.yaml');
-  writeFileSync(config, `scrape_configs:
+  // Rules over the server's own CPU (scraped every 2 s): one records, one fires, and a group
+  // whose limit the pushed profiles exceed is unhealthy.
+  writeFileSync(join(dir, 'rules.yml'), `groups:
+  - name: cpu
+    interval: 1s
+    rules:
+      - record: job:cpu:sum
+        expr: sum by (job) (process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{job="parca"})
+      - alert: ServerBusy
+        expr: sum by (job) (process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta{job="parca"}) > 0
+        labels: { severity: ticket }
+        annotations: { summary: "{{ $labels.job }} used {{ $value | humanize }}ns of CPU" }
+  - name: limited
+    interval: 1s
+    limit: 1
+    rules:
+      - record: job:cpu:all
+        expr: sum by (job) (process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta[3650d])
+`);
+  writeFileSync(config, `rule_files: [rules.yml]
+scrape_configs:
   - job_name: parca
     scrape_interval: 2s
     static_configs:

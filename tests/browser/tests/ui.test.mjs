@@ -1,6 +1,6 @@
 // The web UI in a real headless Chromium against a real server holding real profiles:
 // explorer, metrics graph, icicle graph (pixels drawn), zoom, search, table, bottom-up, compare,
-// targets, a bad query, downloads and the URL state. Screenshots go to tests/browser/out/.
+// targets, rules and alerts, a bad query, downloads and the URL state. Screenshots go to tests/browser/out/.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -454,6 +454,24 @@ test('the targets page lists targets by job with health and errors', async () =>
   const labels = await page.textContent('section.job[data-job="broken"] td.labels');
   assert.match(labels, /env="test"/);
   await shot('targets');
+});
+
+test('the rules page lists groups, health and firing alerts', async () => {
+  await page.goto(`${server.url}/rules`);
+  await page.waitForSelector('section.rule-group[data-group="cpu"] tr.rule[data-rule="job:cpu:sum"]');
+  // The server's own CPU is scraped every 2 s: the alert fires once a profile is in.
+  await page.waitForFunction(() => document.querySelector('.alerts-summary tr.alert.firing'), null, { timeout: 30000 });
+  const alert = await page.textContent('.alerts-summary tr.alert.firing');
+  assert.match(alert, /ServerBusy/);
+  assert.match(alert, /severity="ticket"/);
+  assert.match(alert, /parca used /);
+  await page.waitForFunction(() => document.querySelector('tr.rule[data-rule="job:cpu:sum"] .health.ok'), null, { timeout: 30000 });
+  await page.waitForFunction(() => document.querySelector('tr.rule[data-rule="job:cpu:all"] .health.err'), null, { timeout: 30000 });
+  const error = await page.textContent('tr.rule[data-rule="job:cpu:all"] td.error-text');
+  assert.match(error, /exceeded limit of 1 with \d+ series/);
+  await page.click('nav a[data-page="rules"]');
+  await page.waitForSelector('nav a[data-page="rules"].active');
+  await shot('rules');
 });
 
 test('a bad query shows its error at its place', async () => {

@@ -119,6 +119,7 @@ export const labelNames = (match, opts) => get('/api/v1/labels', { 'match[]': ma
 export const labelValues = (name, match, opts) =>
   get(`/api/v1/label/${encodeURIComponent(name)}/values`, { 'match[]': match }, opts);
 export const targets = (opts) => get('/api/v1/targets', {}, opts);
+export const rules = (opts) => get('/api/v1/rules', {}, opts);
 
 /**
  * `query_range` over `[startMs, endMs]` with `stepMs`; with `opts.limit`, only that many series

@@ -1,12 +1,13 @@
-// Entry point: routes the page by path (/, /compare, /targets) and keeps links in the app.
+// Entry point: routes the page by path (/, /compare, /targets, /rules) and keeps links in the app.
 
 import { mountExplorer } from './explorer.js';
 import { mountCompare } from './compare.js';
 import { mountTargets } from './targets.js';
+import { mountRules } from './rules.js';
 import { stateBox, replace } from './dom.js';
 import { currentWarnings } from './api.js';
 
-const PAGES = { '/': ['explorer', mountExplorer], '/compare': ['compare', mountCompare], '/targets': ['targets', mountTargets] };
+const PAGES = { '/': ['explorer', mountExplorer], '/compare': ['compare', mountCompare], '/targets': ['targets', mountTargets], '/rules': ['rules', mountRules] };
 const app = document.getElementById('app');
 let current = null;
 let currentPath = null;
@@ -20,7 +21,7 @@ function route() {
   const page = PAGES[path];
   for (const a of document.querySelectorAll('nav a[data-page]')) a.classList.toggle('active', page && a.dataset.page === page[0]);
   if (!page) {
-    replace(app, stateBox('error', `No page at ${location.pathname}.`, 'Use the Explorer, Compare or Targets links above.'));
+    replace(app, stateBox('error', `No page at ${location.pathname}.`, 'Use the Explorer, Compare, Targets or Rules links above.'));
     return;
   }
   document.title = `Parca · ${page[0][0].toUpperCase()}${page[0].slice(1)}`;

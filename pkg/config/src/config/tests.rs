@@ -41,6 +41,7 @@ fn the_repository_parca_yaml_loads() {
     let config = ok(REPO_CONFIG);
     assert_eq!(config.global.scrape_interval, secs(10));
     assert_eq!(config.global.scrape_timeout, None);
+    assert_eq!(config.global.evaluation_interval, secs(60));
     assert_eq!(config.scrape_configs.len(), 1);
     let job = &config.scrape_configs[0];
     assert_eq!(job.job_name, "parca");
@@ -116,6 +117,7 @@ fn jobs_take_their_defaults_from_global() {
     let config = ok("
 global:
   scrape_interval: 1m
+  evaluation_interval: 15s
   external_labels: { region: eu, replica: a }
 scrape_configs:
   - job_name: a
@@ -123,6 +125,7 @@ scrape_configs:
     scrape_interval: 20s
 ");
     assert_eq!(config.global.scrape_interval, secs(60));
+    assert_eq!(config.global.evaluation_interval, secs(15));
     assert_eq!(
         config.global.external_labels,
         BTreeMap::from([
@@ -602,16 +605,16 @@ fn error_messages() {
         ),
         (
             "- a\n",
-            "parca.yaml:1:1: invalid type: sequence, expected a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores` or `rule_files`",
+            "parca.yaml:1:1: invalid type: sequence, expected a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting` or `remote_write`",
         ),
         // Unknown keys, at every level.
         (
             "foo: 1\n",
-            "parca.yaml:1:1: unknown field `foo`, expected one of `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`",
+            "parca.yaml:1:1: unknown field `foo`, expected one of `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`, `remote_write`",
         ),
         (
             "global:\n  scrape_intervall: 1s\n",
-            "parca.yaml:2:3: global: unknown field `scrape_intervall`, expected one of `scrape_interval`, `scrape_timeout`, `external_labels`",
+            "parca.yaml:2:3: global: unknown field `scrape_intervall`, expected one of `scrape_interval`, `scrape_timeout`, `evaluation_interval`, `external_labels`",
         ),
         (
             "scrape_configs:\n  - job_name: a\n    scrape_intervall: 1s\n",
@@ -852,6 +855,7 @@ fn to_yaml_of_the_repository_config() {
     let want = "\
 global:
   scrape_interval: 10s
+  evaluation_interval: 1m
 scrape_configs:
 - job_name: parca
   scrape_interval: 10s
@@ -907,6 +911,8 @@ fn the_examples_in_the_documentation_parse() {
             "object_storage:",
             "query_stores:",
             "rule_files:",
+            "alerting:",
+            "remote_write:",
         ]
         .iter()
         .any(|k| first.starts_with(k))
