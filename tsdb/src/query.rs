@@ -139,6 +139,24 @@ pub struct Querier<'a> {
     peers: Option<(Arc<dyn crate::Peers>, Plan)>,
     /// What a read could not cover (a shard down), for the answer's warnings.
     warnings: Mutex<Vec<String>>,
+    /// Matchers on per-sample span attributes ([`Querier::with_span_matchers`]).
+    spans: Option<SpanMatchers>,
+}
+
+/// Matchers on the span attributes of samples (`span_id`, `trace_id`, …): a sample is kept when
+/// every matcher matches its span's value of the matcher's name, the empty value for a name it
+/// does not have, as for series labels.
+#[derive(Debug, Clone)]
+pub(crate) struct SpanMatchers(Vec<Matcher>);
+
+impl encoding::SpanSelect for SpanMatchers {
+    fn keeps(&self, section: &encoding::SpanSection, g: usize) -> bool {
+        self.0.iter().all(|m| m.matches(section.value(g, &m.name)))
+    }
+
+    fn keeps_unspanned(&self) -> bool {
+        self.0.iter().all(|m| m.matches(""))
+    }
 }
 
 /// What a [`Querier`] reads.
@@ -245,6 +263,8 @@ impl From<Error> for Fault {
 /// One attempt at a read, over one view.
 struct Read<'q> {
     inner: &'q Inner,
+    /// The querier's span selection.
+    spans: Option<&'q SpanMatchers>,
     blocks: BlockSet,
     /// Per block: the last time read from it (`max_ms`, or earlier for a shard's block in the
     /// bucket whose later profiles the shard answers for).
@@ -306,7 +326,31 @@ impl<'a> Querier<'a> {
             local_only,
             peers,
             warnings: Mutex::new(warnings),
+            spans: None,
         }
+    }
+
+    /// The same querier reading only the samples whose span attributes match all `matchers`
+    /// (names the producer stored per sample, such as `span_id` and `trace_id`; see
+    /// `parca_profile::SampleSpans`): in [`Querier::select`] and the merges. Series are still
+    /// selected by the other matchers alone, and [`Querier::totals`] still counts whole
+    /// profiles. Shards are not asked for such a read (their wire format carries no span
+    /// selection): with shards configured, the answer covers this store and the bucket, and
+    /// says so in [`Querier::warnings`]. An empty list selects nothing more.
+    pub fn with_span_matchers(mut self, matchers: Vec<Matcher>) -> Self {
+        if matchers.is_empty() {
+            return self;
+        }
+        if let Some((_, plan)) = self.peers.take()
+            && !plan.asks.is_empty()
+        {
+            self.warnings.lock().expect("warnings lock poisoned").push(
+                "a selection by span reads this store and the bucket only: shards were not asked"
+                    .to_owned(),
+            );
+        }
+        self.spans = Some(SpanMatchers(matchers));
+        self
     }
 
     /// What the reads so far could not cover: shards that could not be read, each named with
@@ -334,6 +378,7 @@ impl<'a> Querier<'a> {
                 .collect();
             let attempt = Read {
                 inner: self.inner,
+                spans: self.spans.as_ref(),
                 blocks,
                 block_max,
                 generation: view.generation,
@@ -761,6 +806,16 @@ impl Read<'_> {
         Ok(())
     }
 
+    /// One stored profile's samples: all of them with their spans, or those of the selected
+    /// spans.
+    fn decode(&self, bytes: &[u8], limits: IdLimits) -> Result<Samples, encoding::DecodeError> {
+        let mut r = Reader::new(bytes);
+        match self.spans {
+            None => encoding::decode_samples(&mut r, limits),
+            Some(select) => encoding::decode_selected(&mut r, limits, select),
+        }
+    }
+
     /// The tables of every block in range (index = block index; `None` out of range).
     fn block_tables(&self) -> Result<Vec<Option<Arc<Tables>>>, Error> {
         let mut out = vec![None; self.blocks.len()];
@@ -796,9 +851,9 @@ impl Read<'_> {
                             .expect("tables of every block in range");
                         let b = &self.blocks[*bi];
                         self.for_each_block_profile(*bi, e, hidden, &mut ctx, |p, bytes| {
-                            let samples =
-                                encoding::decode_samples(&mut Reader::new(bytes), *limits)
-                                    .map_err(|err| corrupt_profile(b, &labels, p, err))?;
+                            let samples = self
+                                .decode(bytes, *limits)
+                                .map_err(|err| corrupt_profile(b, &labels, p, err))?;
                             profiles.push((
                                 p.timestamp_ms,
                                 profile_meta(&e.meta, p),
@@ -816,9 +871,9 @@ impl Read<'_> {
                             if hidden.hides(p.timestamp_ms) {
                                 continue;
                             }
-                            let samples =
-                                encoding::decode_samples(&mut Reader::new(&p.data), limits)
-                                    .map_err(|err| head_corrupt(&labels, p.timestamp_ms, err))?;
+                            let samples = self
+                                .decode(&p.data, limits)
+                                .map_err(|err| head_corrupt(&labels, p.timestamp_ms, err))?;
                             profiles.push((
                                 p.timestamp_ms,
                                 profile_meta(&series.meta, &BlockProfile::from(p)),
@@ -912,7 +967,7 @@ impl Read<'_> {
                             let sums = &mut sums[*bi];
                             self.for_each_block_profile(*bi, e, hidden, &mut ctx, |p, bytes| {
                                 group
-                                    .add(sums, &e.meta, p, bytes, limits)?
+                                    .add(sums, &e.meta, p, bytes, limits, self.spans)?
                                     .map_err(|err| corrupt_profile(b, labels, p, err))
                             })?;
                         }
@@ -933,6 +988,7 @@ impl Read<'_> {
                                         &header,
                                         &p.data,
                                         limits,
+                                        self.spans,
                                     )?
                                     .map_err(|err| head_corrupt(labels, p.timestamp_ms, err))?;
                             }
@@ -1143,6 +1199,7 @@ impl GroupSum {
         p: &BlockProfile,
         bytes: &[u8],
         limits: IdLimits,
+        spans: Option<&SpanMatchers>,
     ) -> Result<Result<(), encoding::DecodeError>, Error> {
         self.fold(series_meta, p)?;
         // The head's tables grow between holds of its lock: so may its stack ids.
@@ -1154,21 +1211,23 @@ impl GroupSum {
             touched,
             labelled,
         } = sums;
-        Ok(encoding::for_each_sample(
-            &mut Reader::new(bytes),
-            limits,
-            |s, l, v| {
-                if l == LabelSetId::EMPTY {
-                    let slot = &mut dense[s.idx()];
-                    if *slot == 0 {
-                        touched.push(s.0);
-                    }
-                    *slot = slot.wrapping_add(v);
-                } else {
-                    add_labelled(labelled, s, l, v);
+        let each = |s: StackId, l: LabelSetId, v: i64| {
+            if l == LabelSetId::EMPTY {
+                let slot = &mut dense[s.idx()];
+                if *slot == 0 {
+                    touched.push(s.0);
                 }
-            },
-        ))
+                *slot = slot.wrapping_add(v);
+            } else {
+                add_labelled(labelled, s, l, v);
+            }
+        };
+        let mut r = Reader::new(bytes);
+        // Without a span selection, the merge's loop is the one it always was.
+        Ok(match spans {
+            None => encoding::for_each_sample(&mut r, limits, each),
+            Some(select) => encoding::for_each_sample_in(&mut r, limits, Some(select), each),
+        })
     }
 }
 
@@ -1287,6 +1346,7 @@ impl MergeAcc {
             labels: keep.iter().map(|&i| s.labels[i]).collect(),
             values: keep.iter().map(|&i| s.values[i]).collect(),
             diff_base: None,
+            spans: None,
         }
     }
 }
