@@ -67,6 +67,7 @@ mod query;
 mod record;
 mod remote;
 mod retention;
+mod spans;
 pub mod wal;
 
 #[cfg(test)]
@@ -84,3 +85,4 @@ pub use postings::MemPostings;
 pub use query::{MergedGroup, Querier, SeriesProfiles, SeriesTotals, TotalPoint};
 pub use remote::{LazyBlock, OpenBlock, RangeRead, RemoteBlock, compact_remote};
 pub use retention::RetentionHorizon;
+pub use spans::{DEFAULT_SPAN_LABELS, set_span_labels, span_labels};

@@ -6,7 +6,7 @@
 //! `otel_scope_name` and `otel_scope_version` (Prometheus' OTLP translation); a sample's
 //! attributes become its labels, which split the profile into series as pprof labels do. A
 //! sample's `Link` becomes its `trace_id` and `span_id` (lowercase hex), stored per sample as
-//! pprof's span labels are ([`crate::span_labels`]).
+//! pprof's span labels are ([`parca_tsdb::span_labels`]).
 //!
 //! The protocol changes incompatibly between releases of the `v1development` protos: this
 //! module reads v1.10.0 (dictionary with a stack table, one sample type per profile).

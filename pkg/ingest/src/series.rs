@@ -1,10 +1,10 @@
 //! Naming profiles with Parca's profile-type strings and turning sample labels into series labels.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 use parca_profile::{Meta, Profile, Samples, SpansBuilder, split_by_string_labels};
 use parca_querylang::{is_valid_label_name, sanitize_label_name};
-use parca_tsdb::{Labels, NAME_LABEL};
+use parca_tsdb::{Labels, NAME_LABEL, span_labels};
 
 use crate::Error;
 
@@ -56,35 +56,6 @@ fn new_capture_id() -> u64 {
         .max(1)
 }
 
-/// The label names taken as span attributes by default: what the OpenTelemetry span
-/// processors of Pyroscope's SDKs (Go's `otelpyroscope`, Python's `pyroscope-otel`, Java, Ruby)
-/// and Pyroscope's older `profile_id` put on samples.
-pub const DEFAULT_SPAN_LABELS: [&str; 3] = ["span_id", "trace_id", "profile_id"];
-
-static SPAN_LABELS: RwLock<Option<Arc<[String]>>> = RwLock::new(None);
-
-/// Sets, for the whole process, which label names are span attributes: taken out of sample
-/// labels, pushed tags and series labels at ingest and stored per sample
-/// (`parca_profile::SampleSpans`), never as series labels. Process-wide because every way in
-/// (scrapes, pushes, imports) must treat a label alike, as [`to_series`] is their one path. The
-/// server sets it from `parca.yaml` (`storage.span_labels`) at start and on reload.
-pub fn set_span_labels(names: Vec<String>) {
-    *SPAN_LABELS.write().expect("span labels lock poisoned") = Some(names.into());
-}
-
-/// The label names stored as span attributes ([`set_span_labels`], else
-/// [`DEFAULT_SPAN_LABELS`]).
-pub fn span_labels() -> Arc<[String]> {
-    if let Some(names) = SPAN_LABELS
-        .read()
-        .expect("span labels lock poisoned")
-        .as_ref()
-    {
-        return Arc::clone(names);
-    }
-    DEFAULT_SPAN_LABELS.map(String::from).into()
-}
-
 /// Labels split into the series' and the span's: `(series labels, value per span name)`.
 fn take_spans(
     names: &[String],
@@ -106,7 +77,7 @@ fn take_spans(
 /// labels (a clash with a target label is renamed `exported_<name>`). `timestamp_ms` is used
 /// when the profile does not carry its own time.
 ///
-/// Labels named in [`span_labels`] (`span_id`, `trace_id`, …), on samples or in `target`, make
+/// Labels named in [`parca_tsdb::span_labels`] (`span_id`, `trace_id`, …), on samples or in `target`, make
 /// no series: their values are stored per sample (`parca_profile::SampleSpans`), the samples of
 /// all spans of one series in one profile.
 pub fn to_series(

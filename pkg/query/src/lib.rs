@@ -41,7 +41,7 @@ mod tests;
 
 use std::sync::Arc;
 
-use parca_tsdb::Db;
+use parca_tsdb::{Db, Matcher};
 
 pub use error::Error;
 pub use instant::{InstantQuery, ProfileGroup};
@@ -148,6 +148,18 @@ impl Engine {
     pub fn querier(&self, min_ms: i64, max_ms: i64) -> WatchedQuerier<'_> {
         WatchedQuerier {
             querier: self.db.querier(min_ms, max_ms),
+            warnings: &self.warnings,
+        }
+    }
+
+    /// A querier like [`Engine::querier`] reading only the samples of the spans `spans` select
+    /// (matchers on `span_id`, `trace_id`, …: [`parca_tsdb::span_labels`]).
+    pub fn span_querier(&self, min_ms: i64, max_ms: i64, spans: &[Matcher]) -> WatchedQuerier<'_> {
+        WatchedQuerier {
+            querier: self
+                .db
+                .querier(min_ms, max_ms)
+                .with_span_matchers(spans.to_vec()),
             warnings: &self.warnings,
         }
     }

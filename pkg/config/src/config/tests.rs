@@ -944,3 +944,19 @@ fn query_stores_are_scrape_jobs_naming_shards() {
     .unwrap_err();
     assert!(e.to_string().contains("sheme"), "{e}");
 }
+
+#[test]
+fn span_labels_default_to_the_server_s_and_are_checked() {
+    assert_eq!(ok("global: {}\n").span_labels, None);
+    assert_eq!(
+        ok("span_labels: [span_id, request_id]\n").span_labels,
+        Some(vec!["span_id".to_owned(), "request_id".to_owned()])
+    );
+    assert_eq!(ok("span_labels: []\n").span_labels, Some(Vec::new()));
+    let e = err("span_labels: [span_id, span_id]\n");
+    assert!(e.contains("span_labels names \"span_id\" twice"), "{e}");
+    let e = err("span_labels: [\"span-id\"]\n");
+    assert!(e.contains("\"span-id\" is not a label name"), "{e}");
+    let e = err("span_labels: [__name__]\n");
+    assert!(e.contains("is not a label name"), "{e}");
+}
