@@ -296,7 +296,7 @@ fn put_span_value(out: &mut Vec<u8>, value: &str) {
         return;
     }
     let b = value.as_bytes();
-    let is_hex = b.len() % 2 == 0
+    let is_hex = b.len().is_multiple_of(2)
         && b.len() <= 64
         && b.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
     if is_hex {

@@ -101,7 +101,8 @@ pub fn to_series(
     let capture_id = new_capture_id();
     // Per series (its labels without `__name__`): per sample type, the profiles of its spans.
     type SpanParts = Vec<(Vec<String>, Profile)>;
-    let mut by_series: Vec<(Vec<(String, String)>, Vec<SpanParts>)> = Vec::new();
+    type SeriesParts = (Vec<(String, String)>, Vec<SpanParts>);
+    let mut by_series: Vec<SeriesParts> = Vec::new();
     for group in split_by_string_labels(profiles) {
         let (sample_pairs, mut span) = take_spans(&span_names, group.labels);
         for (own, from_target) in span.iter_mut().zip(&target_span) {

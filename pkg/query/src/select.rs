@@ -82,9 +82,7 @@ pub(crate) fn matchers(selector: &Selector) -> Result<Vec<Matcher>, Error> {
 /// matchers gives an empty second list, and its reads do no per-sample work for spans.
 pub(crate) fn split_spans(matchers: Vec<Matcher>) -> (Vec<Matcher>, Vec<Matcher>) {
     let names = parca_tsdb::span_labels();
-    matchers
-        .into_iter()
-        .partition(|m| !names.iter().any(|n| *n == m.name))
+    matchers.into_iter().partition(|m| !names.contains(&m.name))
 }
 
 /// The profile model's filter for a query's stack filter.
