@@ -772,6 +772,35 @@ mod tests {
             let two = merged(list);
             assert!(two > want_span && two < want_trace, "{when}");
             assert_eq!(merged(span("ffffffffffffffff")), 0, "{when}");
+            // The largest spans of the series; of one trace, all three.
+            let largest = db
+                .querier(i64::MIN, i64::MAX)
+                .largest_spans(&[], 4)
+                .expect("spans");
+            assert_eq!(largest.len(), 1, "{when}");
+            assert_eq!(largest[0].spans.len(), 4, "{when}");
+            let trace = vec![
+                Matcher::new(MatchOp::Equal, "trace_id", format!("{:032x}", 500)).expect("valid"),
+            ];
+            let of_trace = db
+                .querier(i64::MIN, i64::MAX)
+                .with_span_matchers(trace)
+                .largest_spans(&[], 10)
+                .expect("spans");
+            let spans = &of_trace[0].spans;
+            assert_eq!(spans.len(), 3, "{when}");
+            assert_eq!(
+                spans.iter().map(|s| s.value).sum::<i64>(),
+                want_trace,
+                "{when}"
+            );
+            assert!(spans.iter().all(|s| s.timestamp_ms == 500), "{when}");
+            assert_eq!(spans[0].attributes[1].0, "trace_id", "{when}");
+            let one = spans
+                .iter()
+                .find(|s| s.attributes[0].1 == format!("{:016x}", 5001))
+                .expect("span 5001");
+            assert_eq!(one.value, want_span, "{when}");
             // Selected profiles keep their spans.
             let all = db.querier(i64::MIN, i64::MAX).select(&[]).expect("select");
             let (_, p) = &all[0].profiles[5];

@@ -626,6 +626,52 @@ fn columns(
     Ok(())
 }
 
+/// Calls `each(section, group, total)` for each span of one profile's encoded samples (see
+/// [`encode_samples`]) that `select` keeps (every one, with `None`), with the sum of its
+/// samples' values; rows without a span are skipped. Reads the span section and the value
+/// column only.
+pub(crate) fn for_each_span_total(
+    r: &mut Reader<'_>,
+    select: Option<&impl SpanSelect>,
+    mut each: impl FnMut(&SpanSection, usize, i64),
+) -> Result<()> {
+    let n = r.count(2, "sample")?;
+    let flags = r.u8()?;
+    if flags & !(SAMPLES_HAVE_LABELS | SAMPLES_HAVE_SPANS) != 0 {
+        return r.fail(format!("unknown sample flags {flags:#x}"));
+    }
+    if flags & SAMPLES_HAVE_SPANS == 0 {
+        return Ok(());
+    }
+    let scale = r.uvarint()?;
+    if scale == 0 || scale > i64::MAX as u64 {
+        return r.fail(format!("bad value scale {scale}"));
+    }
+    let scale = scale as i64;
+    let stacks_len = r.count(1, "stack column byte")?;
+    let values_len = r.uvarint()?;
+    let section = SpanSection::read(r, n)?;
+    r.take(stacks_len)?;
+    let values = match usize::try_from(values_len) {
+        Ok(len) if len <= r.remaining() => r.take(len)?,
+        _ => return r.fail("value column runs past the end"),
+    };
+    let mut values = Reader::new(values);
+    for (g, (rows, span)) in section.groups.iter().enumerate() {
+        let mut total = 0i64;
+        for _ in 0..*rows {
+            let Some(v) = values.ivarint()?.checked_mul(scale) else {
+                return values.fail("value overflows after scaling");
+            };
+            total = total.wrapping_add(v);
+        }
+        if span.iter().any(|v| !v.is_empty()) && select.is_none_or(|s| s.keeps(&section, g)) {
+            each(&section, g, total);
+        }
+    }
+    Ok(())
+}
+
 /// Decodes one profile's samples (see [`encode_samples`]), its spans included.
 pub(crate) fn decode_samples(r: &mut Reader<'_>, limits: IdLimits) -> Result<Samples> {
     let start = r.pos;
@@ -1244,6 +1290,28 @@ mod tests {
         let unspanned = decode_selected(&mut Reader::new(&plain), IdLimits::of(&t), &SpanIs("x"))
             .expect("decodes");
         assert!(unspanned.is_empty());
+
+        let mut totals = Vec::new();
+        for_each_span_total(&mut Reader::new(&bytes), None::<&NoSelect>, |s, g, v| {
+            totals.push((s.value(g, "span_id").to_owned(), v));
+        })
+        .expect("decodes");
+        totals.sort();
+        assert_eq!(
+            totals,
+            [
+                ("00f067aa0ba902b7".to_owned(), 80),
+                ("Not-Hex".to_owned(), -20)
+            ]
+        );
+        let mut kept = 0;
+        for_each_span_total(
+            &mut Reader::new(&bytes),
+            Some(&SpanIs("Not-Hex")),
+            |_, _, _| kept += 1,
+        )
+        .expect("decodes");
+        assert_eq!(kept, 1);
 
         for cut in 0..bytes.len() {
             assert!(decode_samples(&mut Reader::new(&bytes[..cut]), IdLimits::of(&t)).is_err());

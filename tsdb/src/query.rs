@@ -51,6 +51,26 @@ pub struct TotalPoint {
     pub duration_nanos: i64,
 }
 
+/// The largest spans of one series over a query's time range ([`Querier::largest_spans`]).
+#[derive(Debug, Clone)]
+pub struct SeriesSpans {
+    /// The series.
+    pub labels: Labels,
+    /// Its largest spans, time-ordered.
+    pub spans: Vec<SpanTotal>,
+}
+
+/// One span's part of one stored profile: the sum of the values of its samples.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanTotal {
+    /// The profile's time.
+    pub timestamp_ms: i64,
+    /// The span's attributes (`span_id`, `trace_id`, …) that it has, as stored.
+    pub attributes: Vec<(String, String)>,
+    /// The sum of its samples' values.
+    pub value: i64,
+}
+
 /// One group's profile from [`Querier::merge_grouped`].
 #[derive(Debug, Clone)]
 pub struct MergedGroup<K> {
@@ -478,6 +498,19 @@ impl<'a> Querier<'a> {
     ) -> Result<Vec<MergedGroup<K>>, Error> {
         let peers = self.ask_peers(PeerRead::Merge, matchers);
         self.attempt(|r| r.merge_grouped(matchers, &key, &peers, false))
+    }
+
+    /// Per series matching all `matchers` (sorted by labels; those without a span in range are
+    /// left out), its `per_series` largest spans in range by value (of the spans
+    /// [`Querier::with_span_matchers`] selects, if any), each as its part of one stored profile:
+    /// what exemplars of a series show. Reads each profile's span section and values only.
+    /// Shards are not asked.
+    pub fn largest_spans(
+        &self,
+        matchers: &[Matcher],
+        per_series: usize,
+    ) -> Result<Vec<SeriesSpans>, Error> {
+        self.attempt(|r| r.largest_spans(matchers, per_series))
     }
 
     /// The labels of the series that match all `matchers` and have profiles in range, sorted,
@@ -1073,6 +1106,85 @@ impl Read<'_> {
                 headers: sum.headers.unwrap_or_default(),
             })
             .collect())
+    }
+
+    fn largest_spans(
+        &self,
+        matchers: &[Matcher],
+        per_series: usize,
+    ) -> Result<Vec<SeriesSpans>, Fault> {
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let matched = self.matched(matchers)?;
+        let mut ctx = ReadCtx::new(&self.inner.dir)?;
+        let mut out = Vec::new();
+        for (labels, sources) in matched {
+            // The largest so far, smallest on top; ties go to the earlier span.
+            let mut heap: BinaryHeap<Reverse<(i64, Reverse<i64>, Vec<(String, String)>)>> =
+                BinaryHeap::new();
+            let mut add = |t: i64, bytes: &[u8]| {
+                encoding::for_each_span_total(&mut Reader::new(bytes), self.spans, |s, g, v| {
+                    let key = (v, Reverse(t));
+                    if heap.len() == per_series
+                        && heap
+                            .peek()
+                            .is_some_and(|Reverse(min)| (min.0, min.1) >= key)
+                    {
+                        return;
+                    }
+                    let attributes = s
+                        .names
+                        .iter()
+                        .zip(&s.groups[g].1)
+                        .filter(|(_, v)| !v.is_empty())
+                        .map(|(n, v)| (n.clone(), v.clone()))
+                        .collect();
+                    heap.push(Reverse((v, Reverse(t), attributes)));
+                    if heap.len() > per_series {
+                        heap.pop();
+                    }
+                })
+            };
+            for source in &sources {
+                match source {
+                    Source::Block(bi, e, hidden) => {
+                        let b = &self.blocks[*bi];
+                        self.for_each_block_profile(*bi, e, hidden, &mut ctx, |p, bytes| {
+                            add(p.timestamp_ms, bytes)
+                                .map_err(|err| corrupt_profile(b, &labels, p, err))
+                        })?;
+                    }
+                    Source::Head(s, hidden) => {
+                        let head = self.head()?;
+                        for p in head.series[*s as usize].in_range(self.min_ms, self.max_ms) {
+                            if hidden.hides(p.timestamp_ms) {
+                                continue;
+                            }
+                            add(p.timestamp_ms, &p.data)
+                                .map_err(|err| head_corrupt(&labels, p.timestamp_ms, err))?;
+                        }
+                    }
+                }
+            }
+            if per_series == 0 || heap.is_empty() {
+                continue;
+            }
+            let mut spans: Vec<SpanTotal> = heap
+                .into_iter()
+                .map(
+                    |Reverse((value, Reverse(timestamp_ms), attributes))| SpanTotal {
+                        timestamp_ms,
+                        attributes,
+                        value,
+                    },
+                )
+                .collect();
+            spans.sort_by(|a, b| {
+                (a.timestamp_ms, Reverse(a.value)).cmp(&(b.timestamp_ms, Reverse(b.value)))
+            });
+            out.push(SeriesSpans { labels, spans });
+        }
+        Ok(out)
     }
 
     fn totals(&self, matchers: &[Matcher]) -> Result<Vec<SeriesTotals>, Fault> {
