@@ -33,6 +33,7 @@
 
 mod binary;
 mod error;
+mod exemplars;
 mod instant;
 mod range;
 mod select;
@@ -44,6 +45,7 @@ use std::sync::Arc;
 use parca_tsdb::{Db, Matcher};
 
 pub use error::Error;
+pub use exemplars::{DEFAULT_EXEMPLARS_PER_SERIES, MAX_EXEMPLARS_PER_SERIES, SeriesExemplars};
 pub use instant::{InstantQuery, ProfileGroup};
 pub use range::{Omitted, Point, RangeQuery, RangeSeries, top_series};
 pub use select::{ProfileType, profile_types, selector_matchers};

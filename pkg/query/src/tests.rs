@@ -439,3 +439,40 @@ fn span_and_trace_matchers_select_their_samples() {
     assert_eq!(series.len(), 1);
     assert_eq!(series[0].get("span_id"), None);
 }
+
+#[test]
+fn exemplars_are_the_largest_spans_of_each_series() {
+    let (_dir, engine, profile) = span_store();
+    let per_span = |k: usize| -> i64 {
+        (0..profile.samples.len())
+            .filter(|&i| i % 4 == k)
+            .map(|i| profile.samples.values[i])
+            .sum()
+    };
+    let mut want: Vec<i64> = (0..4).map(per_span).collect();
+    want.sort();
+    // The selector inside an aggregation and a binary expression.
+    let expr = parca_querylang::parse(&format!("sum({CPU}) / 2")).expect("valid");
+    let got = engine.exemplars(&expr, 0, 2_000_000, 2).expect("exemplars");
+    assert_eq!(got.len(), 1);
+    let mut values: Vec<i64> = got[0].exemplars.iter().map(|e| e.value).collect();
+    values.sort();
+    assert_eq!(values, want[2..]);
+    assert!(got[0].exemplars.iter().all(|e| e.timestamp_ms == 1_020_000));
+    let span = &got[0].exemplars[0].attributes;
+    assert_eq!(span[0].0, "span_id");
+    assert_eq!(span[1].0, "trace_id");
+    // A trace matcher keeps its spans; a selector matching nothing gives none.
+    let expr = parca_querylang::parse(&format!("{CPU}{{trace_id=\"{:032x}\"}}", 1)).expect("valid");
+    let got = engine
+        .exemplars(&expr, 0, 2_000_000, 10)
+        .expect("exemplars");
+    assert_eq!(got[0].exemplars.len(), 2);
+    let expr = parca_querylang::parse(&format!("{CPU}{{job=\"none\"}}")).expect("valid");
+    assert!(
+        engine
+            .exemplars(&expr, 0, 2_000_000, 10)
+            .expect("exemplars")
+            .is_empty()
+    );
+}
