@@ -1,0 +1,209 @@
+//! Span profiles end to end, with real clients: span and trace ids that SDKs put on samples are
+//! stored per sample, never as series, and select their samples.
+//!
+//! Go (`tests/targets/go-spans`, Debian's Go): CPU profiles whose samples carry `runtime/pprof`
+//! labels `span_id`, `trace_id` (and `handler`), pushed to `/api/v1/write`. After two rounds of
+//! 5 spans and two more of 20, the series are the same two (cpu and samples types, by
+//! `handler`), no label lists `span_id` or `trace_id`, every span's profile
+//! (`{span_id="…"}`) equals the samples the Go runtime labelled with it in the pushed file,
+//! a trace's (`{trace_id="…"}`) those of its round, a list (`span_id=~"a|b"`) their sum, and
+//! `/api/v1/query_exemplars` lists the spans with those values.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use parca_profile::tables::LabelValue;
+use serde_json::Value;
+
+use crate::server_harness::{
+    Process, Server, encode, outside_target, parca_binary, poll, skip, top_total,
+};
+
+const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta";
+
+/// Per span id, the CPU nanoseconds of the samples labelled with it in a pushed pprof file, and
+/// the span's trace.
+fn spans_in_file(path: &Path) -> BTreeMap<String, (String, i64)> {
+    let bytes = std::fs::read(path).expect("pushed profile");
+    let profiles = parca_profile::decode(&bytes, &Default::default()).expect("decodes");
+    let cpu = profiles
+        .into_iter()
+        .find(|p| p.meta.sample_type.kind == "cpu")
+        .expect("a cpu sample type");
+    let t = &cpu.tables;
+    let mut out: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    for i in 0..cpu.samples.len() {
+        let mut span = None;
+        let mut trace = String::new();
+        for l in t.label_set(cpu.samples.labels[i]) {
+            if let LabelValue::Str(v) = l.value {
+                match t.string(l.key) {
+                    "span_id" => span = Some(t.string(v).to_owned()),
+                    "trace_id" => trace = t.string(v).to_owned(),
+                    _ => {}
+                }
+            }
+        }
+        if let Some(span) = span {
+            let entry = out.entry(span).or_insert((trace, 0));
+            entry.1 += cpu.samples.values[i];
+        }
+    }
+    out
+}
+
+/// Runs the Go program for `rounds` rounds of `spans` spans from round `first`, to its end.
+fn run_go(binary: &Path, server: &Server, out: &Path, first: usize, rounds: usize, spans: usize) {
+    let mut command = Command::new(binary);
+    command
+        .arg("-server")
+        .arg(format!("http://{}", server.addr))
+        .arg("-out")
+        .arg(out)
+        .args(["-first", &first.to_string()])
+        .args(["-rounds", &rounds.to_string()])
+        .args(["-spans", &spans.to_string()]);
+    let mut process = Process::start(
+        "e2e-go-spans",
+        command,
+        &out.join(format!("go-{first}.log")),
+    );
+    let status = poll(
+        "the Go program to push its profiles",
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        || process.exited().ok_or_else(|| "still running".to_owned()),
+    );
+    assert!(
+        status.success(),
+        "e2e-go-spans failed: {}",
+        process.log_tail()
+    );
+}
+
+/// The series of job go-spans, as label maps.
+fn series(server: &Server) -> Vec<Value> {
+    let data = server
+        .api(&format!(
+            "/api/v1/series?match[]={}",
+            encode("{job=\"go-spans\"}")
+        ))
+        .expect("series");
+    data.as_array().cloned().expect("a list")
+}
+
+/// The CPU total of `merge(CPU{job="go-spans", <matchers>}[1d])` now.
+fn merged_total(server: &Server, matchers: &str) -> i64 {
+    let query = format!("merge({CPU}{{job=\"go-spans\", {matchers}}}[1d])");
+    match server.api(&format!(
+        "/api/v1/query?query={}&format=top",
+        encode(&query)
+    )) {
+        Ok(data) => top_total(&data),
+        Err(e) if e.contains("no_profiles") => 0,
+        Err(e) => panic!("{query}: {e}"),
+    }
+}
+
+#[test]
+fn go_runtime_pprof_span_labels_are_per_sample_and_select_each_span() {
+    let _exclusive = crate::support::exclusive();
+    let go = match outside_target("go-spans") {
+        Ok(path) => path,
+        Err(why) => return skip("the Go span program", &why),
+    };
+    let server = Server::start(&parca_binary(false), &[], |_| {
+        "scrape_configs: []\n".to_owned()
+    });
+    let out = tempfile::tempdir().expect("tempdir");
+
+    run_go(&go, &server, out.path(), 0, 2, 5);
+    let before = series(&server);
+    assert_eq!(before.len(), 2, "one series per sample type: {before:?}");
+    run_go(&go, &server, out.path(), 2, 2, 20);
+    let after = series(&server);
+    assert_eq!(after, before, "50 spans, the same series");
+    for s in &after {
+        assert_eq!(s["handler"], "/work", "{s}");
+        assert!(
+            s.get("span_id").is_none() && s.get("trace_id").is_none(),
+            "{s}"
+        );
+    }
+    let names = server.api("/api/v1/labels").expect("labels");
+    let names: Vec<&str> = names
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        !names.contains(&"span_id") && !names.contains(&"trace_id"),
+        "{names:?}"
+    );
+    let values = server.api("/api/v1/label/span_id/values").expect("values");
+    assert_eq!(values, serde_json::json!([]));
+
+    // Each span's profile is the samples the Go runtime labelled with it.
+    let mut all: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    for round in 0..4 {
+        let file = out.path().join(format!("round-{round}.pb.gz"));
+        let spans = spans_in_file(&file);
+        assert!(
+            spans.len() >= 3,
+            "round {round}: {} spans with samples",
+            spans.len()
+        );
+        let trace = spans.values().next().expect("a span").0.clone();
+        let trace_total: i64 = spans.values().map(|(_, v)| v).sum();
+        assert_eq!(
+            merged_total(&server, &format!("trace_id=\"{trace}\"")),
+            trace_total,
+            "trace {trace}"
+        );
+        all.extend(spans);
+    }
+    for (span, (_, want)) in &all {
+        assert_eq!(
+            merged_total(&server, &format!("span_id=\"{span}\"")),
+            *want,
+            "span {span}"
+        );
+    }
+    let two: Vec<&String> = all.keys().take(2).collect();
+    assert_eq!(
+        merged_total(&server, &format!("span_id=~\"{}|{}\"", two[0], two[1])),
+        all[two[0]].1 + all[two[1]].1
+    );
+    assert_eq!(merged_total(&server, "span_id=\"00000000deadbeef\""), 0);
+
+    // Exemplars: every span with samples, with its value.
+    let selector = format!("{CPU}{{job=\"go-spans\"}}");
+    let data = server
+        .api(&format!(
+            "/api/v1/query_exemplars?query={}&start=0&end=9999999999",
+            encode(&selector)
+        ))
+        .expect("exemplars");
+    let series = data.as_array().expect("a list");
+    assert_eq!(series.len(), 1, "{data}");
+    assert_eq!(series[0]["seriesLabels"]["handler"], "/work");
+    let exemplars = series[0]["exemplars"].as_array().expect("exemplars");
+    assert_eq!(exemplars.len(), all.len(), "one exemplar per span: {data}");
+    for e in exemplars {
+        let span = e["labels"]["span_id"].as_str().expect("span_id");
+        let (trace, value) = &all[span];
+        assert_eq!(e["labels"]["trace_id"], trace.as_str(), "{e}");
+        assert_eq!(e["value"], value.to_string(), "{e}");
+        assert!(e["timestamp"].as_f64().is_some_and(|t| t > 1e9), "{e}");
+    }
+    let limited = server
+        .api(&format!(
+            "/api/v1/query_exemplars?query={}&start=0&end=9999999999&limit=3",
+            encode(&selector)
+        ))
+        .expect("exemplars");
+    assert_eq!(limited[0]["exemplars"].as_array().map(Vec::len), Some(3));
+}
