@@ -8,6 +8,13 @@
 //! (`{span_id="…"}`) equals the samples the Go runtime labelled with it in the pushed file,
 //! a trace's (`{trace_id="…"}`) those of its round, a list (`span_id=~"a|b"`) their sum, and
 //! `/api/v1/query_exemplars` lists the spans with those values.
+//!
+//! Python (`tests/targets/python-push/spans.py` in the pinned pyroscope-io venv, with
+//! OpenTelemetry's SDK and `pyroscope-otel`'s `PyroscopeSpanProcessor`, as Grafana documents
+//! span profiles): requests of 5 and then 20 root spans, each burning CPU in `span_hot_work`,
+//! pushed by pyroscope-io's Connect push (each span's samples as a series of their own). The
+//! series stay the same, each span's profile is `span_hot_work`'s, and exemplars list every
+//! span.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,7 +25,8 @@ use parca_profile::tables::LabelValue;
 use serde_json::Value;
 
 use crate::server_harness::{
-    Process, Server, encode, outside_target, parca_binary, poll, skip, top_total,
+    Process, Server, encode, outside_target, parca_binary, poll, run_json_script, skip, top_rows,
+    top_total,
 };
 
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta";
@@ -206,4 +214,122 @@ fn go_runtime_pprof_span_labels_are_per_sample_and_select_each_span() {
         ))
         .expect("exemplars");
     assert_eq!(limited[0]["exemplars"].as_array().map(Vec::len), Some(3));
+}
+
+/// The spans a run of spans.py made: (span id, trace id).
+fn run_python(python: &Path, server: &Server, requests: usize) -> Vec<(String, String)> {
+    let out = run_json_script(
+        python,
+        "python-push/spans.py",
+        &[
+            "--server".into(),
+            format!("http://{}", server.addr),
+            "--app".into(),
+            "e2e-python-spans".into(),
+            "--requests".into(),
+            requests.to_string(),
+        ],
+    );
+    out["spans"]
+        .as_array()
+        .expect("spans")
+        .iter()
+        .map(|s| {
+            (
+                s["span_id"].as_str().expect("span_id").to_owned(),
+                s["trace_id"].as_str().expect("trace_id").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The series of the Python program.
+fn python_series(server: &Server) -> Vec<Value> {
+    let data = server
+        .api(&format!(
+            "/api/v1/series?match[]={}",
+            encode("{service_name=\"e2e-python-spans\"}")
+        ))
+        .expect("series");
+    data.as_array().cloned().expect("a list")
+}
+
+/// Waits until every span of `spans` has a profile whose largest function is `span_hot_work`.
+fn check_python_spans(server: &Server, spans: &[(String, String)]) {
+    poll(
+        "every span's profile to be served",
+        Duration::from_secs(30),
+        Duration::from_millis(250),
+        || {
+            for (span, trace) in spans {
+                for matcher in [
+                    format!("span_id=\"{span}\""),
+                    format!("trace_id=\"{trace}\""),
+                ] {
+                    let query =
+                        format!("merge({CPU}{{service_name=\"e2e-python-spans\", {matcher}}}[1d])");
+                    let data = server
+                        .api(&format!(
+                            "/api/v1/query?query={}&format=top",
+                            encode(&query)
+                        ))
+                        .map_err(|e| format!("{query}: {e}"))?;
+                    let rows = top_rows(&data);
+                    let largest = rows.iter().max_by_key(|(_, (flat, _))| *flat);
+                    match largest {
+                        Some((name, _)) if name == "span_hot_work" => {}
+                        _ => return Err(format!("{query}: {rows:?}")),
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn python_spans_of_pyroscope_otel_are_per_sample_and_select_each_span() {
+    let _exclusive = crate::support::exclusive();
+    let python = match outside_target("python-push") {
+        Ok(path) => path,
+        Err(why) => return skip("pyroscope-io with pyroscope-otel", &why),
+    };
+    let server = Server::start(&parca_binary(false), &[], |_| {
+        "scrape_configs: []\n".to_owned()
+    });
+    let first = run_python(&python, &server, 5);
+    check_python_spans(&server, &first);
+    let before = python_series(&server);
+    assert!(!before.is_empty() && before.len() <= 2, "{before:?}");
+    let second = run_python(&python, &server, 20);
+    check_python_spans(&server, &second);
+    let after = python_series(&server);
+    assert_eq!(after, before, "25 spans, the same series");
+    for s in &after {
+        assert!(
+            s.get("span_id").is_none() && s.get("trace_id").is_none(),
+            "{s}"
+        );
+    }
+
+    let selector = format!("{CPU}{{service_name=\"e2e-python-spans\"}}");
+    let data = server
+        .api(&format!(
+            "/api/v1/query_exemplars?query={}&start=0&end=9999999999",
+            encode(&selector)
+        ))
+        .expect("exemplars");
+    let listed: std::collections::BTreeSet<&str> = data
+        .as_array()
+        .expect("a list")
+        .iter()
+        .flat_map(|s| s["exemplars"].as_array().into_iter().flatten())
+        .filter_map(|e| e["labels"]["span_id"].as_str())
+        .collect();
+    for (span, _) in first.iter().chain(&second) {
+        assert!(
+            listed.contains(span.as_str()),
+            "span {span} is not among the exemplars: {data}"
+        );
+    }
 }
