@@ -15,6 +15,10 @@
 //! pushed by pyroscope-io's Connect push (each span's samples as a series of their own). The
 //! series stay the same, each span's profile is `span_hot_work`'s, and exemplars list every
 //! span.
+//!
+//! OTLP (`tests/targets/python-otlp/send.py`, PyPI `opentelemetry-proto`): profiles of 3 and then
+//! 12 samples, each linked (`Sample.link_index`) to a span of its own; the series stay the same,
+//! each span's profile is its sample's value, exemplars list the spans.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -330,6 +334,87 @@ fn python_spans_of_pyroscope_otel_are_per_sample_and_select_each_span() {
         assert!(
             listed.contains(span.as_str()),
             "span {span} is not among the exemplars: {data}"
+        );
+    }
+}
+
+/// Sends a profile of `n` linked spans as `service`; (span id, trace id, value) of each.
+fn send_links(python: &Path, server: &Server, n: usize) -> Vec<(String, String, i64)> {
+    let url = format!("http://{}/v1development/profiles", server.addr);
+    let out = run_json_script(
+        python,
+        "python-otlp/send.py",
+        &["http-links".into(), url, "otlp-spans".into(), n.to_string()],
+    );
+    assert_eq!(out["status"], 200, "{out}");
+    out["spans"]
+        .as_array()
+        .expect("spans")
+        .iter()
+        .map(|s| {
+            (
+                s["span_id"].as_str().expect("span_id").to_owned(),
+                s["trace_id"].as_str().expect("trace_id").to_owned(),
+                s["value"].as_i64().expect("value"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn otlp_links_are_per_sample_spans() {
+    let python = match outside_target("python-otlp") {
+        Ok(path) => path,
+        Err(why) => return skip("opentelemetry-proto", &why),
+    };
+    let server = Server::start(&parca_binary(false), &[], |_| {
+        "scrape_configs: []\n".to_owned()
+    });
+    let otlp_series = || {
+        server
+            .api(&format!(
+                "/api/v1/series?match[]={}",
+                encode("{service_name=\"otlp-spans\"}")
+            ))
+            .expect("series")
+    };
+    let mut spans = send_links(&python, &server, 3);
+    let before = otlp_series();
+    assert_eq!(before.as_array().map(Vec::len), Some(1), "{before}");
+    spans.extend(send_links(&python, &server, 12));
+    assert_eq!(otlp_series(), before, "15 spans, the same series");
+    const SAMPLES: &str = "process_cpu:samples:count:cpu:nanoseconds:delta";
+    for (span, trace, value) in &spans {
+        for matcher in [
+            format!("span_id=\"{span}\""),
+            format!("trace_id=\"{trace}\""),
+        ] {
+            let query = format!("merge({SAMPLES}{{service_name=\"otlp-spans\", {matcher}}}[1d])");
+            let data = server
+                .api(&format!(
+                    "/api/v1/query?query={}&format=top",
+                    encode(&query)
+                ))
+                .expect("query");
+            assert_eq!(top_total(&data), *value, "{query}");
+        }
+    }
+    let data = server
+        .api(&format!(
+            "/api/v1/query_exemplars?query={}&start=0&end=9999999999",
+            encode(&format!("{SAMPLES}{{service_name=\"otlp-spans\"}}"))
+        ))
+        .expect("exemplars");
+    let exemplars = data[0]["exemplars"].as_array().expect("exemplars");
+    assert_eq!(exemplars.len(), spans.len(), "{data}");
+    for (span, trace, value) in &spans {
+        assert!(
+            exemplars
+                .iter()
+                .any(|e| e["labels"]["span_id"] == span.as_str()
+                    && e["labels"]["trace_id"] == trace.as_str()
+                    && e["value"] == value.to_string()),
+            "span {span} with {value}: {data}"
         );
     }
 }
