@@ -413,7 +413,7 @@ fn otlp_links_are_per_sample_spans() {
                 .iter()
                 .any(|e| e["labels"]["span_id"] == span.as_str()
                     && e["labels"]["trace_id"] == trace.as_str()
-                    && e["value"] == value.to_string()),
+                    && e["value"].as_str().and_then(|v| v.parse::<i64>().ok()) == Some(*value)),
             "span {span} with {value}: {data}"
         );
     }

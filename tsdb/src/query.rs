@@ -1119,9 +1119,10 @@ impl Read<'_> {
         let mut ctx = ReadCtx::new(&self.inner.dir)?;
         let mut out = Vec::new();
         for (labels, sources) in matched {
-            // The largest so far, smallest on top; ties go to the earlier span.
-            let mut heap: BinaryHeap<Reverse<(i64, Reverse<i64>, Vec<(String, String)>)>> =
-                BinaryHeap::new();
+            // The largest so far (value, time, attributes), smallest on top; of equal values
+            // the earlier span stays.
+            type Candidate = (i64, Reverse<i64>, Vec<(String, String)>);
+            let mut heap: BinaryHeap<Reverse<Candidate>> = BinaryHeap::new();
             let mut add = |t: i64, bytes: &[u8]| {
                 encoding::for_each_span_total(&mut Reader::new(bytes), self.spans, |s, g, v| {
                     let key = (v, Reverse(t));
