@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { startServer, REPO } from './lib/server.mjs';
 import { launch } from './lib/browser.mjs';
+import { Writer } from './lib/pprof.mjs';
 
 const SIZES = (process.env.BENCH_SIZES || '10000,100000,800000').split(',').map(Number);
 // Each size is measured this many times and the best run reported: on a shared machine the
@@ -98,71 +99,6 @@ function syntheticPprof(target) {
   w.messageField(11, valueType(1, 2));
   w.varintField(12, 1e7);
   return gzipSync(w.bytes(), { level: 1 });
-}
-
-/** Protobuf wire format, just what `syntheticPprof` needs. */
-class Writer {
-  constructor() {
-    this.buf = Buffer.alloc(64);
-    this.at = 0;
-  }
-
-  room(n) {
-    if (this.at + n <= this.buf.length) return;
-    const next = Buffer.alloc(Math.max(this.buf.length * 2, this.at + n));
-    this.buf.copy(next, 0, 0, this.at);
-    this.buf = next;
-  }
-
-  varint(v) {
-    this.room(10);
-    if (v >= 0 && v < 2 ** 31) {
-      let y = v;
-      while (y >= 0x80) {
-        this.buf[this.at++] = (y & 0x7f) | 0x80;
-        y >>>= 7;
-      }
-      this.buf[this.at++] = y;
-      return;
-    }
-    let x = BigInt.asUintN(64, BigInt(v));
-    while (x >= 0x80n) {
-      this.buf[this.at++] = Number(x & 0x7fn) | 0x80;
-      x >>= 7n;
-    }
-    this.buf[this.at++] = Number(x);
-  }
-
-  raw(bytes) {
-    this.room(bytes.length);
-    this.buf.set(bytes, this.at);
-    this.at += bytes.length;
-  }
-
-  varintField(field, v) {
-    this.varint(field << 3);
-    this.varint(v);
-  }
-
-  bytesField(field, bytes) {
-    this.varint((field << 3) | 2);
-    this.varint(bytes.length);
-    this.raw(bytes);
-  }
-
-  messageField(field, m) {
-    this.bytesField(field, m.bytes());
-  }
-
-  packedField(field, values) {
-    const m = new Writer();
-    for (const v of values) m.varint(v);
-    this.bytesField(field, m.bytes());
-  }
-
-  bytes() {
-    return this.buf.subarray(0, this.at);
-  }
 }
 
 /**
