@@ -59,11 +59,6 @@ impl SpansBuilder {
         }
     }
 
-    /// The attribute names.
-    pub fn names(&self) -> &[String] {
-        &self.out.names
-    }
-
     /// Adds the next row: `values` per name (all empty: no span).
     pub fn push(&mut self, values: &[String]) {
         if values.iter().all(String::is_empty) {
