@@ -119,16 +119,29 @@ fn merged_total(server: &Server, matchers: &str) -> i64 {
     }
 }
 
+/// The target `which` of `tests/tools/targets.sh` and a server without scrape jobs; `None`
+/// (the test skipped, saying why) without the target.
+fn target_and_server(which: &str, what: &str) -> Option<(std::path::PathBuf, Server)> {
+    match outside_target(which) {
+        Ok(path) => Some((
+            path,
+            Server::start(&parca_binary(false), &[], |_| {
+                "scrape_configs: []\n".to_owned()
+            }),
+        )),
+        Err(why) => {
+            skip(what, &why);
+            None
+        }
+    }
+}
+
 #[test]
 fn go_runtime_pprof_span_labels_are_per_sample_and_select_each_span() {
     let _exclusive = crate::support::exclusive();
-    let go = match outside_target("go-spans") {
-        Ok(path) => path,
-        Err(why) => return skip("the Go span program", &why),
+    let Some((go, server)) = target_and_server("go-spans", "the Go span program") else {
+        return;
     };
-    let server = Server::start(&parca_binary(false), &[], |_| {
-        "scrape_configs: []\n".to_owned()
-    });
     let out = tempfile::tempdir().expect("tempdir");
 
     run_go(&go, &server, out.path(), 0, 2, 5);
@@ -294,13 +307,11 @@ fn check_python_spans(server: &Server, spans: &[(String, String)]) {
 #[test]
 fn python_spans_of_pyroscope_otel_are_per_sample_and_select_each_span() {
     let _exclusive = crate::support::exclusive();
-    let python = match outside_target("python-push") {
-        Ok(path) => path,
-        Err(why) => return skip("pyroscope-io with pyroscope-otel", &why),
+    let Some((python, server)) =
+        target_and_server("python-push", "pyroscope-io with pyroscope-otel")
+    else {
+        return;
     };
-    let server = Server::start(&parca_binary(false), &[], |_| {
-        "scrape_configs: []\n".to_owned()
-    });
     let first = run_python(&python, &server, 5);
     check_python_spans(&server, &first);
     let before = python_series(&server);
@@ -363,13 +374,9 @@ fn send_links(python: &Path, server: &Server, n: usize) -> Vec<(String, String, 
 
 #[test]
 fn otlp_links_are_per_sample_spans() {
-    let python = match outside_target("python-otlp") {
-        Ok(path) => path,
-        Err(why) => return skip("opentelemetry-proto", &why),
+    let Some((python, server)) = target_and_server("python-otlp", "opentelemetry-proto") else {
+        return;
     };
-    let server = Server::start(&parca_binary(false), &[], |_| {
-        "scrape_configs: []\n".to_owned()
-    });
     let otlp_series = || {
         server
             .api(&format!(

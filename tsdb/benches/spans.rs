@@ -17,6 +17,9 @@ use std::path::Path;
 use parca_profile::{Profile, Samples, SpansBuilder};
 use parca_tsdb::{Db, Labels, MatchOp, Matcher, Options};
 
+#[path = "support/corpus.rs"]
+mod corpus;
+
 const HOUR_MS: i64 = 3_600_000;
 const STEP_MS: i64 = 10_000;
 
@@ -34,15 +37,6 @@ impl Lcg {
     fn below(&mut self, n: u64) -> u64 {
         (self.next() >> 33) % n
     }
-}
-
-fn corpus_cpu() -> Profile {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/testdata/pprof/published/google-pprof/large.cpu");
-    let profiles =
-        parca_profile::decode(&std::fs::read(&path).expect("corpus"), &Default::default())
-            .expect("decodes");
-    parca_profile::select_sample_type(profiles, Some("cpu"), None).expect("cpu")
 }
 
 /// One 10-second profile of `spans` spans of `per_span` samples each, stacks from `base`.
@@ -172,7 +166,7 @@ fn merge_cpu_ms(db: &Db, spans: Vec<Matcher>) -> f64 {
 }
 
 fn main() {
-    let base = corpus_cpu();
+    let base = corpus::profile("published/google-pprof/large.cpu", "cpu");
     for (per_second, per_span) in [(5, 20), (100, 20), (100, 5)] {
         let spans = per_second * (STEP_MS as usize / 1000);
         let mut rng = Lcg(7);

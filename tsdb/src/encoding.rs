@@ -516,19 +516,9 @@ pub(crate) fn for_each_sample_in(
     select: Option<&impl SpanSelect>,
     mut each: impl FnMut(StackId, LabelSetId, i64),
 ) -> Result<()> {
-    let n = r.count(2, "sample")?;
-    let flags = r.u8()?;
-    if flags & !(SAMPLES_HAVE_LABELS | SAMPLES_HAVE_SPANS) != 0 {
-        return r.fail(format!("unknown sample flags {flags:#x}"));
-    }
-    let scale = r.uvarint()?;
-    if scale == 0 || scale > i64::MAX as u64 {
-        return r.fail(format!("bad value scale {scale}"));
-    }
-    let scale = scale as i64;
-    let stacks_len = r.count(1, "stack column byte")?;
-    let values_len = r.uvarint()?;
-    if flags & SAMPLES_HAVE_SPANS != 0 {
+    let header = Header::read(r)?;
+    let n = header.n;
+    if header.flags & SAMPLES_HAVE_SPANS != 0 {
         let section_start = r.pos;
         let mut cursor = GroupCursor::new(r, n)?;
         let keep: Option<Vec<bool>> = match select {
@@ -546,8 +536,7 @@ pub(crate) fn for_each_sample_in(
                 )
             }
         };
-        let header = (n, scale, stacks_len, values_len, flags);
-        return columns(r, header, limits, &mut each, || {
+        return columns(r, &header, limits, &mut each, || {
             // A new group starts the stack deltas again.
             let mut started = false;
             while cursor.rows_left == 0 {
@@ -565,17 +554,53 @@ pub(crate) fn for_each_sample_in(
         });
     }
     let kept = select.is_none_or(SpanSelect::keeps_unspanned);
-    let header = (n, scale, stacks_len, values_len, flags);
-    columns(r, header, limits, &mut each, || Ok((false, kept)))
+    columns(r, &header, limits, &mut each, || Ok((false, kept)))
 }
 
-/// The column walk of [`for_each_sample_in`], after the header `(n, scale, stacks_len,
-/// values_len, flags)`: `row()`, called once per row in order, says whether the row starts a
-/// span group (its stack delta counts from 0) and whether it is kept.
+/// The header of one profile's encoded samples ([`encode_samples`]), up to the span section.
+struct Header {
+    n: usize,
+    flags: u8,
+    scale: i64,
+    stacks_len: usize,
+    values_len: u64,
+}
+
+impl Header {
+    #[inline(always)]
+    fn read(r: &mut Reader<'_>) -> Result<Header> {
+        let n = r.count(2, "sample")?;
+        let flags = r.u8()?;
+        if flags & !(SAMPLES_HAVE_LABELS | SAMPLES_HAVE_SPANS) != 0 {
+            return r.fail(format!("unknown sample flags {flags:#x}"));
+        }
+        let scale = r.uvarint()?;
+        if scale == 0 || scale > i64::MAX as u64 {
+            return r.fail(format!("bad value scale {scale}"));
+        }
+        Ok(Header {
+            n,
+            flags,
+            scale: scale as i64,
+            stacks_len: r.count(1, "stack column byte")?,
+            values_len: r.uvarint()?,
+        })
+    }
+}
+
+/// The column walk of [`for_each_sample_in`], after the `header` (and span section): `row()`,
+/// called once per row in order, says whether the row starts a span group (its stack delta
+/// counts from 0) and whether it is kept.
 #[inline(always)]
 fn columns(
     r: &mut Reader<'_>,
-    (n, scale, stacks_len, values_len, flags): (usize, i64, usize, u64, u8),
+    &Header {
+        n,
+        flags,
+        scale,
+        stacks_len,
+        values_len,
+    }: &Header,
     limits: IdLimits,
     each: &mut impl FnMut(StackId, LabelSetId, i64),
     mut row: impl FnMut() -> Result<(bool, bool)>,
@@ -635,21 +660,16 @@ pub(crate) fn for_each_span_total(
     select: Option<&impl SpanSelect>,
     mut each: impl FnMut(&SpanSection, usize, i64),
 ) -> Result<()> {
-    let n = r.count(2, "sample")?;
-    let flags = r.u8()?;
-    if flags & !(SAMPLES_HAVE_LABELS | SAMPLES_HAVE_SPANS) != 0 {
-        return r.fail(format!("unknown sample flags {flags:#x}"));
-    }
+    let Header {
+        n,
+        flags,
+        scale,
+        stacks_len,
+        values_len,
+    } = Header::read(r)?;
     if flags & SAMPLES_HAVE_SPANS == 0 {
         return Ok(());
     }
-    let scale = r.uvarint()?;
-    if scale == 0 || scale > i64::MAX as u64 {
-        return r.fail(format!("bad value scale {scale}"));
-    }
-    let scale = scale as i64;
-    let stacks_len = r.count(1, "stack column byte")?;
-    let values_len = r.uvarint()?;
     let section = SpanSection::read(r, n)?;
     r.take(stacks_len)?;
     let values = match usize::try_from(values_len) {
@@ -688,12 +708,8 @@ pub(crate) fn decode_samples(r: &mut Reader<'_>, limits: IdLimits) -> Result<Sam
 /// The span column of one profile's encoded samples (already checked by a walk of them).
 fn read_spans_of(bytes: &[u8], n: usize) -> Result<Option<SampleSpans>> {
     let mut r = Reader::new(bytes);
-    r.uvarint()?;
-    if r.u8()? & SAMPLES_HAVE_SPANS == 0 {
+    if Header::read(&mut r)?.flags & SAMPLES_HAVE_SPANS == 0 {
         return Ok(None);
-    }
-    for _ in 0..3 {
-        r.uvarint()?;
     }
     let section = SpanSection::read(&mut r, n)?;
     let mut builder = SpansBuilder::new(section.names);
