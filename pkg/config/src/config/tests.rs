@@ -907,6 +907,7 @@ fn the_examples_in_the_documentation_parse() {
             "object_storage:",
             "query_stores:",
             "rule_files:",
+            "span_labels:",
         ]
         .iter()
         .any(|k| first.starts_with(k))
