@@ -39,12 +39,20 @@
 // entry marker, innermost first. Userspace names the code objects from /proc/PID/mem and places
 // the Python frames among the native ones (ebpf/python.md).
 //
+// Off-CPU time (only attached when the agent's `--off-cpu-threshold` is above 0): at a task's
+// switch-out (`sched_switch`, which runs in the context of the task leaving, so its registers and
+// memory are the current ones), with that probability, its stack is walked as a CPU sample's is
+// and sent, and the time and whether it was preempted or went to wait are kept per thread
+// (`off_cpu_start`); when the thread is switched in again, the interval's end is sent. No kprobe
+// is needed (kernels built without CONFIG_KPROBES have none), only the raw tracepoint.
+//
 // Build: ebpf/build.sh (clang -O2 -g -target bpf; the object is committed as profiler.bpf.o).
 
 #include <linux/bpf.h>
 #include <linux/bpf_perf_event.h>
 #include <linux/ptrace.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
 
 // The kernel fields read, relocated by the loader against the running kernel's BTF (CO-RE).
 struct thread_struct {
@@ -53,7 +61,21 @@ struct thread_struct {
 
 struct task_struct {
 	struct thread_struct thread;
+	unsigned int flags;
+	int pid;
+	int tgid;
 } __attribute__((preserve_access_index));
+
+// `task_struct.flags`: a kernel thread.
+#define PF_KTHREAD 0x00200000
+// A task state (`sched_switch`'s prev_state): the thread has exited.
+#define TASK_DEAD 0x00000080
+
+// Set by userspace at load (`bpf::Sampler::start`). The probability that a switch-out is
+// recorded, scaled to a u32 (0xffffffff: every one); and the agent's own process, whose
+// switches (it wakes for the samples it reads) are not recorded.
+const volatile __u32 off_cpu_threshold = 0;
+const volatile __u32 agent_tgid = 0;
 
 // Deepest kernel stack recorded, and deepest user stack of the frame-pointer fallback, in
 // frames: the kernel's own limit for stack maps (`sysctl kernel.perf_event_max_stack`).
@@ -93,6 +115,8 @@ struct task_struct {
 #define PY_WINDOW_BYTES 128
 // `py_config.cframe_frame` when the thread state points at the frame itself (3.10, 3.13+).
 #define PY_NO_CFRAME 0xffffffff
+// Threads switched out whose off-CPU interval is open at once.
+#define MAX_OFF_CPU_THREADS 65536
 // glibc keeps the first 32 thread-specific keys inline in the thread descriptor.
 #define PY_INLINE_TSD_KEYS 32
 
@@ -118,7 +142,9 @@ enum stat {
 	STAT_PY_WALKED = 11,       // samples of a Python thread sent with its Python frames
 	STAT_PY_CUT = 12,          // of which the Python frame chain was cut (depth or an unreadable frame)
 	STAT_NO_PROCESS = 13,      // samples of a process whose mappings userspace has not told yet
-	STAT_LEN = 14,
+	STAT_OFF_CPU = 14,         // off-CPU intervals whose start was sent with its stack
+	STAT_OFF_CPU_LOST = 15,    // off-CPU intervals not sent (start or end): process not told yet, no user context, ring buffer full
+	STAT_LEN = 16,
 };
 
 struct count_key {
@@ -147,6 +173,21 @@ enum walk_end {
 #define SAMPLE_UNKNOWN_ADDRESS 1  // the sampled address is in no mapping userspace told: reread them
 #define SAMPLE_TABLE_MISSING 2    // a mapping's object has no table loaded (evicted, or failed)
 #define SAMPLE_FP 4               // some frames were left by their frame pointers
+
+// `stack_sample.kind`: what the sample's value counts.
+enum sample_kind {
+	KIND_CPU = 0,            // one CPU sample (value 1)
+	KIND_OFF_CPU_WAIT = 1,   // nanoseconds off CPU after the task went to wait (sleep, lock, I/O)
+	KIND_OFF_CPU_PREEMPTED = 2, // nanoseconds off CPU after the task was preempted while runnable
+	KIND_OFF_CPU_END = 3,    // not a sample: the end of an off-CPU interval (`struct off_cpu_end`)
+};
+
+// What `off_cpu_start` keeps of a thread switched out.
+struct off_cpu_start {
+	__u64 at;            // bpf_ktime_get_ns() at the switch-out
+	__u32 kind;          // KIND_OFF_CPU_*
+	__u32 pad;
+};
 
 // One row of an object's unwind table (`parca_symbolize::unwind::compact::CompactRow`): from
 // `pc` (the object's virtual address) up to the next row's, the rule `kind` holds.
@@ -254,6 +295,9 @@ struct stack_sample {
 	__u32 py_len;        // bytes of `struct py_frame` after the user frames
 	__u32 py_end;        // enum py_end
 	__u32 flags;         // SAMPLE_*
+	__u64 value;         // 1 for a CPU sample; 0 for an off-CPU one (its end carries the time)
+	__u32 kind;          // enum sample_kind
+	__u32 pad;
 	__u64 kernel[MAX_STACK_DEPTH];
 	__u8 data[SAMPLE_DATA_BYTES];
 };
@@ -354,6 +398,14 @@ struct {
 	__type(key, __u32);
 	__type(value, __u8);
 } known_pids SEC(".maps");
+
+// Thread → when it was switched out (recorded ones only); LRU, since a thread may never run again.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_OFF_CPU_THREADS);
+	__type(key, __u32);
+	__type(value, struct off_cpu_start);
+} off_cpu_start SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
@@ -829,11 +881,14 @@ static __always_inline __u32 walk_python(struct stack_sample *s, __u32 at)
 	return n * sizeof(struct py_frame);
 }
 
-// Sends the sample with its kernel stack and its user stack walked with the unwind tables; 1
-// when sent. 0 when there is no user context (a kernel thread), userspace has not told the
-// process's mappings yet, or the ring buffer is full: the caller then counts it with
-// frame-pointer stacks.
-static __always_inline int send_user_stack(struct bpf_perf_event_data *ctx, __u32 pid, int user_mode)
+// Sends the sample (`kind`, `value`) with its kernel stack and its user stack walked with the
+// unwind tables; 1 when sent. `ctx` is the program's context (for the kernel stack); `ip`, `sp`
+// and `bp` are the user registers when `user_mode`, else they are read from the task's saved
+// ones. 0 when there is no user context (a kernel thread), userspace has not told the process's
+// mappings yet, or the ring buffer is full: a CPU sample is then counted with frame-pointer
+// stacks.
+static __always_inline int send_user_stack(void *ctx, __u32 pid, int user_mode, __u64 ip, __u64 sp,
+					   __u64 bp, __u32 kind, __u64 value)
 {
 	struct proc_maps *maps = bpf_map_lookup_elem(&proc_maps, &pid);
 	if (!maps) {
@@ -844,12 +899,7 @@ static __always_inline int send_user_stack(struct bpf_perf_event_data *ctx, __u3
 	struct stack_sample *s = bpf_map_lookup_elem(&scratch, &cpu);
 	if (!s)
 		return 0;
-	__u64 ip, sp, bp;
-	if (user_mode) {
-		ip = ctx->regs.rip;
-		sp = ctx->regs.rsp;
-		bp = ctx->regs.rbp;
-	} else {
+	if (!user_mode) {
 		// In the kernel: the user registers are those saved on entry, at the top of the
 		// task's kernel stack.
 		struct pt_regs regs;
@@ -870,6 +920,8 @@ static __always_inline int send_user_stack(struct bpf_perf_event_data *ctx, __u3
 	s->pid = pid;
 	s->tid = (__u32)pid_tgid;
 	s->flags = 0;
+	s->kind = kind;
+	s->value = value;
 	long k = user_mode ? 0 : bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
 	s->kernel_len = k > 0 ? (__u32)k : 0;
 
@@ -900,12 +952,15 @@ static __always_inline int send_user_stack(struct bpf_perf_event_data *ctx, __u3
 	if (len > SAMPLE_DATA_BYTES)
 		return 0;
 	if (bpf_ringbuf_output(&stack_samples, s, SAMPLE_HEADER_BYTES + len, 0) != 0) {
-		bump(STAT_SAMPLES_LOST);
+		if (kind == KIND_CPU)
+			bump(STAT_SAMPLES_LOST);
 		return 0;
 	}
-	bump(STAT_WALKED);
-	if (s->flags & SAMPLE_FP)
-		bump(STAT_FP_WALKED);
+	if (kind == KIND_CPU) {
+		bump(STAT_WALKED);
+		if (s->flags & SAMPLE_FP)
+			bump(STAT_FP_WALKED);
+	}
 	return 1;
 }
 
@@ -931,7 +986,13 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	// x86-64: the low two bits of CS are the privilege level, 3 in user mode.
 	int user_mode = (ctx->regs.cs & 3) == 3;
 
-	if (send_user_stack(ctx, pid, user_mode)) {
+	__u64 ip = 0, sp = 0, bp = 0;
+	if (user_mode) {
+		ip = ctx->regs.rip;
+		sp = ctx->regs.rsp;
+		bp = ctx->regs.rbp;
+	}
+	if (send_user_stack(ctx, pid, user_mode, ip, sp, bp, KIND_CPU, 1)) {
 		announce_if_new(pid);
 		return 0;
 	}
@@ -986,6 +1047,72 @@ int on_exit(void *ctx)
 		bpf_map_delete_elem(&proc_maps, &pid);
 		bpf_map_delete_elem(&py_configs, &pid);
 	}
+	return 0;
+}
+
+// The end of an off-CPU interval, sent when its thread runs again: the same first 48 bytes as
+// a `stack_sample`, with `kind` KIND_OFF_CPU_END and `value` the nanoseconds it was off.
+struct off_cpu_end {
+	__u32 pid;
+	__u32 tid;
+	__u32 zero[6];
+	__u64 value;
+	__u32 kind;
+	__u32 pad;
+};
+
+// A task switch (args: preempt, prev, next, prev_state since 5.18). It runs in the context of
+// `prev`, the task leaving the CPU, so its registers and memory are the current ones: with
+// probability `off_cpu_threshold`, its stack is walked and sent as a CPU sample's is, marked
+// with why it leaves (`value` 0), and the time kept. When `next`, the task switched in, has such
+// a record, the interval's end is sent: userspace joins the two by thread.
+SEC("raw_tracepoint/sched_switch")
+int on_switch(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct task_struct *next = (struct task_struct *)ctx->args[2];
+	__u32 next_tid = BPF_CORE_READ(next, pid);
+	struct off_cpu_start *open = bpf_map_lookup_elem(&off_cpu_start, &next_tid);
+	if (open) {
+		struct off_cpu_end end = {
+			.pid = BPF_CORE_READ(next, tgid),
+			.tid = next_tid,
+			.value = now > open->at ? now - open->at : 0,
+			.kind = KIND_OFF_CPU_END,
+		};
+		bpf_map_delete_elem(&off_cpu_start, &next_tid);
+		if (bpf_ringbuf_output(&stack_samples, &end, sizeof(end), 0) != 0)
+			bump(STAT_OFF_CPU_LOST);
+	}
+
+	struct task_struct *prev = (struct task_struct *)ctx->args[1];
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 pid = pid_tgid >> 32;
+	if (pid == 0 || pid == agent_tgid)
+		return 0;
+	if (BPF_CORE_READ(prev, flags) & PF_KTHREAD)
+		return 0;
+	// An exiting thread's last switch: it never runs again.
+	if (ctx->args[3] & TASK_DEAD)
+		return 0;
+	if (off_cpu_threshold != 0xffffffff && bpf_get_prandom_u32() > off_cpu_threshold)
+		return 0;
+	// Preempted, or gave up the CPU while still runnable (sched_yield): runnable all along.
+	__u32 kind = (ctx->args[0] || ctx->args[3] == 0) ? KIND_OFF_CPU_PREEMPTED : KIND_OFF_CPU_WAIT;
+	if (!send_user_stack(ctx, pid, 0, 0, 0, 0, kind, 0)) {
+		bump(STAT_OFF_CPU_LOST);
+		announce_if_new(pid);
+		return 0;
+	}
+	struct off_cpu_start start = {
+		.at = now,
+		.kind = kind,
+		.pad = 0,
+	};
+	__u32 tid = (__u32)pid_tgid;
+	bpf_map_update_elem(&off_cpu_start, &tid, &start, BPF_ANY);
+	bump(STAT_OFF_CPU);
+	announce_if_new(pid);
 	return 0;
 }
 

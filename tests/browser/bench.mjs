@@ -8,10 +8,9 @@
 
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { gzipSync } from 'node:zlib';
 import { startServer, REPO } from './lib/server.mjs';
 import { launch } from './lib/browser.mjs';
-import { Writer } from './lib/pprof.mjs';
+import { syntheticPprof } from './lib/synthetic.mjs';
 
 const SIZES = (process.env.BENCH_SIZES || '10000,100000,800000').split(',').map(Number);
 // Each size is measured this many times and the best run reported: on a shared machine the
@@ -25,80 +24,6 @@ let server;
 async function push(bytes, labels) {
   const res = await fetch(`${server.url}/api/v1/write?${new URLSearchParams({ __name__: 'process_cpu', ...labels })}`, { method: 'POST', body: bytes });
   if (!res.ok) throw new Error(`push of ${labels.job} failed: ${res.status} ${await res.text()}`);
-}
-
-/**
- * A CPU profile (gzipped pprof) whose flame graph has `target` nodes, shaped like a real one:
- * wide near the root, then mostly chains with some branching, about 30 frames deep; siblings
- * never share a name, so every node is a unique stack. Deterministic.
- */
-function syntheticPprof(target) {
-  let seed = 42;
-  const rand = () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const names = [];
-  for (let p = 0; p < 300; p++) for (let f = 0; f < 40; f++) names.push(`github.com/org${p % 17}/pkg${p}.(*Type${f % 7}).Method${f}`);
-  const fn = [-1]; // function index of each node; node 0 is the root
-  const parent = [-1];
-  const depth = [0];
-  const kids = [[]];
-  for (let head = 0; fn.length < target; head++) {
-    if (head >= fn.length) head = 0;
-    const d = depth[head];
-    const r = rand();
-    const k = d < 3 ? 4 + Math.floor(rand() * 5) : r < 0.55 ? 1 : r < 0.8 ? 2 : r < 0.9 ? 3 : 0;
-    for (let c = 0; c < k && fn.length < target; c++) {
-      const f = Math.floor(rand() * names.length);
-      if (kids[head].includes(f)) continue;
-      kids[head].push(f);
-      fn.push(f);
-      parent.push(head);
-      depth.push(d + 1);
-      kids.push([]);
-    }
-  }
-  // pprof: strings, one function and one location (at a line of its own) per name, and one
-  // sample per node with a self value, its stack leaf first.
-  const w = new Writer();
-  const str = (i) => 4 + i; // strings: "", cpu, nanoseconds, src/file.go, names…
-  const valueType = (type, unit) => { const m = new Writer(); m.varintField(1, type); m.varintField(2, unit); return m; };
-  w.messageField(1, valueType(1, 2));
-  for (let i = 1; i < fn.length; i++) {
-    if (kids[i].length && rand() >= 0.2) continue;
-    const s = new Writer();
-    const ids = [];
-    for (let j = i; j > 0; j = parent[j]) ids.push(fn[j] + 1);
-    s.packedField(1, ids);
-    s.packedField(2, [1e6 * (1 + Math.floor(rand() * 100))]);
-    w.messageField(2, s);
-  }
-  for (let f = 0; f < names.length; f++) {
-    const line = new Writer();
-    line.varintField(1, f + 1);
-    line.varintField(2, 1 + (f % 500));
-    const loc = new Writer();
-    loc.varintField(1, f + 1);
-    loc.messageField(4, line);
-    w.messageField(4, loc);
-  }
-  for (let f = 0; f < names.length; f++) {
-    const m = new Writer();
-    m.varintField(1, f + 1);
-    m.varintField(2, str(f));
-    m.varintField(3, str(f));
-    m.varintField(4, 3);
-    w.messageField(5, m);
-  }
-  for (const s of ['', 'cpu', 'nanoseconds', 'src/file.go', ...names]) w.bytesField(6, Buffer.from(s));
-  w.varintField(9, NOW * 1e6 - 10e9);
-  w.varintField(10, 10e9);
-  w.messageField(11, valueType(1, 2));
-  w.varintField(12, 1e7);
-  return gzipSync(w.bytes(), { level: 1 });
 }
 
 /**
@@ -243,7 +168,7 @@ async function main() {
     // Pushed at once, oldest first: the store refuses profiles older than the time still open
     // for appends, which moves on with newer profiles.
     await push(readFileSync(join(REPO, 'tests/testdata/pprof/published/google-pprof/large.cpu')), { job: 'large', instance: 'bench' });
-    for (const n of SIZES) await push(syntheticPprof(n), { job: `bench-${n}`, instance: 'bench' });
+    for (const n of SIZES) await push(syntheticPprof(n, NOW), { job: `bench-${n}`, instance: 'bench' });
     const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
     // A page of the UI that loads its stylesheet and fetches nothing by itself.
     await page.goto(`${server.url}/no-such-page`);

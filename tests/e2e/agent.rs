@@ -74,7 +74,7 @@ pub(crate) fn say(line: &str) {
 }
 
 /// The `parca-agent` binary: `$PARCA_AGENT_BIN`, else built now (dev profile).
-fn agent_binary() -> PathBuf {
+pub(crate) fn agent_binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         if let Some(path) = std::env::var_os("PARCA_AGENT_BIN") {
@@ -128,7 +128,7 @@ const RUST_CHAIN: [&str; 3] = [
 ];
 const GO_CHAIN: [&str; 3] = ["main.hotLeaf", "main.work", "main.main"];
 
-fn run(command: &mut Command) -> Result<(), String> {
+pub(crate) fn run(command: &mut Command) -> Result<(), String> {
     let output = command
         .output()
         .map_err(|e| format!("cannot run {command:?}: {e}"))?;
@@ -236,7 +236,12 @@ pub(crate) struct Agent {
 
 impl Agent {
     pub(crate) fn start(dir: &Path, extra: &[&str]) -> Agent {
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+        Agent::start_at(free_port(), dir, extra)
+    }
+
+    /// [`Agent::start`] on a port chosen beforehand (for a server that scrapes it).
+    pub(crate) fn start_at(port: u16, dir: &Path, extra: &[&str]) -> Agent {
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
         let mut command = Command::new(agent_binary());
         command
             .arg(format!("--http-address={addr}"))
@@ -263,9 +268,14 @@ impl Agent {
 
     /// `GET /debug/pprof/profile?{query}`, decoded.
     pub(crate) fn profile(&self, query: &str) -> proto::Profile {
+        self.get_profile("/debug/pprof/profile", query)
+    }
+
+    /// `GET {path}?{query}`, decoded.
+    pub(crate) fn get_profile(&self, path: &str, query: &str) -> proto::Profile {
         let r = http_get(
             self.addr,
-            &format!("/debug/pprof/profile?{query}"),
+            &format!("{path}?{query}"),
             Duration::from_secs(120),
         )
         .unwrap_or_else(|e| panic!("profile request failed: {e}\n{}", self.process.log_tail()));
@@ -325,7 +335,7 @@ fn some_stacks(p: &proto::Profile, pid: u32) -> Vec<(Vec<(String, bool)>, i64)> 
     stacks
 }
 
-fn stacks_of(p: &proto::Profile, pid: u32) -> Vec<(Vec<(String, bool)>, i64)> {
+pub(crate) fn stacks_of(p: &proto::Profile, pid: u32) -> Vec<(Vec<(String, bool)>, i64)> {
     let pid = pid.to_string();
     p.sample
         .iter()
@@ -717,6 +727,7 @@ fn count_ours(listing: &str) -> usize {
             l.contains(" name profile_cpu ")
                 || l.contains(" name on_exec ")
                 || l.contains(" name on_exit ")
+                || l.contains(" name on_switch ")
         })
         .count()
 }

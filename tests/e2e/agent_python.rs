@@ -1,7 +1,8 @@
 //! The agent on CPython programs: Python frames (function, file, line) read at sample time and
 //! placed among the native frames, on Debian's own interpreters (the stripped `python3.11`
-//! and the debug build `python3.11d` of python3.11-dbg), with C extension code, threads and a
-//! process that exits inside the window; and the runtime labels. The programs are in
+//! and the debug build `python3.11d` of python3.11-dbg) and pyenv's shared builds of 3.10 to
+//! 3.13, with C extension code, threads and a process that exits inside the window; and the
+//! runtime labels. The programs are in
 //! `tests/targets/python-frames/`.
 
 use std::path::{Path, PathBuf};
@@ -372,4 +373,75 @@ fn agent_labels_python_processes_with_their_runtime_and_version() {
             .all(|s| label(&p, s, "runtime").is_none()),
         "the agent itself is no Python process"
     );
+}
+
+/// pyenv's CPython builds (`--enable-shared`, as the official `python:3.x` images: a small
+/// executable beside an unstripped `libpython3.X.so`), every minor version from 3.10 to 3.13
+/// side by side: at least 80% of each one's samples show the chain with files and lines.
+#[test]
+fn agent_shows_python_frames_of_pyenvs_shared_builds_310_to_313() {
+    let _exclusive = crate::support::exclusive();
+    let test = "agent_shows_python_frames_of_pyenvs_shared_builds_310_to_313";
+    if !can_run(test) {
+        return;
+    }
+    let root = Path::new("/root/.pyenv/versions");
+    let builds: Vec<(String, PathBuf)> = ["3.10.13", "3.11.7", "3.12.1", "3.13.0"]
+        .iter()
+        .filter_map(|version| {
+            let minor = version
+                .rsplit_once('.')
+                .map(|(mm, _)| mm)
+                .unwrap_or(version);
+            let bin = root.join(version).join(format!("bin/python{minor}"));
+            bin.exists().then(|| (version.to_string(), bin))
+        })
+        .collect();
+    if builds.len() < 4 {
+        return crate::server_harness::skip(
+            test,
+            &format!(
+                "pyenv's CPython 3.10.13, 3.11.7, 3.12.1 and 3.13.0 are not all under {} \
+                 (found {:?})",
+                root.display(),
+                builds.iter().map(|(v, _)| v).collect::<Vec<_>>()
+            ),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let running: Vec<(String, Process)> = builds
+        .iter()
+        .map(|(version, bin)| {
+            let process = start(&bin.to_string_lossy(), "chain.py", 60.0, dir.path());
+            (version.clone(), process)
+        })
+        .collect();
+    let agent = Agent::start(dir.path(), &[]);
+    // Let the interpreters start (imports are no part of the chain), and the agent read them.
+    let _ = agent.profile("seconds=2");
+    let pids: Vec<u32> = running.iter().map(|(_, p)| p.pid()).collect();
+    let p = agent.profile_with_samples(8, &pids, 30);
+    for (version, process) in &running {
+        let pid = process.pid().to_string();
+        let labelled = p
+            .sample
+            .iter()
+            .find(|s| label(&p, s, "pid") == Some(pid.as_str()));
+        // 3.11 and later export `Py_Version`; before, the version is the library's name's.
+        let shown = labelled.and_then(|s| label(&p, s, "runtime_version"));
+        let minor = version.rsplit_once('.').map(|(mm, _)| mm);
+        assert!(
+            shown == Some(version.as_str()) || (version.starts_with("3.10") && shown == minor),
+            "the runtime_version label of pyenv's {version}: {shown:?}"
+        );
+        check_chain(&p, &format!("pyenv's python {version}"), process.pid(), 0.8);
+        // No frame is named after a symbol that does not cover it (`_init` before #29).
+        let misnamed: Vec<String> = samples_of(&p, process.pid())
+            .iter()
+            .flat_map(|(frames, _)| frames.iter())
+            .filter(|f| f.function == "_init" || f.function == "_fini")
+            .map(|f| format!("{} in {}", f.function, f.mapping))
+            .collect();
+        assert!(misnamed.is_empty(), "pyenv's {version}: {misnamed:?}");
+    }
 }

@@ -3,7 +3,9 @@
 //! passes without checking, and CI installs every such tool so that nothing is skipped there.
 
 mod agent;
+mod agent_off_cpu;
 mod agent_python;
+mod agent_rustc;
 mod check_rules;
 mod corpus;
 mod fanout;

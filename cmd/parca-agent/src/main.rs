@@ -93,6 +93,11 @@ struct Args {
     /// recently used objects' tables are evicted.
     #[arg(long, default_value_t = 64 << 20)]
     unwind_tables_max_bytes: u64,
+    /// Off-CPU profiling: the probability (0 to 1) that a thread's switch-out is recorded; its
+    /// stack and the time until it runs again are served at /debug/pprof/off_cpu (and pushed).
+    /// 0 (the default) turns it off; 1 records every switch-out.
+    #[arg(long, default_value_t = 0.0)]
+    off_cpu_threshold: f64,
     /// Where the kernel's BTF is looked for (for tests of the refusal).
     #[arg(long, default_value = "/sys/kernel/btf/vmlinux", hide = true)]
     btf_path: std::path::PathBuf,
@@ -203,6 +208,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ),
         btf_path: args.btf_path,
         unwind_tables_max_bytes: args.unwind_tables_max_bytes,
+        off_cpu_threshold: args.off_cpu_threshold,
         debug_dirs: args.debug_dirs,
         debuginfod_urls: match args.debuginfod_urls {
             Some(urls) => urls

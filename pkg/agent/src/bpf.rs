@@ -55,6 +55,8 @@ enum Stat {
     PyWalked = 11,
     PyCut = 12,
     NoProcess = 13,
+    OffCpu = 14,
+    OffCpuLost = 15,
 }
 
 /// Counters kept by the BPF program since it was loaded, summed over CPUs.
@@ -89,11 +91,17 @@ pub struct BpfStats {
     pub python_walks: u64,
     /// Of which the Python frame chain was cut (too deep, or a frame unreadable).
     pub python_walks_cut: u64,
+    /// Off-CPU intervals sent with their stack.
+    pub off_cpu_samples: u64,
+    /// Off-CPU intervals lost: their process was not told to the program yet, it had no user
+    /// context, or the ring buffer was full.
+    pub off_cpu_lost: u64,
 }
 
 /// `struct stack_sample`'s header: pid, tid, kernel_len, user_len, walk_end, py_len, py_end,
-/// flags (u32 each), then 127 kernel frames; the user frames and Python frames follow.
-const SAMPLE_KERNEL_AT: usize = 32;
+/// flags (u32 each), value (u64), kind and a pad (u32 each), then 127 kernel frames; the user
+/// frames and Python frames follow.
+const SAMPLE_KERNEL_AT: usize = 48;
 const SAMPLE_DATA_AT: usize = SAMPLE_KERNEL_AT + 127 * 8;
 
 /// Deepest user stack the program walks, in frames (`MAX_USER_FRAMES`).
@@ -222,10 +230,45 @@ const SAMPLE_UNKNOWN_ADDRESS: u32 = 1;
 /// `stack_sample.flags`: a mapping's object had no table loaded.
 const SAMPLE_TABLE_MISSING: u32 = 2;
 
+/// Why a thread was off CPU (`enum sample_kind`'s off-CPU kinds): the `off_cpu_reason` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum OffCpuReason {
+    /// It went to wait: a sleep, a lock, I/O (it was not runnable).
+    Wait,
+    /// It was preempted (or yielded) while runnable: it waited for a CPU.
+    Preempted,
+}
+
+impl OffCpuReason {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OffCpuReason::Wait => "wait",
+            OffCpuReason::Preempted => "preempted",
+        }
+    }
+}
+
+/// What the `stack_samples` ring buffer carries.
+#[derive(Debug)]
+pub(crate) enum RingRecord {
+    /// A sample with its stacks: a CPU sample, or the start of an off-CPU interval.
+    Sample(WalkedSample),
+    /// The end of thread `tid`'s off-CPU interval (`struct off_cpu_end`), `nanos` after its
+    /// start.
+    OffCpuEnd { tid: u32, nanos: u64 },
+}
+
 /// One sample whose user stack the program walked (`struct stack_sample`).
 #[derive(Debug)]
 pub(crate) struct WalkedSample {
     pub pid: u32,
+    /// The thread.
+    pub tid: u32,
+    /// `None` for a CPU sample; for the start of an off-CPU interval, why the thread left.
+    pub off_cpu: Option<OffCpuReason>,
+    /// 1 for a CPU sample; 0 for an off-CPU start (its end carries the time).
+    pub value: u64,
     /// Kernel frames, leaf first.
     pub kernel: Vec<u64>,
     /// User frames, leaf first: the sampled address, then return addresses (an address
@@ -242,8 +285,25 @@ pub(crate) struct WalkedSample {
     pub python: Vec<PyFrameSample>,
 }
 
+/// `enum sample_kind`: the end of an off-CPU interval.
+const KIND_OFF_CPU_END: u32 = 3;
+
+/// Decodes one record of the ring buffer; `None` when it is truncated or malformed.
+pub(crate) fn parse_record(bytes: &[u8]) -> Option<RingRecord> {
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    if u32_at(40)? == KIND_OFF_CPU_END {
+        return Some(RingRecord::OffCpuEnd {
+            tid: u32_at(4)?,
+            nanos: u64::from_ne_bytes(bytes.get(32..40)?.try_into().ok()?),
+        });
+    }
+    parse_sample(bytes).map(RingRecord::Sample)
+}
+
 /// Decodes one `struct stack_sample`; `None` when it is truncated or malformed.
-pub(crate) fn parse_sample(bytes: &[u8]) -> Option<WalkedSample> {
+fn parse_sample(bytes: &[u8]) -> Option<WalkedSample> {
     let u32_at = |at: usize| -> Option<u32> {
         Some(u32::from_ne_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
     };
@@ -256,6 +316,14 @@ pub(crate) fn parse_sample(bytes: &[u8]) -> Option<WalkedSample> {
     let user_len = (u32_at(12)? as usize).min(MAX_USER_FRAMES * 8);
     let py_len = u32_at(20)? as usize;
     let flags = u32_at(28)?;
+    let value = u64::from_ne_bytes(bytes.get(32..40)?.try_into().ok()?);
+    // `enum sample_kind`.
+    let off_cpu = match u32_at(40)? {
+        0 => None,
+        1 => Some(OffCpuReason::Wait),
+        2 => Some(OffCpuReason::Preempted),
+        _ => return None,
+    };
     let kernel = u64s(bytes.get(SAMPLE_KERNEL_AT..SAMPLE_KERNEL_AT + kernel_len)?);
     let user = u64s(bytes.get(SAMPLE_DATA_AT..SAMPLE_DATA_AT + user_len)?);
     // `enum walk_end`.
@@ -280,6 +348,9 @@ pub(crate) fn parse_sample(bytes: &[u8]) -> Option<WalkedSample> {
         .collect();
     Some(WalkedSample {
         pid: u32_at(0)?,
+        tid: u32_at(4)?,
+        off_cpu,
+        value,
         kernel,
         user,
         end,
@@ -297,6 +368,9 @@ pub(crate) struct DrainedStack {
     pub user: Arc<[u64]>,
     pub kernel: Arc<[u64]>,
     pub count: u64,
+    /// `None` for CPU samples (`count` samples); for off-CPU time (`count` nanoseconds), why
+    /// the thread was off.
+    pub off_cpu: Option<OffCpuReason>,
     /// How the user stack's walk ended; `None` for a frame-pointer walk in the kernel
     /// (`bpf_get_stackid` does not say) until the collector has checked it.
     pub end: Option<StackEnd>,
@@ -356,18 +430,35 @@ impl Sampler {
     ///
     /// `table_bytes` is the kernel memory given to unwind tables (`unwind_rows`, in chunks of
     /// [`ROWS_PER_CHUNK`] rows).
-    pub fn start(frequency_hz: u64, table_bytes: u64) -> Result<(Sampler, ProcEvents), Error> {
+    ///
+    /// With `off_cpu_threshold` above 0 (the probability, at most 1, that a switch-out is
+    /// recorded) it also attaches to the `sched_switch` raw tracepoint: off-CPU intervals then
+    /// arrive as walked samples (their start) and [`RingRecord::OffCpuEnd`]s. At 0 that program
+    /// is not loaded at all.
+    pub fn start(
+        frequency_hz: u64,
+        table_bytes: u64,
+        off_cpu_threshold: f64,
+    ) -> Result<(Sampler, ProcEvents), Error> {
         // `scratch` holds one sample per possible CPU (indexed by CPU number).
         let n_possible = aya::util::nr_cpus().map_err(|(path, source)| Error::OnlineCpus {
             path: path.into(),
             source,
         })?;
+        let off_cpu = off_cpu_threshold > 0.0;
+        let threshold = off_cpu_scaled(off_cpu_threshold);
+        let agent_tgid = std::process::id();
+        let mut ring_bytes = stack_samples_bytes(n_possible, frequency_hz);
+        if off_cpu {
+            // Off-CPU samples come at the rate of context switches (thousands a second per
+            // CPU, each about 1.5 KiB): room for them beside.
+            ring_bytes = (ring_bytes * 2).clamp(16 << 20, 64 << 20);
+        }
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("scratch", n_possible as u32)
-            .map_max_entries(
-                "stack_samples",
-                stack_samples_bytes(n_possible, frequency_hz),
-            )
+            .map_max_entries("stack_samples", ring_bytes)
+            .override_global("off_cpu_threshold", &threshold, true)
+            .override_global("agent_tgid", &agent_tgid, true)
             .map_max_entries("unwind_rows", table_chunks(table_bytes))
             .load(OBJECT)
             .map_err(|source| Error::Load {
@@ -413,6 +504,9 @@ impl Sampler {
             program
                 .attach(event)
                 .map_err(|source| attach_error(name, source))?;
+        }
+        if off_cpu {
+            attach_off_cpu(&mut ebpf)?;
         }
 
         let half = Array::try_from(take_map(&mut ebpf, "half")?).map_err(map_error("half"))?;
@@ -503,6 +597,7 @@ impl Sampler {
                 user: resolve(key.user_stack),
                 kernel: resolve(key.kernel_stack),
                 count: *count,
+                off_cpu: None,
                 // Judged by the collector (`Unwinder::check_kernel_walk`).
                 end: None,
             });
@@ -518,12 +613,12 @@ impl Sampler {
         Ok(out)
     }
 
-    /// Hands every walked sample waiting in the ring buffer to `f`, in the order they were
-    /// taken; returns how many there were.
-    pub fn read_samples(&mut self, mut f: impl FnMut(WalkedSample)) -> usize {
+    /// Hands every record waiting in the ring buffer to `f`, in the order they were sent;
+    /// returns how many there were.
+    pub fn read_samples(&mut self, mut f: impl FnMut(RingRecord)) -> usize {
         let mut n = 0;
         while let Some(item) = self.samples.next() {
-            if let Some(sample) = parse_sample(&item) {
+            if let Some(sample) = parse_record(&item) {
                 f(sample);
                 n += 1;
             }
@@ -631,26 +726,52 @@ impl Sampler {
             no_process: read(Stat::NoProcess)?,
             python_walks: read(Stat::PyWalked)?,
             python_walks_cut: read(Stat::PyCut)?,
+            off_cpu_samples: read(Stat::OffCpu)?,
+            off_cpu_lost: read(Stat::OffCpuLost)?,
         })
     }
 }
 
 /// Size of the ring buffer of walked samples: four times what `n_cpus` at `frequency_hz` send
 /// between two reads of it (`collector::SAMPLE_POLL_INTERVAL`, 100 ms) when every stack is
-/// 1,024 frames deep (about 9 KiB a sample), as a power of two from 8 to 64 MiB. Mapped into
+/// 1,024 frames deep (about 9 KiB a sample), as a power of two from 2 to 64 MiB (2 MiB holds
+/// five seconds of such samples from two CPUs at 19 Hz). Mapped into
 /// the agent, it counts in its RSS twice (the kernel maps the data pages twice), so it is not
 /// made larger than needed. A sample that does not fit is counted with frame-pointer stacks
 /// instead (`parca_agent_samples_lost_total`).
 fn stack_samples_bytes(n_cpus: usize, frequency_hz: u64) -> u32 {
     let per_poll =
         n_cpus as u64 * frequency_hz * (SAMPLE_DATA_AT + MAX_USER_FRAMES * 8) as u64 / 10;
-    (4 * per_poll).clamp(8 << 20, 64 << 20).next_power_of_two() as u32
+    (4 * per_poll).clamp(2 << 20, 64 << 20).next_power_of_two() as u32
 }
 
 /// Chunks of `unwind_rows` that `table_bytes` hold (at least one).
 fn table_chunks(table_bytes: u64) -> u32 {
     let chunk = std::mem::size_of::<RowChunk>() as u64;
     (table_bytes / chunk).clamp(1, u64::from(u32::MAX) / ROWS_PER_CHUNK as u64) as u32
+}
+
+/// `--off-cpu-threshold` as the program compares it with `bpf_get_prandom_u32()`: the
+/// probability scaled to a u32, `u32::MAX` recording every switch-out.
+fn off_cpu_scaled(threshold: f64) -> u32 {
+    (threshold.clamp(0.0, 1.0) * f64::from(u32::MAX)).round() as u32
+}
+
+/// Attaches the off-CPU program, `on_switch`, to the `sched_switch` raw tracepoint.
+fn attach_off_cpu(ebpf: &mut Ebpf) -> Result<(), Error> {
+    let name = "on_switch";
+    let program: &mut RawTracePoint = ebpf
+        .program_mut(name)
+        .ok_or(Error::MissingInObject { name })?
+        .try_into()
+        .map_err(|source| attach_error(name, source))?;
+    program
+        .load()
+        .map_err(|source| attach_error(name, source))?;
+    program
+        .attach("sched_switch")
+        .map_err(|source| attach_error(name, source))?;
+    Ok(())
 }
 
 fn attach_error(program: &'static str, source: aya::programs::ProgramError) -> Error {
@@ -735,7 +856,8 @@ mod tests {
         bytes[16..20].copy_from_slice(&end.to_ne_bytes());
         bytes[20..24].copy_from_slice(&((python.len() * PY_FRAME_BYTES) as u32).to_ne_bytes());
         bytes[28..32].copy_from_slice(&flags.to_ne_bytes());
-        bytes[32..40].copy_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
+        bytes[32..40].copy_from_slice(&1u64.to_ne_bytes());
+        bytes[48..56].copy_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
         for f in user {
             bytes.extend_from_slice(&f.to_ne_bytes());
         }
@@ -755,6 +877,7 @@ mod tests {
         assert_eq!(s.user, [0x401000, 0x401234]);
         assert_eq!(s.end, StackEnd::Complete);
         assert!(s.unknown_address && !s.table_missing);
+        assert_eq!((s.off_cpu, s.value), (None, 1));
         assert!(parse_sample(&bytes[..bytes.len() - 8]).is_none());
         for (code, end) in [
             (2, StackEnd::NoUnwindInfo),
@@ -768,6 +891,43 @@ mod tests {
         }
         // An unknown walk end is refused.
         assert!(parse_sample(&sample(&[1], 9, 0, &[])).is_none());
+    }
+
+    #[test]
+    fn off_cpu_starts_carry_their_reason_and_ends_their_nanoseconds() {
+        let mut bytes = sample(&[0x401000], 1, 0, &[]);
+        bytes[4..8].copy_from_slice(&8u32.to_ne_bytes());
+        bytes[32..40].copy_from_slice(&0u64.to_ne_bytes());
+        for (kind, reason) in [(1u32, OffCpuReason::Wait), (2, OffCpuReason::Preempted)] {
+            bytes[40..44].copy_from_slice(&kind.to_ne_bytes());
+            let Some(RingRecord::Sample(s)) = parse_record(&bytes) else {
+                panic!("a sample");
+            };
+            assert_eq!((s.tid, s.off_cpu, s.value), (8, Some(reason), 0));
+        }
+        // An unknown kind is refused.
+        bytes[40..44].copy_from_slice(&4u32.to_ne_bytes());
+        assert!(parse_record(&bytes).is_none());
+        // `struct off_cpu_end`: the header alone.
+        let mut end = vec![0u8; 48];
+        end[0..4].copy_from_slice(&7u32.to_ne_bytes());
+        end[4..8].copy_from_slice(&8u32.to_ne_bytes());
+        end[32..40].copy_from_slice(&12_345_678u64.to_ne_bytes());
+        end[40..44].copy_from_slice(&KIND_OFF_CPU_END.to_ne_bytes());
+        assert!(matches!(
+            parse_record(&end),
+            Some(RingRecord::OffCpuEnd {
+                tid: 8,
+                nanos: 12_345_678
+            })
+        ));
+    }
+
+    #[test]
+    fn the_off_cpu_threshold_scales_to_the_programs_u32() {
+        assert_eq!(off_cpu_scaled(0.0), 0);
+        assert_eq!(off_cpu_scaled(1.0), u32::MAX);
+        assert_eq!(off_cpu_scaled(0.5), 1 << 31);
     }
 
     #[test]
@@ -797,8 +957,8 @@ mod tests {
 
     #[test]
     fn the_ring_buffer_grows_with_cpus_and_frequency() {
-        assert_eq!(stack_samples_bytes(2, 19), 8 << 20);
-        assert_eq!(stack_samples_bytes(2, 99), 8 << 20);
+        assert_eq!(stack_samples_bytes(2, 19), 2 << 20);
+        assert_eq!(stack_samples_bytes(2, 99), 2 << 20);
         assert_eq!(stack_samples_bytes(64, 19), 8 << 20);
         assert_eq!(stack_samples_bytes(256, 99), 64 << 20);
         assert_eq!(stack_samples_bytes(1024, 10_000), 64 << 20);

@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
 use crate::Error;
-use crate::bpf::{DrainedStack, ProcEvents, PyConfig, Sampler};
+use crate::bpf::{DrainedStack, ProcEvents, PyConfig, RingRecord, Sampler};
 use crate::metrics::Metrics;
 use crate::process::{ProcessInfo, ProcessTable};
 use crate::profile::RawProfile;
@@ -50,11 +50,65 @@ pub(crate) struct Shared {
     /// Processes announced (and read) since the sampling thread last looked: it tells the BPF
     /// program their mappings.
     pub announced: Mutex<Vec<u32>>,
+    /// The probability that a switch-out is recorded (`--off-cpu-threshold`; 0: off). Off-CPU
+    /// time is divided by it, so that totals estimate all of the time off CPU.
+    pub off_cpu_threshold: f64,
 }
 
 /// How often the ring buffer of walked samples is emptied (it is sized for four times what
 /// arrives meanwhile: `bpf::stack_samples_bytes`), and new processes told to the program.
 pub(crate) const SAMPLE_POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// What the ring buffer gave since the last drain.
+#[derive(Default)]
+struct Pending {
+    /// Stacks unwound, to be counted at the next drain.
+    stacks: Vec<DrainedStack>,
+    /// Off-CPU intervals started and not ended yet, by thread.
+    open_off_cpu: OpenOffCpu,
+}
+
+/// Most off-CPU intervals held open at once (the BPF side's `MAX_OFF_CPU_THREADS`): a thread
+/// that never runs again (its end evicted from the BPF map) must not hold memory for ever.
+const MAX_OPEN_OFF_CPU: usize = 65536;
+
+/// Off-CPU intervals whose start (with the stack) has arrived and whose end has not.
+#[derive(Default)]
+struct OpenOffCpu {
+    by_thread: FxHashMap<u32, (u64, DrainedStack)>,
+    /// Starts so far: orders the entries, oldest first, for eviction.
+    started: u64,
+}
+
+impl OpenOffCpu {
+    /// Thread `tid` left the CPU with `stack`; a start not ended before is dropped (its end was
+    /// lost).
+    fn start(&mut self, tid: u32, stack: DrainedStack) {
+        if self.by_thread.len() >= MAX_OPEN_OFF_CPU {
+            // The older half goes: they are the likeliest to have lost their end.
+            let mut ages: Vec<u64> = self.by_thread.values().map(|(at, _)| *at).collect();
+            let median = *ages.select_nth_unstable(MAX_OPEN_OFF_CPU / 2).1;
+            self.by_thread.retain(|_, (at, _)| *at >= median);
+        }
+        self.started += 1;
+        self.by_thread.insert(tid, (self.started, stack));
+    }
+
+    /// Thread `tid` runs again: its interval's stack.
+    fn end(&mut self, tid: u32) -> Option<DrainedStack> {
+        self.by_thread.remove(&tid).map(|(_, stack)| stack)
+    }
+}
+
+/// The off-CPU time a recorded interval of `nanos` stands for when each is recorded with
+/// probability `threshold`: `nanos / threshold`, an unbiased estimate of the total.
+fn off_cpu_estimate(nanos: u64, threshold: f64) -> u64 {
+    if threshold >= 1.0 || threshold <= 0.0 {
+        nanos
+    } else {
+        (nanos as f64 / threshold).round() as u64
+    }
+}
 
 /// Runs until every command sender is gone. Finished windows go to `windows` (dropped when
 /// the receiver lags: the next one has the news).
@@ -73,15 +127,14 @@ pub(crate) fn run(
     let mut next_id = 0u64;
     let mut unwinder = Unwinder::new(sampler.table_chunks());
     let mut python = PythonStacks::new("/proc", shared.python_frames.clone());
-    // Stacks unwound since the last drain.
-    let mut pending: Vec<DrainedStack> = Vec::new();
+    let mut pending = Pending::default();
 
     // Empties the ring buffer of walked samples into `pending`, and tells the program the
     // mappings (and loads the unwind tables) of processes new or changed.
     let read_samples = |sampler: &mut Sampler,
                         unwinder: &mut Unwinder,
                         python: &mut PythonStacks,
-                        pending: &mut Vec<DrainedStack>| {
+                        pending: &mut Pending| {
         let window_no = shared.window.load(Relaxed);
         // Announcements first: a new process is read, and told, before its next samples.
         let events = shared.events.get_ref().read();
@@ -104,7 +157,17 @@ pub(crate) fn run(
         // Where CPython processes keep their frames, once the ring buffer (which borrows the
         // sampler) is read.
         let mut py_configs: Vec<(u32, Option<PyConfig>)> = Vec::new();
-        sampler.read_samples(|sample| {
+        sampler.read_samples(|record| {
+            let sample = match record {
+                RingRecord::Sample(sample) => sample,
+                RingRecord::OffCpuEnd { tid, nanos, .. } => {
+                    if let Some(mut stack) = pending.open_off_cpu.end(tid) {
+                        stack.count = off_cpu_estimate(nanos, shared.off_cpu_threshold);
+                        pending.stacks.push(stack);
+                    }
+                    return;
+                }
+            };
             let mut info = table.get(sample.pid, window_no);
             if !shared.filter.admits(&info) {
                 shared.metrics.filtered_samples.fetch_add(1, Relaxed);
@@ -129,13 +192,19 @@ pub(crate) fn run(
             } else {
                 python.interleave(&info, sample.user, &sample.python)
             };
-            pending.push(DrainedStack {
+            let stack = DrainedStack {
                 pid: sample.pid,
                 user: Arc::from(frames),
                 kernel: Arc::from(sample.kernel),
-                count: 1,
+                count: sample.value,
+                off_cpu: sample.off_cpu,
                 end: Some(sample.end),
-            });
+            };
+            match sample.off_cpu {
+                None => pending.stacks.push(stack),
+                // Counted when it ends, with the time it was off.
+                Some(_) => pending.open_off_cpu.start(sample.tid, stack),
+            }
         });
         drop(table);
         unwinder.load_compiled(sampler);
@@ -159,7 +228,7 @@ pub(crate) fn run(
     let drain = |sampler: &mut Sampler,
                  unwinder: &mut Unwinder,
                  python: &mut PythonStacks,
-                 pending: &mut Vec<DrainedStack>,
+                 pending: &mut Pending,
                  window: &mut RawProfile,
                  requests: &mut FxHashMap<u64, RawProfile>|
      -> Result<(), Error> {
@@ -167,7 +236,7 @@ pub(crate) fn run(
         let mut drained = sampler.drain()?;
         // After the switch: every sample taken before it is in the ring buffer by now.
         read_samples(sampler, unwinder, python, pending);
-        drained.append(pending);
+        drained.append(&mut pending.stacks);
         let window_no = shared.window.load(Relaxed);
         let mut processes: FxHashMap<u32, Arc<ProcessInfo>> = FxHashMap::default();
         {
@@ -289,5 +358,18 @@ pub(crate) fn run(
             }
             Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampled_off_cpu_time_is_scaled_to_an_estimate_of_all_of_it() {
+        assert_eq!(off_cpu_estimate(10_000_000, 1.0), 10_000_000);
+        assert_eq!(off_cpu_estimate(10_000_000, 0.25), 40_000_000);
+        // Off: nothing is recorded, but a value is left as it is.
+        assert_eq!(off_cpu_estimate(7, 0.0), 7);
     }
 }

@@ -1,4 +1,5 @@
-//! The agent's HTTP endpoints on hyper: `/debug/pprof/profile`, `/`, `/metrics`, `/healthy`.
+//! The agent's HTTP endpoints on hyper: `/debug/pprof/profile`, `/debug/pprof/off_cpu`, `/`,
+//! `/metrics`, `/healthy`.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
@@ -23,7 +24,7 @@ use tokio::sync::oneshot;
 
 use crate::collector::{Command, Shared};
 use crate::metrics::Snapshot;
-use crate::profile::{BuildOptions, Filter, RawProfile, build};
+use crate::profile::{BuildOptions, Filter, ProfileKind, RawProfile, build};
 
 /// Longest window a request may ask for.
 const MAX_SECONDS: u64 = 3600;
@@ -149,11 +150,20 @@ async fn handle(state: &Arc<HttpState>, request: Request<Incoming>) -> Response<
         "/healthy" => text(StatusCode::OK, "ok"),
         "/metrics" => metrics(state),
         "/" => index(state),
-        "/debug/pprof/profile" => profile(state, &query).await,
+        "/debug/pprof/profile" => profile(state, &query, ProfileKind::Cpu).await,
+        "/debug/pprof/off_cpu" if state.shared.off_cpu_threshold > 0.0 => {
+            profile(state, &query, ProfileKind::OffCpu).await
+        }
+        "/debug/pprof/off_cpu" => text(
+            StatusCode::NOT_FOUND,
+            "off-CPU profiling is off: start the agent with --off-cpu-threshold=P (the \
+             probability, up to 1, that a switch-out is recorded)",
+        ),
         path => text(
             StatusCode::NOT_FOUND,
             format!(
-                "no endpoint `{path}`: try /, /debug/pprof/profile?seconds=N, /metrics or /healthy"
+                "no endpoint `{path}`: try /, /debug/pprof/profile?seconds=N, \
+                 /debug/pprof/off_cpu?seconds=N, /metrics or /healthy"
             ),
         ),
     }
@@ -195,7 +205,7 @@ fn metrics(state: &HttpState) -> Response<Body> {
         .expect("static response parts are valid")
 }
 
-/// The request's parameters for `/debug/pprof/profile`.
+/// The request's parameters for `/debug/pprof/profile` and `/debug/pprof/off_cpu`.
 pub(crate) fn parse_profile_query(query: &str) -> Result<(u64, Filter), String> {
     let mut seconds = DEFAULT_SECONDS;
     let mut filter = Filter::default();
@@ -265,7 +275,8 @@ fn stopped() -> Response<Body> {
     text(StatusCode::SERVICE_UNAVAILABLE, "the sampler has stopped")
 }
 
-async fn profile(state: &Arc<HttpState>, query: &str) -> Response<Body> {
+/// A profile of the next `seconds` (the `kind` asked for), built when they are over.
+async fn profile(state: &Arc<HttpState>, query: &str, kind: ProfileKind) -> Response<Body> {
     let (seconds, filter) = match parse_profile_query(query) {
         Ok(parsed) => parsed,
         Err(message) => return text(StatusCode::BAD_REQUEST, message),
@@ -302,7 +313,7 @@ async fn profile(state: &Arc<HttpState>, query: &str) -> Response<Body> {
     let state2 = state.clone();
     let built = tokio::task::spawn_blocking(move || {
         let mut symbolizer = state2.symbolizer.lock().expect("symbolizer lock");
-        let profile = build(&raw, &filter, &mut symbolizer, &state2.build);
+        let profile = build(&raw, kind, &filter, &mut symbolizer, &state2.build);
         parca_pprof::encode(&profile, true)
     })
     .await;
@@ -347,6 +358,16 @@ fn index(state: &HttpState) -> Response<Body> {
         state.window_length.as_secs_f64()
     )
     .ok();
+    if state.shared.off_cpu_threshold > 0.0 {
+        write!(
+            html,
+            "<p>Off-CPU time: each switch-out recorded with probability {}: \
+             <a href=\"/debug/pprof/off_cpu?seconds=10\">/debug/pprof/off_cpu?seconds=N</a> \
+             (same filters).</p>",
+            state.shared.off_cpu_threshold
+        )
+        .ok();
+    }
     match last {
         None => html.push_str("<p>No window has completed yet.</p>"),
         Some(window) => {

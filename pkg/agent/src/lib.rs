@@ -11,8 +11,10 @@
 //!   (`process.rs`: mappings with build ids, `comm`, executable, cgroup → `systemd_unit` or
 //!   container id), so short-lived ones keep their labels and symbols;
 //! - the HTTP server (`http.rs`) serves `GET /debug/pprof/profile?seconds=N[&pid=|&comm=]`
-//!   Go-style (gzipped pprof, built by `profile.rs` and symbolized by `parca_symbolize`), `/`,
-//!   `/metrics` and `/healthy`;
+//!   Go-style (gzipped pprof, built by `profile.rs` and symbolized by `parca_symbolize`), with
+//!   [`Config::off_cpu_threshold`] above 0 also `GET /debug/pprof/off_cpu?seconds=N` (time off
+//!   CPU, `off_cpu`/`nanoseconds`, per stack and `off_cpu_reason`), `/`, `/metrics` and
+//!   `/healthy`;
 //! - with [`Config::remote_store_address`] every window is pushed to a server's
 //!   `POST /api/v1/write` (`push.rs`).
 //!
@@ -23,8 +25,9 @@
 //!
 //! # Design constraints
 //!
-//! - Only `bpf.rs` sees aya; `unsafe` is limited to aya's `Pod` marker there and to polling
-//!   aya's ring buffer with tokio (`AsyncFd::register_with_interest` in [`run`]).
+//! - Only `bpf.rs` sees aya; `unsafe` is limited to aya's `Pod` marker there, to polling
+//!   aya's ring buffer with tokio (`AsyncFd::register_with_interest` in [`run`]) and to
+//!   glibc's allocator knobs (`malloc_trim`, `mallopt`).
 //! - Nothing is pinned: the programs and links live as file descriptors of this process, so they
 //!   are gone when it exits, however it exits.
 //! - The BPF side does no symbolization and no string work; userspace drains maps at most once
@@ -73,7 +76,7 @@ pub use debuginfod::{Debuginfod, DebuginfodConfig};
 pub use error::Error;
 pub use privileges::{check_btf, check_capabilities, effective_capabilities, limitations};
 pub use process::{MappedObject, Mapping, ProcessFilter, ProcessInfo, ProcessTable};
-pub use profile::{Filter, PROFILE_NAME};
+pub use profile::{Filter, OFF_CPU_PROFILE_NAME, PROFILE_NAME};
 pub use push::RemoteStore;
 
 /// How the agent runs (the binary's flags).
@@ -111,6 +114,10 @@ pub struct Config {
     /// Kernel memory the unwind tables may take (`--unwind-tables-max-bytes`, default 64 MiB):
     /// past it, the least recently used objects' tables are evicted.
     pub unwind_tables_max_bytes: u64,
+    /// The probability (0 to 1) that a thread's switch-out is recorded as off-CPU time
+    /// (`--off-cpu-threshold`, as Parca Agent names it); 0, the default, turns off-CPU
+    /// profiling off and attaches nothing to the scheduler.
+    pub off_cpu_threshold: f64,
 }
 
 impl Default for Config {
@@ -130,6 +137,7 @@ impl Default for Config {
             debuginfod_cache_dir: PathBuf::from("/var/cache/parca-agent/debuginfod"),
             debuginfod_cache_max_bytes: 2 << 30,
             unwind_tables_max_bytes: unwind::DEFAULT_TABLE_BYTES,
+            off_cpu_threshold: 0.0,
         }
     }
 }
@@ -186,6 +194,13 @@ impl Config {
                 )));
             }
         }
+        if !(0.0..=1.0).contains(&self.off_cpu_threshold) {
+            return Err(Error::Config(format!(
+                "--off-cpu-threshold is the probability that a switch-out is recorded, from 0 \
+                 (off) to 1 (every one), got {}",
+                self.off_cpu_threshold
+            )));
+        }
         if self.profiling_duration < Duration::from_secs(1) {
             return Err(Error::Config(format!(
                 "--profiling-duration must be at least 1s, got {:?}",
@@ -193,6 +208,18 @@ impl Config {
             )));
         }
         Ok(())
+    }
+}
+
+/// Holds glibc's allocator to two arenas. By default each thread that allocates may get an arena
+/// of its own (up to eight per CPU), and memory freed in one is not reused by the others: the
+/// agent's threads (sampling, table compiles, symbolization, HTTP) allocate in bursts, and
+/// arenas kept their peaks, adding tens of MB to its RSS (`documentation/agent.md`, Cost).
+fn limit_malloc_arenas() {
+    // SAFETY: mallopt sets an allocator parameter; it takes no pointer and is thread-safe.
+    let ok = unsafe { libc::mallopt(libc::M_ARENA_MAX, 2) };
+    if ok != 1 {
+        tracing::debug!("mallopt(M_ARENA_MAX) refused; the allocator keeps its default");
     }
 }
 
@@ -207,6 +234,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     for limitation in limitations(caps) {
         tracing::warn!("{limitation}");
     }
+    limit_malloc_arenas();
     let pusher = config
         .remote_store
         .as_ref()
@@ -223,8 +251,11 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         })?;
     let local = listener.local_addr().unwrap_or(config.http_address);
 
-    let (sampler, events) =
-        bpf::Sampler::start(config.frequency_hz, config.unwind_tables_max_bytes)?;
+    let (sampler, events) = bpf::Sampler::start(
+        config.frequency_hz,
+        config.unwind_tables_max_bytes,
+        config.off_cpu_threshold,
+    )?;
     // SAFETY: `ProcEvents` returns the descriptor of the ring buffer it owns (aya's `MapData`
     // holds it as an `OwnedFd`), which stays open and the same for as long as the `AsyncFd`
     // owns the `ProcEvents`; aya's docs poll ring buffers exactly this way.
@@ -256,6 +287,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         filter: config.process_filter.clone(),
         python_frames: Default::default(),
         announced: Default::default(),
+        off_cpu_threshold: config.off_cpu_threshold,
     });
     let (commands, command_rx) = std::sync::mpsc::channel();
     let (window_tx, mut window_rx) = tokio::sync::mpsc::channel::<profile::RawProfile>(2);
@@ -336,7 +368,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
 
     // Finished windows: shown at `/`, pushed when asked (through a queue that outlasts the
     // server's outages: `push.rs`).
-    let (push_tx, push_rx) = tokio::sync::mpsc::unbounded_channel::<Vec<u8>>();
+    let (push_tx, push_rx) = tokio::sync::mpsc::unbounded_channel::<push::Push>();
     let push_task = pusher.map(|pusher| {
         let shared = shared.clone();
         tokio::spawn(async move { pusher.run(push_rx, &shared.metrics).await })
@@ -357,14 +389,34 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                 continue;
             }
             let options = build_options.clone();
-            let body = tokio::task::spawn_blocking(move || {
+            // The CPU profile, and beside it the off-CPU one when there is off-CPU time.
+            let bodies = tokio::task::spawn_blocking(move || {
                 let mut symbolizer = symbolizer.lock().expect("symbolizer lock");
-                let p = profile::build(&window, &Filter::default(), &mut symbolizer, &options);
+                let mut kinds = vec![profile::ProfileKind::Cpu];
+                if window.has_off_cpu() {
+                    kinds.push(profile::ProfileKind::OffCpu);
+                }
+                let bodies: Vec<push::Push> = kinds
+                    .into_iter()
+                    .map(|kind| {
+                        let p = profile::build(
+                            &window,
+                            kind,
+                            &Filter::default(),
+                            &mut symbolizer,
+                            &options,
+                        );
+                        push::Push {
+                            name: kind.name(),
+                            body: parca_pprof::encode(&p, true),
+                        }
+                    })
+                    .collect();
                 symbolizer.trim();
-                parca_pprof::encode(&p, true)
+                bodies
             })
             .await;
-            if let Ok(body) = body {
+            for body in bodies.into_iter().flatten() {
                 push_tx.send(body).ok();
             }
         }

@@ -95,6 +95,19 @@ impl Metrics {
             &[("", bpf.samples as f64)],
         );
         metric(
+            "parca_agent_off_cpu_samples_total",
+            "counter",
+            "Off-CPU intervals recorded with their stack (--off-cpu-threshold).",
+            &[("", bpf.off_cpu_samples as f64)],
+        );
+        metric(
+            "parca_agent_off_cpu_lost_total",
+            "counter",
+            "Off-CPU intervals recorded at switch-out but not sent: their process was not yet \
+             known to the BPF program, they had no user context, or the ring buffer was full.",
+            &[("", bpf.off_cpu_lost as f64)],
+        );
+        metric(
             "parca_agent_idle_samples_total",
             "counter",
             "CPU samples of idle CPUs, not recorded.",

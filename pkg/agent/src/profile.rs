@@ -8,13 +8,17 @@ use parca_symbolize::unwind::StackEnd;
 use parca_symbolize::{ElfObject, Frame, Symbolizer};
 use rustc_hash::FxHashMap;
 
-use crate::bpf::DrainedStack;
+use crate::bpf::{DrainedStack, OffCpuReason};
 use crate::process::ProcessInfo;
 
 /// The profile name the server files the agent's profiles under: with the sample and period
 /// types below and a window (`duration > 0`) the series is
 /// `parca_agent:samples:count:cpu:nanoseconds:delta`.
 pub const PROFILE_NAME: &str = "parca_agent";
+
+/// The name of the off-CPU profile, pushed and scraped (`parca.yaml`'s `parca_agent_off_cpu`
+/// entry): `parca_agent_off_cpu:off_cpu:nanoseconds:off_cpu:nanoseconds:delta`.
+pub const OFF_CPU_PROFILE_NAME: &str = "parca_agent_off_cpu";
 
 /// Name of the kernel's pseudo-mapping, as perf and pprof spell it.
 const KERNEL_MAPPING: &str = "[kernel.kallsyms]";
@@ -40,10 +44,39 @@ pub(crate) struct RawKey {
     pub kernel: Arc<[u64]>,
     /// How the user stack's walk ended (`None`: a frame-pointer walk, end unknown).
     pub end: Option<StackEnd>,
+    /// `None`: CPU samples; else off-CPU nanoseconds, and why the thread was off.
+    pub off_cpu: Option<OffCpuReason>,
 }
 
-/// Samples accumulated over a window: counts per (process, stacks), and the processes as they
-/// were read while they ran.
+/// Which of a window's profiles to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ProfileKind {
+    /// CPU samples: `samples`/`count`, period `cpu`/`nanoseconds`.
+    Cpu,
+    /// Time off CPU: `off_cpu`/`nanoseconds`, with the `off_cpu_reason` label.
+    OffCpu,
+}
+
+impl ProfileKind {
+    /// The name the server files it under.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProfileKind::Cpu => PROFILE_NAME,
+            ProfileKind::OffCpu => OFF_CPU_PROFILE_NAME,
+        }
+    }
+
+    fn keeps(self, key: &RawKey) -> bool {
+        match self {
+            ProfileKind::Cpu => key.off_cpu.is_none(),
+            ProfileKind::OffCpu => key.off_cpu.is_some(),
+        }
+    }
+}
+
+/// Samples accumulated over a window: counts per (process, stacks) for CPU samples, nanoseconds
+/// per (process, stacks, reason) for off-CPU time, and the processes as they were read while
+/// they ran.
 #[derive(Debug, Clone)]
 pub(crate) struct RawProfile {
     pub start: SystemTime,
@@ -70,6 +103,7 @@ impl RawProfile {
                 user: d.user.clone(),
                 kernel: d.kernel.clone(),
                 end: d.end,
+                off_cpu: d.off_cpu,
             };
             *self.samples.entry(key).or_default() += d.count;
             if let Some(p) = processes.get(&d.pid) {
@@ -78,10 +112,10 @@ impl RawProfile {
         }
     }
 
-    /// Samples per process, most first.
+    /// CPU samples per process, most first.
     pub fn per_process(&self) -> Vec<(Arc<ProcessInfo>, u64)> {
         let mut totals: FxHashMap<u32, u64> = FxHashMap::default();
-        for (key, count) in &self.samples {
+        for (key, count) in self.samples.iter().filter(|(k, _)| k.off_cpu.is_none()) {
             *totals.entry(key.pid).or_default() += count;
         }
         let mut out: Vec<(Arc<ProcessInfo>, u64)> = totals
@@ -100,9 +134,18 @@ impl RawProfile {
         out
     }
 
-    /// Total samples.
+    /// Total CPU samples.
     pub fn total(&self) -> u64 {
-        self.samples.values().sum()
+        self.samples
+            .iter()
+            .filter(|(k, _)| k.off_cpu.is_none())
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Whether the window holds off-CPU time.
+    pub fn has_off_cpu(&self) -> bool {
+        self.samples.keys().any(|k| k.off_cpu.is_some())
     }
 }
 
@@ -140,35 +183,57 @@ pub(crate) struct BuildOptions {
     pub python_frames: Arc<std::sync::Mutex<crate::python::FrameTable>>,
 }
 
-/// Builds the pprof of `raw`: one sample per (process, stack), kernel frames above user ones,
-/// symbolized where possible; a frame that is not keeps its mapping and address.
+/// Builds the `kind` pprof of `raw`: one sample per (process, stack), kernel frames above user
+/// ones, symbolized where possible; a frame that is not keeps its mapping and address. Off-CPU
+/// samples also carry `off_cpu_reason` (`wait` or `preempted`).
 ///
 /// Location addresses are the frames' addresses, less one for return addresses (every frame
 /// but the first of each stack), so that they point into the call instruction and a later
 /// symbolizer finds the caller's line, as this one did.
 pub(crate) fn build(
     raw: &RawProfile,
+    kind: ProfileKind,
     filter: &Filter,
     symbolizer: &mut Symbolizer,
     options: &BuildOptions,
 ) -> proto::Profile {
     let mut b = Builder::default();
-    let samples_type = b.pprof.value_type("samples", "count");
-    let cpu_type = b.pprof.value_type("cpu", "nanoseconds");
+    let (sample_type, period_type, period) = match kind {
+        ProfileKind::Cpu => (
+            b.pprof.value_type("samples", "count"),
+            b.pprof.value_type("cpu", "nanoseconds"),
+            options.period_ns,
+        ),
+        // Each sample is its nanoseconds: the period is one of them.
+        ProfileKind::OffCpu => (
+            b.pprof.value_type("off_cpu", "nanoseconds"),
+            b.pprof.value_type("off_cpu", "nanoseconds"),
+            1,
+        ),
+    };
     let node = (!options.node.is_empty()).then(|| options.node.clone());
 
     let mut samples: FxHashMap<(Vec<u64>, u32), i64> = FxHashMap::default();
     let mut label_sets: Vec<Vec<proto::Label>> = Vec::new();
-    let mut label_set_of_pid: FxHashMap<u32, u32> = FxHashMap::default();
-    let mut keys: Vec<(&RawKey, &u64)> = raw.samples.iter().collect();
+    let mut label_set_of: FxHashMap<(u32, Option<OffCpuReason>), u32> = FxHashMap::default();
+    let mut keys: Vec<(&RawKey, &u64)> =
+        raw.samples.iter().filter(|(k, _)| kind.keeps(k)).collect();
     // A stable order makes ids, and so the output, deterministic.
     keys.sort_by(|a, b| {
-        (a.0.pid, &a.0.kernel[..], &a.0.user[..], a.0.end).cmp(&(
-            b.0.pid,
-            &b.0.kernel[..],
-            &b.0.user[..],
-            b.0.end,
-        ))
+        (
+            a.0.pid,
+            &a.0.kernel[..],
+            &a.0.user[..],
+            a.0.end,
+            a.0.off_cpu,
+        )
+            .cmp(&(
+                b.0.pid,
+                &b.0.kernel[..],
+                &b.0.user[..],
+                b.0.end,
+                b.0.off_cpu,
+            ))
     });
     for (key, &count) in keys {
         let info = raw.processes.get(&key.pid).map(Arc::as_ref);
@@ -176,7 +241,8 @@ pub(crate) fn build(
             continue;
         }
         let mut locations = Vec::with_capacity(key.kernel.len() + key.user.len());
-        for (i, &addr) in key.kernel.iter().enumerate() {
+        let kernel = without_tracing_frames(&key.kernel, symbolizer);
+        for (i, &addr) in kernel.iter().enumerate() {
             let addr = if i == 0 { addr } else { addr.wrapping_sub(1) };
             locations.push(b.kernel_location(addr, symbolizer));
         }
@@ -194,51 +260,56 @@ pub(crate) fn build(
         {
             locations.push(b.truncation_location(end));
         }
-        let set = *label_set_of_pid.entry(key.pid).or_insert_with(|| {
-            let mut labels = Vec::new();
-            let mut add = |b: &mut Builder, k: &str, v: &str| {
-                if !v.is_empty() {
-                    let key = b.pprof.string(k);
-                    let str = b.pprof.string(v);
-                    labels.push(proto::Label {
-                        key,
-                        str,
-                        ..Default::default()
-                    });
+        let set = *label_set_of
+            .entry((key.pid, key.off_cpu))
+            .or_insert_with(|| {
+                let mut labels = Vec::new();
+                let mut add = |b: &mut Builder, k: &str, v: &str| {
+                    if !v.is_empty() {
+                        let key = b.pprof.string(k);
+                        let str = b.pprof.string(v);
+                        labels.push(proto::Label {
+                            key,
+                            str,
+                            ..Default::default()
+                        });
+                    }
+                };
+                add(&mut b, "pid", &key.pid.to_string());
+                if let Some(info) = info {
+                    add(&mut b, "comm", &info.comm);
+                    add(
+                        &mut b,
+                        "executable",
+                        info.executable.as_deref().unwrap_or(""),
+                    );
+                    add(
+                        &mut b,
+                        "systemd_unit",
+                        info.systemd_unit.as_deref().unwrap_or(""),
+                    );
+                    add(
+                        &mut b,
+                        "container_id",
+                        info.container_id.as_deref().unwrap_or(""),
+                    );
+                    if let Some((runtime, version)) = info.runtime() {
+                        add(&mut b, "runtime", runtime);
+                        add(&mut b, "runtime_version", version);
+                    }
                 }
-            };
-            add(&mut b, "pid", &key.pid.to_string());
-            if let Some(info) = info {
-                add(&mut b, "comm", &info.comm);
-                add(
-                    &mut b,
-                    "executable",
-                    info.executable.as_deref().unwrap_or(""),
-                );
-                add(
-                    &mut b,
-                    "systemd_unit",
-                    info.systemd_unit.as_deref().unwrap_or(""),
-                );
-                add(
-                    &mut b,
-                    "container_id",
-                    info.container_id.as_deref().unwrap_or(""),
-                );
-                if let Some((runtime, version)) = info.runtime() {
-                    add(&mut b, "runtime", runtime);
-                    add(&mut b, "runtime_version", version);
+                if let Some(node) = &node {
+                    add(&mut b, "node", node);
                 }
-            }
-            if let Some(node) = &node {
-                add(&mut b, "node", node);
-            }
-            for (name, value) in &options.external_labels {
-                add(&mut b, name, value);
-            }
-            label_sets.push(labels);
-            (label_sets.len() - 1) as u32
-        });
+                for (name, value) in &options.external_labels {
+                    add(&mut b, name, value);
+                }
+                if let Some(reason) = key.off_cpu {
+                    add(&mut b, "off_cpu_reason", reason.as_str());
+                }
+                label_sets.push(labels);
+                (label_sets.len() - 1) as u32
+            });
         *samples.entry((locations, set)).or_default() += count as i64;
     }
     let mut samples: Vec<proto::Sample> = samples
@@ -257,14 +328,36 @@ pub(crate) fn build(
     let time_nanos = nanos_since_epoch(raw.start);
     let duration_nanos = (nanos_since_epoch(raw.end) - time_nanos).max(1);
     proto::Profile {
-        sample_type: vec![samples_type],
+        sample_type: vec![sample_type],
         sample: samples,
         time_nanos,
         duration_nanos,
-        period_type: Some(cpu_type),
-        period: options.period_ns,
+        period_type: Some(period_type),
+        period,
         ..b.pprof.finish()
     }
+}
+
+/// Prefixes of the kernel functions that run a BPF program from a tracepoint: the innermost
+/// frames of a stack taken in one (an off-CPU start, at `sched_switch`), which are the agent's
+/// own and not the thread's.
+const TRACING_FRAMES: &[&str] = &["bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_"];
+
+/// `kernel` (leaf first) without its innermost frames of the BPF tracing machinery.
+fn without_tracing_frames<'a>(kernel: &'a [u64], symbolizer: &mut Symbolizer) -> &'a [u64] {
+    let skip = kernel
+        .iter()
+        .take_while(|&&addr| {
+            symbolizer.symbolize_kernel(addr).is_some_and(|frames| {
+                frames.iter().any(|f| {
+                    TRACING_FRAMES
+                        .iter()
+                        .any(|prefix| f.function.starts_with(prefix))
+                })
+            })
+        })
+        .count();
+    &kernel[skip..]
 }
 
 fn nanos_since_epoch(t: SystemTime) -> i64 {
@@ -522,6 +615,7 @@ mod tests {
                 user: Arc::from(vec![addr + 1, 0x10]),
                 kernel: Arc::from(vec![]),
                 count: 3,
+                off_cpu: None,
                 end: Some(StackEnd::Complete),
             },
             DrainedStack {
@@ -529,12 +623,58 @@ mod tests {
                 user: Arc::from(vec![0x1234]),
                 kernel: Arc::from(vec![]),
                 count: 2,
+                off_cpu: None,
                 end: Some(StackEnd::DepthLimit),
+            },
+            // 5 ms off CPU in a wait, under the same stack as the first.
+            DrainedStack {
+                pid,
+                user: Arc::from(vec![addr + 1, 0x10]),
+                kernel: Arc::from(vec![]),
+                count: 5_000_000,
+                off_cpu: Some(OffCpuReason::Wait),
+                end: Some(StackEnd::Complete),
             },
         ];
         raw.add(&drained, &processes);
         raw.add(&drained[..1], &processes);
         (raw, addr)
+    }
+
+    #[test]
+    fn off_cpu_time_is_its_own_profile_with_the_reason() {
+        let (raw, _) = raw_of_this_process();
+        assert!(raw.has_off_cpu());
+        let mut symbolizer = Symbolizer::new(Options::default());
+        let options = BuildOptions {
+            period_ns: 1_000_000_000 / 19,
+            node: String::new(),
+            external_labels: vec![],
+            debuginfod: None,
+            perf_maps: Default::default(),
+            python_frames: Default::default(),
+        };
+        let p = build(
+            &raw,
+            ProfileKind::OffCpu,
+            &Filter::default(),
+            &mut symbolizer,
+            &options,
+        );
+        let s = |i: i64| p.string_table[i as usize].as_str();
+        assert_eq!(
+            (s(p.sample_type[0].r#type), s(p.sample_type[0].unit)),
+            ("off_cpu", "nanoseconds")
+        );
+        assert_eq!(p.period, 1);
+        assert_eq!(p.sample.len(), 1);
+        assert_eq!(p.sample[0].value, [5_000_000]);
+        let reason = p.sample[0]
+            .label
+            .iter()
+            .find(|l| s(l.key) == "off_cpu_reason")
+            .map(|l| s(l.str));
+        assert_eq!(reason, Some("wait"));
     }
 
     #[test]
@@ -550,7 +690,13 @@ mod tests {
             perf_maps: Default::default(),
             python_frames: Default::default(),
         };
-        let p = build(&raw, &Filter::default(), &mut symbolizer, &options);
+        let p = build(
+            &raw,
+            ProfileKind::Cpu,
+            &Filter::default(),
+            &mut symbolizer,
+            &options,
+        );
         let s = |i: i64| p.string_table[i as usize].as_str();
         assert_eq!(
             (s(p.sample_type[0].r#type), s(p.sample_type[0].unit)),
@@ -625,7 +771,9 @@ mod tests {
             comm: None,
         };
         assert_eq!(
-            build(&raw, &by_pid, &mut symbolizer, &options).sample.len(),
+            build(&raw, ProfileKind::Cpu, &by_pid, &mut symbolizer, &options)
+                .sample
+                .len(),
             1
         );
         let comm = raw.processes[&std::process::id()].comm.clone();
@@ -633,7 +781,7 @@ mod tests {
             pid: None,
             comm: Some(comm),
         };
-        let p = build(&raw, &by_comm, &mut symbolizer, &options);
+        let p = build(&raw, ProfileKind::Cpu, &by_comm, &mut symbolizer, &options);
         assert_eq!(p.sample.len(), 1);
         assert_eq!(p.sample[0].value, vec![6]);
         let none = Filter {
@@ -641,7 +789,7 @@ mod tests {
             comm: Some("no-such-comm".into()),
         };
         assert!(
-            build(&raw, &none, &mut symbolizer, &options)
+            build(&raw, ProfileKind::Cpu, &none, &mut symbolizer, &options)
                 .sample
                 .is_empty()
         );

@@ -48,6 +48,15 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// First wait after a failure.
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 
+/// One profile to push: its gzipped pprof and the name the server files it under.
+#[derive(Debug, Clone)]
+pub(crate) struct Push {
+    /// `__name__`: [`crate::profile::PROFILE_NAME`], or [`crate::profile::OFF_CPU_PROFILE_NAME`].
+    pub name: &'static str,
+    /// Gzipped pprof.
+    pub body: Vec<u8>,
+}
+
 /// A push that failed, and whether trying the same body again may succeed.
 #[derive(Debug)]
 pub(crate) struct PushError {
@@ -112,20 +121,26 @@ impl Pusher {
         let client = builder
             .build()
             .map_err(|e| config(format!("cannot build the HTTP client: {e}")))?;
-        let query: String = form_urlencoded::Serializer::new(String::new())
-            .append_pair("__name__", crate::profile::PROFILE_NAME)
-            .finish();
         Ok(Pusher {
             client,
-            url: format!("{base}/api/v1/write?{query}"),
+            url: format!("{base}/api/v1/write"),
             token: remote.bearer_token.clone(),
             token_file: remote.bearer_token_file.clone(),
             max_pending: remote.max_pending_windows.max(1),
         })
     }
 
-    /// Sends one gzipped pprof; the error says what the server answered.
-    pub(crate) async fn push(&self, body: Vec<u8>) -> Result<(), PushError> {
+    /// The URL a profile named `name` is pushed to (the server's `__name__`).
+    fn url_of(&self, name: &str) -> String {
+        let query: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("__name__", name)
+            .finish();
+        format!("{}?{query}", self.url)
+    }
+
+    /// Sends one gzipped pprof under `name`; the error says what the server answered.
+    pub(crate) async fn push(&self, name: &str, body: Vec<u8>) -> Result<(), PushError> {
+        let url = self.url_of(name);
         let token = match &self.token_file {
             Some(file) => Some(read_token(file).map_err(|message| PushError {
                 message,
@@ -135,14 +150,14 @@ impl Pusher {
         };
         let mut request = self
             .client
-            .post(&self.url)
+            .post(&url)
             .header("content-type", "application/vnd.google.protobuf+gzip")
             .body(body);
         if let Some(token) = token {
             request = request.bearer_auth(token);
         }
         let response = request.send().await.map_err(|e| PushError {
-            message: format!("POST {}: {}", self.url, error_chain(&e)),
+            message: format!("POST {url}: {}", error_chain(&e)),
             retry: true,
         })?;
         let status = response.status();
@@ -154,14 +169,14 @@ impl Pusher {
         // the server refuses would be refused again.
         let retry = status.is_server_error() || matches!(status.as_u16(), 401 | 403 | 408 | 429);
         Err(PushError {
-            message: format!("POST {}: {status}: {}", self.url, text.trim()),
+            message: format!("POST {url}: {status}: {}", text.trim()),
             retry,
         })
     }
 
-    /// The URL pushed to.
-    pub fn url(&self) -> &str {
-        &self.url
+    /// The URL the CPU profile is pushed to.
+    pub fn url(&self) -> String {
+        self.url_of(crate::profile::PROFILE_NAME)
     }
 
     /// Pushes the windows that come in `windows` in order until the channel closes. Failed
@@ -170,12 +185,12 @@ impl Pusher {
     /// is counted in `metrics`.
     pub(crate) async fn run(
         self,
-        mut windows: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+        mut windows: tokio::sync::mpsc::UnboundedReceiver<Push>,
         metrics: &Metrics,
     ) {
-        let mut queue: VecDeque<Vec<u8>> = VecDeque::new();
+        let mut queue: VecDeque<Push> = VecDeque::new();
         let mut backoff = FIRST_BACKOFF;
-        let enqueue = |queue: &mut VecDeque<Vec<u8>>, body: Vec<u8>| {
+        let enqueue = |queue: &mut VecDeque<Push>, body: Push| {
             queue.push_back(body);
             while queue.len() > self.max_pending {
                 queue.pop_front();
@@ -198,7 +213,7 @@ impl Pusher {
                 }
                 continue;
             };
-            match self.push(body).await {
+            match self.push(body.name, body.body).await {
                 Ok(()) => {
                     queue.pop_front();
                     metrics.pushes.fetch_add(1, Relaxed);
@@ -273,6 +288,10 @@ mod tests {
             p.url(),
             "https://127.0.0.1:7070/api/v1/write?__name__=parca_agent"
         );
+        assert_eq!(
+            p.url_of(crate::profile::OFF_CPU_PROFILE_NAME),
+            "https://127.0.0.1:7070/api/v1/write?__name__=parca_agent_off_cpu"
+        );
         let insecure = RemoteStore {
             insecure: true,
             ..RemoteStore::new("127.0.0.1:7070")
@@ -312,7 +331,11 @@ mod tests {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let task = tokio::spawn(pusher.run(rx, metrics));
         for i in 0..5u8 {
-            tx.send(vec![i]).unwrap();
+            tx.send(Push {
+                name: crate::profile::PROFILE_NAME,
+                body: vec![i],
+            })
+            .unwrap();
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         drop(tx);

@@ -296,6 +296,78 @@ fn columns_header(bytes: &[u8]) -> (Value, usize) {
     (header, at)
 }
 
+/// A CPU profile whose flame graph has `1 + width + width²` nodes: `width` functions under
+/// the root, each calling the `width` others of a second set, one sample per (caller, callee)
+/// with its own value.
+fn wide_profile(width: u64) -> Vec<u8> {
+    let mut b = parca_pprof::ProfileBuilder::new();
+    let cpu = b.value_type("cpu", "nanoseconds");
+    let locations: Vec<u64> = (0..2 * width)
+        .map(|i| {
+            let level = if i < width { "caller" } else { "callee" };
+            let f = b.function(&format!("pkg.{level}{i}"), "", "src/pkg.go", 0);
+            b.add_location(0, 0, &[(f, 1 + i as i64)])
+        })
+        .collect();
+    for caller in 0..width {
+        for callee in 0..width {
+            let value = 1_000_000 * (1 + ((caller * width + callee) % 7) as i64);
+            b.sample(
+                vec![
+                    locations[(width + callee) as usize],
+                    locations[caller as usize],
+                ],
+                vec![value],
+                vec![],
+            );
+        }
+    }
+    let p = parca_pprof::proto::Profile {
+        sample_type: vec![cpu],
+        period_type: Some(cpu),
+        period: 10_000_000,
+        time_nanos: 1_700_000_000_000_000_000,
+        duration_nanos: 10_000_000_000,
+        ..b.finish()
+    };
+    parca_pprof::encode(&p, true)
+}
+
+#[tokio::test]
+async fn a_flame_graph_of_a_million_nodes_is_served_whole_by_default() {
+    let server = Server::ready().await;
+    let width = 1000u64;
+    let (status, body) = server
+        .post(
+            "/api/v1/write?__name__=process_cpu&job=wide",
+            wide_profile(width),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let query = enc(&format!("merge({CPU}{{job=\"wide\"}})"));
+    let window = "start=1699999990&end=1700000020";
+    let response = server
+        .client
+        .get(format!(
+            "{}/api/v1/query?query={query}&{window}&format=columns",
+            server.base
+        ))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(response.status(), 200);
+    let bytes = response.bytes().await.expect("body");
+    let (header, _) = columns_header(&bytes);
+    let graph = &header["graphs"][0];
+    // Every node, none folded into an "other" bucket, and the exact total.
+    assert_eq!(graph["nodes"].as_u64(), Some(1 + width + width * width));
+    assert!(graph.get("omitted_nodes").is_none(), "{graph}");
+    let total: i64 = (0..width * width)
+        .map(|i| 1_000_000 * (1 + (i % 7) as i64))
+        .sum();
+    assert_eq!(graph["total"].as_i64(), Some(total));
+}
+
 #[tokio::test]
 async fn merge_by_gives_one_graph_per_group_in_columns() {
     let server = Server::ready().await;

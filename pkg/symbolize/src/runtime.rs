@@ -62,7 +62,9 @@ pub fn read_python_runtime(file: &File, path: &Path) -> Result<Option<PythonRunt
             .into_iter()
             .flat_map(|table| table.symbols()),
     );
-    for symbol in symbols {
+    // Only symbols defined here: a program linked against libpython (pyenv's `--enable-shared`
+    // builds) imports `_PyRuntime` undefined, at address 0; the interpreter is the library.
+    for symbol in symbols.filter(|s| !s.is_undefined() && s.address() != 0) {
         let name = symbol.name().unwrap_or("");
         let range = symbol.address()..symbol.address() + symbol.size().max(1);
         match name {

@@ -1,72 +1,8 @@
-// pprof written by hand for the browser tests and the render benchmark: the protobuf wire format
-// (`Writer`), and small CPU profiles whose samples carry span and trace ids (`spanPprof`).
+// Small CPU profiles whose samples carry span and trace ids (`spanPprof`), written by hand for the
+// browser tests with the synthetic profiles' protobuf writer.
 
 import { gzipSync } from 'node:zlib';
-
-/** Protobuf wire format, just what the tests' pprof writers need. */
-export class Writer {
-  constructor() {
-    this.buf = Buffer.alloc(64);
-    this.at = 0;
-  }
-
-  room(n) {
-    if (this.at + n <= this.buf.length) return;
-    const next = Buffer.alloc(Math.max(this.buf.length * 2, this.at + n));
-    this.buf.copy(next, 0, 0, this.at);
-    this.buf = next;
-  }
-
-  varint(v) {
-    this.room(10);
-    if (v >= 0 && v < 2 ** 31) {
-      let y = v;
-      while (y >= 0x80) {
-        this.buf[this.at++] = (y & 0x7f) | 0x80;
-        y >>>= 7;
-      }
-      this.buf[this.at++] = y;
-      return;
-    }
-    let x = BigInt.asUintN(64, BigInt(v));
-    while (x >= 0x80n) {
-      this.buf[this.at++] = Number(x & 0x7fn) | 0x80;
-      x >>= 7n;
-    }
-    this.buf[this.at++] = Number(x);
-  }
-
-  raw(bytes) {
-    this.room(bytes.length);
-    this.buf.set(bytes, this.at);
-    this.at += bytes.length;
-  }
-
-  varintField(field, v) {
-    this.varint(field << 3);
-    this.varint(v);
-  }
-
-  bytesField(field, bytes) {
-    this.varint((field << 3) | 2);
-    this.varint(bytes.length);
-    this.raw(bytes);
-  }
-
-  messageField(field, m) {
-    this.bytesField(field, m.bytes());
-  }
-
-  packedField(field, values) {
-    const m = new Writer();
-    for (const v of values) m.varint(v);
-    this.bytesField(field, m.bytes());
-  }
-
-  bytes() {
-    return this.buf.subarray(0, this.at);
-  }
-}
+import { Writer } from './synthetic.mjs';
 
 /**
  * A CPU profile (gzipped pprof) at `timeMs` of `spans` (`[{span_id, trace_id, nanos}]`): per
