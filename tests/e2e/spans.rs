@@ -34,6 +34,9 @@ use crate::server_harness::{
 };
 
 const CPU: &str = "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta";
+/// The series of the Go program, and of the Python one.
+const GO_SERIES: &str = "{job=\"go-spans\"}";
+const PYTHON_SERIES: &str = "{service_name=\"e2e-python-spans\"}";
 
 /// Per span id, the CPU nanoseconds of the samples labelled with it in a pushed pprof file, and
 /// the span's trace.
@@ -95,13 +98,10 @@ fn run_go(binary: &Path, server: &Server, out: &Path, first: usize, rounds: usiz
     );
 }
 
-/// The series of job go-spans, as label maps.
-fn series(server: &Server) -> Vec<Value> {
+/// The series `selector` matches, as label maps.
+fn series(server: &Server, selector: &str) -> Vec<Value> {
     let data = server
-        .api(&format!(
-            "/api/v1/series?match[]={}",
-            encode("{job=\"go-spans\"}")
-        ))
+        .api(&format!("/api/v1/series?match[]={}", encode(selector)))
         .expect("series");
     data.as_array().cloned().expect("a list")
 }
@@ -145,10 +145,10 @@ fn go_runtime_pprof_span_labels_are_per_sample_and_select_each_span() {
     let out = tempfile::tempdir().expect("tempdir");
 
     run_go(&go, &server, out.path(), 0, 2, 5);
-    let before = series(&server);
+    let before = series(&server, GO_SERIES);
     assert_eq!(before.len(), 2, "one series per sample type: {before:?}");
     run_go(&go, &server, out.path(), 2, 2, 20);
-    let after = series(&server);
+    let after = series(&server, GO_SERIES);
     assert_eq!(after, before, "50 spans, the same series");
     for s in &after {
         assert_eq!(s["handler"], "/work", "{s}");
@@ -260,17 +260,6 @@ fn run_python(python: &Path, server: &Server, requests: usize) -> Vec<(String, S
         .collect()
 }
 
-/// The series of the Python program.
-fn python_series(server: &Server) -> Vec<Value> {
-    let data = server
-        .api(&format!(
-            "/api/v1/series?match[]={}",
-            encode("{service_name=\"e2e-python-spans\"}")
-        ))
-        .expect("series");
-    data.as_array().cloned().expect("a list")
-}
-
 /// Waits until every span of `spans` has a profile whose largest function is `span_hot_work`.
 fn check_python_spans(server: &Server, spans: &[(String, String)]) {
     poll(
@@ -314,11 +303,11 @@ fn python_spans_of_pyroscope_otel_are_per_sample_and_select_each_span() {
     };
     let first = run_python(&python, &server, 5);
     check_python_spans(&server, &first);
-    let before = python_series(&server);
+    let before = series(&server, PYTHON_SERIES);
     assert!(!before.is_empty() && before.len() <= 2, "{before:?}");
     let second = run_python(&python, &server, 20);
     check_python_spans(&server, &second);
-    let after = python_series(&server);
+    let after = series(&server, PYTHON_SERIES);
     assert_eq!(after, before, "25 spans, the same series");
     for s in &after {
         assert!(
@@ -377,17 +366,10 @@ fn otlp_links_are_per_sample_spans() {
     let Some((python, server)) = target_and_server("python-otlp", "opentelemetry-proto") else {
         return;
     };
-    let otlp_series = || {
-        server
-            .api(&format!(
-                "/api/v1/series?match[]={}",
-                encode("{service_name=\"otlp-spans\"}")
-            ))
-            .expect("series")
-    };
+    let otlp_series = || series(&server, "{service_name=\"otlp-spans\"}");
     let mut spans = send_links(&python, &server, 3);
     let before = otlp_series();
-    assert_eq!(before.as_array().map(Vec::len), Some(1), "{before}");
+    assert_eq!(before.len(), 1, "{before:?}");
     spans.extend(send_links(&python, &server, 12));
     assert_eq!(otlp_series(), before, "15 spans, the same series");
     const SAMPLES: &str = "process_cpu:samples:count:cpu:nanoseconds:delta";
