@@ -476,3 +476,27 @@ fn exemplars_are_the_largest_spans_of_each_series() {
             .is_empty()
     );
 }
+
+#[test]
+fn a_range_query_with_a_span_matcher_counts_that_span_only() {
+    let (_dir, engine, profile) = span_store();
+    let span_total: i64 = (0..profile.samples.len())
+        .filter(|&i| i % 4 == 2)
+        .map(|i| profile.samples.values[i])
+        .sum();
+    let range = |q: &str| {
+        let expr = parca_querylang::parse(q).expect("valid query");
+        let query = RangeQuery {
+            start_ms: 1_020_000,
+            end_ms: 1_020_000,
+            step_ms: 10_000,
+        };
+        let series = engine.range(&expr, &query).expect("evaluates");
+        series[0].points[0].value
+    };
+    assert_eq!(
+        range(&format!("{CPU}{{span_id=\"{:016x}\"}}", 2)),
+        span_total as f64
+    );
+    assert_eq!(range(CPU), profile.total() as f64);
+}
