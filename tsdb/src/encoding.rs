@@ -193,6 +193,10 @@ const SAMPLES_HAVE_SPANS: u8 = 2;
 /// Returns the sum of the values. A diff's base column is not stored.
 pub(crate) fn encode_samples(samples: &Samples, out: &mut Vec<u8>) -> i64 {
     let n = samples.len();
+    debug_assert!(
+        samples.spans.as_ref().is_none_or(|s| s.rows.len() == n),
+        "a span column has a row per sample"
+    );
     let spans = samples
         .spans
         .as_ref()
