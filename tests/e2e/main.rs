@@ -25,6 +25,7 @@ mod server;
 mod server_harness;
 mod server_import;
 mod server_push;
+mod spans;
 mod store_faults;
 mod support;
 mod tsdb_crash;

@@ -4,6 +4,8 @@
 #                                      mode and prints the binary's path
 #   tests/tools/targets.sh go-client   builds tests/targets/go-client (Go's net/http client, HTTP/2
 #                                      over TLS) the same way and prints the binary's path
+#   tests/tools/targets.sh go-spans    builds tests/targets/go-spans (runtime/pprof labels with span
+#                                      and trace ids) the same way and prints the binary's path
 #   tests/tools/targets.sh python      makes a venv with tests/targets/python/requirements.txt
 #                                      (every version pinned) and prints its python's path
 #   tests/tools/targets.sh prometheus  prints the path of Debian's prometheus
@@ -28,7 +30,7 @@
 #                                      protobuf-ts' transports, tests/targets/parca-client/
 #                                      package-lock.json) with npm, bundles client.mjs with
 #                                      esbuild and prints the bundle's path (run it with node)
-#   tests/tools/targets.sh all         all eleven, one per line
+#   tests/tools/targets.sh all         all twelve, one per line
 # Everything is built into ${PARCA_TESTS_CACHE:-~/.cache/parca-tests}/targets, never into the
 # repository. Run as root, it installs the Debian packages it needs (golang-go, prometheus,
 # python3-venv); otherwise it says what is missing and exits 1, and the tests skip.
@@ -64,6 +66,7 @@ go_build() {
 
 go_target() { go_build go e2e-go-target; }
 go_client_target() { go_build go-client e2e-go-client; }
+go_spans_target() { go_build go-spans e2e-go-spans; }
 
 # python_venv REQUIREMENTS: makes (once) a venv with that pinned requirements file, named after
 # its hash, and prints its python's path.
@@ -119,6 +122,7 @@ prometheus_target() {
 case ${1:-all} in
   go) go_target ;;
   go-client) go_client_target ;;
+  go-spans) go_spans_target ;;
   python) python_target ;;
   prometheus) prometheus_target ;;
   python-push) python_push_target ;;
@@ -128,9 +132,9 @@ case ${1:-all} in
   python-arrow) python_arrow_target ;;
   python-s3) python_s3_target ;;
   parca-client) parca_client_target ;;
-  all) go_target; go_client_target; python_target; prometheus_target; python_push_target; python_push_legacy_target
+  all) go_target; go_client_target; go_spans_target; python_target; prometheus_target; python_push_target; python_push_legacy_target
        python_promapi_target; python_otlp_target; python_arrow_target; python_s3_target
        parca_client_target ;;
-  *) echo "usage: $0 go|go-client|python|prometheus|python-push|python-push-legacy|python-promapi|python-otlp|python-arrow|python-s3|parca-client|all" >&2
+  *) echo "usage: $0 go|go-client|go-spans|python|prometheus|python-push|python-push-legacy|python-promapi|python-otlp|python-arrow|python-s3|parca-client|all" >&2
      exit 2 ;;
 esac

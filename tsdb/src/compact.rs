@@ -700,6 +700,128 @@ mod tests {
         app.commit().expect("commit");
     }
 
+    /// `p` with its samples spread over three spans (of one trace), row `i` in span `i % 3`,
+    /// every fifth row in none.
+    fn with_spans(p: &parca_profile::Profile, t: i64) -> parca_profile::Profile {
+        let mut p = p.clone();
+        let mut b = parca_profile::SpansBuilder::new(vec!["span_id".into(), "trace_id".into()]);
+        for i in 0..p.samples.len() {
+            if i % 5 == 4 {
+                b.push(&[String::new(), String::new()]);
+            } else {
+                b.push(&[
+                    format!("{:016x}", t * 10 + (i % 3) as i64),
+                    format!("{t:032x}"),
+                ]);
+            }
+        }
+        p.samples.spans = b.finish();
+        p
+    }
+
+    #[test]
+    fn span_selections_agree_before_and_after_cut_compaction_and_reopen() {
+        use crate::{MatchOp, Matcher};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cpu = corpus("go/go-cpu.pb.gz", "cpu");
+        let labels = series_labels("cpu", "api", "a");
+        let mut rng = Lcg(3);
+        let mut want_span = 0i64; // span 1 of time 500
+        let mut want_trace = 0i64; // every span of time 500
+        let db = Db::open(dir.path(), options(i64::MAX / 4)).expect("open");
+        for t in (0..6000).step_by(100) {
+            let p = with_spans(&vary(&cpu, &mut rng), t);
+            if t == 500 {
+                let spans = p.samples.spans.as_ref().expect("spans");
+                for i in 0..p.samples.len() {
+                    if let Some(span) = spans.span_of(i) {
+                        want_trace += p.samples.values[i];
+                        if span[0] == format!("{:016x}", 5001) {
+                            want_span += p.samples.values[i];
+                        }
+                    }
+                }
+            }
+            let mut app = db.appender();
+            app.append(&labels, t, &p).expect("append");
+            app.commit().expect("commit");
+        }
+        assert!(want_span > 0 && want_trace > want_span);
+        let span = |v: &str| vec![Matcher::new(MatchOp::Equal, "span_id", v).expect("valid")];
+        let check = |db: &Db, when: &str| {
+            let merged = |m: Vec<Matcher>| {
+                db.querier(i64::MIN, i64::MAX)
+                    .with_span_matchers(m)
+                    .merge(&[])
+                    .expect("merge")
+                    .map_or(0, |p| p.total())
+            };
+            assert_eq!(merged(span(&format!("{:016x}", 5001))), want_span, "{when}");
+            let trace = vec![
+                Matcher::new(MatchOp::Equal, "trace_id", format!("{:032x}", 500)).expect("valid"),
+            ];
+            assert_eq!(merged(trace), want_trace, "{when}");
+            let list = vec![
+                Matcher::new(
+                    MatchOp::Re,
+                    "span_id",
+                    format!("{:016x}|{:016x}", 5001, 5000),
+                )
+                .expect("valid"),
+            ];
+            let two = merged(list);
+            assert!(two > want_span && two < want_trace, "{when}");
+            assert_eq!(merged(span("ffffffffffffffff")), 0, "{when}");
+            // The largest spans of the series; of one trace, all three.
+            let largest = db
+                .querier(i64::MIN, i64::MAX)
+                .largest_spans(&[], 4)
+                .expect("spans");
+            assert_eq!(largest.len(), 1, "{when}");
+            assert_eq!(largest[0].spans.len(), 4, "{when}");
+            let trace = vec![
+                Matcher::new(MatchOp::Equal, "trace_id", format!("{:032x}", 500)).expect("valid"),
+            ];
+            let of_trace = db
+                .querier(i64::MIN, i64::MAX)
+                .with_span_matchers(trace)
+                .largest_spans(&[], 10)
+                .expect("spans");
+            let spans = &of_trace[0].spans;
+            assert_eq!(spans.len(), 3, "{when}");
+            assert_eq!(
+                spans.iter().map(|s| s.value).sum::<i64>(),
+                want_trace,
+                "{when}"
+            );
+            assert!(spans.iter().all(|s| s.timestamp_ms == 500), "{when}");
+            assert_eq!(spans[0].attributes[1].0, "trace_id", "{when}");
+            let one = spans
+                .iter()
+                .find(|s| s.attributes[0].1 == format!("{:016x}", 5001))
+                .expect("span 5001");
+            assert_eq!(one.value, want_span, "{when}");
+            // Selected profiles keep their spans.
+            let all = db.querier(i64::MIN, i64::MAX).select(&[]).expect("select");
+            let (_, p) = &all[0].profiles[5];
+            let spans = p.samples.spans.as_ref().expect("spans survive");
+            assert_eq!(spans.names, ["span_id", "trace_id"], "{when}");
+            assert_eq!(spans.spans.len(), 3, "{when}");
+        };
+        check(&db, "in the head");
+        drop(db);
+        let db = Db::open(dir.path(), options(i64::MAX / 4)).expect("reopen");
+        check(&db, "after WAL replay");
+        drop(db);
+        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        db.compact().expect("compact");
+        assert!(blocks_of(&db).iter().any(|b| b.meta.compaction.level >= 2));
+        check(&db, "in blocks");
+        drop(db);
+        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        check(&db, "after reopen");
+    }
+
     #[test]
     fn a_cut_truncates_the_wal_and_keeps_head_memory_small() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -10,7 +10,7 @@ use parca_profile::tables::{
     Function, Label, LabelSetId, LabelValue, Line, LocationId, Mapping, MappingId, StackId,
     StringId,
 };
-use parca_profile::{Samples, Tables};
+use parca_profile::{SampleSpans, Samples, SpansBuilder, Tables};
 
 /// What is wrong with some bytes, and where (offset from the start of the decoded slice).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +49,7 @@ pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
 }
 
 /// A cursor over untrusted bytes.
+#[derive(Clone)]
 pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
@@ -174,26 +175,38 @@ impl<'a> Reader<'a> {
 
 /// `flags` bit: a label-set column follows the values.
 const SAMPLES_HAVE_LABELS: u8 = 1;
+/// `flags` bit (format version 3): the rows are grouped by span, and a span section precedes the
+/// columns ([`encode_spans`]).
+const SAMPLES_HAVE_SPANS: u8 = 2;
 
 /// Encodes the samples of one profile. Rows are sorted by (stack, labels) first, so stack ids
 /// are written as deltas; values are divided by their greatest common divisor (CPU profiles'
 /// values are multiples of the period), zigzag varints.
 ///
 /// Layout: `n: uvarint, flags: u8, scale: uvarint, stacks_len: uvarint, values_len: uvarint`,
-/// then the columns: `n × stack delta: uvarint` (`stacks_len` bytes), `n × value/scale:
-/// ivarint` (`values_len` bytes), and `n × label set id: uvarint` if `flags & 1`. The column
-/// lengths let a reader walk the columns side by side in one pass.
+/// then, if `flags & 2`, the span section ([`encode_spans`]), then the columns: `n × stack
+/// delta: uvarint` (`stacks_len` bytes), `n × value/scale: ivarint` (`values_len` bytes), and
+/// `n × label set id: uvarint` if `flags & 1`. The column lengths let a reader walk the columns
+/// side by side in one pass. With spans, rows are sorted by (span, stack, labels) and the stack
+/// deltas start again from 0 at each span's first row: which span a row belongs to costs nothing
+/// per sample.
 /// Returns the sum of the values. A diff's base column is not stored.
 pub(crate) fn encode_samples(samples: &Samples, out: &mut Vec<u8>) -> i64 {
     let n = samples.len();
-    let sorted = samples
-        .stacks
-        .windows(2)
-        .zip(samples.labels.windows(2))
-        .all(|(s, l)| (s[0], l[0]) < (s[1], l[1]));
+    debug_assert!(
+        samples.spans.as_ref().is_none_or(|s| s.rows.len() == n),
+        "a span column has a row per sample"
+    );
+    let spans = samples
+        .spans
+        .as_ref()
+        .filter(|s| s.rows.len() == n && !s.spans.is_empty());
+    let group = |i: usize| spans.map_or(0, |s| s.rows[i]);
+    let key = |i: usize| (group(i), samples.stacks[i], samples.labels[i]);
+    let sorted = (1..n).all(|i| key(i - 1) < key(i));
     let mut order: Vec<u32> = (0..n as u32).collect();
     if !sorted {
-        order.sort_unstable_by_key(|&i| (samples.stacks[i as usize], samples.labels[i as usize]));
+        order.sort_unstable_by_key(|&i| key(i as usize));
     }
     let g = samples
         .values
@@ -204,7 +217,12 @@ pub(crate) fn encode_samples(samples: &Samples, out: &mut Vec<u8>) -> i64 {
     let has_labels = samples.labels.iter().any(|&l| l != LabelSetId::EMPTY);
     let mut stacks = Vec::with_capacity(2 * n);
     let mut prev = 0u32;
+    let mut prev_group = 0u32;
     for &i in &order {
+        if group(i as usize) != prev_group {
+            prev_group = group(i as usize);
+            prev = 0;
+        }
         let s = samples.stacks[i as usize].0;
         put_uvarint(&mut stacks, u64::from(s - prev));
         prev = s;
@@ -218,10 +236,17 @@ pub(crate) fn encode_samples(samples: &Samples, out: &mut Vec<u8>) -> i64 {
     }
     out.reserve(stacks.len() + values.len() + 16);
     put_uvarint(out, n as u64);
-    out.push(if has_labels { SAMPLES_HAVE_LABELS } else { 0 });
+    let mut flags = if has_labels { SAMPLES_HAVE_LABELS } else { 0 };
+    if spans.is_some() {
+        flags |= SAMPLES_HAVE_SPANS;
+    }
+    out.push(flags);
     put_uvarint(out, scale);
     put_uvarint(out, stacks.len() as u64);
     put_uvarint(out, values.len() as u64);
+    if let Some(spans) = spans {
+        encode_spans(spans, &order, out);
+    }
     out.extend_from_slice(&stacks);
     out.extend_from_slice(&values);
     if has_labels {
@@ -230,6 +255,200 @@ pub(crate) fn encode_samples(samples: &Samples, out: &mut Vec<u8>) -> i64 {
         }
     }
     total
+}
+
+/// A span value's tag: 1…32 for lowercase hex of that many bytes (stored as the bytes), this
+/// for any other text (stored as a string); 0 for none.
+const SPAN_VALUE_TEXT: u8 = 0xff;
+
+/// Writes the span section: `n_names: uvarint`, the names as strings, `n_groups: uvarint`, then
+/// per group of consecutive rows (in `order`) `rows: uvarint` and per name its value: a tag byte
+/// (0: none; 1…32: lowercase hex of that many bytes, which follow; 255: a string follows). A
+/// group whose values are all none holds the rows without a span. Span and trace ids, hex of 8
+/// and 16 bytes, so take 9 and 17 bytes per span, once per profile.
+fn encode_spans(spans: &SampleSpans, order: &[u32], out: &mut Vec<u8>) {
+    put_uvarint(out, spans.names.len() as u64);
+    for name in &spans.names {
+        put_str(out, name);
+    }
+    let mut groups: Vec<(u32, u64)> = Vec::new();
+    for &i in order {
+        let g = spans.rows[i as usize];
+        match groups.last_mut() {
+            Some((last, rows)) if *last == g => *rows += 1,
+            _ => groups.push((g, 1)),
+        }
+    }
+    put_uvarint(out, groups.len() as u64);
+    for (g, rows) in groups {
+        put_uvarint(out, rows);
+        for k in 0..spans.names.len() {
+            let value = match g {
+                0 => "",
+                g => spans.spans[g as usize - 1]
+                    .get(k)
+                    .map_or("", String::as_str),
+            };
+            put_span_value(out, value);
+        }
+    }
+}
+
+fn put_span_value(out: &mut Vec<u8>, value: &str) {
+    if value.is_empty() {
+        out.push(0);
+        return;
+    }
+    let b = value.as_bytes();
+    let is_hex = b.len().is_multiple_of(2)
+        && b.len() <= 64
+        && b.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+    if is_hex {
+        out.push((b.len() / 2) as u8);
+        let nibble = |c: u8| if c <= b'9' { c - b'0' } else { c - b'a' + 10 };
+        out.extend(b.chunks(2).map(|p| nibble(p[0]) << 4 | nibble(p[1])));
+    } else {
+        out.push(SPAN_VALUE_TEXT);
+        put_str(out, value);
+    }
+}
+
+/// Reads one span value written by [`put_span_value`] into `out` (cleared first).
+fn read_span_value(r: &mut Reader<'_>, out: &mut String) -> Result<()> {
+    out.clear();
+    match r.u8()? {
+        0 => {}
+        SPAN_VALUE_TEXT => out.push_str(r.str()?),
+        n @ 1..=32 => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            for &byte in r.take(usize::from(n))? {
+                out.push(char::from(HEX[usize::from(byte >> 4)]));
+                out.push(char::from(HEX[usize::from(byte & 15)]));
+            }
+        }
+        tag => return r.fail(format!("unknown span value tag {tag}")),
+    }
+    Ok(())
+}
+
+/// The span section of one profile, read whole (what a span selection needs).
+#[derive(Debug, Default)]
+pub(crate) struct SpanSection {
+    pub names: Vec<String>,
+    /// Per group of consecutive rows: how many rows, and its value of each name.
+    pub groups: Vec<(usize, Vec<String>)>,
+}
+
+impl SpanSection {
+    fn read(r: &mut Reader<'_>, n: usize) -> Result<Self> {
+        let n_names = r.count(1, "span name")?;
+        let mut names = Vec::with_capacity(n_names);
+        for _ in 0..n_names {
+            names.push(r.str()?.to_owned());
+        }
+        let n_groups = r.count(1 + n_names, "span group")?;
+        let mut groups = Vec::with_capacity(n_groups);
+        let mut rows_total = 0usize;
+        for _ in 0..n_groups {
+            let rows = usize::try_from(r.uvarint()?).unwrap_or(usize::MAX);
+            rows_total = rows_total.saturating_add(rows);
+            if rows_total > n {
+                return r.fail(format!("span groups hold more than the {n} rows"));
+            }
+            let mut values = Vec::with_capacity(n_names);
+            for _ in 0..n_names {
+                let mut v = String::new();
+                read_span_value(r, &mut v)?;
+                values.push(v);
+            }
+            groups.push((rows, values));
+        }
+        if rows_total != n {
+            return r.fail(format!("span groups hold {rows_total} rows, not {n}"));
+        }
+        Ok(SpanSection { names, groups })
+    }
+
+    /// The value of `name` in group `g` (empty: none).
+    pub fn value(&self, g: usize, name: &str) -> &str {
+        self.names
+            .iter()
+            .position(|n| n == name)
+            .map_or("", |i| self.groups[g].1[i].as_str())
+    }
+}
+
+/// Walks the span section's groups without allocating: the row counts, in row order.
+#[derive(Clone)]
+struct GroupCursor<'a> {
+    r: Reader<'a>,
+    n_names: usize,
+    n_groups: usize,
+    groups_left: usize,
+    rows_left: usize,
+    /// Rows not yet given to a group.
+    rows_unassigned: u64,
+}
+
+impl<'a> GroupCursor<'a> {
+    /// Reads the names and the group count at `r`, and moves `r` past the whole section, whose
+    /// groups must hold `n` rows in all.
+    fn new(r: &mut Reader<'a>, n: usize) -> Result<Self> {
+        let n_names = r.count(1, "span name")?;
+        for _ in 0..n_names {
+            r.str()?;
+        }
+        let n_groups = r.count(1 + n_names, "span group")?;
+        let cursor = GroupCursor {
+            r: r.clone(),
+            n_names,
+            n_groups,
+            groups_left: n_groups,
+            rows_left: 0,
+            rows_unassigned: n as u64,
+        };
+        let mut skip = cursor.clone();
+        while skip.next_group()? {}
+        if skip.rows_unassigned != 0 {
+            return skip
+                .r
+                .fail(format!("span groups hold fewer than the {n} rows"));
+        }
+        r.pos = skip.r.pos;
+        Ok(cursor)
+    }
+
+    /// Moves to the next group; false when there is none.
+    fn next_group(&mut self) -> Result<bool> {
+        if self.groups_left == 0 {
+            return Ok(false);
+        }
+        self.groups_left -= 1;
+        let rows = self.r.uvarint()?;
+        if rows > self.rows_unassigned {
+            return self.r.fail("span groups hold more rows than the profile");
+        }
+        self.rows_unassigned -= rows;
+        self.rows_left = rows as usize;
+        for _ in 0..self.n_names {
+            match self.r.u8()? {
+                0 => {}
+                SPAN_VALUE_TEXT => {
+                    self.r.str()?;
+                }
+                n @ 1..=32 => {
+                    self.r.take(usize::from(n))?;
+                }
+                tag => return self.r.fail(format!("unknown span value tag {tag}")),
+            }
+        }
+        Ok(true)
+    }
+
+    /// The index of the group the cursor is in.
+    fn group(&self) -> usize {
+        self.n_groups - self.groups_left - 1
+    }
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
@@ -256,6 +475,16 @@ impl IdLimits {
     }
 }
 
+/// Which spans' samples a read keeps: per group of a profile's span section, whether its rows
+/// count. Rows without a span never match a selection by span.
+pub(crate) trait SpanSelect {
+    /// Whether the rows of group `g` of `section` are kept.
+    fn keeps(&self, section: &SpanSection, g: usize) -> bool;
+
+    /// Whether the rows of a profile without spans are kept (each value the empty one).
+    fn keeps_unspanned(&self) -> bool;
+}
+
 /// Calls `each(stack, labels, value)` for every sample of one profile encoded by
 /// [`encode_samples`] at the reader's position, in stored order, without allocating. Always
 /// inlined: the per-sample loop of every merge, whose `each` must be inlined into it (measured:
@@ -264,20 +493,122 @@ impl IdLimits {
 pub(crate) fn for_each_sample(
     r: &mut Reader<'_>,
     limits: IdLimits,
+    each: impl FnMut(StackId, LabelSetId, i64),
+) -> Result<()> {
+    for_each_sample_in(r, limits, None::<&NoSelect>, each)
+}
+
+/// A [`SpanSelect`] that is never asked (the type of "no selection").
+pub(crate) struct NoSelect;
+
+impl SpanSelect for NoSelect {
+    fn keeps(&self, _: &SpanSection, _: usize) -> bool {
+        true
+    }
+
+    fn keeps_unspanned(&self) -> bool {
+        true
+    }
+}
+
+/// [`for_each_sample`] over only the samples of the spans `select` keeps (all, with `None`).
+/// Only a read with a selection reads the span section whole (and allocates for it).
+#[inline(always)]
+pub(crate) fn for_each_sample_in(
+    r: &mut Reader<'_>,
+    limits: IdLimits,
+    select: Option<&impl SpanSelect>,
     mut each: impl FnMut(StackId, LabelSetId, i64),
 ) -> Result<()> {
-    let n = r.count(2, "sample")?;
-    let flags = r.u8()?;
-    if flags & !SAMPLES_HAVE_LABELS != 0 {
-        return r.fail(format!("unknown sample flags {flags:#x}"));
+    let header = Header::read(r)?;
+    let n = header.n;
+    if header.flags & SAMPLES_HAVE_SPANS != 0 {
+        let section_start = r.pos;
+        let mut cursor = GroupCursor::new(r, n)?;
+        let keep: Option<Vec<bool>> = match select {
+            None => None,
+            Some(select) => {
+                let mut section_reader = Reader {
+                    bytes: &r.bytes[..r.pos],
+                    pos: section_start,
+                };
+                let section = SpanSection::read(&mut section_reader, n)?;
+                Some(
+                    (0..section.groups.len())
+                        .map(|g| select.keeps(&section, g))
+                        .collect(),
+                )
+            }
+        };
+        return columns(r, &header, limits, &mut each, || {
+            // A new group starts the stack deltas again.
+            let mut started = false;
+            while cursor.rows_left == 0 {
+                if !cursor.next_group()? {
+                    return Err(DecodeError {
+                        offset: cursor.r.pos,
+                        what: format!("span groups hold fewer than {n} rows"),
+                    });
+                }
+                started = true;
+            }
+            cursor.rows_left -= 1;
+            let kept = keep.as_ref().is_none_or(|k| k[cursor.group()]);
+            Ok((started, kept))
+        });
     }
-    let scale = r.uvarint()?;
-    if scale == 0 || scale > i64::MAX as u64 {
-        return r.fail(format!("bad value scale {scale}"));
+    let kept = select.is_none_or(SpanSelect::keeps_unspanned);
+    columns(r, &header, limits, &mut each, || Ok((false, kept)))
+}
+
+/// The header of one profile's encoded samples ([`encode_samples`]), up to the span section.
+struct Header {
+    n: usize,
+    flags: u8,
+    scale: i64,
+    stacks_len: usize,
+    values_len: u64,
+}
+
+impl Header {
+    #[inline(always)]
+    fn read(r: &mut Reader<'_>) -> Result<Header> {
+        let n = r.count(2, "sample")?;
+        let flags = r.u8()?;
+        if flags & !(SAMPLES_HAVE_LABELS | SAMPLES_HAVE_SPANS) != 0 {
+            return r.fail(format!("unknown sample flags {flags:#x}"));
+        }
+        let scale = r.uvarint()?;
+        if scale == 0 || scale > i64::MAX as u64 {
+            return r.fail(format!("bad value scale {scale}"));
+        }
+        Ok(Header {
+            n,
+            flags,
+            scale: scale as i64,
+            stacks_len: r.count(1, "stack column byte")?,
+            values_len: r.uvarint()?,
+        })
     }
-    let scale = scale as i64;
-    let stacks_len = r.count(1, "stack column byte")?;
-    let values_len = r.uvarint()?;
+}
+
+/// The column walk of [`for_each_sample_in`], after the `header` (and span section): `row()`,
+/// called once per row in order, says whether the row starts a span group (its stack delta
+/// counts from 0) and whether it is kept.
+#[inline(always)]
+fn columns(
+    r: &mut Reader<'_>,
+    &Header {
+        n,
+        flags,
+        scale,
+        stacks_len,
+        values_len,
+    }: &Header,
+    limits: IdLimits,
+    each: &mut impl FnMut(StackId, LabelSetId, i64),
+    mut row: impl FnMut() -> Result<(bool, bool)>,
+) -> Result<()> {
     let stacks_start = r.pos;
     r.take(stacks_len)?;
     let mut stack_reader = Reader {
@@ -294,26 +625,11 @@ pub(crate) fn for_each_sample(
         pos: values_start,
     };
     let mut stack = 0u64;
-    if flags & SAMPLES_HAVE_LABELS == 0 {
-        for _ in 0..n {
-            stack = stack.saturating_add(stack_reader.uvarint()?);
-            if stack >= u64::from(limits.n_stacks) {
-                return stack_reader.fail(format!(
-                    "stack id {stack} is out of range ({} stacks)",
-                    limits.n_stacks
-                ));
-            }
-            let Some(value) = value_reader.ivarint()?.checked_mul(scale) else {
-                return value_reader.fail("value overflows after scaling");
-            };
-            each(StackId(stack as u32), LabelSetId::EMPTY, value);
-        }
-        if !stack_reader.is_empty() || !value_reader.is_empty() {
-            return r.fail("sample columns are longer than their samples");
-        }
-        return Ok(());
-    }
     for _ in 0..n {
+        let (restart, keep) = row()?;
+        if restart {
+            stack = 0;
+        }
         stack = stack.saturating_add(stack_reader.uvarint()?);
         if stack >= u64::from(limits.n_stacks) {
             return stack_reader.fail(format!(
@@ -321,8 +637,7 @@ pub(crate) fn for_each_sample(
                 limits.n_stacks
             ));
         }
-        let v = value_reader.ivarint()?;
-        let Some(value) = v.checked_mul(scale) else {
+        let Some(value) = value_reader.ivarint()?.checked_mul(scale) else {
             return value_reader.fail("value overflows after scaling");
         };
         let labels = if flags & SAMPLES_HAVE_LABELS != 0 {
@@ -330,7 +645,9 @@ pub(crate) fn for_each_sample(
         } else {
             LabelSetId::EMPTY
         };
-        each(StackId(stack as u32), labels, value);
+        if keep {
+            each(StackId(stack as u32), labels, value);
+        }
     }
     if !stack_reader.is_empty() || !value_reader.is_empty() {
         return r.fail("sample columns are longer than their samples");
@@ -338,10 +655,82 @@ pub(crate) fn for_each_sample(
     Ok(())
 }
 
-/// Decodes one profile's samples (see [`encode_samples`]).
+/// Calls `each(section, group, total)` for each span of one profile's encoded samples (see
+/// [`encode_samples`]) that `select` keeps (every one, with `None`), with the sum of its
+/// samples' values; rows without a span are skipped. Reads the span section and the value
+/// column only.
+pub(crate) fn for_each_span_total(
+    r: &mut Reader<'_>,
+    select: Option<&impl SpanSelect>,
+    mut each: impl FnMut(&SpanSection, usize, i64),
+) -> Result<()> {
+    let Header {
+        n,
+        flags,
+        scale,
+        stacks_len,
+        values_len,
+    } = Header::read(r)?;
+    if flags & SAMPLES_HAVE_SPANS == 0 {
+        return Ok(());
+    }
+    let section = SpanSection::read(r, n)?;
+    r.take(stacks_len)?;
+    let values = match usize::try_from(values_len) {
+        Ok(len) if len <= r.remaining() => r.take(len)?,
+        _ => return r.fail("value column runs past the end"),
+    };
+    let mut values = Reader::new(values);
+    for (g, (rows, span)) in section.groups.iter().enumerate() {
+        let mut total = 0i64;
+        for _ in 0..*rows {
+            let Some(v) = values.ivarint()?.checked_mul(scale) else {
+                return values.fail("value overflows after scaling");
+            };
+            total = total.wrapping_add(v);
+        }
+        if span.iter().any(|v| !v.is_empty()) && select.is_none_or(|s| s.keeps(&section, g)) {
+            each(&section, g, total);
+        }
+    }
+    Ok(())
+}
+
+/// Decodes one profile's samples (see [`encode_samples`]), its spans included.
 pub(crate) fn decode_samples(r: &mut Reader<'_>, limits: IdLimits) -> Result<Samples> {
+    let start = r.pos;
     let mut out = Samples::default();
     for_each_sample(r, limits, |s, l, v| {
+        out.stacks.push(s);
+        out.labels.push(l);
+        out.values.push(v);
+    })?;
+    out.spans = read_spans_of(&r.bytes[start..r.pos], out.len())?;
+    Ok(out)
+}
+
+/// The span column of one profile's encoded samples (already checked by a walk of them).
+fn read_spans_of(bytes: &[u8], n: usize) -> Result<Option<SampleSpans>> {
+    let mut r = Reader::new(bytes);
+    if Header::read(&mut r)?.flags & SAMPLES_HAVE_SPANS == 0 {
+        return Ok(None);
+    }
+    let section = SpanSection::read(&mut r, n)?;
+    let mut builder = SpansBuilder::new(section.names);
+    for (rows, values) in &section.groups {
+        builder.push_n(values, *rows);
+    }
+    Ok(builder.finish())
+}
+
+/// Decodes only the samples of the spans `select` keeps, without their span column.
+pub(crate) fn decode_selected(
+    r: &mut Reader<'_>,
+    limits: IdLimits,
+    select: &impl SpanSelect,
+) -> Result<Samples> {
+    let mut out = Samples::default();
+    for_each_sample_in(r, limits, Some(select), |s, l, v| {
         out.stacks.push(s);
         out.labels.push(l);
         out.values.push(v);
@@ -613,8 +1002,9 @@ pub(crate) fn decode_tables(r: &mut Reader<'_>, t: &mut Tables) -> Result<()> {
 pub(crate) const FOOTER_BYTES: usize = 12;
 
 /// The block format's version, written by this build. Version 2 adds each series'
-/// `drop_frames` and `keep_frames` to the index.
-pub(crate) const FORMAT_VERSION: u32 = 2;
+/// `drop_frames` and `keep_frames` to the index; version 3 the span section of a profile's
+/// samples (flag 2 of [`encode_samples`]), which earlier builds cannot read.
+pub(crate) const FORMAT_VERSION: u32 = 3;
 
 /// The oldest version this build reads.
 pub(crate) const OLDEST_FORMAT_VERSION: u32 = 1;
@@ -738,6 +1128,7 @@ mod tests {
             labels: vec![LabelSetId::EMPTY, LabelSetId::EMPTY, LabelSetId::EMPTY, ls],
             values: vec![30, -20, 10_000_000_000, 50],
             diff_base: None,
+            spans: None,
         };
         (t, samples)
     }
@@ -814,6 +1205,143 @@ mod tests {
                 let mut bad = tables.clone();
                 bad[i] ^= flip;
                 let _ = decode_tables(&mut Reader::new(&bad), &mut Tables::new());
+            }
+        }
+    }
+
+    /// The samples of `tables_with_symbols` with spans: rows 0 and 3 in one span (hex ids),
+    /// row 1 in another (a text id), row 2 in none.
+    fn with_spans(mut samples: Samples) -> Samples {
+        let names = vec!["span_id".to_owned(), "trace_id".to_owned()];
+        let mut b = SpansBuilder::new(names);
+        let a = [
+            "00f067aa0ba902b7".to_owned(),
+            "4bf92f3577b34da6a3ce929d0e0e4736".to_owned(),
+        ];
+        let text = ["Not-Hex".to_owned(), String::new()];
+        b.push(&a);
+        b.push(&text);
+        b.push(&[String::new(), String::new()]);
+        b.push(&a);
+        samples.spans = b.finish();
+        samples
+    }
+
+    struct SpanIs(&'static str);
+
+    impl SpanSelect for SpanIs {
+        fn keeps(&self, section: &SpanSection, g: usize) -> bool {
+            section.value(g, "span_id") == self.0
+        }
+
+        fn keeps_unspanned(&self) -> bool {
+            self.0.is_empty()
+        }
+    }
+
+    fn rows(s: &Samples) -> Vec<(StackId, LabelSetId, i64, Option<Vec<String>>)> {
+        let mut rows: Vec<_> = (0..s.len())
+            .map(|i| {
+                let span = s
+                    .spans
+                    .as_ref()
+                    .and_then(|sp| sp.span_of(i))
+                    .map(<[_]>::to_vec);
+                (s.stacks[i], s.labels[i], s.values[i], span)
+            })
+            .collect();
+        rows.sort();
+        rows
+    }
+
+    #[test]
+    fn spans_round_trip_and_select_their_samples() {
+        let (t, samples) = tables_with_symbols();
+        let samples = with_spans(samples);
+        let mut bytes = Vec::new();
+        let total = encode_samples(&samples, &mut bytes);
+        assert_eq!(total, samples.values.iter().sum::<i64>());
+        let back = decode_samples(&mut Reader::new(&bytes), IdLimits::of(&t)).expect("decodes");
+        assert_eq!(rows(&back), rows(&samples));
+        // A hex span id costs its bytes, not its text: names 17 bytes, group count 1, three
+        // groups' rows and tags 9, the hex ids 8 + 16, the text id 8; stack deltas restart.
+        let mut plain = Vec::new();
+        encode_samples(
+            &Samples {
+                spans: None,
+                ..samples.clone()
+            },
+            &mut plain,
+        );
+        assert!(
+            bytes.len() - plain.len() <= 64,
+            "{} vs {}",
+            bytes.len(),
+            plain.len()
+        );
+
+        // The merge's walk sees every sample; a selection only its span's.
+        let mut all = 0;
+        for_each_sample(&mut Reader::new(&bytes), IdLimits::of(&t), |_, _, v| {
+            all += v
+        })
+        .expect("decodes");
+        assert_eq!(all, total);
+        let one = decode_selected(
+            &mut Reader::new(&bytes),
+            IdLimits::of(&t),
+            &SpanIs("00f067aa0ba902b7"),
+        )
+        .expect("decodes");
+        let mut got: Vec<_> = one.values.clone();
+        got.sort();
+        assert_eq!(got, [30, 50]);
+        let text = decode_selected(
+            &mut Reader::new(&bytes),
+            IdLimits::of(&t),
+            &SpanIs("Not-Hex"),
+        )
+        .expect("decodes");
+        assert_eq!(text.values, [-20]);
+        // Samples without a span match only what the empty value matches.
+        let none = decode_selected(&mut Reader::new(&bytes), IdLimits::of(&t), &SpanIs(""))
+            .expect("decodes");
+        assert_eq!(none.values, [10_000_000_000]);
+        let unspanned = decode_selected(&mut Reader::new(&plain), IdLimits::of(&t), &SpanIs("x"))
+            .expect("decodes");
+        assert!(unspanned.is_empty());
+
+        let mut totals = Vec::new();
+        for_each_span_total(&mut Reader::new(&bytes), None::<&NoSelect>, |s, g, v| {
+            totals.push((s.value(g, "span_id").to_owned(), v));
+        })
+        .expect("decodes");
+        totals.sort();
+        assert_eq!(
+            totals,
+            [
+                ("00f067aa0ba902b7".to_owned(), 80),
+                ("Not-Hex".to_owned(), -20)
+            ]
+        );
+        let mut kept = 0;
+        for_each_span_total(
+            &mut Reader::new(&bytes),
+            Some(&SpanIs("Not-Hex")),
+            |_, _, _| kept += 1,
+        )
+        .expect("decodes");
+        assert_eq!(kept, 1);
+
+        for cut in 0..bytes.len() {
+            assert!(decode_samples(&mut Reader::new(&bytes[..cut]), IdLimits::of(&t)).is_err());
+        }
+        for i in 0..bytes.len() {
+            for flip in [1u8, 0x80, 0xff] {
+                let mut bad = bytes.clone();
+                bad[i] ^= flip;
+                let _ = decode_samples(&mut Reader::new(&bad), IdLimits::of(&t));
+                let _ = decode_selected(&mut Reader::new(&bad), IdLimits::of(&t), &SpanIs("a"));
             }
         }
     }

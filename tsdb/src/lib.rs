@@ -67,6 +67,7 @@ mod query;
 mod record;
 mod remote;
 mod retention;
+mod spans;
 pub mod wal;
 
 #[cfg(test)]
@@ -81,6 +82,9 @@ pub use peer::{
     PEER_CONTENT_TYPE, PeerAnswer, PeerProfile, PeerRead, PeerRequest, PeerSeries, PeerStore, Peers,
 };
 pub use postings::MemPostings;
-pub use query::{MergedGroup, Querier, SeriesProfiles, SeriesTotals, TotalPoint};
+pub use query::{
+    MergedGroup, Querier, SeriesProfiles, SeriesSpans, SeriesTotals, SpanTotal, TotalPoint,
+};
 pub use remote::{LazyBlock, OpenBlock, RangeRead, RemoteBlock, compact_remote};
 pub use retention::RetentionHorizon;
+pub use spans::{DEFAULT_SPAN_LABELS, set_span_labels, span_labels};

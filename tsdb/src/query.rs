@@ -51,6 +51,26 @@ pub struct TotalPoint {
     pub duration_nanos: i64,
 }
 
+/// The largest spans of one series over a query's time range ([`Querier::largest_spans`]).
+#[derive(Debug, Clone)]
+pub struct SeriesSpans {
+    /// The series.
+    pub labels: Labels,
+    /// Its largest spans, time-ordered.
+    pub spans: Vec<SpanTotal>,
+}
+
+/// One span's part of one stored profile: the sum of the values of its samples.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanTotal {
+    /// The profile's time.
+    pub timestamp_ms: i64,
+    /// The span's attributes (`span_id`, `trace_id`, …) that it has, as stored.
+    pub attributes: Vec<(String, String)>,
+    /// The sum of its samples' values.
+    pub value: i64,
+}
+
 /// One group's profile from [`Querier::merge_grouped`].
 #[derive(Debug, Clone)]
 pub struct MergedGroup<K> {
@@ -139,6 +159,24 @@ pub struct Querier<'a> {
     peers: Option<(Arc<dyn crate::Peers>, Plan)>,
     /// What a read could not cover (a shard down), for the answer's warnings.
     warnings: Mutex<Vec<String>>,
+    /// Matchers on per-sample span attributes ([`Querier::with_span_matchers`]).
+    spans: Option<SpanMatchers>,
+}
+
+/// Matchers on the span attributes of samples (`span_id`, `trace_id`, …): a sample is kept when
+/// every matcher matches its span's value of the matcher's name, the empty value for a name it
+/// does not have, as for series labels.
+#[derive(Debug, Clone)]
+pub(crate) struct SpanMatchers(Vec<Matcher>);
+
+impl encoding::SpanSelect for SpanMatchers {
+    fn keeps(&self, section: &encoding::SpanSection, g: usize) -> bool {
+        self.0.iter().all(|m| m.matches(section.value(g, &m.name)))
+    }
+
+    fn keeps_unspanned(&self) -> bool {
+        self.0.iter().all(|m| m.matches(""))
+    }
 }
 
 /// What a [`Querier`] reads.
@@ -245,6 +283,8 @@ impl From<Error> for Fault {
 /// One attempt at a read, over one view.
 struct Read<'q> {
     inner: &'q Inner,
+    /// The querier's span selection.
+    spans: Option<&'q SpanMatchers>,
     blocks: BlockSet,
     /// Per block: the last time read from it (`max_ms`, or earlier for a shard's block in the
     /// bucket whose later profiles the shard answers for).
@@ -306,7 +346,31 @@ impl<'a> Querier<'a> {
             local_only,
             peers,
             warnings: Mutex::new(warnings),
+            spans: None,
         }
+    }
+
+    /// The same querier reading only the samples whose span attributes match all `matchers`
+    /// (names the producer stored per sample, such as `span_id` and `trace_id`; see
+    /// `parca_profile::SampleSpans`): in [`Querier::select`] and the merges. Series are still
+    /// selected by the other matchers alone, and [`Querier::totals`] still counts whole
+    /// profiles. Shards are not asked for such a read (their wire format carries no span
+    /// selection): with shards configured, the answer covers this store and the bucket, and
+    /// says so in [`Querier::warnings`]. An empty list selects nothing more.
+    pub fn with_span_matchers(mut self, matchers: Vec<Matcher>) -> Self {
+        if matchers.is_empty() {
+            return self;
+        }
+        if let Some((_, plan)) = self.peers.take()
+            && !plan.asks.is_empty()
+        {
+            self.warnings.lock().expect("warnings lock poisoned").push(
+                "a selection by span reads this store and the bucket only: shards were not asked"
+                    .to_owned(),
+            );
+        }
+        self.spans = Some(SpanMatchers(matchers));
+        self
     }
 
     /// What the reads so far could not cover: shards that could not be read, each named with
@@ -334,6 +398,7 @@ impl<'a> Querier<'a> {
                 .collect();
             let attempt = Read {
                 inner: self.inner,
+                spans: self.spans.as_ref(),
                 blocks,
                 block_max,
                 generation: view.generation,
@@ -433,6 +498,19 @@ impl<'a> Querier<'a> {
     ) -> Result<Vec<MergedGroup<K>>, Error> {
         let peers = self.ask_peers(PeerRead::Merge, matchers);
         self.attempt(|r| r.merge_grouped(matchers, &key, &peers, false))
+    }
+
+    /// Per series matching all `matchers` (sorted by labels; those without a span in range are
+    /// left out), its `per_series` largest spans in range by value (of the spans
+    /// [`Querier::with_span_matchers`] selects, if any), each as its part of one stored profile:
+    /// what exemplars of a series show. Reads each profile's span section and values only.
+    /// Shards are not asked.
+    pub fn largest_spans(
+        &self,
+        matchers: &[Matcher],
+        per_series: usize,
+    ) -> Result<Vec<SeriesSpans>, Error> {
+        self.attempt(|r| r.largest_spans(matchers, per_series))
     }
 
     /// The labels of the series that match all `matchers` and have profiles in range, sorted,
@@ -761,6 +839,16 @@ impl Read<'_> {
         Ok(())
     }
 
+    /// One stored profile's samples: all of them with their spans, or those of the selected
+    /// spans.
+    fn decode(&self, bytes: &[u8], limits: IdLimits) -> Result<Samples, encoding::DecodeError> {
+        let mut r = Reader::new(bytes);
+        match self.spans {
+            None => encoding::decode_samples(&mut r, limits),
+            Some(select) => encoding::decode_selected(&mut r, limits, select),
+        }
+    }
+
     /// The tables of every block in range (index = block index; `None` out of range).
     fn block_tables(&self) -> Result<Vec<Option<Arc<Tables>>>, Error> {
         let mut out = vec![None; self.blocks.len()];
@@ -796,9 +884,9 @@ impl Read<'_> {
                             .expect("tables of every block in range");
                         let b = &self.blocks[*bi];
                         self.for_each_block_profile(*bi, e, hidden, &mut ctx, |p, bytes| {
-                            let samples =
-                                encoding::decode_samples(&mut Reader::new(bytes), *limits)
-                                    .map_err(|err| corrupt_profile(b, &labels, p, err))?;
+                            let samples = self
+                                .decode(bytes, *limits)
+                                .map_err(|err| corrupt_profile(b, &labels, p, err))?;
                             profiles.push((
                                 p.timestamp_ms,
                                 profile_meta(&e.meta, p),
@@ -816,9 +904,9 @@ impl Read<'_> {
                             if hidden.hides(p.timestamp_ms) {
                                 continue;
                             }
-                            let samples =
-                                encoding::decode_samples(&mut Reader::new(&p.data), limits)
-                                    .map_err(|err| head_corrupt(&labels, p.timestamp_ms, err))?;
+                            let samples = self
+                                .decode(&p.data, limits)
+                                .map_err(|err| head_corrupt(&labels, p.timestamp_ms, err))?;
                             profiles.push((
                                 p.timestamp_ms,
                                 profile_meta(&series.meta, &BlockProfile::from(p)),
@@ -912,7 +1000,7 @@ impl Read<'_> {
                             let sums = &mut sums[*bi];
                             self.for_each_block_profile(*bi, e, hidden, &mut ctx, |p, bytes| {
                                 group
-                                    .add(sums, &e.meta, p, bytes, limits)?
+                                    .add(sums, &e.meta, p, bytes, limits, self.spans)?
                                     .map_err(|err| corrupt_profile(b, labels, p, err))
                             })?;
                         }
@@ -933,6 +1021,7 @@ impl Read<'_> {
                                         &header,
                                         &p.data,
                                         limits,
+                                        self.spans,
                                     )?
                                     .map_err(|err| head_corrupt(labels, p.timestamp_ms, err))?;
                             }
@@ -1017,6 +1106,86 @@ impl Read<'_> {
                 headers: sum.headers.unwrap_or_default(),
             })
             .collect())
+    }
+
+    fn largest_spans(
+        &self,
+        matchers: &[Matcher],
+        per_series: usize,
+    ) -> Result<Vec<SeriesSpans>, Fault> {
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        let matched = self.matched(matchers)?;
+        let mut ctx = ReadCtx::new(&self.inner.dir)?;
+        let mut out = Vec::new();
+        for (labels, sources) in matched {
+            // The largest so far (value, time, attributes), smallest on top; of equal values
+            // the earlier span stays.
+            type Candidate = (i64, Reverse<i64>, Vec<(String, String)>);
+            let mut heap: BinaryHeap<Reverse<Candidate>> = BinaryHeap::new();
+            let mut add = |t: i64, bytes: &[u8]| {
+                encoding::for_each_span_total(&mut Reader::new(bytes), self.spans, |s, g, v| {
+                    let key = (v, Reverse(t));
+                    if heap.len() == per_series
+                        && heap
+                            .peek()
+                            .is_some_and(|Reverse(min)| (min.0, min.1) >= key)
+                    {
+                        return;
+                    }
+                    let attributes = s
+                        .names
+                        .iter()
+                        .zip(&s.groups[g].1)
+                        .filter(|(_, v)| !v.is_empty())
+                        .map(|(n, v)| (n.clone(), v.clone()))
+                        .collect();
+                    heap.push(Reverse((v, Reverse(t), attributes)));
+                    if heap.len() > per_series {
+                        heap.pop();
+                    }
+                })
+            };
+            for source in &sources {
+                match source {
+                    Source::Block(bi, e, hidden) => {
+                        let b = &self.blocks[*bi];
+                        self.for_each_block_profile(*bi, e, hidden, &mut ctx, |p, bytes| {
+                            add(p.timestamp_ms, bytes)
+                                .map_err(|err| corrupt_profile(b, &labels, p, err))
+                        })?;
+                    }
+                    Source::Head(s, hidden) => {
+                        let head = self.head()?;
+                        for p in head.series[*s as usize].in_range(self.min_ms, self.max_ms) {
+                            if hidden.hides(p.timestamp_ms) {
+                                continue;
+                            }
+                            add(p.timestamp_ms, &p.data)
+                                .map_err(|err| head_corrupt(&labels, p.timestamp_ms, err))?;
+                        }
+                    }
+                }
+            }
+            if per_series == 0 || heap.is_empty() {
+                continue;
+            }
+            let mut spans: Vec<SpanTotal> = heap
+                .into_iter()
+                .map(
+                    |Reverse((value, Reverse(timestamp_ms), attributes))| SpanTotal {
+                        timestamp_ms,
+                        attributes,
+                        value,
+                    },
+                )
+                .collect();
+            spans.sort_by(|a, b| {
+                (a.timestamp_ms, Reverse(a.value)).cmp(&(b.timestamp_ms, Reverse(b.value)))
+            });
+            out.push(SeriesSpans { labels, spans });
+        }
+        Ok(out)
     }
 
     fn totals(&self, matchers: &[Matcher]) -> Result<Vec<SeriesTotals>, Fault> {
@@ -1143,6 +1312,7 @@ impl GroupSum {
         p: &BlockProfile,
         bytes: &[u8],
         limits: IdLimits,
+        spans: Option<&SpanMatchers>,
     ) -> Result<Result<(), encoding::DecodeError>, Error> {
         self.fold(series_meta, p)?;
         // The head's tables grow between holds of its lock: so may its stack ids.
@@ -1154,21 +1324,23 @@ impl GroupSum {
             touched,
             labelled,
         } = sums;
-        Ok(encoding::for_each_sample(
-            &mut Reader::new(bytes),
-            limits,
-            |s, l, v| {
-                if l == LabelSetId::EMPTY {
-                    let slot = &mut dense[s.idx()];
-                    if *slot == 0 {
-                        touched.push(s.0);
-                    }
-                    *slot = slot.wrapping_add(v);
-                } else {
-                    add_labelled(labelled, s, l, v);
+        let each = |s: StackId, l: LabelSetId, v: i64| {
+            if l == LabelSetId::EMPTY {
+                let slot = &mut dense[s.idx()];
+                if *slot == 0 {
+                    touched.push(s.0);
                 }
-            },
-        ))
+                *slot = slot.wrapping_add(v);
+            } else {
+                add_labelled(labelled, s, l, v);
+            }
+        };
+        let mut r = Reader::new(bytes);
+        // Without a span selection, the merge's loop is the one it always was.
+        Ok(match spans {
+            None => encoding::for_each_sample(&mut r, limits, each),
+            Some(select) => encoding::for_each_sample_in(&mut r, limits, Some(select), each),
+        })
     }
 }
 
@@ -1287,6 +1459,7 @@ impl MergeAcc {
             labels: keep.iter().map(|&i| s.labels[i]).collect(),
             values: keep.iter().map(|&i| s.values[i]).collect(),
             diff_base: None,
+            spans: None,
         }
     }
 }

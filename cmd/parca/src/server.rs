@@ -323,6 +323,7 @@ impl Control for ServerControl {
         })?;
         self.last_reload_ok.set(1);
         *self.last_reload_error.lock().expect("config lock") = None;
+        apply_span_labels(&config);
         if let Some(scrape) = self.scrape.get() {
             scrape.apply(&config);
         }
@@ -414,12 +415,22 @@ fn active_target(status: &parca_scrape::TargetStatus) -> parca_api::ActiveTarget
     }
 }
 
+/// Makes `span_labels` of parca.yaml the names every ingest path stores per sample.
+fn apply_span_labels(config: &parca_config::Config) {
+    let names = config
+        .span_labels
+        .clone()
+        .unwrap_or_else(|| parca_ingest::DEFAULT_SPAN_LABELS.map(String::from).to_vec());
+    parca_ingest::set_span_labels(names);
+}
+
 /// Runs the server until SIGTERM or SIGINT.
 pub fn run(args: ServerArgs) -> anyhow::Result<()> {
     init_logging(&args);
     let address = listen_address(&args.http_address)?;
     // A bad file at start is fatal; on reload it only keeps the old configuration.
     let config = parca_config::load(&args.config_path).context("cannot load the configuration")?;
+    apply_span_labels(&config);
     if args.storage_block_duration < Duration::from_secs(60) {
         bail!("--storage-block-duration must be at least 1m");
     }

@@ -26,6 +26,7 @@
 
 mod body;
 mod connect;
+mod exemplars;
 mod grpc;
 mod ingest;
 mod metrics;

@@ -22,12 +22,12 @@ use crate::response::{ApiError, Body, ErrorType, success, with_type};
 use crate::router::Call;
 
 /// Parses a query; a syntax error answers 400 with the caret picture.
-fn parse(query: &str) -> Result<Expr, ApiError> {
+pub(crate) fn parse(query: &str) -> Result<Expr, ApiError> {
     parca_querylang::parse(query)
         .map_err(|e| ApiError::bad_data(e.render(query)).at(e.line, e.column))
 }
 
-fn query_error(e: parca_query::Error) -> ApiError {
+pub(crate) fn query_error(e: parca_query::Error) -> ApiError {
     match e {
         parca_query::Error::Matcher(_) => ApiError::bad_data(e.to_string()),
         parca_query::Error::Store(e) => ApiError::from_store("cannot read the store", &e),
@@ -54,7 +54,7 @@ fn query_error(e: parca_query::Error) -> ApiError {
 }
 
 /// Runs `f` with the engine on the blocking pool, its time observed as a query of `endpoint`.
-async fn evaluate<T: Send + 'static>(
+pub(crate) async fn evaluate<T: Send + 'static>(
     api: &Arc<Api>,
     endpoint: &'static str,
     f: impl FnOnce(&Engine) -> Result<T, ApiError> + Send + 'static,
@@ -130,7 +130,7 @@ async fn with_engine_for_metadata<T: Send + 'static>(
     result
 }
 
-fn labels_map(labels: &Labels) -> BTreeMap<&str, &str> {
+pub(crate) fn labels_map(labels: &Labels) -> BTreeMap<&str, &str> {
     labels
         .iter()
         .map(|l| (l.name.as_str(), l.value.as_str()))
@@ -335,7 +335,7 @@ pub(crate) fn prom_float(v: f64) -> String {
 }
 
 /// Milliseconds since the epoch as Prometheus' seconds.
-fn seconds(t: i64) -> f64 {
+pub(crate) fn seconds(t: i64) -> f64 {
     t as f64 / 1000.0
 }
 

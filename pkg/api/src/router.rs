@@ -288,6 +288,7 @@ fn handler_name(path: &str) -> &'static str {
 const ROUTES: &[(&str, &[Method])] = &[
     ("/api/v1/query", &[Method::GET, Method::POST]),
     ("/api/v1/query_range", &[Method::GET, Method::POST]),
+    ("/api/v1/query_exemplars", &[Method::GET, Method::POST]),
     ("/api/v1/profile_types", &[Method::GET]),
     ("/api/v1/parse_query", &[Method::GET, Method::POST]),
     ("/api/v1/labels", &[Method::GET, Method::POST]),
@@ -344,6 +345,7 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
     match call.path.as_str() {
         "/api/v1/query" => query::instant(api, call).await,
         "/api/v1/query_range" => query::range(api, call).await,
+        "/api/v1/query_exemplars" => crate::exemplars::query_exemplars(api, call).await,
         "/api/v1/profile_types" => query::profile_types(api, call).await,
         "/api/v1/parse_query" => crate::parse_query::parse_query(&call),
         "/api/v1/labels" => query::metadata(api, call, Metadata::Names).await,

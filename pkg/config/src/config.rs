@@ -54,6 +54,12 @@ pub struct Config {
     /// `remote_write`: receivers of the recorded series. Default: none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub remote_write: Vec<RemoteWriteConfig>,
+    /// `span_labels`: the label names whose values are span attributes, stored per sample
+    /// rather than as series labels (a series per span would swamp the index), and selected by
+    /// matchers on them (`{span_id="…"}`). Distinct valid label names, not `__name__`. `None`:
+    /// the server's default, `span_id`, `trace_id` and `profile_id`; an empty list: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub span_labels: Option<Vec<String>>,
 }
 
 /// How often rule groups are evaluated when neither they nor `global` say: Prometheus' default.
@@ -265,6 +271,7 @@ enum TopKey {
     RuleFiles,
     Alerting,
     RemoteWrite,
+    SpanLabels,
 }
 
 impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
@@ -276,7 +283,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
             type Value = Config;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(
-                    "a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting` or `remote_write`",
+                    "a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`, `remote_write` or `span_labels`",
                 )
             }
             fn visit_none<E: de::Error>(self) -> Result<Config, E> {
@@ -296,6 +303,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                 let mut rule_files: Option<Vec<String>> = None;
                 let mut alerting: Option<AlertingConfig> = None;
                 let mut remote_write: Option<Vec<RemoteWriteConfig>> = None;
+                let mut span_labels: Option<Option<Vec<SpanLabel>>> = None;
                 while let Some(key) = map.next_key::<TopKey>()? {
                     match key {
                         TopKey::Global => {
@@ -345,6 +353,12 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                             }
                             remote_write = Some(unwrap_list(map.next_value()?));
                         }
+                        TopKey::SpanLabels => {
+                            if span_labels.is_some() {
+                                return Err(de::Error::duplicate_field("span_labels"));
+                            }
+                            span_labels = Some(map.next_value()?);
+                        }
                     }
                 }
                 Ok(Config {
@@ -356,6 +370,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                     rules: Vec::new(),
                     alerting: alerting.unwrap_or_default(),
                     remote_write: remote_write.unwrap_or_default(),
+                    span_labels: span_label_names(span_labels.flatten())?,
                 })
             }
         }
@@ -374,6 +389,38 @@ impl<'de> Deserialize<'de> for RuleGlob {
                 .map_err(|e| format!("invalid glob {text:?}: {e}"))
         })
     }
+}
+
+/// A `span_labels` entry: a label name a series could have.
+struct SpanLabel(String);
+
+impl<'de> Deserialize<'de> for SpanLabel {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        str_then(d, "a label name", |text| {
+            if !parca_querylang::is_valid_label_name(text) || text.starts_with("__") {
+                return Err(format!(
+                    "{text:?} is not a label name a sample can carry (letters, digits and `_`, \
+                     not starting with a digit or `__`)"
+                ));
+            }
+            Ok(SpanLabel(text.to_owned()))
+        })
+    }
+}
+
+/// `span_labels` checked for repeats.
+fn span_label_names<E: de::Error>(names: Option<Vec<SpanLabel>>) -> Result<Option<Vec<String>>, E> {
+    let Some(names) = names else {
+        return Ok(None);
+    };
+    let mut out: Vec<String> = Vec::with_capacity(names.len());
+    for SpanLabel(name) in names {
+        if out.contains(&name) {
+            return Err(E::custom(format!("span_labels names {name:?} twice")));
+        }
+        out.push(name);
+    }
+    Ok(Some(out))
 }
 
 #[cfg(test)]

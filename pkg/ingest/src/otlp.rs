@@ -4,7 +4,9 @@
 //! ([`crate::to_series`]). Resource and scope attributes become series labels (names sanitized:
 //! `service.name` → `service_name`, as Pyroscope does), with the scope's name and version as
 //! `otel_scope_name` and `otel_scope_version` (Prometheus' OTLP translation); a sample's
-//! attributes become its labels, which split the profile into series as pprof labels do.
+//! attributes become its labels, which split the profile into series as pprof labels do. A
+//! sample's `Link` becomes its `trace_id` and `span_id` (lowercase hex), stored per sample as
+//! pprof's span labels are ([`parca_tsdb::span_labels`]).
 //!
 //! The protocol changes incompatibly between releases of the `v1development` protos: this
 //! module reads v1.10.0 (dictionary with a stack table, one sample type per profile).
@@ -303,6 +305,33 @@ fn to_pprof(profile: &Profile, d: &ProfilesDictionary) -> Result<proto::Profile,
             };
             label.push(l);
         }
+        // The sample's span: its trace and span ids as labels named as the SDKs name them, which
+        // `to_series` stores per sample (index 0 is the table's empty link: none).
+        if sample.link_index != 0 {
+            let link = usize::try_from(sample.link_index)
+                .ok()
+                .and_then(|i| d.link_table.get(i))
+                .ok_or_else(|| {
+                    format!(
+                        "sample {j} refers to link {}, outside the link table",
+                        sample.link_index
+                    )
+                })?;
+            for (name, id) in [("trace_id", &link.trace_id), ("span_id", &link.span_id)] {
+                if id.is_empty() || id.iter().all(|&b| b == 0) {
+                    continue;
+                }
+                let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+                out.string_table.push(name.to_owned());
+                out.string_table.push(hex);
+                let n = out.string_table.len() as i64;
+                label.push(proto::Label {
+                    key: n - 2,
+                    str: n - 1,
+                    ..Default::default()
+                });
+            }
+        }
         out.sample.push(proto::Sample {
             location_id,
             value,
@@ -597,5 +626,38 @@ mod tests {
             error.contains("not an ExportProfilesServiceRequest"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn links_become_per_sample_spans_not_series() {
+        use opentelemetry_proto::tonic::profiles::v1development::Link;
+        let mut req = request();
+        let d = req.dictionary.as_mut().unwrap();
+        d.link_table = vec![
+            Link::default(),
+            Link {
+                trace_id: (1..=16).collect(),
+                span_id: (1..=8).collect(),
+            },
+        ];
+        let samples = &mut req.resource_profiles[0].scope_profiles[0].profiles[0].samples;
+        samples[0].link_index = 1;
+        let series = export_request_series(&req, 0).unwrap();
+        assert_eq!(series.len(), 2, "the link made no series");
+        assert!(series.iter().all(|s| s.labels.get("span_id").is_none()));
+        let spans = series[0].profile.samples.spans.as_ref().expect("spans");
+        assert_eq!(
+            spans.span_of(0).unwrap(),
+            ["0102030405060708", "0102030405060708090a0b0c0d0e0f10", ""]
+        );
+        assert!(series[1].profile.samples.spans.is_none());
+
+        samples_of(&mut req)[0].link_index = 5;
+        let error = export_request_series(&req, 0).unwrap_err().to_string();
+        assert!(error.contains("sample 0 refers to link 5"), "{error}");
+    }
+
+    fn samples_of(req: &mut ExportProfilesServiceRequest) -> &mut Vec<Sample> {
+        &mut req.resource_profiles[0].scope_profiles[0].profiles[0].samples
     }
 }

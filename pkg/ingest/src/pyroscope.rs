@@ -85,7 +85,8 @@ pub fn decode_push_request(
             )?);
         }
     }
-    Ok(out)
+    // Each span's samples come as a series of their own: one profile per series and time.
+    Ok(crate::series::join_span_parts(out))
 }
 
 /// The query parameters of a legacy Pyroscope `/ingest` request.

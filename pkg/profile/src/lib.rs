@@ -56,6 +56,7 @@ mod normalize;
 mod profile;
 mod prune;
 mod sandwich;
+mod spans;
 mod split;
 pub mod tables;
 mod top;
@@ -79,6 +80,7 @@ pub use merge::{DiffMode, Extractor, Importer, Merger, apply_diff_mode, diff, me
 pub use normalize::{decode, from_pprof, normalize_into, pick_sample_type, select_sample_type};
 pub use profile::{CaptureDurations, Meta, Profile, Samples, ValueType};
 pub use sandwich::{Sandwich, sandwich};
+pub use spans::{SampleSpans, SpansBuilder};
 pub use split::{LabelGroup, split_by_string_labels};
 pub use tables::Tables;
 pub use top::{TopRow, TopTable};

@@ -157,6 +157,7 @@ impl<S: Deref<Target = Tables> + Clone> Remap<S> {
             labels: s.labels.iter().map(|&l| self.label_set(dst, l)).collect(),
             values: s.values.clone(),
             diff_base: s.diff_base.clone(),
+            spans: s.spans.clone(),
         }
     }
 
@@ -327,6 +328,7 @@ impl Accumulator {
                 .diff_base
                 .as_ref()
                 .map(|b| rows.iter().map(|&i| b[i]).collect()),
+            spans: None,
         }
     }
 }

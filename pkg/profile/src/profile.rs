@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
+use crate::spans::SampleSpans;
 use crate::tables::{LabelSetId, LocationId, StackId, Tables};
 
 /// A kind of value and its unit, e.g. `cpu` in `nanoseconds`.
@@ -98,6 +99,10 @@ pub struct Samples {
     pub values: Vec<i64>,
     /// For a diff only: the base side's value of each sample.
     pub diff_base: Option<Vec<i64>>,
+    /// The span (trace) each sample was taken in, when the producer said
+    /// ([`SampleSpans`]); rows then are distinct by (stack, labels, span). Operations that
+    /// combine samples leave it out.
+    pub spans: Option<SampleSpans>,
 }
 
 impl Samples {

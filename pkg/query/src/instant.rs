@@ -59,6 +59,8 @@ pub struct ProfileGroup {
 /// run inside the store without materializing each profile), with the filters still to apply.
 struct ProfileSet {
     matchers: Vec<Matcher>,
+    /// Matchers on span attributes: only the selected spans' samples count.
+    spans: Vec<Matcher>,
     window: (i64, i64),
     /// Only the latest profile of each series (a selector without a range).
     latest_only: bool,
@@ -85,7 +87,7 @@ impl Engine {
         self.check_deadline()?;
         match &expr.kind {
             ExprKind::Selector(selector) => {
-                let matchers = select::matchers(selector)?;
+                let (matchers, spans) = select::split_spans(select::matchers(selector)?);
                 let (window, latest_only) = match (selector.range, query.window) {
                     (Some(range), _) => (
                         (query.time_ms.saturating_sub(range.as_millis() as i64) + 1, query.time_ms),
@@ -108,6 +110,7 @@ impl Engine {
                 }
                 Ok(Value::Set(ProfileSet {
                     matchers,
+                    spans,
                     window,
                     latest_only,
                     filters: Vec::new(),
@@ -221,7 +224,7 @@ impl Engine {
                 return self.merge_in_store(set, grouping);
             }
             Value::Set(set) => {
-                let querier = self.querier(set.window.0, set.window.1);
+                let querier = self.span_querier(set.window.0, set.window.1, &set.spans);
                 for series in querier.select(&set.matchers)? {
                     self.check_deadline()?;
                     if let Some((_, latest)) = series.profiles.last() {
@@ -262,7 +265,7 @@ impl Engine {
         set: ProfileSet,
         grouping: Option<&Grouping>,
     ) -> Result<Vec<ProfileGroup>, Error> {
-        let querier = self.querier(set.window.0, set.window.1);
+        let querier = self.span_querier(set.window.0, set.window.1, &set.spans);
         let merged = querier
             .merge_grouped(&set.matchers, |labels| group_labels(labels, grouping))
             .map_err(|e| match e {

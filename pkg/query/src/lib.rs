@@ -33,6 +33,7 @@
 
 mod binary;
 mod error;
+mod exemplars;
 mod instant;
 mod range;
 mod select;
@@ -41,9 +42,10 @@ mod tests;
 
 use std::sync::Arc;
 
-use parca_tsdb::Db;
+use parca_tsdb::{Db, Matcher};
 
 pub use error::Error;
+pub use exemplars::{DEFAULT_EXEMPLARS_PER_SERIES, MAX_EXEMPLARS_PER_SERIES, SeriesExemplars};
 pub use instant::{InstantQuery, ProfileGroup};
 pub use range::{Omitted, Point, RangeQuery, RangeSeries, top_series};
 pub use select::{ProfileType, profile_types, selector_matchers};
@@ -148,6 +150,18 @@ impl Engine {
     pub fn querier(&self, min_ms: i64, max_ms: i64) -> WatchedQuerier<'_> {
         WatchedQuerier {
             querier: self.db.querier(min_ms, max_ms),
+            warnings: &self.warnings,
+        }
+    }
+
+    /// A querier like [`Engine::querier`] reading only the samples of the spans `spans` select
+    /// (matchers on `span_id`, `trace_id`, …: [`parca_tsdb::span_labels`]).
+    pub fn span_querier(&self, min_ms: i64, max_ms: i64, spans: &[Matcher]) -> WatchedQuerier<'_> {
+        WatchedQuerier {
+            querier: self
+                .db
+                .querier(min_ms, max_ms)
+                .with_span_matchers(spans.to_vec()),
             warnings: &self.warnings,
         }
     }

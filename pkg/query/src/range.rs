@@ -108,7 +108,7 @@ impl Engine {
         self.check_deadline()?;
         match &expr.kind {
             ExprKind::Selector(selector) => {
-                let matchers = select::matchers(selector)?;
+                let (matchers, spans) = select::split_spans(select::matchers(selector)?);
                 let range_ms = selector.range.map(|r| r.as_millis() as i64);
                 // Each step looks back over its range, or one step (for windows) or the
                 // lookback (for snapshots).
@@ -131,8 +131,12 @@ impl Engine {
                         limit: self.limits.max_points,
                     });
                 }
-                let querier = self.querier(window.0, window.1);
-                let totals: Vec<(Labels, Meta, Vec<TotalPoint>)> = if filters.is_empty() {
+                let querier = self.span_querier(window.0, window.1, &spans);
+                // Stored totals count whole profiles: stack filters and span selections read
+                // the samples.
+                let totals: Vec<(Labels, Meta, Vec<TotalPoint>)> = if filters.is_empty()
+                    && spans.is_empty()
+                {
                     querier
                         .totals(&matchers)?
                         .into_iter()

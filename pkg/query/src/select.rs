@@ -77,6 +77,14 @@ pub(crate) fn matchers(selector: &Selector) -> Result<Vec<Matcher>, Error> {
     Ok(out)
 }
 
+/// A selector's matchers split into the series' and the spans' (on names in
+/// [`parca_tsdb::span_labels`], stored per sample): `(series, spans)`. A selector without span
+/// matchers gives an empty second list, and its reads do no per-sample work for spans.
+pub(crate) fn split_spans(matchers: Vec<Matcher>) -> (Vec<Matcher>, Vec<Matcher>) {
+    let names = parca_tsdb::span_labels();
+    matchers.into_iter().partition(|m| !names.contains(&m.name))
+}
+
 /// The profile model's filter for a query's stack filter.
 pub(crate) fn stack_filter(filter: &parca_querylang::StackFilter) -> Result<StackFilter, Error> {
     let pattern = &filter.pattern;

@@ -363,3 +363,140 @@ fn a_functions_share_of_cpu_inclusive_and_self() {
         row.flat as f64
     );
 }
+
+/// One series of CPU profiles whose samples lie in four spans of two traces: row `i` in span
+/// `i % 4`, trace `i % 2`.
+fn span_store() -> (tempfile::TempDir, Engine, parca_profile::Profile) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = Db::open(dir.path(), Default::default()).expect("open");
+    let mut profile = corpus("go-cpu.pb.gz")
+        .into_iter()
+        .find(|p| p.meta.sample_type.kind == "cpu")
+        .expect("cpu");
+    profile
+        .samples
+        .labels
+        .fill(parca_profile::tables::LabelSetId::EMPTY);
+    let mut profile = dedup(profile);
+    let mut spans = parca_profile::SpansBuilder::new(vec!["span_id".into(), "trace_id".into()]);
+    for i in 0..profile.samples.len() {
+        spans.push(&[format!("{:016x}", i % 4), format!("{:032x}", i % 2)]);
+    }
+    profile.samples.spans = spans.finish();
+    let labels = Labels::new([("__name__", CPU), ("job", "go")]).expect("labels");
+    let mut appender = db.appender();
+    appender
+        .append(&labels, 1_020_000, &profile)
+        .expect("append");
+    appender.commit().expect("commit");
+    (dir, Engine::new(Arc::new(db), Limits::default()), profile)
+}
+
+#[test]
+fn span_and_trace_matchers_select_their_samples() {
+    let (_dir, engine, profile) = span_store();
+    let of = |keep: &dyn Fn(usize) -> bool| -> i64 {
+        (0..profile.samples.len())
+            .filter(|&i| keep(i))
+            .map(|i| profile.samples.values[i])
+            .sum()
+    };
+    let total = |q: &str| -> i64 { instant(&engine, q).iter().map(|g| g.profile.total()).sum() };
+    assert_eq!(total(&format!("merge({CPU}[1m])")), profile.total());
+    assert_eq!(
+        total(&format!("merge({CPU}{{span_id=\"{:016x}\"}}[1m])", 1)),
+        of(&|i| i % 4 == 1)
+    );
+    assert_eq!(
+        total(&format!(
+            "{CPU}{{job=\"go\", span_id=~\"{:016x}|{:016x}\"}}",
+            1, 2
+        )),
+        of(&|i| i % 4 == 1 || i % 4 == 2),
+        "a selector without range, and a list"
+    );
+    assert_eq!(
+        total(&format!("merge({CPU}{{trace_id=\"{:032x}\"}}[1m])", 1)),
+        of(&|i| i % 2 == 1)
+    );
+    assert_eq!(
+        total(&format!("merge({CPU}{{span_id!=\"{:016x}\"}}[1m])", 0)),
+        of(&|i| i % 4 != 0)
+    );
+    assert_eq!(total(&format!("merge({CPU}{{span_id=\"nope\"}}[1m])")), 0);
+    // A diff of two spans: both sides selected by their own matchers.
+    let diff = instant(
+        &engine,
+        &format!(
+            "diff({CPU}{{span_id=\"{:016x}\"}}[1m], {CPU}{{span_id=\"{:016x}\"}}[1m])",
+            0, 3
+        ),
+    );
+    assert_eq!(diff[0].profile.total(), of(&|i| i % 4 == 3));
+    assert_eq!(diff[0].profile.base_total(), Some(of(&|i| i % 4 == 0)));
+    // Series are not split by span.
+    let series = engine.querier(0, i64::MAX).series(&[]).expect("series");
+    assert_eq!(series.len(), 1);
+    assert_eq!(series[0].get("span_id"), None);
+}
+
+#[test]
+fn exemplars_are_the_largest_spans_of_each_series() {
+    let (_dir, engine, profile) = span_store();
+    let per_span = |k: usize| -> i64 {
+        (0..profile.samples.len())
+            .filter(|&i| i % 4 == k)
+            .map(|i| profile.samples.values[i])
+            .sum()
+    };
+    let mut want: Vec<i64> = (0..4).map(per_span).collect();
+    want.sort();
+    // The selector inside an aggregation and a binary expression.
+    let expr = parca_querylang::parse(&format!("sum({CPU}) / 2")).expect("valid");
+    let got = engine.exemplars(&expr, 0, 2_000_000, 2).expect("exemplars");
+    assert_eq!(got.len(), 1);
+    let mut values: Vec<i64> = got[0].exemplars.iter().map(|e| e.value).collect();
+    values.sort();
+    assert_eq!(values, want[2..]);
+    assert!(got[0].exemplars.iter().all(|e| e.timestamp_ms == 1_020_000));
+    let span = &got[0].exemplars[0].attributes;
+    assert_eq!(span[0].0, "span_id");
+    assert_eq!(span[1].0, "trace_id");
+    // A trace matcher keeps its spans; a selector matching nothing gives none.
+    let expr = parca_querylang::parse(&format!("{CPU}{{trace_id=\"{:032x}\"}}", 1)).expect("valid");
+    let got = engine
+        .exemplars(&expr, 0, 2_000_000, 10)
+        .expect("exemplars");
+    assert_eq!(got[0].exemplars.len(), 2);
+    let expr = parca_querylang::parse(&format!("{CPU}{{job=\"none\"}}")).expect("valid");
+    assert!(
+        engine
+            .exemplars(&expr, 0, 2_000_000, 10)
+            .expect("exemplars")
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_range_query_with_a_span_matcher_counts_that_span_only() {
+    let (_dir, engine, profile) = span_store();
+    let span_total: i64 = (0..profile.samples.len())
+        .filter(|&i| i % 4 == 2)
+        .map(|i| profile.samples.values[i])
+        .sum();
+    let range = |q: &str| {
+        let expr = parca_querylang::parse(q).expect("valid query");
+        let query = RangeQuery {
+            start_ms: 1_020_000,
+            end_ms: 1_020_000,
+            step_ms: 10_000,
+        };
+        let series = engine.range(&expr, &query).expect("evaluates");
+        series[0].points[0].value
+    };
+    assert_eq!(
+        range(&format!("{CPU}{{span_id=\"{:016x}\"}}", 2)),
+        span_total as f64
+    );
+    assert_eq!(range(CPU), profile.total() as f64);
+}

@@ -77,8 +77,8 @@ export function syntheticPprof(target, now = Date.now()) {
   return gzipSync(w.bytes(), { level: 1 });
 }
 
-/** Protobuf wire format, just what `syntheticPprof` needs. */
-class Writer {
+/** Protobuf wire format, just what `syntheticPprof` and the span profiles of `pprof.mjs` need. */
+export class Writer {
   constructor() {
     this.buf = Buffer.alloc(64);
     this.at = 0;

@@ -8,6 +8,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer, profileTimeMs, until, REPO } from '../lib/server.mjs';
 import { launch, openPage, canvasStats } from '../lib/browser.mjs';
+import { spanPprof } from '../lib/pprof.mjs';
 import { formatValue } from '../../../web/static/js/units.js';
 
 const OUT = join(REPO, 'tests/browser/out');
@@ -513,6 +514,40 @@ test('label completion offers names and values from the API', async () => {
   await page.waitForFunction(() => document.querySelector('.completions:not([hidden]) li code')?.textContent === 'go');
   await page.keyboard.press('Enter');
   assert.equal(await page.inputValue('textarea.query-input'), `${CPU}{job="go"`);
+});
+
+test('exemplars mark the largest spans on the graph, and a click opens that span\'s profile', async () => {
+  // One profile of three spans (span and trace ids as pprof labels), a minute after T.
+  const t = T + 60e3;
+  const spans = [
+    { span_id: '00000000000000a1', trace_id: '000000000000000000000000000000f1', nanos: 30e6 },
+    { span_id: '00000000000000a2', trace_id: '000000000000000000000000000000f2', nanos: 50e6 },
+    { span_id: '00000000000000a3', trace_id: '000000000000000000000000000000f3', nanos: 20e6 },
+  ];
+  const res = await fetch(`${server.url}/api/v1/write?__name__=process_cpu&job=spans`, { method: 'POST', body: spanPprof(t, spans) });
+  assert.equal(res.status, 200, await res.text());
+  await page.goto(explorerUrl({ query: `${CPU}{job="spans"}`, view: 'icicle' }));
+  await page.waitForSelector('.graph-svg path.exemplar');
+  const marks = await page.$$eval('.graph-svg path.exemplar', (els) => els.map((e) => {
+    const r = e.getBoundingClientRect();
+    return { x: r.x + r.width / 2, y: r.y + r.height / 2 };
+  }));
+  assert.equal(marks.length, 3);
+  assert.match(await page.textContent('.legend'), /3 largest spans/);
+  // The highest diamond is the largest span.
+  const top = marks.reduce((a, b) => (b.y < a.y ? b : a));
+  await page.mouse.move(top.x, top.y);
+  await page.waitForSelector('.graph-tip:not([hidden])');
+  assert.match(await page.textContent('.graph-tip'), /span_id 00000000000000a2/);
+  assert.match(await page.textContent('.graph-tip'), new RegExp(formatValue(50e6, 'nanoseconds').replace('.', '\\.')));
+  await page.mouse.click(top.x, top.y);
+  await page.waitForFunction(() => document.querySelector('.profile-query')?.textContent.includes('span_id="00000000000000a2"'));
+  const url = new URL(page.url()).searchParams;
+  assert.equal(url.get('time'), String(t));
+  assert.equal(JSON.parse(url.get('labels')).span_id, '00000000000000a2');
+  await drawnIcicle();
+  assert.equal(await downloadTotal(), 50e6, 'the span\'s samples only');
+  await shot('explorer-exemplar');
 });
 
 test('no errors in the page', () => {

@@ -13,6 +13,11 @@ Usage:
                               {"codes": [the gRPC status code of each]}
   send.py http-bad URL        POST a request whose sample names a stack that does not exist;
                               prints the HTTP status and the google.rpc.Status message
+  send.py http-links URL SERVICE N
+                              POST a profile of N spans: sample i (`main;work`, value i + 1)
+                              linked through the dictionary's link table to a span of its own
+                              (random 8-byte span id, 16-byte trace id); prints {"status": ...,
+                              "spans": [{"span_id", "trace_id", "value"} as lowercase hex]}
 
 The profile: CPU samples (samples/count, period cpu/nanoseconds, 10 s at 20 Hz) of two threads,
 `main;work` 4 times on t1 and `main` 2 times on t2, with `service.name` = SERVICE.
@@ -71,6 +76,24 @@ def request(service_name: str, bad: bool = False) -> service.ExportProfilesServi
     return req
 
 
+def linked_request(service_name: str, n: int) -> tuple[service.ExportProfilesServiceRequest, list]:
+    """The profile of `request`, its samples replaced by n samples each linked to a span."""
+    import os
+
+    req = request(service_name)
+    d = req.dictionary
+    d.link_table.add()  # the zero element: no link
+    p = req.resource_profiles[0].scope_profiles[0].profiles[0]
+    del p.samples[:]
+    spans = []
+    for i in range(n):
+        trace_id, span_id = os.urandom(16), os.urandom(8)
+        d.link_table.add(trace_id=trace_id, span_id=span_id)
+        p.samples.add(stack_index=1, attribute_indices=[1], link_index=i + 1, values=[i + 1])
+        spans.append({"span_id": span_id.hex(), "trace_id": trace_id.hex(), "value": i + 1})
+    return req, spans
+
+
 def post(url: str, body: bytes) -> tuple[int, bytes]:
     req = urllib.request.Request(
         url, data=body, method="POST", headers={"Content-Type": "application/x-protobuf"}
@@ -118,6 +141,10 @@ def main() -> None:
         status, body = post(sys.argv[2], request(sys.argv[3]).SerializeToString())
         answer = service.ExportProfilesServiceResponse.FromString(body)
         print(json.dumps({"status": status, "rejected": answer.partial_success.rejected_profiles}))
+    elif mode == "http-links":
+        req, spans = linked_request(sys.argv[3], int(sys.argv[4]))
+        status, _ = post(sys.argv[2], req.SerializeToString())
+        print(json.dumps({"status": status, "spans": spans}))
     elif mode == "http-bad":
         status, body = post(sys.argv[2], request("bad", bad=True).SerializeToString())
         print(json.dumps({"status": status, "message": rpc_status_message(body)}))

@@ -132,6 +132,15 @@ export const queryRange = (query, startMs, endMs, stepMs, opts = {}) =>
   }, opts);
 
 /**
+ * The largest spans of each series `query` reads in `[startMs, endMs]`
+ * (`/api/v1/query_exemplars`): `[{seriesLabels, exemplars: [{labels, value, timestamp}]}]`.
+ */
+export const queryExemplars = (query, startMs, endMs, opts = {}) =>
+  get('/api/v1/query_exemplars', {
+    query, start: seconds(startMs), end: seconds(endMs), ...(opts.limit ? { limit: String(opts.limit) } : {}),
+  }, opts);
+
+/**
  * Parameters of `/api/v1/query` for a window: `{start, end}` or `{time}`; `format` is added by
  * the caller.
  */

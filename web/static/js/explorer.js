@@ -3,7 +3,7 @@
 // profile of a clicked point, or the merge of a dragged range.
 
 import { h, replace, stateBox, debounce } from './dom.js';
-import { profileTypes, queryRange, queryProfile, labelNames, parseQuery, ApiError } from './api.js';
+import { profileTypes, queryRange, queryExemplars, queryProfile, labelNames, parseQuery, ApiError } from './api.js';
 import { matcherBuilder } from './matcherbuilder.js';
 import { typeString, describe } from './profiletypes.js';
 import { rangePicker, window as rangeWindow, stepFor, describeRange } from './timerange.js';
@@ -16,6 +16,8 @@ import { formatTime } from './units.js';
 
 /** Series the metrics graph draws at most; the rest are one summed line. */
 const GRAPH_SERIES = 20;
+/** Exemplars (largest spans) asked per series for the metrics graph. */
+const EXEMPLARS_PER_SERIES = 20;
 
 const PROFILE_KEYS = ['time', 'labels', 'pfrom', 'pto', 'focus', 'search'];
 
@@ -162,7 +164,12 @@ export function mountExplorer(app) {
     const gq = kind === 'series' ? q : graphQuery(q, state.by);
     try {
       // A fleet's thousands of series: the biggest GRAPH_SERIES drawn, the rest as one line.
-      const data = await queryRange(gq, start, end, stepFor(start, end), { signal, limit: GRAPH_SERIES });
+      // Exemplars, the largest spans, are an extra: a store without spans, or a failure, shows
+      // the graph without them.
+      const [data, exemplars] = await Promise.all([
+        queryRange(gq, start, end, stepFor(start, end), { signal, limit: GRAPH_SERIES }),
+        queryExemplars(gq, start, end, { signal, limit: EXEMPLARS_PER_SERIES }).catch(() => []),
+      ]);
       if (!data.result.length) {
         replace(graphPanel, stateBox('empty', `No series match in ${describeRange(range)}.`,
           h('p', {}, 'Try a longer range (24h or 7d), remove label matchers, or check the ', h('a', { href: '/targets', 'data-nav': '' }, 'targets'), ' are up and scraped.')));
@@ -180,6 +187,13 @@ export function mountExplorer(app) {
         },
         onRange: (a, b) => select({ pfrom: String(a), pto: String(b), time: '', labels: '' }),
         omitted: data.omitted,
+        exemplars,
+        // A span's profile: its series' profile at the span's time, its samples selected by
+        // the span's ids (`{…, span_id="…"}`).
+        onExemplar: (series, span, t) => {
+          const ids = span.span_id ? { span_id: span.span_id } : span;
+          select({ time: String(Math.round(t)), labels: JSON.stringify({ ...series, ...ids }), pfrom: '', pto: '' });
+        },
       });
       const count = data.omitted
         ? `the ${data.result.length} largest of ${(data.result.length + data.omitted.series).toLocaleString('en-US')} series`

@@ -1,5 +1,6 @@
 // The metrics graph: one line per series of `query_range`, hover for labels and value, click a
-// point to open that profile, drag across to merge a range.
+// point to open that profile, drag across to merge a range. Exemplars (the largest spans of
+// `query_exemplars`) are diamonds at their time and value; a click opens that span's profile.
 
 import { h } from './dom.js';
 import { SERIES } from './colors.js';
@@ -55,9 +56,11 @@ export function timeTicks(start, end, max) {
  * Draws `result` (the matrix of `query_range`) over `[start, end]` ms. `selection` is
  * `{time}` or `{start, end}` to mark; `onPoint(metric, timeMs)` and `onRange(startMs, endMs)`
  * report clicks and drags. `omitted` (`data.omitted` of a `limit`ed query) is drawn as one
- * dashed grey line, the sum of the series left out.
+ * dashed grey line, the sum of the series left out. `exemplars` (the `data` of
+ * `query_exemplars`) are drawn as diamonds; `onExemplar(seriesLabels, spanLabels, timeMs)`
+ * reports a click on one.
  */
-export function metricsGraph(result, { start, end, selection, onPoint, onRange, omitted }) {
+export function metricsGraph(result, { start, end, selection, onPoint, onRange, omitted, exemplars, onExemplar }) {
   const box = h('div', { class: 'metrics-graph' });
   const tip = h('div', { class: 'tooltip graph-tip', hidden: true });
   const legend = h('ul', { class: 'legend' });
@@ -80,8 +83,18 @@ export function metricsGraph(result, { start, end, selection, onPoint, onRange, 
     });
   }
   const unit = series[0] ? series[0].unit : '';
+  // One diamond per span, coloured as its series' line where the graph draws that series.
+  const colorOf = (labels) => {
+    const key = JSON.stringify(Object.entries(labels).sort());
+    const s = series.find((x) => x.metric && JSON.stringify(Object.entries(x.metric).sort()) === key);
+    return s ? s.color : '#5b6270';
+  };
+  const marks = (exemplars || []).flatMap((s) => s.exemplars.map((e) => ({
+    series: s.seriesLabels, span: e.labels, t: e.timestamp * 1000, v: Number(e.value), color: colorOf(s.seriesLabels),
+  }))).filter((m) => m.t >= start && m.t <= end);
   let max = 0;
   for (const s of series) for (const p of s.points) if (p.v > max) max = p.v;
+  for (const m of marks) if (m.v > max) max = m.v;
   const root = svg('svg', { class: 'graph-svg', height: HEIGHT, role: 'img', 'aria-label': 'metrics graph' });
   box.append(root, tip);
 
@@ -123,12 +136,29 @@ export function metricsGraph(result, { start, end, selection, onPoint, onRange, 
         for (const p of s.points) root.append(svg('circle', { cx: X(p.t), cy: Y(p.v), r: 2.5, fill: s.color, class: 'point' }));
       }
     }
+    for (const m of marks) {
+      const [x, y] = [X(m.t), Y(m.v)];
+      root.append(svg('path', { d: `M${x.toFixed(1)},${(y - 5).toFixed(1)}l5,5l-5,5l-5,-5z`, fill: m.color, class: 'exemplar' }));
+    }
     const brush = svg('rect', { class: 'brush', y: M.top, height: ih, width: 0, visibility: 'hidden' });
     const guide = svg('line', { class: 'guide', y1: M.top, y2: M.top + ih, visibility: 'hidden' });
     const dot = svg('circle', { r: 5, class: 'hover-dot', visibility: 'hidden' });
     const overlay = svg('rect', { x: M.left, y: M.top, width: iw, height: ih, class: 'overlay' });
     root.append(brush, guide, dot, overlay);
 
+    // A diamond within 6 pixels of the pointer wins over the lines' points.
+    const nearestMark = (mx, my) => {
+      let best = null;
+      let bestD = 36;
+      for (const m of marks) {
+        const d = (X(m.t) - mx) ** 2 + (Y(m.v) - my) ** 2;
+        if (d <= bestD) {
+          bestD = d;
+          best = m;
+        }
+      }
+      return best;
+    };
     const nearest = (mx, my) => {
       let best = null;
       let bestD = Infinity;
@@ -170,6 +200,23 @@ export function metricsGraph(result, { start, end, selection, onPoint, onRange, 
           return;
         }
       }
+      const mark = nearestMark(mx, my);
+      if (mark) {
+        hit = { mark };
+        const px = X(mark.t);
+        guide.setAttribute('visibility', 'hidden');
+        dot.setAttribute('visibility', 'hidden');
+        tip.replaceChildren(
+          h('div', { class: 'tt-name' }, labelText(mark.series)),
+          h('div', {}, Object.entries(mark.span).map(([k, v]) => `${k} ${v}`).join(' · ')),
+          h('div', {}, formatTime(mark.t), ' · ', h('strong', {}, formatValue(mark.v, unit))),
+          h('div', { class: 'tt-hint muted' }, "click: this span's profile"));
+        tip.hidden = false;
+        const left = px + 12 + tip.offsetWidth > width ? px - 12 - tip.offsetWidth : px + 12;
+        tip.style.left = `${Math.max(0, left)}px`;
+        tip.style.top = `${Math.max(0, Y(mark.v) - 10)}px`;
+        return;
+      }
       hit = nearest(mx, my);
       if (!hit) return;
       const px = X(hit.p.t);
@@ -206,6 +253,8 @@ export function metricsGraph(result, { start, end, selection, onPoint, onRange, 
         const a = toTime(Math.max(M.left, Math.min(mx, d.x)));
         const b = toTime(Math.min(M.left + iw, Math.max(mx, d.x)));
         if (onRange) onRange(Math.round(a), Math.round(b));
+      } else if (hit && hit.mark) {
+        if (onExemplar) onExemplar(hit.mark.series, hit.mark.span, hit.mark.t);
       } else if (hit && !hit.s.other && onPoint) {
         onPoint(hit.s.metric, hit.p.t);
       }
@@ -218,6 +267,7 @@ export function metricsGraph(result, { start, end, selection, onPoint, onRange, 
   }
   if (named.length > 30) legend.append(h('li', { class: 'muted' }, `and ${named.length - 30} more series`));
   if (omitted) legend.append(h('li', { class: 'legend-other' }, h('span', { class: 'swatch swatch-other' }), othersName));
+  if (marks.length) legend.append(h('li', { class: 'legend-exemplars muted' }, `◆ ${marks.length} largest spans (exemplars)`));
   const wrap = h('div', { class: 'metrics' }, box, legend);
   // Drawn once attached (it needs its width), and again on resize.
   const ro = new ResizeObserver(() => draw());

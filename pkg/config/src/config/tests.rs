@@ -80,7 +80,7 @@ fn the_commented_agent_job_in_parca_yaml_loads_too() {
     let agent = &config.scrape_configs[1];
     assert_eq!(agent.job_name, "parca-agent");
     let enabled: Vec<&str> = agent.enabled_endpoints().map(|e| e.name.as_str()).collect();
-    assert_eq!(enabled, ["parca_agent"]);
+    assert_eq!(enabled, ["parca_agent", "parca_agent_off_cpu"]);
 }
 
 #[test]
@@ -605,12 +605,12 @@ fn error_messages() {
         ),
         (
             "- a\n",
-            "parca.yaml:1:1: invalid type: sequence, expected a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting` or `remote_write`",
+            "parca.yaml:1:1: invalid type: sequence, expected a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`, `remote_write` or `span_labels`",
         ),
         // Unknown keys, at every level.
         (
             "foo: 1\n",
-            "parca.yaml:1:1: unknown field `foo`, expected one of `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`, `remote_write`",
+            "parca.yaml:1:1: unknown field `foo`, expected one of `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`, `remote_write`, `span_labels`",
         ),
         (
             "global:\n  scrape_intervall: 1s\n",
@@ -913,6 +913,7 @@ fn the_examples_in_the_documentation_parse() {
             "rule_files:",
             "alerting:",
             "remote_write:",
+            "span_labels:",
         ]
         .iter()
         .any(|k| first.starts_with(k))
@@ -949,4 +950,20 @@ fn query_stores_are_scrape_jobs_naming_shards() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("sheme"), "{e}");
+}
+
+#[test]
+fn span_labels_default_to_the_server_s_and_are_checked() {
+    assert_eq!(ok("global: {}\n").span_labels, None);
+    assert_eq!(
+        ok("span_labels: [span_id, request_id]\n").span_labels,
+        Some(vec!["span_id".to_owned(), "request_id".to_owned()])
+    );
+    assert_eq!(ok("span_labels: []\n").span_labels, Some(Vec::new()));
+    let e = err("span_labels: [span_id, span_id]\n");
+    assert!(e.contains("span_labels names \"span_id\" twice"), "{e}");
+    let e = err("span_labels: [\"span-id\"]\n");
+    assert!(e.contains("\"span-id\" is not a label name"), "{e}");
+    let e = err("span_labels: [__name__]\n");
+    assert!(e.contains("is not a label name"), "{e}");
 }
