@@ -636,16 +636,10 @@ fn server_scrapes_and_receives_pushes_from_the_agent() {
         .map(|bin| start_target(bin, 120.0, dir.path()));
 
     let agent_port = free_port();
-    // The scrape job as parca.yaml's commented example has it, every 3 s.
     let server = Server::start(&parca_binary(false), &[], |_| {
-        format!(
-            "scrape_configs:\n  - job_name: parca-agent\n    scrape_interval: 3s\n    \
-             static_configs: [{{targets: [\"127.0.0.1:{agent_port}\"]}}]\n    \
-             profiling_config:\n      pprof_config:\n        \
-             process_cpu: {{enabled: false}}\n        memory: {{enabled: false}}\n        \
-             block: {{enabled: false}}\n        mutex: {{enabled: false}}\n        \
-             goroutine: {{enabled: false}}\n        \
-             parca_agent: {{path: /debug/pprof/profile, delta: true}}\n"
+        agent_scrape_config(
+            agent_port,
+            "parca_agent: {path: /debug/pprof/profile, delta: true}",
         )
     });
     let agent_addr = format!("--http-address=127.0.0.1:{agent_port}");
@@ -706,6 +700,20 @@ fn server_scrapes_and_receives_pushes_from_the_agent() {
         }
     }
     drop((c, rust, go));
+}
+
+/// A `parca.yaml` with the agent's scrape job as the root `parca.yaml`'s commented example has
+/// it, every 3 s, for the agent on `port`: Go's default endpoints off, `endpoint` (a
+/// `pprof_config` entry) on.
+pub(crate) fn agent_scrape_config(port: u16, endpoint: &str) -> String {
+    format!(
+        "scrape_configs:\n  - job_name: parca-agent\n    scrape_interval: 3s\n    \
+         static_configs: [{{targets: [\"127.0.0.1:{port}\"]}}]\n    \
+         profiling_config:\n      pprof_config:\n        \
+         process_cpu: {{enabled: false}}\n        memory: {{enabled: false}}\n        \
+         block: {{enabled: false}}\n        mutex: {{enabled: false}}\n        \
+         goroutine: {{enabled: false}}\n        {endpoint}\n"
+    )
 }
 
 /// Lists the BPF programs loaded on the machine with bpftool; `None` when it is missing.

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use parca_pprof::proto;
 
-use crate::agent::{Agent, agent_binary, can_run, label, run, say, stacks_of};
+use crate::agent::{Agent, agent_binary, agent_scrape_config, can_run, label, run, say, stacks_of};
 use crate::server_harness::{Process, Server, encode, free_port, parca_binary, poll};
 
 /// The off-CPU profile's series, as the agent pushes it and `parca.yaml`'s scrape entry names it.
@@ -65,14 +65,9 @@ fn agent_records_off_cpu_time_where_threads_wait_and_pushes_it() {
 
     let agent_port = free_port();
     let server = Server::start(&parca_binary(false), &[], |_| {
-        format!(
-            "scrape_configs:\n  - job_name: parca-agent\n    scrape_interval: 3s\n    \
-             static_configs: [{{targets: [\"127.0.0.1:{agent_port}\"]}}]\n    \
-             profiling_config:\n      pprof_config:\n        \
-             process_cpu: {{enabled: false}}\n        memory: {{enabled: false}}\n        \
-             block: {{enabled: false}}\n        mutex: {{enabled: false}}\n        \
-             goroutine: {{enabled: false}}\n        \
-             parca_agent_off_cpu: {{path: /debug/pprof/off_cpu, delta: true}}\n"
+        agent_scrape_config(
+            agent_port,
+            "parca_agent_off_cpu: {path: /debug/pprof/off_cpu, delta: true}",
         )
     });
     // Three spinners and the sleeper on this machine's CPUs: the sleeper waits for a CPU after

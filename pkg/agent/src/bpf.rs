@@ -489,24 +489,10 @@ impl Sampler {
                 )
                 .map_err(|source| attach_error("profile_cpu", source))?;
         }
-        for (name, event) in [
-            ("on_exec", "sched_process_exec"),
-            ("on_exit", "sched_process_exit"),
-        ] {
-            let program: &mut RawTracePoint = ebpf
-                .program_mut(name)
-                .ok_or(Error::MissingInObject { name })?
-                .try_into()
-                .map_err(|source| attach_error(name, source))?;
-            program
-                .load()
-                .map_err(|source| attach_error(name, source))?;
-            program
-                .attach(event)
-                .map_err(|source| attach_error(name, source))?;
-        }
+        attach_raw_tracepoint(&mut ebpf, "on_exec", "sched_process_exec")?;
+        attach_raw_tracepoint(&mut ebpf, "on_exit", "sched_process_exit")?;
         if off_cpu {
-            attach_off_cpu(&mut ebpf)?;
+            attach_raw_tracepoint(&mut ebpf, "on_switch", "sched_switch")?;
         }
 
         let half = Array::try_from(take_map(&mut ebpf, "half")?).map_err(map_error("half"))?;
@@ -757,9 +743,9 @@ fn off_cpu_scaled(threshold: f64) -> u32 {
     (threshold.clamp(0.0, 1.0) * f64::from(u32::MAX)).round() as u32
 }
 
-/// Attaches the off-CPU program, `on_switch`, to the `sched_switch` raw tracepoint.
-fn attach_off_cpu(ebpf: &mut Ebpf) -> Result<(), Error> {
-    let name = "on_switch";
+/// Loads program `name` and attaches it to the raw tracepoint `event` (raw tracepoints need no
+/// tracefs).
+fn attach_raw_tracepoint(ebpf: &mut Ebpf, name: &'static str, event: &str) -> Result<(), Error> {
     let program: &mut RawTracePoint = ebpf
         .program_mut(name)
         .ok_or(Error::MissingInObject { name })?
@@ -769,7 +755,7 @@ fn attach_off_cpu(ebpf: &mut Ebpf) -> Result<(), Error> {
         .load()
         .map_err(|source| attach_error(name, source))?;
     program
-        .attach("sched_switch")
+        .attach(event)
         .map_err(|source| attach_error(name, source))?;
     Ok(())
 }

@@ -641,19 +641,24 @@ mod tests {
         (raw, addr)
     }
 
+    /// Options of a 19 Hz agent without node, labels or debuginfod.
+    fn options() -> BuildOptions {
+        BuildOptions {
+            period_ns: 1_000_000_000 / 19,
+            node: String::new(),
+            external_labels: Vec::new(),
+            debuginfod: None,
+            perf_maps: Default::default(),
+            python_frames: Default::default(),
+        }
+    }
+
     #[test]
     fn off_cpu_time_is_its_own_profile_with_the_reason() {
         let (raw, _) = raw_of_this_process();
         assert!(raw.has_off_cpu());
         let mut symbolizer = Symbolizer::new(Options::default());
-        let options = BuildOptions {
-            period_ns: 1_000_000_000 / 19,
-            node: String::new(),
-            external_labels: vec![],
-            debuginfod: None,
-            perf_maps: Default::default(),
-            python_frames: Default::default(),
-        };
+        let options = options();
         let p = build(
             &raw,
             ProfileKind::OffCpu,
@@ -683,12 +688,9 @@ mod tests {
         assert_eq!(raw.total(), 8);
         let mut symbolizer = Symbolizer::new(Options::default());
         let options = BuildOptions {
-            period_ns: 1_000_000_000 / 19,
             node: "node-a".into(),
             external_labels: vec![("region".into(), "eu-1".into())],
-            debuginfod: None,
-            perf_maps: Default::default(),
-            python_frames: Default::default(),
+            ..options()
         };
         let p = build(
             &raw,
@@ -760,11 +762,7 @@ mod tests {
         let mut symbolizer = Symbolizer::new(Options::default());
         let options = BuildOptions {
             period_ns: 1,
-            node: String::new(),
-            external_labels: Vec::new(),
-            debuginfod: None,
-            perf_maps: Default::default(),
-            python_frames: Default::default(),
+            ..options()
         };
         let by_pid = Filter {
             pid: Some(999_999_999),
