@@ -15,8 +15,12 @@
 # tests/targets/agent/hot.go instead (it keeps frame pointers: its stacks take the fast path,
 # every frame past the leaf left by its frame pointer in the BPF program), when Go is installed. LOAD=python runs Debian's
 # /usr/bin/python3.11 on tests/targets/python-frames/chain.py (every sample also reads the
-# Python frame chain in the BPF program and names its frames). Needs root, gcc, curl, bpftool
-# and perf (Debian: linux-perf), golang-go for LOAD=go and python3.11 for LOAD=python.
+# Python frame chain in the BPF program and names its frames). LOAD=mix is #28's busy node:
+# rustc compiling a generated 600-function crate in a loop (new processes all the time, a 150 MB
+# librustc_driver), OpenJDK running tests/targets/agent/Hot.java, Node.js spinning, and the
+# python3 on PATH (pyenv's) and Debian's python3.11 on chain.py. Needs root, gcc, curl, bpftool
+# and perf (Debian: linux-perf), golang-go for LOAD=go, python3.11 for LOAD=python, and java,
+# node and rustc for LOAD=mix.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 seconds=${1:-60}
@@ -24,7 +28,12 @@ tick=$(getconf CLK_TCK)
 ncpu=$(nproc)
 tmp=$(mktemp -d)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$tmp"; }
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # The rustc loop's current compile (LOAD=mix) outlives its loop's shell.
+  pkill -f -- "--out-dir $tmp" 2>/dev/null || true
+  rm -rf "$tmp"
+}
 trap cleanup EXIT
 
 cargo build --release --quiet -p parca-agent
@@ -34,10 +43,32 @@ case "${LOAD:-c}" in
   go) (cd tests/targets/agent && GO111MODULE=off GOFLAGS= GOCACHE="$tmp/gocache" go build -o "$tmp/hot" hot.go) ;;
   python) printf '#!/bin/sh\nexec /usr/bin/python3.11 %s "$@"\n' \
     "$PWD/tests/targets/python-frames/chain.py" >"$tmp/hot" && chmod +x "$tmp/hot" ;;
-  *) echo "overhead.sh: LOAD is c, go or python" >&2; exit 2 ;;
+  mix) ;;
+  *) echo "overhead.sh: LOAD is c, go, python or mix" >&2; exit 2 ;;
 esac
-echo "load: ${LOAD:-c}, one busy program per CPU ($ncpu)"
-for _ in $(seq "$ncpu"); do "$tmp/hot" 100000 & pids+=($!); done
+if [ "${LOAD:-c}" = mix ]; then
+  echo "load: mix (rustc in a loop, a JVM, Node.js, two CPythons)"
+  python3 - "$tmp/busy.rs" <<'PY'
+import sys
+out = ["pub trait Shape { fn area(&self) -> f64; fn name(&self) -> String; }"]
+for i in range(600):
+    nxt = f" + f{i-1}(&v[1..])" if i else ""
+    out.append(f"pub struct S{i} {{ pub a: f64, pub b: Vec<u64> }}\n"
+               f"impl Shape for S{i} {{ fn area(&self) -> f64 {{ self.a * {i}.0 + self.b.iter().map(|x| *x as f64).sum::<f64>() }}"
+               f" fn name(&self) -> String {{ format!(\"s{i}-{{}}\", self.b.len()) }} }}\n"
+               f"pub fn f{i}(v: &[u64]) -> u64 {{ let s = S{i} {{ a: v.len() as f64, b: v.iter().filter(|x| *x % {i+2} == 0).cloned().collect() }};"
+               f" (s.area() as u64).wrapping_add(s.name().len() as u64){nxt} }}")
+open(sys.argv[1], "w").write("\n".join(out))
+PY
+  (while :; do rustc --edition 2021 --crate-type lib --out-dir "$tmp" "$tmp/busy.rs" 2>/dev/null || sleep 1; done) & pids+=($!)
+  java tests/targets/agent/Hot.java 100000 >/dev/null & pids+=($!)
+  node -e 'let x = 0; for (;;) { for (let i = 0; i < 1e6; i++) x = (x * 31 + i) % 1000003; }' & pids+=($!)
+  python3 tests/targets/python-frames/chain.py 100000 & pids+=($!)
+  /usr/bin/python3.11 tests/targets/python-frames/chain.py 100000 & pids+=($!)
+else
+  echo "load: ${LOAD:-c}, one busy program per CPU ($ncpu)"
+  for _ in $(seq "$ncpu"); do "$tmp/hot" 100000 & pids+=($!); done
+fi
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hwm_kb() { awk '/^VmHWM/{print $2}' "/proc/$1/status"; }
