@@ -1723,10 +1723,19 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
         },
     );
     assert!(top.contains("hot_leaf"), "{top}");
-    let metrics = curl(d, &["-u", "ops:agent-pw", &agent_metrics]).body;
-    assert!(
-        metric_value(&metrics, "parca_agent_pushes_total") >= 1.0,
-        "{metrics}"
+    // The server may show the window before the agent has read its answer and counted it.
+    poll(
+        "the agent to count its push",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let metrics = curl(d, &["-u", "ops:agent-pw", &agent_metrics]).body;
+            if metric_value(&metrics, "parca_agent_pushes_total") >= 1.0 {
+                Ok(())
+            } else {
+                Err(metrics)
+            }
+        },
     );
     drop(agent);
 
