@@ -19,6 +19,10 @@
 //! OTLP (`tests/targets/python-otlp/send.py`, PyPI `opentelemetry-proto`): profiles of 3 and then
 //! 12 samples, each linked (`Sample.link_index`) to a span of its own; the series stay the same,
 //! each span's profile is its sample's value, exemplars list the spans.
+//!
+//! Links to traces: `--web-trace-url-template` is checked at start (a template without
+//! `{trace_id}` or with an unknown placeholder stops the server with the fault named) and served
+//! at `/api/v1/status/flags`, where the web UI reads it (its browser test follows the link).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -421,6 +425,42 @@ fn otlp_links_are_per_sample_spans() {
                     && e["labels"]["trace_id"] == trace.as_str()
                     && e["value"].as_str().and_then(|v| v.parse::<i64>().ok()) == Some(*value)),
             "span {span} with {value}: {data}"
+        );
+    }
+}
+
+#[test]
+fn a_trace_url_template_is_checked_at_start_and_served_with_the_flags() {
+    let template = "http://jaeger:16686/trace/{trace_id}?uiFind={span_id}";
+    let flag = format!("--web-trace-url-template={template}");
+    let server = Server::start(&parca_binary(false), &[&flag], |_| {
+        "scrape_configs: []\n".to_owned()
+    });
+    let flags = server.api("/api/v1/status/flags").expect("flags");
+    assert_eq!(flags["web-trace-url-template"], template);
+    assert_eq!(
+        flags["storage-retention-time"], "0",
+        "every flag is listed: {flags}"
+    );
+    drop(server);
+
+    for (bad, fault) in [
+        ("http://jaeger:16686/trace/", "has no `{trace_id}`"),
+        (
+            "http://jaeger:16686/trace/{traceId}",
+            "unknown placeholder `{traceId}`",
+        ),
+        ("jaeger:16686/trace/{trace_id}", "is not an http(s) URL"),
+    ] {
+        let out = Command::new(parca_binary(false))
+            .arg(format!("--web-trace-url-template={bad}"))
+            .output()
+            .expect("run parca");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}: started");
+        assert!(
+            stderr.contains("--web-trace-url-template") && stderr.contains(fault),
+            "{bad}: {stderr}"
         );
     }
 }

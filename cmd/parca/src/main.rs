@@ -26,7 +26,7 @@ pub static malloc_conf: &[u8] = b"prof:true,prof_active:true,lg_prof_sample:19\0
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Continuous profiling: collect, store, query and compare pprof profiles.
 #[derive(Debug, Parser)]
@@ -55,13 +55,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let command = Cli::command();
+    let matches = command.clone().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Some(Command::Profile(args)) => profile_cmd::run(&args),
         Some(Command::Import(args)) => import_cmd::run(&args),
         Some(Command::Compact(args)) => compact_cmd::run(&args),
         Some(Command::Check(args)) => check_cmd::run(&args),
-        None => server::run(cli.server),
+        None => server::run(cli.server.with_flag_values(&command, &matches)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -109,6 +109,11 @@ pub struct ServerArgs {
     /// `$externalURL` and the links of alerts. Default: `http://HOSTNAME:PORT/`.
     #[arg(long)]
     web_external_url: Option<String>,
+    /// The link from a span's profile to its trace in a tracing UI, e.g.
+    /// `http://jaeger:16686/trace/{trace_id}` or Grafana's Explore URL: the web UI shows it
+    /// where a profile or an exemplar carries a `trace_id` (`{span_id}` may be used too).
+    #[arg(long, value_parser = parca_api::parse_trace_url_template)]
+    web_trace_url_template: Option<String>,
     /// How long before a firing alert is sent to Alertmanager again, as Prometheus'
     /// --rules.alert.resend-delay.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
@@ -155,6 +160,37 @@ pub struct ServerArgs {
     /// Log line format.
     #[arg(long, default_value = "logfmt", value_parser = ["logfmt", "json"])]
     log_format: String,
+    /// Every flag above as given or defaulted, by long name, for `/api/v1/status/flags`
+    /// (filled from the command line by [`ServerArgs::with_flag_values`]).
+    #[arg(skip)]
+    flag_values: std::collections::BTreeMap<String, String>,
+}
+
+impl ServerArgs {
+    /// These flags with `matches`' values of them kept as text, as Prometheus serves its own:
+    /// each long name (`web-trace-url-template`) to its value, several joined by commas, an
+    /// unset one empty.
+    pub fn with_flag_values(mut self, command: &clap::Command, matches: &clap::ArgMatches) -> Self {
+        for arg in command.get_arguments() {
+            use clap::ArgAction::{Help, HelpLong, HelpShort, Version};
+            if matches!(arg.get_action(), Help | HelpLong | HelpShort | Version) {
+                continue;
+            }
+            let (Some(long), Ok(raw)) =
+                (arg.get_long(), matches.try_get_raw(arg.get_id().as_str()))
+            else {
+                continue;
+            };
+            // An unset optional flag is listed empty, as Prometheus lists it.
+            let values: Vec<_> = raw
+                .into_iter()
+                .flatten()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            self.flag_values.insert(long.to_owned(), values.join(","));
+        }
+        self
+    }
 }
 
 /// How the object store (`object_storage`) is kept: its retention and compaction, applied by
@@ -516,6 +552,7 @@ async fn serve(
             .global
             .external_labels
             .clone(),
+        flags: args.flag_values.clone(),
         ..Default::default()
     };
     let scrape_metrics = parca_scrape::ScrapeMetrics::register(&mut registry);

@@ -43,6 +43,7 @@ mod router;
 mod rules;
 mod selfprof;
 mod store;
+mod trace_link;
 mod warnings;
 
 use std::convert::Infallible;
@@ -62,6 +63,7 @@ pub use metrics::ApiMetrics;
 pub use ops::{ActiveTarget, BuildInfo, Control, DroppedTarget, ProfileHealth, TargetsReport};
 pub use params::{ParamError, Params, parse_duration_ms, parse_time_ms};
 pub use response::{ApiError, Body, ErrorType};
+pub use trace_link::{TRACE_URL_PLACEHOLDERS, TraceUrlTemplateError, parse_trace_url_template};
 
 /// What the API is configured with.
 #[derive(Debug, Clone)]
@@ -101,6 +103,10 @@ pub struct Options {
     /// The server's `global.external_labels`, which its blocks carry in the bucket: a querier
     /// that reads this server as a shard matches them (`/api/v1/status/store`).
     pub external_labels: std::collections::BTreeMap<String, String>,
+    /// The server's flags as given or defaulted (long names without dashes in front, values as
+    /// text), served at `/api/v1/status/flags` as Prometheus serves its own: the web UI reads
+    /// its settings there (`web-trace-url-template`).
+    pub flags: std::collections::BTreeMap<String, String>,
 }
 
 /// What one push may hold; each refusal names its flag.
@@ -158,6 +164,7 @@ impl Default for Options {
             limits: parca_query::Limits::default(),
             heap_profile: None,
             external_labels: Default::default(),
+            flags: Default::default(),
         }
     }
 }

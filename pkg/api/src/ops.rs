@@ -129,6 +129,11 @@ pub(crate) fn buildinfo(api: &Api) -> Response<Body> {
     success(&api.options.build)
 }
 
+/// The server's flags, as Prometheus' `/api/v1/status/flags`: name to value, as text.
+pub(crate) fn flags(api: &Api) -> Response<Body> {
+    success(&api.options.flags)
+}
+
 pub(crate) fn ready(api: &Api) -> Result<Response<Body>, ApiError> {
     api.store()?;
     Ok(text("Parca is Ready.\n"))

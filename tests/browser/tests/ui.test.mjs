@@ -29,7 +29,7 @@ const shot = (name) => page.screenshot({ path: join(OUT, `${name}.png`), fullPag
 
 before(async () => {
   mkdirSync(OUT, { recursive: true });
-  server = await startServer();
+  server = await startServer({ args: ['--web-trace-url-template=http://tracing.example/trace/{trace_id}?span={span_id}'] });
   browser = await launch();
   page = await openPage(browser, pageErrors);
 });
@@ -547,7 +547,13 @@ test('exemplars mark the largest spans on the graph, and a click opens that span
   assert.equal(JSON.parse(url.get('labels')).span_id, '00000000000000a2');
   await drawnIcicle();
   assert.equal(await downloadTotal(), 50e6, 'the span\'s samples only');
+  // The server's --web-trace-url-template links the span's profile to its trace.
+  const link = await page.waitForSelector('a.trace-link');
+  assert.equal(await link.getAttribute('href'), 'http://tracing.example/trace/000000000000000000000000000000f2?span=00000000000000a2');
   await shot('explorer-exemplar');
+  // A trace selected in the query is linked too.
+  await page.goto(explorerUrl({ query: `${CPU}{job="spans", trace_id="000000000000000000000000000000f1"}`, view: 'icicle' }));
+  await until(async () => (await page.getAttribute('a.trace-link', 'href').catch(() => null)) === 'http://tracing.example/trace/000000000000000000000000000000f1?span=', 15000, 'the trace link of the query\'s trace_id');
 });
 
 test('no errors in the page', () => {

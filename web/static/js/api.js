@@ -140,6 +140,32 @@ export const queryExemplars = (query, startMs, endMs, opts = {}) =>
     query, start: seconds(startMs), end: seconds(endMs), ...(opts.limit ? { limit: String(opts.limit) } : {}),
   }, opts);
 
+let flagsAnswer = null;
+
+/**
+ * The server's flags (`/api/v1/status/flags`: long name to value), asked once per page; a
+ * failed request gives `{}` and is asked again next time.
+ */
+export function serverFlags() {
+  if (!flagsAnswer) {
+    flagsAnswer = get('/api/v1/status/flags').catch(() => {
+      flagsAnswer = null;
+      return {};
+    });
+  }
+  return flagsAnswer;
+}
+
+/**
+ * The tracing UI's page of trace `ids.trace_id` (span `ids.span_id`) under `template`, the
+ * server's `--web-trace-url-template` (`{trace_id}`, `{span_id}` filled in), or null without a
+ * template or a trace id.
+ */
+export function traceUrl(template, ids) {
+  if (!template || !ids.trace_id) return null;
+  return template.replace(/\{(trace_id|span_id)\}/g, (_, name) => encodeURIComponent(ids[name] || ''));
+}
+
 /**
  * Parameters of `/api/v1/query` for a window: `{start, end}` or `{time}`; `format` is added by
  * the caller.

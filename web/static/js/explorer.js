@@ -3,7 +3,7 @@
 // profile of a clicked point, or the merge of a dragged range.
 
 import { h, replace, stateBox, debounce } from './dom.js';
-import { profileTypes, queryRange, queryExemplars, queryProfile, labelNames, parseQuery, ApiError } from './api.js';
+import { profileTypes, queryRange, queryExemplars, queryProfile, labelNames, parseQuery, serverFlags, traceUrl, ApiError } from './api.js';
 import { matcherBuilder } from './matcherbuilder.js';
 import { typeString, describe } from './profiletypes.js';
 import { rangePicker, window as rangeWindow, stepFor, describeRange } from './timerange.js';
@@ -189,9 +189,9 @@ export function mountExplorer(app) {
         omitted: data.omitted,
         exemplars,
         // A span's profile: its series' profile at the span's time, its samples selected by
-        // the span's ids (`{…, span_id="…"}`).
+        // the span's ids (`{…, span_id="…"}`; its trace id kept for the link to the trace).
         onExemplar: (series, span, t) => {
-          const ids = span.span_id ? { span_id: span.span_id } : span;
+          const ids = span.span_id ? { span_id: span.span_id, ...(span.trace_id ? { trace_id: span.trace_id } : {}) } : span;
           select({ time: String(Math.round(t)), labels: JSON.stringify({ ...series, ...ids }), pfrom: '', pto: '' });
         },
       });
@@ -262,6 +262,7 @@ export function mountExplorer(app) {
       ? h('button', { type: 'button', class: 'back-to-range', onclick: () => select({ time: '', labels: '', pfrom: '', pto: '' }) }, 'Merge the whole range')
       : null;
     replace(profileHead, h('h2', {}, title), h('code', { class: 'profile-query muted' }, pq), back);
+    showTraceLink(parsed, state.labels ? JSON.parse(state.labels) : {}, signal);
     replace(profilePanel, stateBox('loading', 'Loading the profile…'));
     try {
       const data = await queryProfile(pq, win, { signal, granularity: state.granularity });
@@ -274,6 +275,18 @@ export function mountExplorer(app) {
       }
       showError(profilePanel, e, pq, q);
     }
+  }
+
+  /**
+   * A link to the trace of the span shown, when the profile is one trace's (a clicked exemplar,
+   * or `trace_id="…"` in the query) and the server has `--web-trace-url-template`.
+   */
+  async function showTraceLink(parsed, labels, signal) {
+    const ids = { ...idsOf(parsed), ...labels };
+    if (!ids.trace_id) return;
+    const href = traceUrl((await serverFlags())['web-trace-url-template'], ids);
+    if (!href || signal.aborted) return;
+    profileHead.append(h('a', { class: 'trace-link', href, target: '_blank', rel: 'noopener noreferrer', title: `trace ${ids.trace_id}` }, 'Open the trace ↗'));
   }
 
   function showProfile(data, pq, win) {
@@ -374,4 +387,12 @@ export function mountExplorer(app) {
       if (graph) graph.destroy();
     },
   };
+}
+
+/** `trace_id` and `span_id` of `parsed`'s first selector where it matches them exactly. */
+function idsOf(parsed) {
+  const matchers = parsed.selectors && parsed.selectors[0] ? parsed.selectors[0].matchers : [];
+  return Object.fromEntries(matchers
+    .filter((m) => m.op === '=' && (m.name === 'trace_id' || m.name === 'span_id'))
+    .map((m) => [m.name, m.value]));
 }
