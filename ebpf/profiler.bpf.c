@@ -875,9 +875,12 @@ static __always_inline __u32 walk_python(struct stack_sample *s, __u32 at)
 	if (n == 0 && end == PY_COMPLETE)
 		return 0; // a thread state with no frame: the thread runs no Python now
 	s->py_end = end;
-	bump(STAT_PY_WALKED);
-	if (end != PY_COMPLETE)
-		bump(STAT_PY_CUT);
+	// Counted per CPU sample, as the counters they are compared with are.
+	if (s->kind == KIND_CPU) {
+		bump(STAT_PY_WALKED);
+		if (end != PY_COMPLETE)
+			bump(STAT_PY_CUT);
+	}
 	return n * sizeof(struct py_frame);
 }
 
@@ -892,7 +895,8 @@ static __always_inline int send_user_stack(void *ctx, __u32 pid, int user_mode, 
 {
 	struct proc_maps *maps = bpf_map_lookup_elem(&proc_maps, &pid);
 	if (!maps) {
-		bump(STAT_NO_PROCESS);
+		if (kind == KIND_CPU)
+			bump(STAT_NO_PROCESS);
 		return 0;
 	}
 	__u32 cpu = bpf_get_smp_processor_id();

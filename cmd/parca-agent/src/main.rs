@@ -85,6 +85,14 @@ struct Args {
     /// Bytes the debuginfod cache may hold; the oldest files go first.
     #[arg(long, default_value_t = 2 << 30)]
     debuginfod_cache_max_bytes: u64,
+    /// Where objects' DWARF is kept decompressed, one file per build id, to be mapped rather
+    /// than held in the agent's memory (and inflated once, not at every reload).
+    #[arg(long, default_value = "/var/cache/parca-agent/dwarf")]
+    dwarf_cache_dir: std::path::PathBuf,
+    /// Bytes the DWARF cache may hold; the least recently used files go first. 0: no cache,
+    /// DWARF is copied into memory (at most 24 MiB an object, 32 MiB in all).
+    #[arg(long, default_value_t = 2 << 30)]
+    dwarf_cache_max_bytes: u64,
     /// Directories searched for separate debug files, by build id and .gnu_debuglink
     /// (comma-separated).
     #[arg(long, default_value = "/usr/lib/debug", value_delimiter = ',')]
@@ -220,6 +228,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         },
         debuginfod_cache_dir: args.debuginfod_cache_dir,
         debuginfod_cache_max_bytes: args.debuginfod_cache_max_bytes,
+        dwarf_cache_dir: args.dwarf_cache_dir,
+        dwarf_cache_max_bytes: args.dwarf_cache_max_bytes,
     };
     parca_agent_runtime::run(config, shutdown_signal()).await?;
     Ok(())

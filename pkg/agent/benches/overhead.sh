@@ -11,8 +11,9 @@
 # interrupted tasks, not to the agent). Then the same load under `perf record -F 19 -a -g` and
 # `perf record -F 19 -a --call-graph dwarf` (which copies 8 KiB of stack per sample into its
 # file; `perf report` unwinds them afterwards, reported as its own line).
-# AGENT_HZ="19" limits the frequencies tried. LOAD=go runs the Go program
-# tests/targets/agent/hot.go instead (it keeps frame pointers: its stacks take the fast path,
+# AGENT_HZ="19" limits the frequencies tried. AGENT_BIN runs that agent binary instead of
+# building this tree's (to compare builds), with AGENT_ARGS added to its flags; PERF=0 skips perf.
+# LOAD=go runs the Go program tests/targets/agent/hot.go instead (it keeps frame pointers: its stacks take the fast path,
 # every frame past the leaf left by its frame pointer in the BPF program), when Go is installed. LOAD=python runs Debian's
 # /usr/bin/python3.11 on tests/targets/python-frames/chain.py (every sample also reads the
 # Python frame chain in the BPF program and names its frames). LOAD=mix is #28's busy node:
@@ -36,8 +37,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build --release --quiet -p parca-agent
-agent=target/release/parca-agent
+if [ -n "${AGENT_BIN:-}" ]; then
+  agent=$AGENT_BIN
+else
+  cargo build --release --quiet -p parca-agent
+  agent=target/release/parca-agent
+fi
 case "${LOAD:-c}" in
   c) gcc -O2 -fomit-frame-pointer -g -o "$tmp/hot" tests/targets/agent/hot.c ;;
   go) (cd tests/targets/agent && GO111MODULE=off GOFLAGS= GOCACHE="$tmp/gocache" go build -o "$tmp/hot" hot.go) ;;
@@ -80,8 +85,9 @@ sysctl -q kernel.bpf_stats_enabled=1
 printf '%-28s %12s %16s %10s %14s\n' "what" "CPU s/s" "% of one CPU/CPU" "peak RSS" "BPF CPU s/s"
 for hz in ${AGENT_HZ:-19 99}; do
   port=$((17900 + hz))
+  # shellcheck disable=SC2086 # AGENT_ARGS is several flags
   "$agent" --http-address "127.0.0.1:$port" --profiling-cpu-sampling-frequency "$hz" \
-    --log-level warn & apid=$!; pids+=($apid)
+    --log-level warn ${AGENT_ARGS:-} & apid=$!; pids+=($apid)
   for _ in $(seq 100); do curl -sf "127.0.0.1:$port/healthy" >/dev/null && break; sleep 0.1; done
   curl -sf -o /dev/null "127.0.0.1:$port/debug/pprof/profile?seconds=10"   # warm-up
   t0=$(cpu_ticks "$apid"); b0=$(bpf_ns); w0=$(date +%s.%N)
@@ -102,6 +108,7 @@ print(f"{'parca-agent at ' + hz + ' Hz':<28} {cpu:12.5f} {100 * cpu / int(ncpu):
 PY
 done
 
+[ "${PERF:-1}" = 0 ] && { sysctl -q kernel.bpf_stats_enabled=0; exit 0; }
 for mode in "-g" "--call-graph dwarf"; do
   # shellcheck disable=SC2086 # $mode is two words for dwarf
   perf record -F 19 -a $mode -q -o "$tmp/perf.data" -- sleep "$seconds" 2>/dev/null & ppid=$!; pids+=($ppid)

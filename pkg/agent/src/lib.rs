@@ -111,6 +111,12 @@ pub struct Config {
     pub debuginfod_cache_dir: PathBuf,
     /// Bytes the debuginfod cache may hold.
     pub debuginfod_cache_max_bytes: u64,
+    /// Where objects' DWARF is kept decompressed, by build id, to be mapped rather than held
+    /// in memory (`--dwarf-cache-dir`).
+    pub dwarf_cache_dir: PathBuf,
+    /// Bytes the DWARF cache may hold (`--dwarf-cache-max-bytes`); 0: no cache, DWARF is
+    /// copied into memory within the symbolizer's budget.
+    pub dwarf_cache_max_bytes: u64,
     /// Kernel memory the unwind tables may take (`--unwind-tables-max-bytes`, default 64 MiB):
     /// past it, the least recently used objects' tables are evicted.
     pub unwind_tables_max_bytes: u64,
@@ -136,6 +142,8 @@ impl Default for Config {
             debuginfod_urls: DebuginfodConfig::urls_from_env(),
             debuginfod_cache_dir: PathBuf::from("/var/cache/parca-agent/debuginfod"),
             debuginfod_cache_max_bytes: 2 << 30,
+            dwarf_cache_dir: PathBuf::from("/var/cache/parca-agent/dwarf"),
+            dwarf_cache_max_bytes: 2 << 30,
             unwind_tables_max_bytes: unwind::DEFAULT_TABLE_BYTES,
             off_cpu_threshold: 0.0,
         }
@@ -345,11 +353,27 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             timeout: Duration::from_secs(30),
         })?))
     };
+    let dwarf_cache = if config.dwarf_cache_max_bytes == 0 {
+        None
+    } else {
+        match parca_symbolize::DwarfCache::new(
+            &config.dwarf_cache_dir,
+            config.dwarf_cache_max_bytes,
+        ) {
+            Ok(cache) => Some(Arc::new(cache)),
+            // Symbolizing goes on, with DWARF copied into memory.
+            Err(error) => {
+                tracing::warn!(%error, "no DWARF cache: DWARF is held in memory, within its budget");
+                None
+            }
+        }
+    };
     let build_options = profile::BuildOptions {
         period_ns: 1_000_000_000 / config.frequency_hz as i64,
         node: config.node.clone(),
         external_labels: config.external_labels.clone(),
         debuginfod,
+        dwarf_cache,
         perf_maps: Default::default(),
         python_frames: shared.python_frames.clone(),
     };

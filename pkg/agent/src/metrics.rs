@@ -472,8 +472,14 @@ impl Metrics {
         metric(
             "parca_agent_symbolize_bytes_cached",
             "gauge",
-            "Bytes of DWARF and symbol tables held (roughly).",
+            "Bytes of DWARF and symbol tables held in memory (roughly).",
             &[("", sy.bytes_cached as f64)],
+        );
+        metric(
+            "parca_agent_symbolize_dwarf_mapped_bytes",
+            "gauge",
+            "Bytes of DWARF mapped from the DWARF cache (--dwarf-cache-dir): paged in as lookups touch it, not held.",
+            &[("", sy.dwarf_mapped_bytes as f64)],
         );
         metric(
             "parca_agent_symbolize_addresses_cached",

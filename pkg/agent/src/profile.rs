@@ -177,6 +177,8 @@ pub(crate) struct BuildOptions {
     pub external_labels: Vec<(String, String)>,
     /// Asked for the debug files of stripped objects that have none on the node.
     pub debuginfod: Option<Arc<crate::Debuginfod>>,
+    /// Where objects' DWARF is mapped from (written there decompressed on first sight).
+    pub dwarf_cache: Option<Arc<parca_symbolize::DwarfCache>>,
     /// Names of JIT code from the processes' perf maps.
     pub perf_maps: Arc<std::sync::Mutex<crate::perfmap::PerfMaps>>,
     /// The Python frames that user stacks hold by id.
@@ -571,12 +573,18 @@ impl Builder {
                         _ => None,
                     };
                     let debug = object.debug_file.as_ref().or(fetched.as_ref());
-                    ElfObject::read_with_debug_file(
-                        &object.file,
-                        &object.opened_as,
-                        debug.map(|(f, p)| (f, p.as_path())),
-                        max_dwarf_bytes,
-                    )
+                    let debug = debug.map(|(f, p)| (f, p.as_path()));
+                    let (file, path) = (&object.file, object.opened_as.as_path());
+                    let read = match &options.dwarf_cache {
+                        Some(cache) => {
+                            ElfObject::read_cached(file, path, debug, max_dwarf_bytes, cache)
+                        }
+                        None => ElfObject::read_with_debug_file(file, path, debug, max_dwarf_bytes),
+                    };
+                    if let Some(error) = read.as_ref().ok().and_then(|o| o.dwarf_cache_error()) {
+                        tracing::debug!(%error, "DWARF held in memory, not cached");
+                    }
+                    read
                 },
                 addr - mapping.start + mapping.offset,
             ),
@@ -648,6 +656,7 @@ mod tests {
             node: String::new(),
             external_labels: Vec::new(),
             debuginfod: None,
+            dwarf_cache: None,
             perf_maps: Default::default(),
             python_frames: Default::default(),
         }

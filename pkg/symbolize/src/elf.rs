@@ -13,6 +13,7 @@ use std::sync::Arc;
 use object::read::ReadCache;
 use object::{Object, ObjectSection, ObjectSegment, SegmentFlags};
 
+use crate::dwarf_cache::{CachedDwarf, DwarfCache};
 use crate::{Error, Frame, demangle};
 
 /// DWARF sections are copied out of the file into shared buffers that gimli reads.
@@ -49,12 +50,18 @@ unsafe impl gimli::CloneStableDeref for SectionBytes {}
 
 /// How an object's DWARF is brought in to be read.
 #[derive(Debug, Clone, Copy)]
-enum DwarfLoad {
+enum DwarfLoad<'c> {
     /// Copied into memory, if the object has at most this many bytes of it.
     Copy { max_bytes: u64 },
     /// Mapped from the file, whatever its size: pages are read as lookups touch them and are
     /// the kernel's to reclaim, and the mapping ends with the object.
     Map,
+    /// Mapped from the cache of decompressed DWARF (written there the first time); copied as
+    /// by `Copy` when it cannot be cached (no build id, too large, a failed write).
+    Cached {
+        cache: &'c DwarfCache,
+        max_copy_bytes: u64,
+    },
 }
 
 /// An object's GNU build id (the bytes of its `NT_GNU_BUILD_ID` note; Go's own `.note.go.buildid`
@@ -209,9 +216,14 @@ pub struct ElfObject {
     /// Where its symbols came from, for messages and tests.
     symbol_source: SymbolSource,
     dwarf: Option<addr2line::Context<Reader>>,
-    /// Bytes of DWARF held (decompressed).
+    /// Bytes of DWARF held in memory (decompressed).
     dwarf_bytes: u64,
+    /// Bytes of DWARF mapped from the DWARF cache.
+    dwarf_mapped_bytes: u64,
+    /// The DWARF cache's mapping, for [`ElfObject::release_mapped_dwarf`].
+    dwarf_map: Option<Arc<memmap2::Mmap>>,
     dwarf_error: Option<Error>,
+    dwarf_cache_error: Option<Error>,
     is_go: bool,
 }
 
@@ -265,6 +277,25 @@ impl ElfObject {
     ) -> Result<ElfObject, Error> {
         let load = DwarfLoad::Copy {
             max_bytes: max_dwarf_bytes,
+        };
+        ElfObject::read_object(file, path, debug, load)
+    }
+
+    /// Like [`ElfObject::read_with_debug_file`], its DWARF mapped from `cache` (written there,
+    /// decompressed, on first sight of its build id) rather than held in memory, so that it
+    /// costs no heap and is never inflated twice. Without a build id, larger than half the
+    /// cache, or when the cache cannot be written ([`ElfObject::dwarf_cache_error`] says why),
+    /// the DWARF is copied into memory up to `max_dwarf_bytes` as there.
+    pub fn read_cached(
+        file: &File,
+        path: &Path,
+        debug: Option<(&File, &Path)>,
+        max_dwarf_bytes: u64,
+        cache: &DwarfCache,
+    ) -> Result<ElfObject, Error> {
+        let load = DwarfLoad::Cached {
+            cache,
+            max_copy_bytes: max_dwarf_bytes,
         };
         ElfObject::read_object(file, path, debug, load)
     }
@@ -399,21 +430,47 @@ impl ElfObject {
         symbols.shrink_to_fit();
 
         // DWARF from the debug file when it has some, else the object's own.
-        let (dwarf_obj, dwarf_file, dwarf_path) = match (&debug_obj, debug_file) {
-            (Some(d), Some((f, p))) if d.section_by_name(".debug_info").is_some() => (d, f, p),
-            _ => (&obj, file, path),
+        let (dwarf_obj, dwarf_file, dwarf_path, from_debug) = match (&debug_obj, debug_file) {
+            (Some(d), Some((f, p))) if d.section_by_name(".debug_info").is_some() => {
+                (d, f, p, true)
+            }
+            _ => (&obj, file, path, false),
         };
         let dwarf_bytes = dwarf_size(dwarf_obj);
-        let (dwarf, dwarf_error) = match load {
-            DwarfLoad::Copy { max_bytes } if dwarf_bytes > max_bytes => {
-                let error = Error::DwarfTooLarge {
-                    path: dwarf_path.to_owned(),
-                    size_bytes: dwarf_bytes,
-                    max_bytes,
+        let mut dwarf_cache_error = None;
+        let cached = match (load, &build_id) {
+            // Mapped DWARF costs no copy, but reading it still builds addr2line's tables of
+            // the units looked up: the same bound per object as a copy keeps that in check.
+            (
+                DwarfLoad::Cached {
+                    cache,
+                    max_copy_bytes,
+                },
+                Some(id),
+            ) if dwarf_obj.section_by_name(".debug_info").is_some()
+                && dwarf_bytes <= max_copy_bytes =>
+            {
+                // The object's own DWARF and its debug file's are cached apart: a debug file
+                // found later (debuginfod) is not hidden by the object's thinner DWARF.
+                let key = if from_debug {
+                    format!("{id}-debug")
+                } else {
+                    id.to_string()
                 };
-                (None, Some(error))
+                cached_dwarf(cache, &key, dwarf_obj, dwarf_file, dwarf_bytes)
+                    .map_err(|e| dwarf_cache_error = Some(e))
+                    .ok()
             }
-            _ => match read_dwarf(dwarf_obj, dwarf_file, load) {
+            _ => None,
+        };
+        let load = match load {
+            DwarfLoad::Cached { max_copy_bytes, .. } => DwarfLoad::Copy {
+                max_bytes: max_copy_bytes,
+            },
+            other => other,
+        };
+        let (dwarf, dwarf_error) = match (load, &cached) {
+            (_, Some(cached)) => match read_cached_dwarf(dwarf_obj, cached) {
                 Ok(dwarf) => (dwarf, None),
                 Err(source) => (
                     None,
@@ -423,8 +480,33 @@ impl ElfObject {
                     }),
                 ),
             },
+            (load, None) => match load {
+                DwarfLoad::Copy { max_bytes } if dwarf_bytes > max_bytes => {
+                    let error = Error::DwarfTooLarge {
+                        path: dwarf_path.to_owned(),
+                        size_bytes: dwarf_bytes,
+                        max_bytes,
+                    };
+                    (None, Some(error))
+                }
+                _ => match read_dwarf(dwarf_obj, dwarf_file, load) {
+                    Ok(dwarf) => (dwarf, None),
+                    Err(source) => (
+                        None,
+                        Some(Error::Dwarf {
+                            path: dwarf_path.to_owned(),
+                            source,
+                        }),
+                    ),
+                },
+            },
         };
-        let dwarf_bytes = if dwarf.is_some() { dwarf_bytes } else { 0 };
+        // Mapped DWARF is not held in memory: the kernel pages it in and out.
+        let (dwarf_bytes, dwarf_mapped_bytes) = match (&dwarf, &cached) {
+            (None, _) => (0, 0),
+            (Some(_), Some(cached)) => (0, cached.len()),
+            (Some(_), None) => (dwarf_bytes, 0),
+        };
         let used_debug = symbol_source == SymbolSource::DebugFile
             || (dwarf.is_some() && debug_file.is_some_and(|(_, p)| p == dwarf_path));
         Ok(ElfObject {
@@ -437,7 +519,10 @@ impl ElfObject {
             symbol_source,
             dwarf,
             dwarf_bytes,
+            dwarf_mapped_bytes,
+            dwarf_map: cached.map(|c| c.map).filter(|_| dwarf_mapped_bytes > 0),
             dwarf_error,
+            dwarf_cache_error,
             is_go,
         })
     }
@@ -480,6 +565,27 @@ impl ElfObject {
     /// Bytes its symbol table holds in memory, roughly.
     pub fn symbol_bytes(&self) -> u64 {
         (self.symbols.len() * std::mem::size_of::<Symbol>()) as u64
+    }
+
+    /// Bytes of DWARF mapped from the DWARF cache ([`ElfObject::read_cached`]).
+    pub fn dwarf_mapped_bytes(&self) -> u64 {
+        self.dwarf_mapped_bytes
+    }
+
+    /// Lets go of the pages of mapped DWARF that lookups touched: they stay in the page cache
+    /// (a later lookup maps them again at the cost of a minor fault) but no longer count in
+    /// this process's resident memory. For a caller that symbolizes in bursts, after each.
+    pub fn release_mapped_dwarf(&self) {
+        if let Some(map) = &self.dwarf_map {
+            // SAFETY: the cache file under the mapping is never written in place
+            // (`DwarfCache`), so pages dropped here read back the same bytes.
+            let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+        }
+    }
+
+    /// Why its DWARF was not written to or read from the DWARF cache, when it was to be.
+    pub fn dwarf_cache_error(&self) -> Option<&Error> {
+        self.dwarf_cache_error.as_ref()
     }
 
     /// Why its DWARF could not be used, if it has DWARF that did not parse.
@@ -895,7 +1001,7 @@ fn read_dwarf<'data, O: Object<'data>>(
     // (`ElfObject::open_mapped`); the bytes are only read.
     let map = match how {
         DwarfLoad::Map => unsafe { memmap2::Mmap::map(file) }.ok().map(Arc::new),
-        DwarfLoad::Copy { .. } => None,
+        DwarfLoad::Copy { .. } | DwarfLoad::Cached { .. } => None,
     };
     let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
         // `section_by_name` also finds GNU `.zdebug_*` sections; `uncompressed_data` inflates
@@ -930,6 +1036,123 @@ fn read_dwarf<'data, O: Object<'data>>(
             None => empty(),
         };
         Ok(Reader::new(data, endian))
+    };
+    let dwarf = gimli::Dwarf::load(load)?;
+    addr2line::Context::from_dwarf(dwarf).map(Some)
+}
+
+/// The names of the DWARF sections the symbolizer reads, as gimli asks for them.
+fn symbolizing_section_names() -> &'static [&'static str] {
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let mut names = Vec::new();
+        let _ = gimli::Dwarf::load(|id| -> Result<_, ()> {
+            if symbolizing_reads(id.name()) {
+                names.push(id.name());
+            }
+            Ok(gimli::EndianSlice::new(&[][..], gimli::LittleEndian))
+        });
+        names
+    })
+}
+
+/// The DWARF of `obj` (open as `file`) from `cache` under `key`, written there first if it is
+/// not: each section decompressed (or read) and written in turn.
+fn cached_dwarf<'data, O: Object<'data>>(
+    cache: &DwarfCache,
+    key: &str,
+    obj: &O,
+    file: &File,
+    total: u64,
+) -> Result<CachedDwarf, Error> {
+    if let Some(cached) = cache.open(key) {
+        return Ok(cached);
+    }
+    // Streamed, never whole in memory: a hostile object's section that claims (or inflates to)
+    // a gigabyte costs disk within the cache's bound, not memory.
+    cache.store(key, symbolizing_section_names(), total, |name, out| {
+        let Some(section) = obj.section_by_name(name) else {
+            return Ok(false);
+        };
+        let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+        let compressed = section
+            .compressed_data()
+            .map_err(|e| bad(format!("{name}: {e}")))?;
+        let len = compressed.uncompressed_size;
+        let copied = match compressed.format {
+            object::CompressionFormat::None => {
+                let range = section
+                    .compressed_file_range()
+                    .map_err(|e| bad(format!("{name}: {e}")))?;
+                std::io::copy(&mut FileRange::new(file, range.offset, len), out)?
+            }
+            object::CompressionFormat::Zlib => {
+                let inflate = flate2::read::ZlibDecoder::new(compressed.data);
+                std::io::copy(&mut std::io::Read::take(inflate, len), out)?
+            }
+            object::CompressionFormat::Zstandard => {
+                let inflate = zstd::stream::read::Decoder::with_buffer(compressed.data)?;
+                std::io::copy(&mut std::io::Read::take(inflate, len), out)?
+            }
+            other => return Err(bad(format!("{name}: compressed as {other:?}"))),
+        };
+        if copied != len {
+            return Err(bad(format!(
+                "{name}: {copied} bytes, not the {len} its header says"
+            )));
+        }
+        Ok(true)
+    })
+}
+
+/// `len` bytes of a file from `offset`, read in order (by position: the file's own offset is
+/// left alone).
+struct FileRange<'f> {
+    file: &'f File,
+    at: u64,
+    end: u64,
+}
+
+impl<'f> FileRange<'f> {
+    fn new(file: &'f File, offset: u64, len: u64) -> FileRange<'f> {
+        FileRange {
+            file,
+            at: offset,
+            end: offset.saturating_add(len),
+        }
+    }
+}
+
+impl std::io::Read for FileRange<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let want = usize::try_from(self.end - self.at)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        let n = self.file.read_at(&mut buf[..want], self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
+/// A DWARF context over the sections of `cached` (`obj` gives only the byte order).
+fn read_cached_dwarf<'data, O: Object<'data>>(
+    obj: &O,
+    cached: &CachedDwarf,
+) -> Result<Option<addr2line::Context<Reader>>, gimli::Error> {
+    let endian = if obj.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+        let bytes = match cached.section(id.name()) {
+            Some(range) if symbolizing_reads(id.name()) => {
+                SectionBytes::Mapped(Arc::clone(&cached.map), range)
+            }
+            _ => SectionBytes::Owned(Arc::from(&[][..])),
+        };
+        Ok(Reader::new(bytes, endian))
     };
     let dwarf = gimli::Dwarf::load(load)?;
     addr2line::Context::from_dwarf(dwarf).map(Some)
@@ -1045,6 +1268,70 @@ mod tests {
                 && f[1].function.ends_with("outer_for_test")
         });
         assert!(found, "no inlined frame for inlined_for_test");
+    }
+
+    #[test]
+    fn dwarf_through_the_cache_reads_as_the_copy_compressed_or_not() {
+        assert_eq!(outer_for_test(3), 10);
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let copied = ElfObject::read(&File::open(&exe).unwrap(), &exe, u64::MAX).unwrap();
+        let addr = outer_for_test as *const () as u64;
+        let (start, _, offset) = self_mapping(addr);
+        let vaddr = copied.vaddr_of_file_offset(addr - start + offset).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        // The same code with its DWARF as Debian's debug files (zlib) and newer toolchains
+        // (zstd) compress it.
+        let mut binaries = vec![("plain", exe.clone())];
+        for how in ["zlib", "zstd"] {
+            let out = tmp.path().join(how);
+            let status = std::process::Command::new("objcopy")
+                .arg(format!("--compress-debug-sections={how}"))
+                .args([&exe, &out])
+                .status()
+                .expect("objcopy (binutils) runs");
+            assert!(status.success(), "objcopy --compress-debug-sections={how}");
+            binaries.push((how, out));
+        }
+        for (how, path) in binaries {
+            let cache = DwarfCache::new(&tmp.path().join(format!("cache-{how}")), 4 << 30).unwrap();
+            for round in ["written", "read back"] {
+                let file = File::open(&path).unwrap();
+                let obj = ElfObject::read_cached(&file, &path, None, u64::MAX, &cache).unwrap();
+                assert!(
+                    obj.dwarf_cache_error().is_none(),
+                    "{how}: {:?}",
+                    obj.dwarf_cache_error()
+                );
+                assert!(obj.has_dwarf(), "{how}, {round}: {:?}", obj.dwarf_error());
+                assert_eq!(obj.dwarf_bytes(), 0, "{how}: nothing held in memory");
+                assert!(obj.dwarf_mapped_bytes() > 0);
+                for d in 0..64 {
+                    assert_eq!(
+                        obj.symbolize(vaddr + d),
+                        copied.symbolize(vaddr + d),
+                        "{how}, {round}, +{d}"
+                    );
+                }
+            }
+            let files = std::fs::read_dir(tmp.path().join(format!("cache-{how}")))
+                .unwrap()
+                .count();
+            assert_eq!(files, 1, "{how}: one file, written once");
+        }
+    }
+
+    #[test]
+    fn a_cache_too_small_leaves_the_dwarf_in_memory_within_its_bound() {
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let cache = DwarfCache::new(tmp.path(), 1 << 20).unwrap();
+        let file = File::open(&exe).unwrap();
+        let obj = ElfObject::read_cached(&file, &exe, None, u64::MAX, &cache).unwrap();
+        let why = obj.dwarf_cache_error().unwrap().to_string();
+        assert!(why.contains("limit"), "{why}");
+        assert!(obj.has_dwarf() && obj.dwarf_bytes() > 0 && obj.dwarf_mapped_bytes() == 0);
+        let small = ElfObject::read_cached(&file, &exe, None, 1, &cache).unwrap();
+        assert!(!small.has_dwarf() && small.dwarf_bytes() == 0);
     }
 
     #[test]

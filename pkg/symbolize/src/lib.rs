@@ -34,10 +34,14 @@
 //!   caller's business.
 //! - Unwinding keeps only an index of FDEs per object in memory and reads the rest from the
 //!   file when a row is first needed; a walk reads only the stack copy it is given.
-//! - Objects are read piecewise (headers, symbol tables, DWARF sections), never whole. DWARF is
-//!   copied into memory to be read, so it is bounded per object ([`DEFAULT_MAX_DWARF_BYTES`])
-//!   and in total ([`Options::max_dwarf_bytes`]); past that, symbol tables are used alone.
-//!   A process symbolizing its own code maps its DWARF instead ([`ElfObject::open_mapped`]).
+//! - Objects are read piecewise (headers, symbol tables, DWARF sections), never whole. Other
+//!   programs' files are never mapped (one truncated under the mapping would fault the
+//!   reader): their DWARF is written once, decompressed, into a [`DwarfCache`] directory that
+//!   only the symbolizer writes, and mapped from there ([`ElfObject::read_cached`]); without
+//!   one, it is copied into memory, bounded per object ([`DEFAULT_MAX_DWARF_BYTES`]) and in
+//!   total ([`Options::max_dwarf_bytes`]); past that, symbol tables are used alone. A process
+//!   symbolizing its own code maps its DWARF ([`ElfObject::open_mapped`]).
+//! - No writes but the [`DwarfCache`]'s, in the directory it is given.
 //! - Only this crate sees gimli, addr2line, object and lzma-rs.
 //!
 //! # Example
@@ -53,6 +57,7 @@
 
 mod debugfile;
 mod demangle;
+mod dwarf_cache;
 mod elf;
 mod error;
 mod kallsyms;
@@ -62,6 +67,7 @@ pub mod unwind;
 
 pub use debugfile::{DebugFileQuery, build_id_path, find_debug_file};
 pub use demangle::demangle;
+pub use dwarf_cache::DwarfCache;
 pub use elf::{
     BuildId, DEFAULT_MAX_DWARF_BYTES, DebugLink, DebugNeeds, ElfObject, SymbolSource,
     read_build_id, read_debug_needs,

@@ -72,8 +72,10 @@ pub struct Stats {
     pub objects_cached: u64,
     /// Addresses memoized now.
     pub addresses_cached: u64,
-    /// Bytes of DWARF and symbol tables held now (roughly).
+    /// Bytes of DWARF and symbol tables held in memory now (roughly).
     pub bytes_cached: u64,
+    /// Bytes of DWARF mapped from the DWARF cache now ([`ElfObject::read_cached`]).
+    pub dwarf_mapped_bytes: u64,
 }
 
 enum Loaded {
@@ -299,9 +301,15 @@ impl Symbolizer {
         self.last_object_error.as_deref()
     }
 
-    /// Drops the least recently used objects beyond [`Options::max_objects`]. Call once per
-    /// profiling window.
+    /// Drops the least recently used objects beyond [`Options::max_objects`], and the pages
+    /// of mapped DWARF the window's lookups touched ([`ElfObject::release_mapped_dwarf`]).
+    /// Call once per profiling window.
     pub fn trim(&mut self) {
+        for slot in self.objects.values() {
+            if let Loaded::Ok(object) = &slot.object {
+                object.release_mapped_dwarf();
+            }
+        }
         let excess = self.objects.len().saturating_sub(self.options.max_objects);
         if excess > 0 {
             let mut ticks: Vec<u64> = self.objects.values().map(|s| s.last_used).collect();
@@ -332,6 +340,14 @@ impl Symbolizer {
             .values()
             .map(|s| match &s.object {
                 Loaded::Ok(o) => o.dwarf_bytes() + o.symbol_bytes(),
+                Loaded::Failed | Loaded::Unloaded => 0,
+            })
+            .sum();
+        stats.dwarf_mapped_bytes = self
+            .objects
+            .values()
+            .map(|s| match &s.object {
+                Loaded::Ok(o) => o.dwarf_mapped_bytes(),
                 Loaded::Failed | Loaded::Unloaded => 0,
             })
             .sum();
