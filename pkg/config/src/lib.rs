@@ -80,6 +80,7 @@ mod config;
 mod duration;
 mod error;
 mod http_client;
+mod insights;
 mod labels;
 mod relabel;
 mod remote_write;
@@ -92,6 +93,7 @@ pub use alerting::{AlertingConfig, AlertmanagerConfig, DEFAULT_ALERTMANAGER_TIME
 pub use config::{Config, DEFAULT_EVALUATION_INTERVAL, GlobalConfig, load, parse};
 pub use duration::{format_duration, parse_duration};
 pub use error::{Error, Location};
+pub use insights::{DEFAULT_INSIGHT_MIN_CHANGE, DEFAULT_INSIGHT_WINDOW, InsightConfig};
 pub use http_client::{HttpUrl, OAuth2, ProxyConfig};
 pub use relabel::{Action, Regexp, RelabelConfig, relabel, relabel_in_place};
 pub use remote_write::{QueueConfig, RemoteWriteConfig};
