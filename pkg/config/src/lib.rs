@@ -93,8 +93,8 @@ pub use alerting::{AlertingConfig, AlertmanagerConfig, DEFAULT_ALERTMANAGER_TIME
 pub use config::{Config, DEFAULT_EVALUATION_INTERVAL, GlobalConfig, load, parse};
 pub use duration::{format_duration, parse_duration};
 pub use error::{Error, Location};
-pub use insights::{DEFAULT_INSIGHT_MIN_CHANGE, DEFAULT_INSIGHT_WINDOW, InsightConfig};
 pub use http_client::{HttpUrl, OAuth2, ProxyConfig};
+pub use insights::{DEFAULT_INSIGHT_MIN_CHANGE, DEFAULT_INSIGHT_WINDOW, InsightConfig};
 pub use relabel::{Action, Regexp, RelabelConfig, relabel, relabel_in_place};
 pub use remote_write::{QueueConfig, RemoteWriteConfig};
 pub use rules::{Rule, RuleFile, RuleGroup, RuleKind, load_rules, parse_rules};
