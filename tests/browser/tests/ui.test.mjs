@@ -477,8 +477,8 @@ test('the rules page lists groups, health and firing alerts', async () => {
 
 test('the rules page shows a deploy insight with a link to compare its windows', async () => {
   // Version 1 of `shop` spends its time in parse, version 2 in encode; version 2's 10 s window
-  // ended before now.
-  const start = Date.now() - 60e3;
+  // ended before now. Whole seconds: a time in nanoseconds is then exact as a JS number.
+  const start = Math.floor(Date.now() / 1e3) * 1e3 - 60e3;
   const push = async (version, t, parse, encode) => {
     const body = cpuPprof(t, [{ stack: ['main', 'serve', 'parse'], nanos: parse }, { stack: ['main', 'serve', 'encode'], nanos: encode }]);
     const res = await fetch(`${server.url}/api/v1/write?${new URLSearchParams({ __name__: 'process_cpu', job: 'shop', version })}`, { method: 'POST', body });
