@@ -500,3 +500,50 @@ fn a_range_query_with_a_span_matcher_counts_that_span_only() {
     );
     assert_eq!(range(CPU), profile.total() as f64);
 }
+
+#[test]
+fn queries_sharing_reads_answer_as_alone_and_read_each_selector_once() {
+    let (_dir, engine) = store();
+    let shared = engine.clone().sharing_reads();
+    let at = RangeQuery {
+        start_ms: 1_030_000,
+        end_ms: 1_030_000,
+        step_ms: 30_000,
+    };
+    let queries = [
+        format!(r#"sum by (instance) ({CPU} |= "runtime.") / sum by (instance) ({CPU})"#),
+        format!(r#"sum by (instance) ({CPU} |= leaf "runtime.mallocgc")"#),
+        format!(r#"sum by (instance) ({CPU} != "runtime.")"#),
+        format!(r#"sum by (job) ({CPU}{{instance="a:1"}} |~ "main.*")"#),
+        format!("sum by (job) ({CPU})"),
+    ];
+    let range = |e: &Engine, q: &str| {
+        e.range(&parca_querylang::parse(q).expect("parses"), &at)
+            .expect("evaluates")
+    };
+    for q in &queries {
+        let alone = range(&engine, q);
+        assert!(!alone.is_empty(), "{q}");
+        assert_eq!(range(&shared, q), alone, "{q}");
+    }
+    // A profile stored now is seen by a query alone, not by one sharing the reads made
+    // before it: those selectors were read once.
+    let profile = corpus("go-cpu.pb.gz")
+        .into_iter()
+        .find(|p| p.meta.sample_type.kind == "cpu")
+        .expect("cpu");
+    let mut profile = dedup(profile);
+    profile
+        .samples
+        .labels
+        .fill(parca_profile::tables::LabelSetId::EMPTY);
+    let labels = Labels::new([("__name__", CPU), ("job", "go"), ("instance", "c:1")]).unwrap();
+    let mut appender = engine.db().appender();
+    appender.append(&labels, 1_025_000, &profile).unwrap();
+    appender.commit().unwrap();
+    for q in &queries[..3] {
+        let alone = range(&engine, q);
+        assert_eq!(alone.len(), 3, "{q}");
+        assert_eq!(range(&shared, q).len(), 2, "{q}");
+    }
+}
