@@ -45,6 +45,10 @@ const FIRST_LOOKBACK_MS: i64 = 3_600_000;
 /// late (an agent pushes a window after it ends) are still seen.
 const REREAD_MS: i64 = 120_000;
 
+/// How often what was read is saved when no insight was made: a restart reads again from the
+/// saved watermark, so a later save only spares it reading.
+const SAVE_EVERY: Duration = Duration::from_secs(60);
+
 /// How long a value that is no longer seen is remembered.
 const FORGET_MS: i64 = 7 * 86_400_000;
 
@@ -147,6 +151,8 @@ pub struct Insights {
     path: PathBuf,
     configs: Mutex<Vec<InsightConfig>>,
     state: Mutex<State>,
+    /// When the state was last written.
+    saved_at: Mutex<Option<std::time::Instant>>,
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -179,6 +185,7 @@ impl Insights {
             path,
             configs: Mutex::new(Vec::new()),
             state: Mutex::new(state),
+            saved_at: Mutex::new(None),
             task: Mutex::new(None),
         }))
     }
@@ -224,7 +231,9 @@ impl Insights {
     }
 
     /// Reads what the store got since the last tick, compares the changes whose window is
-    /// complete at `now_ms`, and saves if anything changed. Blocking.
+    /// complete at `now_ms`, and saves at once if an insight was made (else at most every
+    /// minute: the saved state is whole, and a restart reads again from its watermark).
+    /// Blocking.
     pub fn tick(&self, now_ms: i64) -> Result<(), Error> {
         let configs = self.configs.lock().expect("insights lock").clone();
         let before = self.state.lock().expect("insights lock").clone();
@@ -245,7 +254,13 @@ impl Insights {
             state.insights.drain(..n);
         }
         if state != before {
-            save(&self.path, &state)?;
+            let mut saved_at = self.saved_at.lock().expect("insights lock");
+            if state.insights != before.insights
+                || saved_at.is_none_or(|t| t.elapsed() >= SAVE_EVERY)
+            {
+                save(&self.path, &state)?;
+                *saved_at = Some(std::time::Instant::now());
+            }
             *self.state.lock().expect("insights lock") = state;
         }
         first_error.map_or(Ok(()), Err)
