@@ -158,7 +158,13 @@ impl Engine {
                     }
                     let read = || querier.select(&matchers);
                     let selected = match &self.shared {
-                        Some(shared) => shared.selected(&matchers, &spans, window, read)?,
+                        Some(shared) => shared.selected(
+                            &matchers,
+                            &spans,
+                            window,
+                            (n_samples, self.limits.max_samples),
+                            read,
+                        )?,
                         None => Arc::new(read()?),
                     };
                     // The selected profiles share their tables: each filter tests each

@@ -1,5 +1,7 @@
 //! Reads shared by the queries of one evaluation ([`crate::Engine::sharing_reads`]): each
-//! selector's stored totals, and its selected profiles, over each window, read once.
+//! selector's stored totals, and its selected profiles, over each window, read once. Selected
+//! profiles are kept while their samples fit in one query's sample limit
+//! (`Limits::max_samples`), so sharing at most doubles what an evaluation holds at once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -37,6 +39,8 @@ impl Key {
 pub(crate) struct SharedReads {
     totals: Mutex<HashMap<Key, Arc<Vec<SeriesTotals>>>>,
     selected: Mutex<HashMap<Key, Arc<Vec<SeriesProfiles>>>>,
+    /// Samples of the selected profiles kept.
+    n_samples: Mutex<usize>,
 }
 
 impl SharedReads {
@@ -51,15 +55,28 @@ impl SharedReads {
         once(&self.totals, Key::new(matchers, spans, window), read)
     }
 
-    /// The selected profiles of a read, from `read` the first time.
+    /// The selected profiles of a read, from `read` the first time. A read of `n_samples`
+    /// that would take the samples kept past `budget` is not kept.
     pub(crate) fn selected<E>(
         &self,
         matchers: &[Matcher],
         spans: &[Matcher],
         window: (i64, i64),
+        (n_samples, budget): (usize, usize),
         read: impl FnOnce() -> Result<Vec<SeriesProfiles>, E>,
     ) -> Result<Arc<Vec<SeriesProfiles>>, E> {
-        once(&self.selected, Key::new(matchers, spans, window), read)
+        let key = Key::new(matchers, spans, window);
+        if let Some(found) = self.selected.lock().expect("shared reads lock").get(&key) {
+            return Ok(Arc::clone(found));
+        }
+        {
+            let mut kept = self.n_samples.lock().expect("shared reads lock");
+            if kept.saturating_add(n_samples) > budget {
+                return read().map(Arc::new);
+            }
+            *kept += n_samples;
+        }
+        once(&self.selected, key, read)
     }
 }
 
