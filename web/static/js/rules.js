@@ -143,11 +143,11 @@ function insightsSection(list) {
         i.functions.length
           ? h('table', { class: 'targets-table insight-table' },
             h('thead', {}, h('tr', {}, ['Function', 'Before', 'After', 'Change', 'Self before', 'Self after'].map((c) => h('th', {}, c)))),
-            h('tbody', {}, i.functions.map((f) => h('tr', { class: `insight-function ${f.after > f.before ? 'grew' : 'shrank'}`, dataset: { function: f.name } },
+            h('tbody', {}, i.functions.map((f) => h('tr', { class: 'insight-function', dataset: { function: f.name } },
               h('td', {}, h('code', {}, f.name)),
               h('td', { class: 'value' }, percent(f.before)),
               h('td', { class: 'value' }, percent(f.after)),
-              h('td', { class: 'value change' }, points(f.after - f.before)),
+              h('td', { class: `value change ${f.after > f.before ? 'grew' : 'shrank'}` }, points(f.after - f.before)),
               h('td', { class: 'value' }, percent(f.self_before)),
               h('td', { class: 'value' }, percent(f.self_after))))))
           : h('p', { class: 'muted' }, 'No function moved by more than the noise floor.'));
