@@ -11,6 +11,7 @@ mod alertmanager;
 mod check_rules;
 mod corpus;
 mod fanout;
+mod insights;
 mod objstore;
 mod otlp;
 mod parca_agent_writes;

@@ -298,6 +298,8 @@ struct ServerControl {
     shards: OnceLock<Arc<parca_fanout::Shards>>,
     /// The rule groups, once the store is open.
     rules: OnceLock<Arc<parca_rules::Manager>>,
+    /// The deploy insights, once the store is open.
+    insights: OnceLock<Arc<parca_rules::Insights>>,
     reloads: prometheus_client::metrics::family::Family<
         Vec<(&'static str, &'static str)>,
         prometheus_client::metrics::counter::Counter,
@@ -332,12 +334,16 @@ impl ServerControl {
 
 impl ServerControl {
     /// Runs a reloaded parca.yaml's rule groups (unchanged ones keep running with their
-    /// state); an error names a rule that cannot be evaluated (the reload then fails).
+    /// state) and deploy insights; an error names a rule that cannot be evaluated (the reload
+    /// then fails).
     fn take_rules(&self, config: &parca_config::Config) -> Result<(), String> {
-        match self.rules.get() {
-            Some(rules) => rules.update(config).map_err(|e| e.to_string()),
-            None => Ok(()),
+        if let Some(rules) = self.rules.get() {
+            rules.update(config).map_err(|e| e.to_string())?;
         }
+        if let Some(insights) = self.insights.get() {
+            insights.update(&config.insights);
+        }
+        Ok(())
     }
 }
 
@@ -498,6 +504,7 @@ async fn serve(
         scrape: OnceLock::new(),
         shards: OnceLock::new(),
         rules: OnceLock::new(),
+        insights: OnceLock::new(),
         reloads: Default::default(),
         last_reload_ok: Default::default(),
         last_reload_error: Mutex::new(None),
@@ -682,6 +689,19 @@ async fn serve(
     }
     api.set_rules(Arc::clone(&rules));
     let _ = control.rules.set(Arc::clone(&rules));
+    let insights = {
+        let (engine, path) = (
+            parca_query::Engine::new(Arc::clone(&db), limits),
+            args.storage_path.clone(),
+        );
+        tokio::task::spawn_blocking(move || parca_rules::Insights::open(engine, &path))
+            .await
+            .context("insights task failed")?
+            .map_err(anyhow::Error::msg)?
+    };
+    insights.update(&control.config.lock().expect("config lock").insights);
+    api.set_insights(Arc::clone(&insights));
+    let _ = control.insights.set(Arc::clone(&insights));
     if let (Some(bucket), Some(metrics)) = (bucket, shipper_metrics) {
         let labels = control
             .config
@@ -738,6 +758,7 @@ async fn serve(
     tracing::info!("shutting down: stopping scrapes, then the HTTP server");
     scrape.stop().await;
     rules.stop();
+    insights.stop();
     let _ = stop_tx.send(true);
     let _ = http.await;
     drop(api);

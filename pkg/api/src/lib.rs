@@ -176,6 +176,8 @@ pub struct Api {
     engine: OnceLock<parca_query::Engine>,
     /// The rule groups the server evaluates (`/api/v1/rules`, `/api/v1/alerts`, `/federate`).
     rules: OnceLock<Arc<parca_rules::Manager>>,
+    /// The deploy insights (`/api/v1/insights`, and their series on `/federate`).
+    insights: OnceLock<Arc<parca_rules::Insights>>,
     control: Arc<dyn Control>,
     registry: Registry,
     metrics: ApiMetrics,
@@ -196,6 +198,7 @@ impl Api {
             store: OnceLock::new(),
             engine: OnceLock::new(),
             rules: OnceLock::new(),
+            insights: OnceLock::new(),
             control,
             registry,
             metrics,
@@ -219,6 +222,12 @@ impl Api {
     /// set). Only the first call counts.
     pub fn set_rules(&self, rules: Arc<parca_rules::Manager>) {
         let _ = self.rules.set(rules);
+    }
+
+    /// Serves `insights` at `/api/v1/insights` and their series on `/federate` (empty until
+    /// set). Only the first call counts.
+    pub fn set_insights(&self, insights: Arc<parca_rules::Insights>) {
+        let _ = self.insights.set(insights);
     }
 
     fn store(&self) -> Result<Arc<Db>, ApiError> {

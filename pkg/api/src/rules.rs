@@ -1,6 +1,7 @@
 //! Rule endpoints in Prometheus' shapes: `GET /api/v1/rules` (groups, rules, their health and
 //! alerts), `GET /api/v1/alerts` (the pending and firing alerts) and `GET /federate` (the
-//! recorded series in the text format, for a Prometheus to scrape).
+//! recorded series in the text format, for a Prometheus to scrape) and `GET /api/v1/insights`
+//! (deploy insights).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -217,6 +218,43 @@ pub(crate) fn alerts(api: &Arc<Api>) -> Response<Body> {
     success(&serde_json::json!({ "alerts": alerts }))
 }
 
+/// Seconds since the epoch, as Prometheus writes times in JSON.
+fn unix_s(ms: i64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+#[derive(Serialize)]
+struct InsightJson<'a> {
+    labels: &'a BTreeMap<String, String>,
+    profile_type: &'a str,
+    change: &'a parca_rules::Change,
+    at: f64,
+    before: [f64; 2],
+    after: [f64; 2],
+    functions: &'a [parca_rules::FunctionShare],
+}
+
+/// `GET /api/v1/insights`: every deploy insight, the newest first: `{labels, profile_type,
+/// change: {label, from, to}, at, before: [start, end], after: [start, end], functions:
+/// [{name, before, after, self_before, self_after}]}`, times in seconds since the epoch,
+/// functions by `after − before` of the inclusive share, largest first.
+pub(crate) fn insights(api: &Arc<Api>) -> Response<Body> {
+    let list = api.insights.get().map(|i| i.list()).unwrap_or_default();
+    let out: Vec<InsightJson<'_>> = list
+        .iter()
+        .map(|i| InsightJson {
+            labels: &i.labels,
+            profile_type: &i.profile_type,
+            change: &i.change,
+            at: unix_s(i.at_ms),
+            before: i.before.map(unix_s),
+            after: i.after.map(unix_s),
+            functions: &i.functions,
+        })
+        .collect();
+    success(&out)
+}
+
 /// The content type of Prometheus' text exposition format.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -234,13 +272,20 @@ pub(crate) fn federate(api: &Arc<Api>, call: &Call) -> Result<Response<Body>, Ap
     }
     let selectors: Vec<String> = texts.iter().map(|t| metric_selector(t)).collect();
     let selectors = crate::query::selectors_matchers(&selectors, "match[]")?;
-    let oldest_ms = crate::ingest::now_ms() - api.options.limits.lookback_ms;
+    let now_ms = crate::ingest::now_ms();
+    let oldest_ms = now_ms - api.options.limits.lookback_ms;
     let mut samples: Vec<parca_rules::Sample> = api
         .rules
         .get()
         .map(|m| m.samples())
         .unwrap_or_default()
         .into_iter()
+        .chain(
+            api.insights
+                .get()
+                .map(|i| i.samples(now_ms))
+                .unwrap_or_default(),
+        )
         .filter(|s| s.timestamp_ms >= oldest_ms)
         .map(|mut s| {
             for (name, value) in &api.options.external_labels {

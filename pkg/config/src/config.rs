@@ -16,6 +16,7 @@ use crate::checked::str_then;
 use crate::checked::unwrap_list;
 use crate::duration;
 use crate::error::{invalid_error, syntax_error};
+use crate::insights::InsightConfig;
 use crate::labels::label_set_opt;
 use crate::remote_write::RemoteWriteConfig;
 use crate::rules::{RuleFile, load_rules};
@@ -54,6 +55,10 @@ pub struct Config {
     /// `remote_write`: receivers of the recorded series. Default: none.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub remote_write: Vec<RemoteWriteConfig>,
+    /// `insights`: deploy insights, each comparing a service's profiles before and after a
+    /// label (`version`) changes. Default: none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub insights: Vec<InsightConfig>,
     /// `span_labels`: the label names whose values are span attributes, stored per sample
     /// rather than as series labels (a series per span would swamp the index), and selected by
     /// matchers on them (`{span_id="…"}`). Distinct valid label names, not `__name__`. `None`:
@@ -271,6 +276,7 @@ enum TopKey {
     RuleFiles,
     Alerting,
     RemoteWrite,
+    Insights,
     SpanLabels,
 }
 
@@ -283,7 +289,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
             type Value = Config;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(
-                    "a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`, `remote_write` or `span_labels`",
+                    "a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`, `remote_write`, `insights` or `span_labels`",
                 )
             }
             fn visit_none<E: de::Error>(self) -> Result<Config, E> {
@@ -303,6 +309,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                 let mut rule_files: Option<Vec<String>> = None;
                 let mut alerting: Option<AlertingConfig> = None;
                 let mut remote_write: Option<Vec<RemoteWriteConfig>> = None;
+                let mut insights: Option<Vec<InsightConfig>> = None;
                 let mut span_labels: Option<Option<Vec<SpanLabel>>> = None;
                 while let Some(key) = map.next_key::<TopKey>()? {
                     match key {
@@ -353,6 +360,12 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                             }
                             remote_write = Some(unwrap_list(map.next_value()?));
                         }
+                        TopKey::Insights => {
+                            if insights.is_some() {
+                                return Err(de::Error::duplicate_field("insights"));
+                            }
+                            insights = Some(unwrap_list(map.next_value()?));
+                        }
                         TopKey::SpanLabels => {
                             if span_labels.is_some() {
                                 return Err(de::Error::duplicate_field("span_labels"));
@@ -370,6 +383,7 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
                     rules: Vec::new(),
                     alerting: alerting.unwrap_or_default(),
                     remote_write: remote_write.unwrap_or_default(),
+                    insights: insights.unwrap_or_default(),
                     span_labels: span_label_names(span_labels.flatten())?,
                 })
             }

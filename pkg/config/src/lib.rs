@@ -80,6 +80,7 @@ mod config;
 mod duration;
 mod error;
 mod http_client;
+mod insights;
 mod labels;
 mod relabel;
 mod remote_write;
@@ -93,6 +94,7 @@ pub use config::{Config, DEFAULT_EVALUATION_INTERVAL, GlobalConfig, load, parse}
 pub use duration::{format_duration, parse_duration};
 pub use error::{Error, Location};
 pub use http_client::{HttpUrl, OAuth2, ProxyConfig};
+pub use insights::{DEFAULT_INSIGHT_MIN_CHANGE, DEFAULT_INSIGHT_WINDOW, InsightConfig};
 pub use relabel::{Action, Regexp, RelabelConfig, relabel, relabel_in_place};
 pub use remote_write::{QueueConfig, RemoteWriteConfig};
 pub use rules::{Rule, RuleFile, RuleGroup, RuleKind, load_rules, parse_rules};

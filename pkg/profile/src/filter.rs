@@ -199,27 +199,66 @@ impl StackMatcher<'_> {
     }
 }
 
+/// Every filter's memo over one set of tables: which locations and stacks pass, each tested
+/// once however many profiles sharing those tables are read.
+pub struct StackFilters<'a> {
+    tables: &'a Tables,
+    matchers: Vec<StackMatcher<'a>>,
+}
+
+impl<'a> StackFilters<'a> {
+    /// The filters `filters` over `tables`, nothing tested yet.
+    pub fn new(tables: &'a Tables, filters: &'a [StackFilter]) -> Self {
+        StackFilters {
+            tables,
+            matchers: filters
+                .iter()
+                .map(|filter| StackMatcher {
+                    filter,
+                    tables,
+                    locations: vec![UNKNOWN; tables.n_locations()],
+                    stacks: vec![UNKNOWN; tables.n_stacks()],
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether the tables are the ones this memo was made for (the same allocation).
+    pub fn reads(&self, tables: &Tables) -> bool {
+        std::ptr::eq(self.tables, tables)
+    }
+
+    /// Whether stack `id` passes every filter.
+    pub fn passes(&mut self, id: StackId) -> bool {
+        self.matchers
+            .iter_mut()
+            .all(|m| m.stack(id) == m.filter.keep)
+    }
+
+    /// The sum of the values of `profile`'s samples that pass every filter: what
+    /// `filter_stacks(profile, filters).total()` gives, without building that profile.
+    /// `profile` must use this memo's tables ([`StackFilters::reads`]).
+    pub fn total(&mut self, profile: &Profile) -> i64 {
+        debug_assert!(self.reads(&profile.tables), "a memo of other tables");
+        let samples = &profile.samples;
+        let mut total = 0i64;
+        for (stack, value) in samples.stacks.iter().zip(&samples.values) {
+            if self.passes(*stack) {
+                total = total.wrapping_add(*value);
+            }
+        }
+        total
+    }
+}
+
 /// The samples of `profile` that pass every filter; the tables stay shared.
 pub fn filter_stacks(profile: &Profile, filters: &[StackFilter]) -> Profile {
     if filters.is_empty() {
         return profile.clone();
     }
-    let tables = &profile.tables;
-    let mut matchers: Vec<StackMatcher<'_>> = filters
-        .iter()
-        .map(|filter| StackMatcher {
-            filter,
-            tables,
-            locations: vec![UNKNOWN; tables.n_locations()],
-            stacks: vec![UNKNOWN; tables.n_stacks()],
-        })
-        .collect();
+    let mut memo = StackFilters::new(&profile.tables, filters);
     let stacks = &profile.samples.stacks;
-    profile.retain_samples(|i| {
-        matchers
-            .iter_mut()
-            .all(|m| m.stack(stacks[i]) == m.filter.keep)
-    })
+    profile.retain_samples(|i| memo.passes(stacks[i]))
 }
 
 /// `profile` with every stack turned around: the leaf becomes the root, as a bottom-up (inverted)
@@ -262,6 +301,32 @@ mod tests {
             ("main;compute", 3),
             ("main;net/http.read", 2),
         ])
+    }
+
+    #[test]
+    fn a_memo_sums_what_the_filtered_profile_holds() {
+        let p = sample();
+        for filters in [
+            vec![StackFilter::contains("http")],
+            vec![
+                StackFilter::contains("main"),
+                StackFilter::not_contains("malloc"),
+            ],
+            vec![StackFilter::contains("compute").at_leaf()],
+            vec![StackFilter::matches("main").unwrap().at_leaf()],
+        ] {
+            let mut memo = StackFilters::new(&p.tables, &filters);
+            assert!(memo.reads(&p.tables));
+            // Twice: the second read answers from the memo.
+            for _ in 0..2 {
+                assert_eq!(
+                    memo.total(&p),
+                    filter_stacks(&p, &filters).total(),
+                    "{filters:?}"
+                );
+            }
+        }
+        assert!(!StackFilters::new(&sample().tables, &[]).reads(&p.tables));
     }
 
     #[test]

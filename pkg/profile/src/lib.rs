@@ -70,7 +70,7 @@ pub mod test_support;
 pub use callgraph::{CallEdge, CallGraph, CallNode, Pruning};
 pub use error::Error;
 pub use export::to_pprof;
-pub use filter::{StackFilter, filter_stacks, invert_stacks};
+pub use filter::{StackFilter, StackFilters, filter_stacks, invert_stacks};
 pub use flamegraph::{FlameFrame, FlameGraph, FlameGrouping, FlameNode};
 pub use frame_test::{FrameTest, NumberField, TextField, TextOp};
 pub use granularity::{Granularity, aggregate, clean_path, with_granularity};

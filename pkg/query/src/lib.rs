@@ -15,6 +15,9 @@
 //!   once to a merged profile rather than to every stored profile.
 //! - A metrics graph needs totals only: range evaluation of plain selectors reads per-profile
 //!   totals from the store and never copies samples.
+//! - Queries evaluated together (a rule group's, [`Engine::sharing_reads`]) read each selector
+//!   over each window once: a hundred rules that filter the stacks of one profile type select
+//!   its profiles once, and each filter tests each distinct stack once.
 //!
 //! # Example
 //!
@@ -37,6 +40,7 @@ mod exemplars;
 mod instant;
 mod range;
 mod select;
+mod shared;
 #[cfg(test)]
 mod tests;
 
@@ -89,6 +93,9 @@ pub struct Engine {
     deadline: Option<std::time::Instant>,
     /// What the reads of this evaluation could not cover (a shard down), in order, once each.
     warnings: Arc<std::sync::Mutex<Vec<String>>>,
+    /// The reads queries of one evaluation share ([`Engine::sharing_reads`]); `None`: each
+    /// query reads for itself.
+    shared: Option<Arc<shared::SharedReads>>,
 }
 
 /// A [`parca_tsdb::Querier`] whose warnings go to its engine when it is dropped.
@@ -132,7 +139,17 @@ impl Engine {
             limits,
             deadline: None,
             warnings: Arc::default(),
+            shared: None,
         }
+    }
+
+    /// The same engine, its queries (and those of its clones) sharing what they read from
+    /// now on: a selector's series and profiles over one window are read once. For queries
+    /// evaluated together at one time, such as a rule group's rules: a profile that arrives
+    /// meanwhile is seen by all of them or by none. Drop the engine to let go of what it read.
+    pub fn sharing_reads(mut self) -> Engine {
+        self.shared = Some(Arc::default());
+        self
     }
 
     /// The same engine, giving up with [`Error::Timeout`] once `deadline` has passed. The

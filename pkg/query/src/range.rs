@@ -1,7 +1,9 @@
 //! Range evaluation: a query to series of numbers per step, for the metrics graph.
 
+use std::sync::Arc;
+
 use parca_profile::Meta;
-use parca_profile::{StackFilter, filter_stacks};
+use parca_profile::{StackFilter, StackFilters};
 use parca_querylang::{AggregateOp, Expr, ExprKind, ValueType};
 use parca_tsdb::{Labels, NAME_LABEL, TotalPoint};
 use rustc_hash::FxHashMap;
@@ -137,10 +139,14 @@ impl Engine {
                 let totals: Vec<(Labels, Meta, Vec<TotalPoint>)> = if filters.is_empty()
                     && spans.is_empty()
                 {
-                    querier
-                        .totals(&matchers)?
-                        .into_iter()
-                        .map(|s| (s.labels, s.meta, s.points))
+                    let read = || querier.totals(&matchers);
+                    let totals = match &self.shared {
+                        Some(shared) => shared.totals(&matchers, &spans, window, read)?,
+                        None => Arc::new(read()?),
+                    };
+                    totals
+                        .iter()
+                        .map(|s| (s.labels.clone(), s.meta.clone(), s.points.clone()))
                         .collect()
                 } else {
                     let n_samples = querier.n_samples(&matchers)?;
@@ -150,9 +156,23 @@ impl Engine {
                             limit: self.limits.max_samples,
                         });
                     }
-                    querier
-                        .select(&matchers)?
-                        .into_iter()
+                    let read = || querier.select(&matchers);
+                    let selected = match &self.shared {
+                        Some(shared) => shared.selected(
+                            &matchers,
+                            &spans,
+                            window,
+                            (n_samples, self.limits.max_samples),
+                            read,
+                        )?,
+                        None => Arc::new(read()?),
+                    };
+                    // The selected profiles share their tables: each filter tests each
+                    // distinct stack once.
+                    let filters: &[StackFilter] = filters;
+                    let mut memo: Option<StackFilters<'_>> = None;
+                    selected
+                        .iter()
                         .map(|s| {
                             let meta = s
                                 .profiles
@@ -162,14 +182,20 @@ impl Engine {
                             let points = s
                                 .profiles
                                 .iter()
-                                .map(|(t, p)| TotalPoint {
-                                    timestamp_ms: *t,
-                                    total: filter_stacks(p, filters).total(),
-                                    period: p.meta.period,
-                                    duration_nanos: p.meta.duration_nanos,
+                                .map(|(t, p)| {
+                                    let memo = match &mut memo {
+                                        Some(m) if m.reads(&p.tables) => m,
+                                        slot => slot.insert(StackFilters::new(&p.tables, filters)),
+                                    };
+                                    TotalPoint {
+                                        timestamp_ms: *t,
+                                        total: memo.total(p),
+                                        period: p.meta.period,
+                                        duration_nanos: p.meta.duration_nanos,
+                                    }
                                 })
                                 .collect();
-                            (s.labels, meta, points)
+                            (s.labels.clone(), meta, points)
                         })
                         .collect()
                 };

@@ -500,3 +500,103 @@ fn a_range_query_with_a_span_matcher_counts_that_span_only() {
     );
     assert_eq!(range(CPU), profile.total() as f64);
 }
+
+#[test]
+fn queries_sharing_reads_answer_as_alone_and_read_each_selector_once() {
+    let (_dir, engine) = store();
+    let shared = engine.clone().sharing_reads();
+    let at = RangeQuery {
+        start_ms: 1_030_000,
+        end_ms: 1_030_000,
+        step_ms: 30_000,
+    };
+    let queries = [
+        format!(r#"sum by (instance) ({CPU} |= "runtime.") / sum by (instance) ({CPU})"#),
+        format!(r#"sum by (instance) ({CPU} |= leaf "runtime.mallocgc")"#),
+        format!(r#"sum by (instance) ({CPU} != "runtime.")"#),
+        format!(r#"sum by (job) ({CPU}{{instance="a:1"}} |~ "main.*")"#),
+        format!("sum by (job) ({CPU})"),
+    ];
+    let range = |e: &Engine, q: &str| {
+        e.range(&parca_querylang::parse(q).expect("parses"), &at)
+            .expect("evaluates")
+    };
+    for q in &queries {
+        let alone = range(&engine, q);
+        assert!(!alone.is_empty(), "{q}");
+        assert_eq!(range(&shared, q), alone, "{q}");
+    }
+    // A profile stored now is seen by a query alone, not by one sharing the reads made
+    // before it: those selectors were read once.
+    let profile = corpus("go-cpu.pb.gz")
+        .into_iter()
+        .find(|p| p.meta.sample_type.kind == "cpu")
+        .expect("cpu");
+    let mut profile = dedup(profile);
+    profile
+        .samples
+        .labels
+        .fill(parca_profile::tables::LabelSetId::EMPTY);
+    let labels = Labels::new([("__name__", CPU), ("job", "go"), ("instance", "c:1")]).unwrap();
+    let mut appender = engine.db().appender();
+    appender.append(&labels, 1_025_000, &profile).unwrap();
+    appender.commit().unwrap();
+    for q in &queries[..3] {
+        let alone = range(&engine, q);
+        assert_eq!(alone.len(), 3, "{q}");
+        assert_eq!(range(&shared, q).len(), 2, "{q}");
+    }
+}
+
+#[test]
+fn shared_reads_keep_no_more_than_one_querys_samples() {
+    let (_dir, engine) = store();
+    let at = RangeQuery {
+        start_ms: 1_030_000,
+        end_ms: 1_030_000,
+        step_ms: 30_000,
+    };
+    let one = format!(r#"sum by (instance) ({CPU}{{instance="a:1"}} |= "runtime.")"#);
+    let every = format!(r#"sum by (instance) ({CPU} |= "runtime.")"#);
+    // The samples each reads, as the limit counts them.
+    let counting = Engine::new(
+        Arc::clone(engine.db()),
+        Limits {
+            max_samples: 0,
+            ..Limits::default()
+        },
+    );
+    let count = |q: &str| match counting.range(&parca_querylang::parse(q).unwrap(), &at) {
+        Err(crate::Error::TooManySamples { n_samples, .. }) => n_samples,
+        other => panic!("{other:?}"),
+    };
+    let (n_one, n_every) = (count(&one), count(&every));
+    // Room for `every` (and for it with one more profile), not for `one` and `every` together.
+    let limits = Limits {
+        max_samples: n_every + n_one / 2,
+        ..Limits::default()
+    };
+    let shared = Engine::new(Arc::clone(engine.db()), limits).sharing_reads();
+    let range = |q: &str| {
+        shared
+            .range(&parca_querylang::parse(q).expect("parses"), &at)
+            .expect("evaluates")
+    };
+    // One instance's profiles are kept; then all of them would pass the budget: not kept.
+    assert_eq!(range(&one).len(), 1);
+    assert_eq!(range(&every).len(), 2);
+    let profile = corpus("go-cpu.pb.gz")
+        .into_iter()
+        .find(|p| p.meta.sample_type.kind == "cpu")
+        .expect("cpu");
+    let mut profile = dedup(profile);
+    profile
+        .samples
+        .labels
+        .fill(parca_profile::tables::LabelSetId::EMPTY);
+    let labels = Labels::new([("__name__", CPU), ("job", "go"), ("instance", "c:1")]).unwrap();
+    let mut appender = engine.db().appender();
+    appender.append(&labels, 1_025_000, &profile).unwrap();
+    appender.commit().unwrap();
+    assert_eq!(range(&every).len(), 3, "read again, not kept");
+}

@@ -116,9 +116,12 @@ impl Group {
     /// Evaluates every rule at `ts` (ms), one after another, each as `/api/v1/query`
     /// evaluates a series-valued query at that time ([`Engine::instant_series`]), within
     /// the group's interval. A failing rule is marked `err` with its error; the others go
-    /// on.
+    /// on. The rules share their reads ([`Engine::sharing_reads`]): rules over one selector
+    /// read its profiles once per evaluation.
     pub fn evaluate(&self, engine: &Engine, ts: i64, env: Env<'_>) {
         let started = Instant::now();
+        // The rules read at one time: each selector's profiles are read once for all of them.
+        let engine = engine.clone().sharing_reads();
         for (i, rule) in self.rules.iter().enumerate() {
             let rule_started = Instant::now();
             let result = engine

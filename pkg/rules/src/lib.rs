@@ -11,7 +11,8 @@
 //! `keep_firing_for`, its labels and annotations expanded as Go templates
 //! ([`template::expand`]). Firing and resolved alerts go to Alertmanagers' v2 API through a
 //! [`Notifier`] (`alerting.alertmanagers`), resent while firing; recorded series go to
-//! `remote_write` receivers through a [`RemoteWriter`] (remote-write 1.0).
+//! `remote_write` receivers through a [`RemoteWriter`] (remote-write 1.0). [`Insights`] watch
+//! the store for deploys (`insights:`) and compare each function's share before and after.
 //!
 //! # Design constraints
 //!
@@ -49,6 +50,7 @@
 //! ```
 
 mod group;
+pub mod insights;
 mod manager;
 mod metrics;
 mod notifier;
@@ -57,6 +59,7 @@ mod rule;
 pub mod template;
 
 pub use group::{Environment, Group, GroupState};
+pub use insights::{Change, FunctionShare, INSIGHT_METRIC, Insight, Insights};
 pub use manager::{Manager, Options};
 pub use metrics::RuleMetrics;
 pub use notifier::{Notification, Notifier, QUEUE_CAPACITY};
@@ -93,6 +96,10 @@ pub enum Error {
     /// it).
     #[error("{0}")]
     Alerting(String),
+    /// Deploy insights could not read or write their file, or build a matcher (the message
+    /// says which).
+    #[error("deploy insights: {0}")]
+    Insights(String),
     /// The group's `limit` was exceeded.
     #[error("exceeded limit of {limit} with {n} {what}")]
     Limit {

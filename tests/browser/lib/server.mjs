@@ -132,7 +132,13 @@ export async function startServer({ args = [] } = {}) {
       - record: job:cpu:all
         expr: sum by (job) (process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta[3650d])
 `);
+  // Deploy insights of pushed CPU profiles with a `version` label (the UI test pushes them).
   writeFileSync(config, `rule_files: [rules.yml]
+insights:
+  - profile_type: process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta
+    by: [job]
+    change_label: version
+    window: 10s
 scrape_configs:
   - job_name: parca
     scrape_interval: 2s

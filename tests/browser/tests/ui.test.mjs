@@ -8,7 +8,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { startServer, profileTimeMs, until, REPO } from '../lib/server.mjs';
 import { launch, openPage, canvasStats } from '../lib/browser.mjs';
-import { spanPprof } from '../lib/pprof.mjs';
+import { spanPprof, cpuPprof } from '../lib/pprof.mjs';
 import { formatValue } from '../../../web/static/js/units.js';
 
 const OUT = join(REPO, 'tests/browser/out');
@@ -473,6 +473,40 @@ test('the rules page lists groups, health and firing alerts', async () => {
   await page.click('nav a[data-page="rules"]');
   await page.waitForSelector('nav a[data-page="rules"].active');
   await shot('rules');
+});
+
+test('the rules page shows a deploy insight with a link to compare its windows', async () => {
+  // Version 1 of `shop` spends its time in parse, version 2 in encode; version 2's 10 s window
+  // ended before now. Whole seconds: a time in nanoseconds is then exact as a JS number.
+  const start = Math.floor(Date.now() / 1e3) * 1e3 - 60e3;
+  const push = async (version, t, parse, encode) => {
+    const body = cpuPprof(t, [{ stack: ['main', 'serve', 'parse'], nanos: parse }, { stack: ['main', 'serve', 'encode'], nanos: encode }]);
+    const res = await fetch(`${server.url}/api/v1/write?${new URLSearchParams({ __name__: 'process_cpu', job: 'shop', version })}`, { method: 'POST', body });
+    assert.ok(res.ok, `push: ${res.status} ${await res.text()}`);
+  };
+  for (let i = 0; i < 4; i++) await push('1', start + i * 5e3, 8e8, 2e8);
+  for (let i = 4; i < 8; i++) await push('2', start + i * 5e3, 3e8, 7e8);
+  await page.goto(`${server.url}/rules`);
+  const insight = 'section.insight[data-insight="shop:1→2"]';
+  await page.waitForSelector(insight, { timeout: 30000 });
+  const title = await page.textContent(`${insight} h3`);
+  assert.match(title, /job="shop"/);
+  assert.match(title, /version 1 → 2/);
+  const rows = await page.$$eval(`${insight} tr.insight-function`, (tr) => tr.map((r) => [r.dataset.function, r.querySelector('.change').textContent]));
+  assert.deepEqual(rows, [['encode', '+50.0 pp'], ['parse', '-50.0 pp']]);
+  assert.equal(await page.textContent(`${insight} tr[data-function="encode"] td:nth-child(2)`), '20.0%');
+  assert.equal(await page.textContent(`${insight} tr[data-function="encode"] td:nth-child(3)`), '70.0%');
+  await shot('insights');
+  // The link opens the compare view of the two windows: A version 1, B version 2.
+  await page.click(`${insight} a.compare-link`);
+  await page.waitForSelector('nav a[data-page="compare"].active');
+  const params = new URL(page.url()).searchParams;
+  assert.equal(params.get('a'), `${CPU}{job="shop",version="1"}`);
+  assert.equal(params.get('b'), `${CPU}{job="shop",version="2"}`);
+  assert.equal(Number(params.get('bfrom')), start + 20e3 - 1);
+  assert.equal(Number(params.get('bto')), start + 30e3 - 1);
+  await drawnIcicle();
+  await shot('insight-compare');
 });
 
 test('a bad query shows its error at its place', async () => {

@@ -120,6 +120,7 @@ export const labelValues = (name, match, opts) =>
   get(`/api/v1/label/${encodeURIComponent(name)}/values`, { 'match[]': match }, opts);
 export const targets = (opts) => get('/api/v1/targets', {}, opts);
 export const rules = (opts) => get('/api/v1/rules', {}, opts);
+export const insights = (opts) => get('/api/v1/insights', {}, opts);
 
 /**
  * `query_range` over `[startMs, endMs]` with `stepMs`; with `opts.limit`, only that many series

@@ -1,10 +1,11 @@
-// The rules page: the firing and pending alerts first, then every rule group with its rules'
-// health, state, last evaluation and error, and each alerting rule's alerts
-// (`/api/v1/rules`, refreshed every 5 s).
+// The rules page: the firing and pending alerts first, then the deploy insights (what changed
+// when a service's version changed, with a link to compare the two windows), then every rule
+// group with its rules' health, state, last evaluation and error, and each alerting rule's
+// alerts (`/api/v1/rules` and `/api/v1/insights`, refreshed every 5 s).
 
 import { h, replace, stateBox } from './dom.js';
-import { rules } from './api.js';
-import { ago, formatSeconds } from './units.js';
+import { rules, insights } from './api.js';
+import { ago, formatSeconds, formatTime } from './units.js';
 
 const REFRESH_MS = 5000;
 const NEVER = '0001-01-01T00:00:00Z';
@@ -19,17 +20,19 @@ export function mountRules(app) {
 
   const load = async () => {
     try {
-      render(await rules());
+      const [r, i] = await Promise.all([rules(), insights()]);
+      render(r, i);
     } catch (e) {
       replace(body, stateBox('error', 'Cannot load the rules.', e.message));
     }
     if (alive) timer = setTimeout(load, REFRESH_MS);
   };
 
-  const render = (data) => {
+  const render = (data, found) => {
     const groups = data.groups || [];
+    const insightSection = found.length ? insightsSection(found) : null;
     if (!groups.length) {
-      replace(body, stateBox('empty', 'No rules are evaluated.',
+      replace(body, insightSection, stateBox('empty', 'No rules are evaluated.',
         'Name rule files under rule_files in parca.yaml and reload (SIGHUP, or POST /-/reload with --web-enable-lifecycle); see documentation/rules.md.'));
       return;
     }
@@ -38,6 +41,7 @@ export function mountRules(app) {
       h('section', { class: 'alerts-summary' },
         h('h2', {}, 'Alerts', h('span', { class: 'muted' }, ` (${active.filter((a) => a.state === 'firing').length} firing, ${active.filter((a) => a.state === 'pending').length} pending)`)),
         active.length ? alertTable(active) : h('p', { class: 'muted' }, 'No alert is pending or firing.')),
+      insightSection,
       groups.map(groupSection));
   };
 
@@ -90,4 +94,62 @@ function groupSection(g) {
         h('td', {}, when(r.lastEvaluation)),
         h('td', {}, formatSeconds(r.evaluationTime)),
         h('td', { class: 'error-text' }, r.lastError || ''))))));
+}
+
+/** A label value in a query's double quotes. */
+const quoted = (v) => `"${v.replace(/\\/g, '\\\\').replace(/"/g, '\\"')}"`;
+
+/**
+ * The query of one side of an insight: its profile type, its service's labels and the change
+ * label's value(s) (several old ones, `a,b`, as a regex).
+ */
+export function insightQuery(insight, values) {
+  const matchers = Object.entries(insight.labels).map(([k, v]) => `${k}=${quoted(v)}`);
+  const { label } = insight.change;
+  matchers.push(values.length === 1
+    ? `${label}=${quoted(values[0])}`
+    : `${label}=~${quoted(values.map((v) => v.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|'))}`);
+  return `${insight.profile_type}{${matchers.join(',')}}`;
+}
+
+/**
+ * The compare view of an insight: A the old value(s) over the window before, B the new one over
+ * the window after (each `(from, to]` in ms, so the windows' first milliseconds are in).
+ */
+export function compareLink(insight) {
+  const ms = (s) => Math.round(s * 1000);
+  return `/compare?${new URLSearchParams({
+    a: insightQuery(insight, insight.change.from.split(',')),
+    afrom: ms(insight.before[0]) - 1,
+    ato: ms(insight.before[1]),
+    b: insightQuery(insight, [insight.change.to]),
+    bfrom: ms(insight.after[0]) - 1,
+    bto: ms(insight.after[1]),
+  })}`;
+}
+
+const percent = (share) => `${(share * 100).toFixed(1)}%`;
+const points = (d) => `${d > 0 ? '+' : ''}${(d * 100).toFixed(1)} pp`;
+
+function insightsSection(list) {
+  return h('section', { class: 'insights' },
+    h('h2', {}, 'Deploy insights', h('span', { class: 'muted' }, ` (${list.length})`)),
+    list.map((i) => {
+      const key = `${Object.values(i.labels).join('/')}:${i.change.from}→${i.change.to}`;
+      return h('section', { class: 'insight', dataset: { insight: key } },
+        h('h3', {}, chips(i.labels), ` ${i.change.label} ${i.change.from} → ${i.change.to}`,
+          h('span', { class: 'muted' }, ` at ${formatTime(i.at * 1000)} · ${i.profile_type} `),
+          h('a', { class: 'compare-link', href: compareLink(i), 'data-nav': '' }, 'Compare the two windows')),
+        i.functions.length
+          ? h('table', { class: 'targets-table insight-table' },
+            h('thead', {}, h('tr', {}, ['Function', 'Before', 'After', 'Change', 'Self before', 'Self after'].map((c) => h('th', {}, c)))),
+            h('tbody', {}, i.functions.map((f) => h('tr', { class: 'insight-function', dataset: { function: f.name } },
+              h('td', {}, h('code', {}, f.name)),
+              h('td', { class: 'value' }, percent(f.before)),
+              h('td', { class: 'value' }, percent(f.after)),
+              h('td', { class: `value change ${f.after > f.before ? 'grew' : 'shrank'}` }, points(f.after - f.before)),
+              h('td', { class: 'value' }, percent(f.self_before)),
+              h('td', { class: 'value' }, percent(f.self_after))))))
+          : h('p', { class: 'muted' }, 'No function moved by more than the noise floor.'));
+    }));
 }

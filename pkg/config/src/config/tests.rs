@@ -605,12 +605,12 @@ fn error_messages() {
         ),
         (
             "- a\n",
-            "parca.yaml:1:1: invalid type: sequence, expected a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`, `remote_write` or `span_labels`",
+            "parca.yaml:1:1: invalid type: sequence, expected a mapping with `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`, `remote_write`, `insights` or `span_labels`",
         ),
         // Unknown keys, at every level.
         (
             "foo: 1\n",
-            "parca.yaml:1:1: unknown field `foo`, expected one of `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`, `remote_write`, `span_labels`",
+            "parca.yaml:1:1: unknown field `foo`, expected one of `global`, `scrape_configs`, `object_storage`, `query_stores`, `rule_files`, `alerting`, `remote_write`, `insights`, `span_labels`",
         ),
         (
             "global:\n  scrape_intervall: 1s\n",
@@ -913,6 +913,7 @@ fn the_examples_in_the_documentation_parse() {
             "rule_files:",
             "alerting:",
             "remote_write:",
+            "insights:",
             "span_labels:",
         ]
         .iter()
