@@ -421,30 +421,7 @@ pub struct LabelMatcher {
     pub span: Span,
 }
 
-/// The four matchers of Prometheus.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MatchOp {
-    /// `=`
-    Equal,
-    /// `!=`
-    NotEqual,
-    /// `=~`: the whole value matches the regex.
-    Re,
-    /// `!~`: the whole value does not match the regex.
-    NotRe,
-}
-
-impl MatchOp {
-    /// The operator as written in a query.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MatchOp::Equal => "=",
-            MatchOp::NotEqual => "!=",
-            MatchOp::Re => "=~",
-            MatchOp::NotRe => "!~",
-        }
-    }
-}
+pub use parca_vocab::MatchOp;
 
 /// `|= "pattern"` and friends after an expression.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -575,5 +552,18 @@ impl Expr {
                 | ExprKind::Paren(inner) => expr = inner,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ProfileTypeName;
+
+    #[test]
+    fn profile_type_names_are_written_selectable() {
+        let t = ProfileTypeName::from_parts("wall", "wall-time", "nanoseconds", "", "ms", true);
+        assert_eq!(t.as_str(), "wall:wall_time:nanoseconds::ms:delta");
+        assert!(ProfileTypeName::parse(t.as_str()).is_ok());
+        assert!(ProfileTypeName::parse("a:b").is_err());
     }
 }

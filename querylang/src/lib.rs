@@ -74,22 +74,20 @@ extern crate alloc;
 
 mod ast;
 mod check;
-pub mod duration;
 mod error;
 mod fast;
 mod lenient;
 mod literal;
-mod names;
 mod parser;
 mod print;
 
 pub use ast::{
     AggregateOp, BinaryOp, Expr, ExprKind, GroupModifier, GroupSide, Grouping,
-    InvalidProfileTypeName, LabelMatcher, MatchOp, Number, ProfileTypeName, Selector, StackFilter,
+    InvalidProfileTypeName, LabelMatcher, Number, ProfileTypeName, Selector, StackFilter,
     StackFilterOp, ValueType, VectorMatching,
 };
 pub use error::{Expected, ParseError, Span};
-pub use names::{is_valid_label_name, sanitize_label_name};
+pub use parca_vocab::{MatchOp, duration, is_valid_label_name, sanitize_label_name};
 
 /// Parses and checks a query: the AST, or the first error (by position in the query).
 ///

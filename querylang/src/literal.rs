@@ -193,7 +193,7 @@ pub(crate) fn write_quoted(f: &mut impl Write, s: &str) -> fmt::Result {
     f.write_char('"')
 }
 
-/// A PromQL duration such as `1h30m` ([`crate::duration::parse`]), with a leading `-` returned
+/// A PromQL duration such as `1h30m` ([`parca_vocab::duration::parse`]), with a leading `-` returned
 /// as `true` in the pair, for the caller to judge.
 pub(crate) fn parse_duration(token: &str) -> Result<(Duration, bool), LiteralError> {
     let (negative, text) = match token.strip_prefix('-') {
@@ -201,14 +201,14 @@ pub(crate) fn parse_duration(token: &str) -> Result<(Duration, bool), LiteralErr
         None => (false, token),
     };
     let offset = token.len() - text.len();
-    crate::duration::parse(text)
+    parca_vocab::duration::parse(text)
         .map(|d| (d, negative))
         .map_err(|e| LiteralError::new(offset + e.start, offset + e.end, e.message))
 }
 
-/// Writes a duration as Prometheus does ([`crate::duration::write`]).
+/// Writes a duration as Prometheus does ([`parca_vocab::duration::write`]).
 pub(crate) fn write_duration(f: &mut impl Write, duration: Duration) -> fmt::Result {
-    crate::duration::write(f, duration)
+    parca_vocab::duration::write(f, duration)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use crate::ast::{
 };
 use crate::error::{Expected, ParseError, Span};
 use crate::literal;
-use crate::names::sanitize_label_name;
+use parca_vocab::sanitize_label_name;
 
 #[derive(pest_derive::Parser)]
 #[grammar = "grammar.pest"]

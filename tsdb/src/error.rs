@@ -90,7 +90,7 @@ pub enum Error {
          (`--storage-retention-time` is {}): retention would delete it at once",
         rfc3339(*timestamp_ms),
         rfc3339(*horizon_ms),
-        parca_querylang::duration::format(std::time::Duration::from_millis((*retention_ms).max(0) as u64))
+        parca_vocab::duration::format(std::time::Duration::from_millis((*retention_ms).max(0) as u64))
     )]
     PastRetention {
         /// The series.
@@ -252,19 +252,4 @@ fn rfc3339(ms: i64) -> String {
     jiff::Timestamp::from_millisecond(ms).map_or_else(|_| format!("{ms} ms"), |t| t.to_string())
 }
 
-/// The error's message followed by each of its sources' (`a: b: c`), for logs and answers that
-/// print an error once, whole.
-pub fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        // Some errors repeat their source's text in their own message: print it once.
-        if !text.ends_with(&more) {
-            text.push_str(": ");
-            text.push_str(&more);
-        }
-        cause = c.source();
-    }
-    text
-}
+pub use parca_vocab::with_causes;

@@ -38,7 +38,7 @@ impl Labels {
             .filter(|l| !l.value.is_empty())
             .collect();
         for l in &labels {
-            if !parca_querylang::is_valid_label_name(&l.name) {
+            if !parca_vocab::is_valid_label_name(&l.name) {
                 return Err(Error::InvalidLabelName {
                     name: l.name.clone(),
                 });
@@ -91,29 +91,7 @@ impl fmt::Display for Labels {
     }
 }
 
-/// How a matcher compares a label value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum MatchOp {
-    /// `=`
-    Equal,
-    /// `!=`
-    NotEqual,
-    /// `=~` (fully anchored regex)
-    Re,
-    /// `!~` (fully anchored regex)
-    NotRe,
-}
-
-impl fmt::Display for MatchOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            MatchOp::Equal => "=",
-            MatchOp::NotEqual => "!=",
-            MatchOp::Re => "=~",
-            MatchOp::NotRe => "!~",
-        })
-    }
-}
+pub use parca_vocab::MatchOp;
 
 /// Selects series by one label: `name op "value"`. As in Prometheus, a series without the label
 /// is treated as having it with the empty value, so `{env=""}` selects series without `env`.

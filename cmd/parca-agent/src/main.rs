@@ -22,7 +22,7 @@ struct Args {
     #[arg(long, default_value_t = 19)]
     profiling_cpu_sampling_frequency: u64,
     /// How often the BPF maps are drained (and a window pushed), e.g. 10s.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parca_vocab::duration::parse)]
     profiling_duration: Duration,
     /// A parca server to push every window to: `host:port` (over TLS unless
     /// --remote-store-insecure), or a URL with its scheme.
@@ -109,23 +109,6 @@ struct Args {
     /// Where the kernel's BTF is looked for (for tests of the refusal).
     #[arg(long, default_value = "/sys/kernel/btf/vmlinux", hide = true)]
     btf_path: std::path::PathBuf,
-}
-
-/// `10s`, `500ms`, `1m`, `1h`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let (number, unit) = text.split_at(digits);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration such as 10s, 500ms or 1m"))?;
-    let ms = match unit {
-        "ms" => 1,
-        "s" => 1_000,
-        "m" => 60_000,
-        "h" => 3_600_000,
-        _ => return Err(format!("`{text}`: the unit must be ms, s, m or h")),
-    };
-    Ok(Duration::from_millis(number.saturating_mul(ms)))
 }
 
 /// `region=eu-1;cluster=prod`: label names as Prometheus allows them, values anything.
@@ -272,11 +255,13 @@ mod tests {
 
     #[test]
     fn durations_and_addresses() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("10").is_err());
-        assert!(parse_duration("s").is_err());
+        for (flag, seconds) in [("10s", 10.0), ("500ms", 0.5), ("1m30s", 90.0)] {
+            let args = Args::try_parse_from(["parca-agent", "--profiling-duration", flag]).unwrap();
+            assert_eq!(args.profiling_duration.as_secs_f64(), seconds);
+        }
+        for bad in ["10", "s", "30s1m"] {
+            assert!(Args::try_parse_from(["parca-agent", "--profiling-duration", bad]).is_err());
+        }
         assert_eq!(
             listen_address(":7071").unwrap(),
             "0.0.0.0:7071".parse::<SocketAddr>().unwrap()

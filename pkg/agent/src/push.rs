@@ -157,7 +157,7 @@ impl Pusher {
             request = request.bearer_auth(token);
         }
         let response = request.send().await.map_err(|e| PushError {
-            message: format!("POST {url}: {}", error_chain(&e)),
+            message: format!("POST {url}: {}", parca_vocab::with_causes(&e)),
             retry: true,
         })?;
         let status = response.status();
@@ -263,18 +263,6 @@ fn read_token(file: &std::path::Path) -> Result<String, String> {
         ));
     }
     Ok(token.to_owned())
-}
-
-/// reqwest's error with its causes ("error sending request" alone says nothing).
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut out = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
 }
 
 #[cfg(test)]

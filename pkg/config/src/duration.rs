@@ -1,5 +1,5 @@
 //! Prometheus durations in parca.yaml: `500ms`, `30s`, `1m30s`, `2h`, `1d`, `1w`, `1y`, read and
-//! written by [`parca_querylang::duration`], and their serde helpers.
+//! written by [`parca_vocab::duration`], and their serde helpers.
 
 use std::fmt;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use crate::Error;
 /// Parses a duration the way Prometheus does: one or more `<integer><unit>` pairs, units from
 /// largest to smallest, each at most once (`1h30m`, not `30m1h`), with units `y` (365 days),
 /// `w`, `d`, `h`, `m`, `s` and `ms`. A bare `0` is allowed. The rule has one owner,
-/// [`parca_querylang::duration`], which queries use too.
+/// [`parca_vocab::duration`], which queries use too.
 ///
 /// ```
 /// use std::time::Duration;
@@ -22,7 +22,7 @@ use crate::Error;
 /// );
 /// ```
 pub fn parse_duration(text: &str) -> Result<Duration, Error> {
-    parca_querylang::duration::parse(text).map_err(|e| Error::Duration {
+    parca_vocab::duration::parse(text).map_err(|e| Error::Duration {
         input: text.to_owned(),
         reason: e.message,
     })
@@ -37,7 +37,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, Error> {
 /// assert_eq!(parca_config::format_duration(Duration::from_secs(8 * 86400)), "8d");
 /// ```
 pub fn format_duration(duration: Duration) -> String {
-    parca_querylang::duration::format(duration)
+    parca_vocab::duration::format(duration)
 }
 
 /// Serde helper: a duration written as text, decoded with [`parse_duration`]. `positive`

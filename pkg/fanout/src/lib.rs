@@ -23,8 +23,9 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use parca_config::ScrapeConfig;
-use parca_scrape::{JobClient, error_chain};
+use parca_scrape::JobClient;
 use parca_tsdb::{PeerAnswer, PeerRequest, PeerStore, Peers};
+use parca_vocab::with_causes;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -308,12 +309,12 @@ impl Shards {
             .timeout(self.options.timeout.min(STATUS_TIMEOUT))
             .send()
             .await
-            .map_err(|e| cannot(error_chain(&e)))?;
+            .map_err(|e| cannot(with_causes(&e)))?;
         let code = response.status();
         let body = response
             .bytes()
             .await
-            .map_err(|e| cannot(error_chain(&e)))?;
+            .map_err(|e| cannot(with_causes(&e)))?;
         if !code.is_success() {
             return Err(cannot(format!(
                 "its status answered {code}: {}",
@@ -371,9 +372,9 @@ impl Shards {
                 .body(request.encode())
                 .send()
                 .await
-                .map_err(|e| error_chain(&e))?;
+                .map_err(|e| with_causes(&e))?;
             let code = response.status();
-            let body = response.bytes().await.map_err(|e| error_chain(&e))?;
+            let body = response.bytes().await.map_err(|e| with_causes(&e))?;
             self.metrics
                 .fetched_bytes
                 .get_or_create(&labels)

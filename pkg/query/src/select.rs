@@ -1,7 +1,7 @@
 //! From a selector to the store: matchers, limits, and profile types the store knows.
 
 use parca_profile::StackFilter;
-use parca_querylang::{MatchOp as QueryOp, Selector, StackFilterOp};
+use parca_querylang::{Selector, StackFilterOp};
 use parca_tsdb::{Labels, MatchOp, Matcher, NAME_LABEL};
 
 use crate::{Error, Limits};
@@ -66,13 +66,8 @@ pub(crate) fn matchers(selector: &Selector) -> Result<Vec<Matcher>, Error> {
         out.push(Matcher::new(MatchOp::Equal, NAME_LABEL, name.as_str()).map_err(Error::Matcher)?);
     }
     for m in &selector.matchers {
-        let op = match m.op {
-            QueryOp::Equal => MatchOp::Equal,
-            QueryOp::NotEqual => MatchOp::NotEqual,
-            QueryOp::Re => MatchOp::Re,
-            QueryOp::NotRe => MatchOp::NotRe,
-        };
-        out.push(Matcher::new(op, m.name.as_str(), m.value.as_str()).map_err(Error::Matcher)?);
+        // The query language's operators are the store's (`parca_vocab::MatchOp`).
+        out.push(Matcher::new(m.op, m.name.as_str(), m.value.as_str()).map_err(Error::Matcher)?);
     }
     Ok(out)
 }

@@ -215,7 +215,7 @@ async fn post(set: Arc<AlertmanagerSet>, url: String, body: Vec<u8>) {
             .body(body)
             .send()
             .await
-            .map_err(|e| parca_scrape::error_chain(&e))?;
+            .map_err(|e| parca_vocab::with_causes(&e))?;
         let status = response.status();
         if status.is_success() {
             Ok(())

@@ -266,7 +266,7 @@ impl Queue {
             .body(body)
             .send()
             .await
-            .map_err(|e| Failure::Retry(parca_scrape::error_chain(&e)))?;
+            .map_err(|e| Failure::Retry(parca_vocab::with_causes(&e)))?;
         let status = response.status();
         if status.is_success() {
             return Ok(());

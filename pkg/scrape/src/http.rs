@@ -295,7 +295,7 @@ impl TokenSource {
             .body(body)
             .send()
             .await
-            .map_err(|e| FetchError::Other(crate::scrape_loop::error_chain(&e)))?;
+            .map_err(|e| FetchError::Other(parca_vocab::with_causes(&e)))?;
         let status = response.status();
         let text = response
             .text()

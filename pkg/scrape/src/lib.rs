@@ -41,5 +41,5 @@ mod target;
 pub use error::ScrapeError;
 pub use http::JobClient;
 pub use manager::{Manager, Options};
-pub use scrape_loop::{ScrapeMetrics, error_chain};
+pub use scrape_loop::ScrapeMetrics;
 pub use target::{Health, ProfileStatus, Target, TargetStatus};

@@ -188,14 +188,14 @@ async fn fetch(spec: &LoopSpec) -> Result<Vec<u8>, ScrapeError> {
     let mut response = request
         .send()
         .await
-        .map_err(|e| ScrapeError::Request(error_chain(&e)))?;
+        .map_err(|e| ScrapeError::Request(parca_vocab::with_causes(&e)))?;
     let status = response.status();
     let expected = response.content_length().unwrap_or(0) as usize;
     let mut body = Vec::with_capacity(expected.min(spec.body_limit));
     while let Some(chunk) = response
         .chunk()
         .await
-        .map_err(|e| ScrapeError::Request(error_chain(&e)))?
+        .map_err(|e| ScrapeError::Request(parca_vocab::with_causes(&e)))?
     {
         if body.len() + chunk.len() > spec.body_limit {
             return Err(ScrapeError::TooLarge(spec.body_limit));
@@ -219,18 +219,6 @@ pub(crate) fn read_secret(path: &std::path::Path) -> Result<String, ScrapeError>
             path: path.display().to_string(),
             why: e.to_string(),
         })
-}
-
-/// The whole cause chain of an error, which reqwest hides behind "error sending request".
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut out = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        out.push_str(": ");
-        out.push_str(&c.to_string());
-        cause = c.source();
-    }
-    out
 }
 
 /// Bodies up to this size are decoded and stored on the async worker that fetched them (a

@@ -121,37 +121,11 @@ pub struct RateLimit {
 }
 
 fn duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    // Prometheus' durations (`100ms`, `1m30s`), as exporter-toolkit reads them.
     let text = String::deserialize(d)?;
-    parse_duration(&text)
+    parca_vocab::duration::parse(text.trim())
         .map(Some)
         .map_err(serde::de::Error::custom)
-}
-
-/// Go/Prometheus durations as the file writes them: `100ms`, `1s`, `1m30s`.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let mut total = Duration::ZERO;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err("an empty duration".into());
-    }
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let number: u64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("`{text}` is not a duration such as 100ms, 1s or 1m"))?;
-        rest = &rest[digits..];
-        let unit_len = rest.bytes().take_while(u8::is_ascii_alphabetic).count();
-        let unit = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(1),
-            "s" => Duration::from_secs(1),
-            "m" => Duration::from_secs(60),
-            "h" => Duration::from_secs(3600),
-            other => return Err(format!("`{text}`: unknown unit `{other}` (ms, s, m or h)")),
-        };
-        total += unit * number as u32;
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
 }
 
 /// Headers exporter-toolkit lets the file set, with the values it allows (`None`: any value).
@@ -284,7 +258,7 @@ mod tests {
                 "rate_limit:\n  burst: 3\n",
                 "rate_limit.interval must be set",
             ),
-            ("rate_limit:\n  interval: 3x\n", "unknown unit `x`"),
+            ("rate_limit:\n  interval: 3x\n", "unknown duration unit `x`"),
         ] {
             let error = parse(text).unwrap_err();
             assert!(error.contains(expected), "{text}: {error}");

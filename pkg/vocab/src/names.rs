@@ -1,13 +1,13 @@
 //! Label names: the one rule for what a stored label name is, and the one way a name from
 //! elsewhere (an SDK's `service.version`, a quoted name in a query) becomes one. Ingest, the
-//! store, the configuration and the query language all ask here.
+//! store, the configuration, the query language and the agent all ask here.
 
 /// Prometheus' rule for label names: `[a-zA-Z_][a-zA-Z0-9_]*`.
 ///
 /// ```
-/// assert!(parca_querylang::is_valid_label_name("__address__"));
-/// assert!(!parca_querylang::is_valid_label_name("0abc"));
-/// assert!(!parca_querylang::is_valid_label_name("service.version"));
+/// assert!(parca_vocab::is_valid_label_name("__address__"));
+/// assert!(!parca_vocab::is_valid_label_name("0abc"));
+/// assert!(!parca_vocab::is_valid_label_name("service.version"));
 /// ```
 pub fn is_valid_label_name(name: &str) -> bool {
     let mut bytes = name.bytes();
@@ -20,8 +20,8 @@ pub fn is_valid_label_name(name: &str) -> bool {
 /// translation do (`service.version` → `service_version`). Valid names are unchanged.
 ///
 /// ```
-/// assert_eq!(parca_querylang::sanitize_label_name("service.version"), "service_version");
-/// assert_eq!(parca_querylang::sanitize_label_name("job"), "job");
+/// assert_eq!(parca_vocab::sanitize_label_name("service.version"), "service_version");
+/// assert_eq!(parca_vocab::sanitize_label_name("job"), "job");
 /// ```
 pub fn sanitize_label_name(name: &str) -> String {
     let mut out: String = name
@@ -43,15 +43,6 @@ pub fn sanitize_label_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn profile_type_names_are_written_selectable() {
-        use crate::ProfileTypeName;
-        let t = ProfileTypeName::from_parts("wall", "wall-time", "nanoseconds", "", "ms", true);
-        assert_eq!(t.as_str(), "wall:wall_time:nanoseconds::ms:delta");
-        assert!(ProfileTypeName::parse(t.as_str()).is_ok());
-        assert!(ProfileTypeName::parse("a:b").is_err());
-    }
 
     #[test]
     fn sanitizing_makes_valid_names_and_keeps_valid_ones() {

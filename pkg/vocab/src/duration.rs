@@ -51,7 +51,7 @@ impl DurationError {
 ///
 /// ```
 /// use std::time::Duration;
-/// use parca_querylang::duration;
+/// use parca_vocab::duration;
 /// assert_eq!(duration::parse("1m30s").unwrap(), Duration::from_secs(90));
 /// assert_eq!(
 ///     duration::parse("10x").unwrap_err().to_string(),
@@ -171,7 +171,7 @@ pub fn write(f: &mut impl Write, duration: Duration) -> fmt::Result {
 ///
 /// ```
 /// use std::time::Duration;
-/// use parca_querylang::duration;
+/// use parca_vocab::duration;
 /// assert_eq!(duration::format(Duration::from_secs(90)), "1m30s");
 /// assert_eq!(duration::format(Duration::from_secs(8 * 86400)), "8d");
 /// ```
