@@ -14,9 +14,9 @@ use crate::http_client::{OAuth2, ProxyUrl};
 use crate::relabel::RelabelConfig;
 use crate::scrape::{
     Authorization, BasicAuth, FileSdConfig, RawScrapeConfig, Scheme, ScrapeConfig, StaticConfig,
-    TlsConfig,
 };
 use crate::secret::Secret;
+use crate::tls::TlsConfig;
 
 /// How long a POST to an Alertmanager may take when `timeout` is not set: Prometheus' default.
 pub const DEFAULT_ALERTMANAGER_TIMEOUT: Duration = Duration::from_secs(10);

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::checked::{Checked, FromRaw, str_then};
-use crate::scrape::{TlsConfig, serialize_path_opt};
 use crate::secret::{Secret, inline_or_file};
+use crate::tls::{TlsConfig, serialize_path_opt};
 
 /// An absolute `http`/`https` (or, for proxies, `socks5`) URL, checked when the file is read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

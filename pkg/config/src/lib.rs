@@ -88,6 +88,7 @@ mod rules;
 mod scrape;
 mod secret;
 mod storage;
+mod tls;
 
 pub use alerting::{AlertingConfig, AlertmanagerConfig, DEFAULT_ALERTMANAGER_TIMEOUT};
 pub use config::{Config, DEFAULT_EVALUATION_INTERVAL, GlobalConfig, load, parse};
@@ -101,7 +102,8 @@ pub use rules::{Rule, RuleFile, RuleGroup, RuleKind, load_rules, parse_rules};
 pub use scrape::{
     Authorization, BasicAuth, DEFAULT_ENDPOINTS, DEFAULT_FILE_SD_REFRESH_INTERVAL,
     DEFAULT_SCRAPE_INTERVAL, FileSdConfig, ProfileEndpoint, SCRAPE_TIMEOUT_MARGIN, SampleType,
-    Scheme, ScrapeConfig, StaticConfig, TlsConfig,
+    Scheme, ScrapeConfig, StaticConfig,
 };
 pub use secret::{REDACTED, Secret};
 pub use storage::{BucketConfig, BucketType, ConfigValue, ObjectStorage};
+pub use tls::TlsConfig;

@@ -12,8 +12,9 @@ use crate::checked::{Checked, FromRaw, unwrap_list};
 use crate::duration;
 use crate::http_client::{EndpointUrl, HttpUrl, OAuth2, ProxyUrl};
 use crate::relabel::RelabelConfig;
-use crate::scrape::{Authorization, BasicAuth, RawScrapeConfig, ScrapeConfig, TlsConfig};
+use crate::scrape::{Authorization, BasicAuth, RawScrapeConfig, ScrapeConfig};
 use crate::secret::Secret;
+use crate::tls::TlsConfig;
 
 /// Headers the protocol sets itself, which `headers` may not set (Prometheus' list).
 const RESERVED_HEADERS: &[&str] = &[

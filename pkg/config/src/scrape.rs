@@ -16,6 +16,7 @@ use crate::http_client::{OAuth2, ProxyConfig, ProxyUrl};
 use crate::labels::{UniqueMap, label_set_opt};
 use crate::relabel::RelabelConfig;
 use crate::secret::{Secret, inline_or_file};
+use crate::tls::{TlsConfig, serialize_path_opt};
 
 /// `scrape_interval` when neither the job nor `global` sets one (Parca's and Prometheus' 10s).
 pub const DEFAULT_SCRAPE_INTERVAL: Duration = Duration::from_secs(10);
@@ -412,71 +413,6 @@ impl FromRaw for Authorization {
     }
 }
 
-/// `tls_config`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
-pub struct TlsConfig {
-    /// `ca_file`: the CA certificates to check the target's certificate with (default: the
-    /// system's).
-    #[serde(
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "serialize_path_opt"
-    )]
-    pub ca_file: Option<PathBuf>,
-    /// `cert_file`: a client certificate; needs `key_file`.
-    #[serde(
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "serialize_path_opt"
-    )]
-    pub cert_file: Option<PathBuf>,
-    /// `key_file`: the client certificate's key; needs `cert_file`.
-    #[serde(
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "serialize_path_opt"
-    )]
-    pub key_file: Option<PathBuf>,
-    /// `server_name`: the name expected in the target's certificate (and sent as SNI).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub server_name: Option<String>,
-    /// `insecure_skip_verify`: do not check the target's certificate. Default false.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub insecure_skip_verify: bool,
-}
-
-impl TlsConfig {
-    pub(crate) fn is_default(&self) -> bool {
-        *self == TlsConfig::default()
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawTlsConfig {
-    ca_file: Option<PathBuf>,
-    cert_file: Option<PathBuf>,
-    key_file: Option<PathBuf>,
-    server_name: Option<String>,
-    #[serde(default)]
-    insecure_skip_verify: bool,
-}
-
-impl FromRaw for TlsConfig {
-    type Raw = RawTlsConfig;
-    const EXPECTING: &'static str = "tls_config settings";
-
-    fn from_raw(raw: RawTlsConfig) -> Result<Self, String> {
-        if raw.cert_file.is_some() != raw.key_file.is_some() {
-            return Err("`cert_file` and `key_file` must be set together".to_owned());
-        }
-        Ok(TlsConfig {
-            ca_file: raw.ca_file,
-            cert_file: raw.cert_file,
-            key_file: raw.key_file,
-            server_name: raw.server_name,
-            insecure_skip_verify: raw.insecure_skip_verify,
-        })
-    }
-}
-
 /// `scrape_configs[i]` as written.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -862,16 +798,6 @@ fn serialize_endpoints<S: Serializer>(
     let mut map = s.serialize_map(Some(1))?;
     map.serialize_entry("pprof_config", &Entries(endpoints))?;
     map.end()
-}
-
-pub(crate) fn serialize_path_opt<S: Serializer>(
-    path: &Option<PathBuf>,
-    s: S,
-) -> Result<S::Ok, S::Error> {
-    match path {
-        Some(p) => s.serialize_str(&p.to_string_lossy()),
-        None => s.serialize_none(),
-    }
 }
 
 /// `scrape_configs`, decoded knowing the `global` defaults.

@@ -258,8 +258,9 @@ impl TokenSource {
         let c = &self.config;
         let secret = match (&c.client_secret, &c.client_secret_file) {
             (Some(s), _) => s.expose().to_owned(),
-            (None, Some(path)) => crate::scrape_loop::read_secret(path)
-                .map_err(|e| FetchError::Other(e.to_string()))?,
+            (None, Some(path)) => {
+                read_secret(path).map_err(|e| FetchError::Other(e.to_string()))?
+            }
             (None, None) => String::new(),
         };
         let mut form: Vec<(&str, &str)> = vec![("grant_type", "client_credentials")];
@@ -366,7 +367,6 @@ pub(crate) async fn authorize(
     http: &JobHttp,
     mut request: reqwest::RequestBuilder,
 ) -> Result<reqwest::RequestBuilder, ScrapeError> {
-    use crate::scrape_loop::read_secret;
     if let Some(auth) = &config.basic_auth {
         let password = match (&auth.password, &auth.password_file) {
             (Some(p), _) => Some(p.expose().to_owned()),
@@ -438,4 +438,14 @@ impl JobClient {
         )
         .await
     }
+}
+
+/// A credential kept in a file (`password_file`, `credentials_file`), trimmed.
+fn read_secret(path: &std::path::Path) -> Result<String, ScrapeError> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .map_err(|e| ScrapeError::Credentials {
+            path: path.display().to_string(),
+            why: e.to_string(),
+        })
 }

@@ -212,15 +212,6 @@ async fn fetch(spec: &LoopSpec) -> Result<Vec<u8>, ScrapeError> {
     Ok(body)
 }
 
-pub(crate) fn read_secret(path: &std::path::Path) -> Result<String, ScrapeError> {
-    std::fs::read_to_string(path)
-        .map(|s| s.trim().to_owned())
-        .map_err(|e| ScrapeError::Credentials {
-            path: path.display().to_string(),
-            why: e.to_string(),
-        })
-}
-
 /// Bodies up to this size are decoded and stored on the async worker that fetched them (a
 /// millisecond or two at most), which spares the two thread switches of the blocking pool: at
 /// thousands of scrapes a second those cost more CPU than the decoding. Larger bodies, and any

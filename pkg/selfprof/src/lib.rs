@@ -14,6 +14,7 @@
 //! - [`memory_stats`]: the allocator's and the process's memory, for `/metrics`.
 
 mod heap;
+mod jemalloc;
 mod sampler;
 mod symbols;
 

@@ -176,7 +176,7 @@ impl Cache {
             drop(objects);
             // The DWARF read is gone: give its pages back now rather than on the allocator's
             // decay timer, so an idle server stays small.
-            crate::heap::return_free_memory();
+            crate::jemalloc::return_free_memory();
         }
         out
     }
