@@ -198,7 +198,10 @@ fn metrics(state: &HttpState) -> Response<Body> {
         window_length: state.window_length,
     };
     Response::builder()
-        .header(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")
+        .header(
+            CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )
         .body(Full::new(Bytes::from(
             state.shared.metrics.render(&snapshot),
         )))

@@ -1,14 +1,69 @@
-//! The agent's own figures, served at `/metrics` in Prometheus' text format.
+//! The agent's own figures, served at `/metrics` in OpenMetrics text through prometheus-client,
+//! as the server's: each read from its owner when `/metrics` is served (a collector), not kept twice.
 
-use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
+
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 
 use crate::bpf::BpfStats;
 use crate::profile::RawProfile;
 use crate::python::PythonStats;
 use crate::unwind::UnwindStats;
+
+/// One sample of a family: at most one label, and the value.
+type Sample = (Option<(&'static str, &'static str)>, f64);
+
+/// One metric: name (a counter's with its `_total`), help and samples.
+#[derive(Debug)]
+struct Family {
+    name: &'static str,
+    counter: bool,
+    help: &'static str,
+    samples: Vec<Sample>,
+}
+
+/// The figures of one scrape of `/metrics`, encoded by prometheus-client.
+#[derive(Debug)]
+struct Exposition(Vec<Family>);
+
+impl prometheus_client::collector::Collector for Exposition {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        for family in &self.0 {
+            // prometheus-client writes a counter's samples with `_total` after its name.
+            let (name, kind) = match family.name.strip_suffix("_total") {
+                Some(name) if family.counter => (name, MetricType::Counter),
+                _ => (family.name, MetricType::Gauge),
+            };
+            let help = family.help.trim_end_matches('.');
+            let counter = family.counter;
+            let mut metric = encoder.encode_descriptor(name, help, None, kind)?;
+            match family.samples.as_slice() {
+                [(None, value)] => encode_value(counter, *value, metric)?,
+                samples => {
+                    for (label, value) in samples {
+                        let labels: Vec<(&str, &str)> = label.iter().copied().collect();
+                        encode_value(counter, *value, metric.encode_family(&labels)?)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One value, as a counter's or a gauge's.
+fn encode_value(counter: bool, value: f64, encoder: MetricEncoder<'_>) -> std::fmt::Result {
+    if counter {
+        ConstCounter::new(value).encode(encoder)
+    } else {
+        ConstGauge::new(value).encode(encoder)
+    }
+}
 
 /// Counters updated by the sampling thread and the HTTP side.
 #[derive(Debug, Default)]
@@ -76,42 +131,54 @@ impl Metrics {
         self.last_window_ns.store(ns, Relaxed);
     }
 
-    /// The exposition text.
+    /// The exposition, in OpenMetrics text as the server's (prometheus-client).
     pub fn render(&self, s: &Snapshot) -> String {
-        let bpf = *self.bpf.lock().expect("metrics lock");
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(Exposition(self.families(s))));
         let mut out = String::new();
-        let mut metric = |name: &str, kind: &str, help: &str, samples: &[(&str, f64)]| {
-            writeln!(out, "# HELP {name} {help}").ok();
-            writeln!(out, "# TYPE {name} {kind}").ok();
-            for (labels, value) in samples {
-                writeln!(out, "{name}{labels} {value}").ok();
-            }
-        };
+        // Writing into a String does not fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+        out
+    }
+
+    /// Every figure, read now.
+    fn families(&self, s: &Snapshot) -> Vec<Family> {
+        let bpf = *self.bpf.lock().expect("metrics lock");
+        let mut out = Vec::new();
+        let mut metric =
+            |name: &'static str, kind: &str, help: &'static str, samples: &[Sample]| {
+                out.push(Family {
+                    name,
+                    counter: kind == "counter",
+                    help,
+                    samples: samples.to_vec(),
+                });
+            };
         let secs = |ns: u64| ns as f64 / 1e9;
         metric(
             "parca_agent_samples_total",
             "counter",
             "CPU samples of processes taken by the BPF program (idle excluded).",
-            &[("", bpf.samples as f64)],
+            &[(None, bpf.samples as f64)],
         );
         metric(
             "parca_agent_off_cpu_samples_total",
             "counter",
             "Off-CPU intervals recorded with their stack (--off-cpu-threshold).",
-            &[("", bpf.off_cpu_samples as f64)],
+            &[(None, bpf.off_cpu_samples as f64)],
         );
         metric(
             "parca_agent_off_cpu_lost_total",
             "counter",
             "Off-CPU intervals recorded at switch-out but not sent: their process was not yet \
              known to the BPF program, they had no user context, or the ring buffer was full.",
-            &[("", bpf.off_cpu_lost as f64)],
+            &[(None, bpf.off_cpu_lost as f64)],
         );
         metric(
             "parca_agent_idle_samples_total",
             "counter",
             "CPU samples of idle CPUs, not recorded.",
-            &[("", bpf.idle as f64)],
+            &[(None, bpf.idle as f64)],
         );
         metric(
             "parca_agent_bpf_errors_total",
@@ -120,113 +187,118 @@ impl Metrics {
              lose a stack (the sample is kept without it), user_stack_unreadable a user stack, \
              counts_full the whole sample, process_event_lost an early read of a new process.",
             &[
-                ("{reason=\"stack_collision\"}", bpf.stack_collisions as f64),
-                ("{reason=\"stack_error\"}", bpf.stack_errors as f64),
                 (
-                    "{reason=\"user_stack_unreadable\"}",
+                    Some(("reason", "stack_collision")),
+                    bpf.stack_collisions as f64,
+                ),
+                (Some(("reason", "stack_error")), bpf.stack_errors as f64),
+                (
+                    Some(("reason", "user_stack_unreadable")),
                     bpf.user_stack_unreadable as f64,
                 ),
-                ("{reason=\"counts_full\"}", bpf.counts_full as f64),
-                ("{reason=\"process_event_lost\"}", bpf.events_lost as f64),
+                (Some(("reason", "counts_full")), bpf.counts_full as f64),
+                (
+                    Some(("reason", "process_event_lost")),
+                    bpf.events_lost as f64,
+                ),
             ],
         );
         metric(
             "parca_agent_lost_samples_total",
             "counter",
             "Samples lost entirely (counts map full).",
-            &[("", bpf.counts_full as f64)],
+            &[(None, bpf.counts_full as f64)],
         );
         metric(
             "parca_agent_map_drains_total",
             "counter",
             "Times the BPF maps were switched and drained.",
-            &[("", self.drains.load(Relaxed) as f64)],
+            &[(None, self.drains.load(Relaxed) as f64)],
         );
         metric(
             "parca_agent_map_drain_seconds_total",
             "counter",
             "Time spent draining the BPF maps.",
-            &[("", secs(self.drain_ns_total.load(Relaxed)))],
+            &[(None, secs(self.drain_ns_total.load(Relaxed)))],
         );
         metric(
             "parca_agent_map_last_drain_seconds",
             "gauge",
             "Time the last drain took.",
-            &[("", secs(self.last_drain_ns.load(Relaxed)))],
+            &[(None, secs(self.last_drain_ns.load(Relaxed)))],
         );
         metric(
             "parca_agent_map_entries_drained_total",
             "counter",
             "(process, stack) entries read from the BPF maps.",
-            &[("", self.drained_entries.load(Relaxed) as f64)],
+            &[(None, self.drained_entries.load(Relaxed) as f64)],
         );
         metric(
             "parca_agent_windows_total",
             "counter",
             "Profiling windows completed.",
-            &[("", self.windows.load(Relaxed) as f64)],
+            &[(None, self.windows.load(Relaxed) as f64)],
         );
         metric(
             "parca_agent_window_duration_seconds",
             "gauge",
             "The profiling window (--profiling-duration).",
-            &[("", s.window_length.as_secs_f64())],
+            &[(None, s.window_length.as_secs_f64())],
         );
         metric(
             "parca_agent_last_window_seconds",
             "gauge",
             "How long the last completed window actually lasted.",
-            &[("", secs(self.last_window_ns.load(Relaxed)))],
+            &[(None, secs(self.last_window_ns.load(Relaxed)))],
         );
         metric(
             "parca_agent_last_window_samples",
             "gauge",
             "Samples in the last completed window.",
-            &[("", self.last_window_samples.load(Relaxed) as f64)],
+            &[(None, self.last_window_samples.load(Relaxed) as f64)],
         );
         metric(
             "parca_agent_sampling_frequency_hertz",
             "gauge",
             "Samples per second per CPU.",
-            &[("", s.frequency_hz as f64)],
+            &[(None, s.frequency_hz as f64)],
         );
         metric(
             "parca_agent_cpus",
             "gauge",
             "CPUs sampled.",
-            &[("", s.n_cpus as f64)],
+            &[(None, s.n_cpus as f64)],
         );
         metric(
             "parca_agent_processes",
             "gauge",
             "Processes known.",
-            &[("", s.processes as f64)],
+            &[(None, s.processes as f64)],
         );
         metric(
             "parca_agent_process_reads_total",
             "counter",
             "Reads of /proc/PID.",
-            &[("", s.process_reads as f64)],
+            &[(None, s.process_reads as f64)],
         );
         metric(
             "parca_agent_process_events_total",
             "counter",
             "New processes announced by the BPF program.",
-            &[("", self.process_events.load(Relaxed) as f64)],
+            &[(None, self.process_events.load(Relaxed) as f64)],
         );
         metric(
             "parca_agent_objects_open",
             "gauge",
             "Object files held open for symbolization.",
-            &[("", s.objects_open as f64)],
+            &[(None, s.objects_open as f64)],
         );
         let unwind = self.unwind.lock().expect("metrics lock").clone();
-        let ends: Vec<(String, f64)> = parca_symbolize::unwind::StackEnd::ALL
+        let ends: Vec<Sample> = parca_symbolize::unwind::StackEnd::ALL
             .iter()
             .zip(unwind.ends)
-            .map(|(e, n)| (format!("{{end=\"{}\"}}", e.as_str()), n as f64))
+            .map(|(e, n)| (Some(("end", e.as_str())), n as f64))
             .collect();
-        let ends: Vec<(&str, f64)> = ends.iter().map(|(l, n)| (l.as_str(), *n)).collect();
         metric(
             "parca_agent_unwound_stacks_total",
             "counter",
@@ -244,7 +316,7 @@ impl Metrics {
             "gauge",
             "Share of the unwound user stacks that reached their start (1 before any).",
             &[(
-                "",
+                None,
                 if total == 0 {
                     1.0
                 } else {
@@ -259,7 +331,7 @@ impl Metrics {
              user context, a process not told to the BPF program yet, or the ring buffer was \
              full).",
             &[(
-                "",
+                None,
                 bpf.samples
                     .saturating_sub(bpf.stacks_walked + bpf.counts_full) as f64,
             )],
@@ -268,14 +340,14 @@ impl Metrics {
             "parca_agent_walked_stacks_total",
             "counter",
             "User stacks walked in the BPF program with the unwind tables.",
-            &[("", bpf.stacks_walked as f64)],
+            &[(None, bpf.stacks_walked as f64)],
         );
         metric(
             "parca_agent_fp_walked_stacks_total",
             "counter",
             "Of the walked stacks, those with frames left by their frame pointers (the fast \
              path, in code that keeps them everywhere; the leaf always goes by its row).",
-            &[("", bpf.fp_walked as f64)],
+            &[(None, bpf.fp_walked as f64)],
         );
         metric(
             "parca_agent_fp_walk_fallbacks_total",
@@ -283,33 +355,33 @@ impl Metrics {
             "Frame-pointer steps that led outside every mapping of the process (a function \
              that keeps no frame pointer, as Go's assembly on the system stack): redone with \
              the unwind row.",
-            &[("", bpf.fp_fallbacks as f64)],
+            &[(None, bpf.fp_fallbacks as f64)],
         );
         metric(
             "parca_agent_fp_processes",
             "gauge",
             "Processes told to the BPF program whose code (some of it) keeps frame pointers.",
-            &[("", unwind.fp_processes as f64)],
+            &[(None, unwind.fp_processes as f64)],
         );
         metric(
             "parca_agent_unwind_processes",
             "gauge",
             "Processes whose mappings the BPF program holds (at most 8192).",
-            &[("", unwind.processes as f64)],
+            &[(None, unwind.processes as f64)],
         );
         metric(
             "parca_agent_samples_before_tables_total",
             "counter",
             "Samples of processes whose mappings the BPF program was not told yet (their first \
              ~100 ms): walked with frame pointers in the kernel.",
-            &[("", bpf.no_process as f64)],
+            &[(None, bpf.no_process as f64)],
         );
         let python = *self.python.lock().expect("metrics lock");
         metric(
             "parca_agent_python_processes",
             "gauge",
             "CPython processes whose Python frames the BPF program reads.",
-            &[("", python.processes as f64)],
+            &[(None, python.processes as f64)],
         );
         metric(
             "parca_agent_python_stacks_total",
@@ -318,10 +390,10 @@ impl Metrics {
              chain was read whole or cut (too deep, or a frame unreadable).",
             &[
                 (
-                    "{chain=\"whole\"}",
+                    Some(("chain", "whole")),
                     bpf.python_walks.saturating_sub(bpf.python_walks_cut) as f64,
                 ),
-                ("{chain=\"cut\"}", bpf.python_walks_cut as f64),
+                (Some(("chain", "cut")), bpf.python_walks_cut as f64),
             ],
         );
         metric(
@@ -330,10 +402,13 @@ impl Metrics {
             "Python frames in samples, by whether their code object could be read and named.",
             &[
                 (
-                    "{code=\"named\"}",
+                    Some(("code", "named")),
                     python.frames.saturating_sub(python.unreadable_frames) as f64,
                 ),
-                ("{code=\"unreadable\"}", python.unreadable_frames as f64),
+                (
+                    Some(("code", "unreadable")),
+                    python.unreadable_frames as f64,
+                ),
             ],
         );
         metric(
@@ -342,27 +417,27 @@ impl Metrics {
             "Python frames for which no native evaluation frame was found in the stack (it \
              was cut, or the frame was in code without a symbol): placed below the last one \
              found.",
-            &[("", python.unplaced_frames as f64)],
+            &[(None, python.unplaced_frames as f64)],
         );
         metric(
             "parca_agent_python_frame_names",
             "gauge",
             "Distinct Python frames (function, file, line) held for naming.",
-            &[("", python.frames_held as f64)],
+            &[(None, python.frames_held as f64)],
         );
         metric(
             "parca_agent_samples_lost_total",
             "counter",
             "Walked samples that did not fit in the ring buffer (counted with frame-pointer \
              stacks instead).",
-            &[("", bpf.samples_lost as f64)],
+            &[(None, bpf.samples_lost as f64)],
         );
         metric(
             "parca_agent_unwind_tables_loaded_total",
             "counter",
             "Unwind tables compiled from objects' .eh_frame/.debug_frame and loaded into the \
              BPF program, once per object while held.",
-            &[("", unwind.tables_loaded as f64)],
+            &[(None, unwind.tables_loaded as f64)],
         );
         metric(
             "parca_agent_unwind_table_errors_total",
@@ -371,8 +446,11 @@ impl Metrics {
              or its headers), too_large (a CFI section or table past the limits, or larger \
              than the whole budget: a hostile or huge object).",
             &[
-                ("{reason=\"unreadable\"}", unwind.table_errors as f64),
-                ("{reason=\"too_large\"}", unwind.tables_too_large as f64),
+                (Some(("reason", "unreadable")), unwind.table_errors as f64),
+                (
+                    Some(("reason", "too_large")),
+                    unwind.tables_too_large as f64,
+                ),
             ],
         );
         metric(
@@ -380,50 +458,50 @@ impl Metrics {
             "counter",
             "CFI entries refused as malformed in the objects whose unwind table was compiled: \
              their code has no rows (a hostile or corrupt object).",
-            &[("", unwind.malformed_cfi as f64)],
+            &[(None, unwind.malformed_cfi as f64)],
         );
         metric(
             "parca_agent_unwind_tables_evicted_total",
             "counter",
             "Unwind tables evicted (least recently used) to make room within the budget.",
-            &[("", unwind.tables_evicted as f64)],
+            &[(None, unwind.tables_evicted as f64)],
         );
         metric(
             "parca_agent_unwind_tables_cached",
             "gauge",
             "Unwind tables held in the BPF program.",
-            &[("", unwind.tables_cached as f64)],
+            &[(None, unwind.tables_cached as f64)],
         );
         metric(
             "parca_agent_unwind_table_bytes",
             "gauge",
             "Kernel memory the held unwind tables take, in bytes.",
-            &[("", unwind.table_bytes as f64)],
+            &[(None, unwind.table_bytes as f64)],
         );
         metric(
             "parca_agent_unwind_table_budget_bytes",
             "gauge",
             "The budget for unwind tables (--unwind-tables-max-bytes).",
-            &[("", unwind.table_budget_bytes as f64)],
+            &[(None, unwind.table_budget_bytes as f64)],
         );
         metric(
             "parca_agent_unwind_table_rows",
             "gauge",
             "Rows of the held unwind tables.",
-            &[("", unwind.table_rows as f64)],
+            &[(None, unwind.table_rows as f64)],
         );
         metric(
             "parca_agent_unwind_table_build_seconds_total",
             "counter",
             "Time spent compiling unwind tables (and reading the CFI that checks kernel walks).",
-            &[("", secs(unwind.table_build_ns))],
+            &[(None, secs(unwind.table_build_ns))],
         );
         metric(
             "parca_agent_maps_rereads_total",
             "counter",
             "Reads of a process's mappings again because a frame's address was outside them \
              (dlopen).",
-            &[("", self.maps_rereads.load(Relaxed) as f64)],
+            &[(None, self.maps_rereads.load(Relaxed) as f64)],
         );
         if let Some(d) = &s.debuginfod {
             metric(
@@ -432,9 +510,9 @@ impl Metrics {
                 "Debug files asked of debuginfod, by result: fetched (downloaded), cached (on \
                  disk already), missing (no server had it, or the request failed).",
                 &[
-                    ("{result=\"fetched\"}", d.fetched as f64),
-                    ("{result=\"cached\"}", d.cache_hits as f64),
-                    ("{result=\"missing\"}", d.misses as f64),
+                    (Some(("result", "fetched")), d.fetched as f64),
+                    (Some(("result", "cached")), d.cache_hits as f64),
+                    (Some(("result", "missing")), d.misses as f64),
                 ],
             );
         }
@@ -443,85 +521,85 @@ impl Metrics {
             "parca_agent_symbolize_cache_hits_total",
             "counter",
             "Addresses symbolized from the cache.",
-            &[("", sy.hits as f64)],
+            &[(None, sy.hits as f64)],
         );
         metric(
             "parca_agent_symbolize_cache_misses_total",
             "counter",
             "Addresses looked up in an object or kallsyms.",
-            &[("", sy.misses as f64)],
+            &[(None, sy.misses as f64)],
         );
         metric(
             "parca_agent_symbolize_objects_loaded_total",
             "counter",
             "Object files parsed (once per build id while cached).",
-            &[("", sy.objects_loaded as f64)],
+            &[(None, sy.objects_loaded as f64)],
         );
         metric(
             "parca_agent_symbolize_object_errors_total",
             "counter",
             "Object files that could not be read.",
-            &[("", sy.object_errors as f64)],
+            &[(None, sy.object_errors as f64)],
         );
         metric(
             "parca_agent_symbolize_objects_cached",
             "gauge",
             "Object files parsed and cached.",
-            &[("", sy.objects_cached as f64)],
+            &[(None, sy.objects_cached as f64)],
         );
         metric(
             "parca_agent_symbolize_bytes_cached",
             "gauge",
             "Bytes of DWARF and symbol tables held in memory (roughly).",
-            &[("", sy.bytes_cached as f64)],
+            &[(None, sy.bytes_cached as f64)],
         );
         metric(
             "parca_agent_symbolize_dwarf_mapped_bytes",
             "gauge",
             "Bytes of DWARF mapped from the DWARF cache (--dwarf-cache-dir): paged in as lookups touch it, not held.",
-            &[("", sy.dwarf_mapped_bytes as f64)],
+            &[(None, sy.dwarf_mapped_bytes as f64)],
         );
         metric(
             "parca_agent_symbolize_addresses_cached",
             "gauge",
             "Addresses memoized.",
-            &[("", sy.addresses_cached as f64)],
+            &[(None, sy.addresses_cached as f64)],
         );
         metric(
             "parca_agent_profiles_served_total",
             "counter",
             "Profiles served at /debug/pprof/profile.",
-            &[("", self.profiles_served.load(Relaxed) as f64)],
+            &[(None, self.profiles_served.load(Relaxed) as f64)],
         );
         metric(
             "parca_agent_pushes_total",
             "counter",
             "Windows pushed to the remote store.",
-            &[("", self.pushes.load(Relaxed) as f64)],
+            &[(None, self.pushes.load(Relaxed) as f64)],
         );
         metric(
             "parca_agent_push_failures_total",
             "counter",
             "Pushes that failed (each retry counts).",
-            &[("", self.push_failures.load(Relaxed) as f64)],
+            &[(None, self.push_failures.load(Relaxed) as f64)],
         );
         metric(
             "parca_agent_push_dropped_windows_total",
             "counter",
             "Windows given up: refused by the server, or the oldest while more than --remote-store-max-pending-windows waited.",
-            &[("", self.push_dropped.load(Relaxed) as f64)],
+            &[(None, self.push_dropped.load(Relaxed) as f64)],
         );
         metric(
             "parca_agent_push_pending_windows",
             "gauge",
             "Windows waiting to be pushed (the server is down or slow).",
-            &[("", self.push_pending.load(Relaxed) as f64)],
+            &[(None, self.push_pending.load(Relaxed) as f64)],
         );
         metric(
             "parca_agent_filtered_samples_total",
             "counter",
             "Samples of processes that --systemd-units or --sampling-ratio leave out.",
-            &[("", self.filtered_samples.load(Relaxed) as f64)],
+            &[(None, self.filtered_samples.load(Relaxed) as f64)],
         );
         out
     }
@@ -546,10 +624,15 @@ mod tests {
             window_length: Duration::from_secs(10),
             ..Snapshot::default()
         });
-        assert!(text.contains("parca_agent_samples_total 5\n"));
+        assert!(
+            text.contains("# TYPE parca_agent_samples counter\n"),
+            "{text}"
+        );
+        assert!(text.contains("parca_agent_samples_total 5.0\n"));
         assert!(text.contains("parca_agent_map_last_drain_seconds 0.003\n"));
-        assert!(text.contains("parca_agent_window_duration_seconds 10\n"));
-        assert!(text.contains("parca_agent_bpf_errors_total{reason=\"counts_full\"} 0\n"));
+        assert!(text.contains("parca_agent_window_duration_seconds 10.0\n"));
+        assert!(text.contains("parca_agent_bpf_errors_total{reason=\"counts_full\"} 0.0\n"));
+        assert!(text.ends_with("# EOF\n"), "OpenMetrics, as the server's");
         let helps = text.lines().filter(|l| l.starts_with("# HELP")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE")).count();
         assert_eq!(helps, types);
