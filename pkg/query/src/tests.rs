@@ -528,6 +528,16 @@ fn queries_sharing_reads_answer_as_alone_and_read_each_selector_once() {
     }
     // A profile stored now is seen by a query alone, not by one sharing the reads made
     // before it: those selectors were read once.
+    store_one_more_cpu_profile(&engine);
+    for q in &queries[..3] {
+        let alone = range(&engine, q);
+        assert_eq!(alone.len(), 3, "{q}");
+        assert_eq!(range(&shared, q).len(), 2, "{q}");
+    }
+}
+
+/// A Go CPU profile of a third instance (`c:1`) at 1,025 s, stored after the reads being tested.
+fn store_one_more_cpu_profile(engine: &Engine) {
     let profile = corpus("go-cpu.pb.gz")
         .into_iter()
         .find(|p| p.meta.sample_type.kind == "cpu")
@@ -541,11 +551,6 @@ fn queries_sharing_reads_answer_as_alone_and_read_each_selector_once() {
     let mut appender = engine.db().appender();
     appender.append(&labels, 1_025_000, &profile).unwrap();
     appender.commit().unwrap();
-    for q in &queries[..3] {
-        let alone = range(&engine, q);
-        assert_eq!(alone.len(), 3, "{q}");
-        assert_eq!(range(&shared, q).len(), 2, "{q}");
-    }
 }
 
 #[test]
@@ -585,18 +590,6 @@ fn shared_reads_keep_no_more_than_one_querys_samples() {
     // One instance's profiles are kept; then all of them would pass the budget: not kept.
     assert_eq!(range(&one).len(), 1);
     assert_eq!(range(&every).len(), 2);
-    let profile = corpus("go-cpu.pb.gz")
-        .into_iter()
-        .find(|p| p.meta.sample_type.kind == "cpu")
-        .expect("cpu");
-    let mut profile = dedup(profile);
-    profile
-        .samples
-        .labels
-        .fill(parca_profile::tables::LabelSetId::EMPTY);
-    let labels = Labels::new([("__name__", CPU), ("job", "go"), ("instance", "c:1")]).unwrap();
-    let mut appender = engine.db().appender();
-    appender.append(&labels, 1_025_000, &profile).unwrap();
-    appender.commit().unwrap();
+    store_one_more_cpu_profile(&engine);
     assert_eq!(range(&every).len(), 3, "read again, not kept");
 }

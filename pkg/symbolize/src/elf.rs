@@ -469,37 +469,27 @@ impl ElfObject {
             },
             other => other,
         };
+        let parsed = |read: Result<_, gimli::Error>| match read {
+            Ok(dwarf) => (dwarf, None),
+            Err(source) => (
+                None,
+                Some(Error::Dwarf {
+                    path: dwarf_path.to_owned(),
+                    source,
+                }),
+            ),
+        };
         let (dwarf, dwarf_error) = match (load, &cached) {
-            (_, Some(cached)) => match read_cached_dwarf(dwarf_obj, cached) {
-                Ok(dwarf) => (dwarf, None),
-                Err(source) => (
-                    None,
-                    Some(Error::Dwarf {
-                        path: dwarf_path.to_owned(),
-                        source,
-                    }),
-                ),
-            },
-            (load, None) => match load {
-                DwarfLoad::Copy { max_bytes } if dwarf_bytes > max_bytes => {
-                    let error = Error::DwarfTooLarge {
-                        path: dwarf_path.to_owned(),
-                        size_bytes: dwarf_bytes,
-                        max_bytes,
-                    };
-                    (None, Some(error))
-                }
-                _ => match read_dwarf(dwarf_obj, dwarf_file, load) {
-                    Ok(dwarf) => (dwarf, None),
-                    Err(source) => (
-                        None,
-                        Some(Error::Dwarf {
-                            path: dwarf_path.to_owned(),
-                            source,
-                        }),
-                    ),
-                },
-            },
+            (_, Some(cached)) => parsed(read_cached_dwarf(dwarf_obj, cached)),
+            (DwarfLoad::Copy { max_bytes }, None) if dwarf_bytes > max_bytes => {
+                let error = Error::DwarfTooLarge {
+                    path: dwarf_path.to_owned(),
+                    size_bytes: dwarf_bytes,
+                    max_bytes,
+                };
+                (None, Some(error))
+            }
+            (load, None) => parsed(read_dwarf(dwarf_obj, dwarf_file, load)),
         };
         // Mapped DWARF is not held in memory: the kernel pages it in and out.
         let (dwarf_bytes, dwarf_mapped_bytes) = match (&dwarf, &cached) {
