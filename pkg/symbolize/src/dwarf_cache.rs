@@ -68,17 +68,42 @@ impl CachedDwarf {
 }
 
 impl DwarfCache {
-    /// A cache in `dir` (created, readable by its owner only) holding at most `max_bytes`.
-    /// Temporary files a killed writer left behind are removed.
+    /// A cache in `dir` holding at most `max_bytes`. A new directory is created for its owner
+    /// only (mode 0700); an existing one must be a directory that no one else may write (its
+    /// files are mapped: another user who could replace or truncate them could fault the reader
+    /// or feed it lies), else the error says so. Temporary files a killed writer left behind
+    /// are removed.
     pub fn new(dir: &Path, max_bytes: u64) -> Result<DwarfCache, Error> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
         let io = |source| Error::Io {
             path: dir.to_owned(),
             source,
         };
-        std::fs::create_dir_all(dir).map_err(io)?;
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(e)),
+        }
+        let meta = std::fs::symlink_metadata(dir).map_err(io)?;
+        // SAFETY: geteuid only reads the process's effective user id.
+        let me = unsafe { libc::geteuid() };
+        let why = if !meta.is_dir() {
+            Some("is not a directory")
+        } else if meta.uid() != me {
+            Some("belongs to another user")
+        } else if meta.mode() & 0o022 != 0 {
+            Some("may be written by other users (use a directory of its own, e.g. /var/cache/parca-agent/dwarf)")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("the DWARF cache directory {why}"),
+            )));
         }
         for entry in std::fs::read_dir(dir).map_err(io)?.flatten() {
             if entry.file_name().to_string_lossy().starts_with(".tmp-") {
@@ -356,6 +381,28 @@ mod tests {
             .unwrap();
         assert_eq!(&again.map[again.section(".debug_info").unwrap()], &info[..]);
         assert!(dir.path().join("abcd.dwarf").exists());
+    }
+
+    #[test]
+    fn a_directory_others_may_write_is_refused_and_left_as_it_is() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        std::fs::create_dir(&shared).unwrap();
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let err = DwarfCache::new(&shared, 1 << 20).unwrap_err().to_string();
+        assert!(err.contains("may be written by other users"), "{err}");
+        let mode = std::fs::metadata(&shared).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o1777, "not changed");
+        // A new one is made for its owner only.
+        let new = dir.path().join("a/b/dwarf");
+        DwarfCache::new(&new, 1 << 20).unwrap();
+        let mode = std::fs::metadata(&new).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let err = DwarfCache::new(&file, 1 << 20).unwrap_err().to_string();
+        assert!(err.contains("not a directory"), "{err}");
     }
 
     #[test]
