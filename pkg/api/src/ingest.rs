@@ -77,10 +77,21 @@ pub(crate) async fn write_batch(
     let db = api.store()?;
     let n_samples: usize = batch.iter().map(|s| s.profile.samples.len()).sum();
     let n_profiles = batch.len();
-    let outcome = tokio::task::spawn_blocking(move || db.write(&batch, Durability::Synced))
-        .await
-        .map_err(|e| ApiError::internal(format!("write task failed: {e}")))?
-        .map_err(|e| ApiError::from_store("cannot store the profile", &e))?;
+    let stored = |e: parca_tsdb::Error| ApiError::from_store("cannot store the profile", &e);
+    // Appended here when the head is free, then the wait for the fsync holds no thread;
+    // otherwise (a query or cut holds the head, or profiles for blocks of their own) on the
+    // blocking pool.
+    let outcome = match db.try_write_synced(&batch) {
+        Some(written) => {
+            let (outcome, commit) = written.map_err(stored)?;
+            commit.await.map_err(stored)?;
+            outcome
+        }
+        None => tokio::task::spawn_blocking(move || db.write(&batch, Durability::Synced))
+            .await
+            .map_err(|e| ApiError::internal(format!("write task failed: {e}")))?
+            .map_err(stored)?,
+    };
     api.metrics.observe_ingest(
         protocol,
         outcome.n_written,

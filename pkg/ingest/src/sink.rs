@@ -1,6 +1,6 @@
 //! Where series go: a store that makes them durable, at once or within its sync interval.
 
-use parca_tsdb::Db;
+use parca_tsdb::{Commit, Db};
 
 use crate::Series;
 
@@ -49,6 +49,21 @@ pub trait Sink: Send + Sync {
         &self,
         batch: &[Series],
     ) -> Option<Result<WriteOutcome, parca_tsdb::Error>> {
+        let _ = batch;
+        None
+    }
+
+    /// Stores the batch as [`Durability::Synced`] without blocking, if that needs no waiting
+    /// for others and nothing but appends to the store's head (no profile older than the head
+    /// takes, none past retention): returns what was stored and a [`Commit`] that resolves once
+    /// it is on disk (or with the error that leaves none of it stored). `None` when it would
+    /// block, and then nothing was stored: the caller hands the batch to [`Sink::write`] on a
+    /// blocking thread. For callers on an async runtime's worker: waiting for the disk then
+    /// holds no thread, and the store syncs every waiting commit with one fsync.
+    fn try_write_synced(
+        &self,
+        batch: &[Series],
+    ) -> Option<Result<(WriteOutcome, Commit), parca_tsdb::Error>> {
         let _ = batch;
         None
     }
@@ -162,6 +177,32 @@ impl Sink for Db {
                 Ok(outcome)
             }
         }
+    }
+
+    fn try_write_synced(
+        &self,
+        batch: &[Series],
+    ) -> Option<Result<(WriteOutcome, Commit), parca_tsdb::Error>> {
+        // Refusals by retention and profiles for blocks of their own are `write_synced`'s.
+        if let Some(horizon) = self.retention_horizon()
+            && batch
+                .iter()
+                .any(|s| horizon.check(&s.labels, s.timestamp_ms).is_err())
+        {
+            return None;
+        }
+        let mut appender = self.appender();
+        if !appender.try_hold() {
+            return None;
+        }
+        // Asked of the held head, so no cut can make a profile too old before the commit.
+        if !batch
+            .iter()
+            .all(|s| appender.held_head_takes(&s.labels, s.timestamp_ms) == Some(true))
+        {
+            return None;
+        }
+        Some(append_all(&mut appender, batch).map(|outcome| (outcome, appender.commit_async())))
     }
 
     fn try_write_buffered(
