@@ -18,6 +18,7 @@
 //! - No `protoc`: the messages in [`proto`] are derived by hand from `profile.proto`.
 //! - Decoding allocates per table, never per sample, location or string.
 //! - This crate knows nothing of the profile model, storage or HTTP.
+//! - Its only `unsafe` is `inflate.rs`'s calls into libdeflate.
 //!
 //! # Example
 //!
@@ -38,6 +39,7 @@ mod builder;
 mod decode;
 mod encode;
 mod error;
+mod inflate;
 mod legacy;
 pub mod proto;
 mod wire;
