@@ -497,6 +497,11 @@ impl Db {
             .read()
             .expect("head lock poisoned")
             .newest_ms;
+        self.retention_horizon_after(head_newest)
+    }
+
+    /// [`Db::retention_horizon`] given the newest time in the head.
+    fn retention_horizon_after(&self, head_newest: i64) -> Option<RetentionHorizon> {
         let blocks_newest = self
             .inner
             .block_set()
@@ -1189,17 +1194,20 @@ impl Appender<'_> {
         commit
     }
 
-    /// Whether the head takes a profile of series `labels` at `timestamp_ms` now
-    /// ([`Db::head_takes`]), asked of the head this appender holds ([`Appender::try_hold`]):
-    /// the answer stays true until the commit, as no cut can come between. `None` when the
-    /// appender holds no lock.
+    /// Whether a synced write of a profile of series `labels` at `timestamp_ms` is an append to
+    /// the head and nothing more: the head takes it ([`Db::head_takes`]) and retention keeps it
+    /// ([`Db::retention_horizon`]). Asked of the head this appender holds
+    /// ([`Appender::try_hold`]) without taking a lock, so a caller that must not block can ask;
+    /// the answer holds until the commit, as no cut can come between. `None` when the appender
+    /// holds no lock.
     pub fn held_head_takes(&self, labels: &Labels, timestamp_ms: i64) -> Option<bool> {
         let head = self.held.as_deref()?;
-        Some(head.takes(
-            labels,
-            timestamp_ms,
-            self.db.inner.options.out_of_order_window_ms,
-        ))
+        let window_ms = self.db.inner.options.out_of_order_window_ms;
+        let kept = self
+            .db
+            .retention_horizon_after(head.newest_ms)
+            .is_none_or(|horizon| horizon.check(labels, timestamp_ms).is_ok());
+        Some(kept && head.takes(labels, timestamp_ms, window_ms))
     }
 
     /// After a failed commit, tries to heal the log at once, which takes the failed profiles

@@ -183,19 +183,14 @@ impl Sink for Db {
         &self,
         batch: &[Series],
     ) -> Option<Result<(WriteOutcome, Commit), parca_tsdb::Error>> {
-        // Refusals by retention and profiles for blocks of their own are `write_synced`'s.
-        if let Some(horizon) = self.retention_horizon()
-            && batch
-                .iter()
-                .any(|s| horizon.check(&s.labels, s.timestamp_ms).is_err())
-        {
-            return None;
-        }
         let mut appender = self.appender();
         if !appender.try_hold() {
             return None;
         }
-        // Asked of the held head, so no cut can make a profile too old before the commit.
+        // Refusals by retention and profiles for blocks of their own are `write_synced`'s.
+        // Asked of the held head: no lock is waited for (a worker waiting for a head lock
+        // whose holder the machine preempted would stall every connection it serves), and no
+        // cut can make a profile too old before the commit.
         if !batch
             .iter()
             .all(|s| appender.held_head_takes(&s.labels, s.timestamp_ms) == Some(true))
