@@ -1178,8 +1178,9 @@ impl Appender<'_> {
     /// handed to the store's WAL sync thread, which syncs them together with every other
     /// commit waiting (one fsync for all) and resolves the future with the same outcome
     /// [`Appender::commit`] would have had. For async callers, which would otherwise park a
-    /// thread of a blocking pool per commit; the appends themselves should be done under
-    /// [`Appender::try_hold`] so that nothing blocks.
+    /// thread of a blocking pool per commit. (The appends themselves may wait for the WAL's
+    /// lock, held while records are written out: an async caller appends on a blocking thread
+    /// and awaits only the commit.)
     pub fn commit_async(mut self) -> Commit {
         // Queries need not wait for the disk.
         self.held = None;

@@ -53,13 +53,14 @@ pub trait Sink: Send + Sync {
         None
     }
 
-    /// Stores the batch as [`Durability::Synced`] without blocking, if that needs no waiting
-    /// for others and nothing but appends to the store's head (no profile older than the head
-    /// takes, none past retention): returns what was stored and a [`Commit`] that resolves once
-    /// it is on disk (or with the error that leaves none of it stored). `None` when it would
-    /// block, and then nothing was stored: the caller hands the batch to [`Sink::write`] on a
-    /// blocking thread. For callers on an async runtime's worker: waiting for the disk then
-    /// holds no thread, and the store syncs every waiting commit with one fsync.
+    /// Stores the batch as [`Durability::Synced`] but for the wait for the disk, if that is
+    /// nothing but appends to the store's head (no profile older than the head takes, none past
+    /// retention) and nobody holds the head now: returns what was stored and a [`Commit`] that
+    /// resolves once it is on disk (or with the error that leaves none of it stored). `None`
+    /// otherwise, and then nothing was stored: the caller calls [`Sink::write`]. Appends may
+    /// wait for the WAL's lock (held while records are written out), so call this on a
+    /// blocking thread; an async caller then awaits the commit, which holds no thread while the
+    /// store syncs every waiting commit with one fsync.
     fn try_write_synced(
         &self,
         batch: &[Series],
