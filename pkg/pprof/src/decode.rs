@@ -49,14 +49,6 @@ pub fn decompress<'a>(
         .checked_sub(4)
         .map(|at| u32::from_le_bytes(bytes[at..].try_into().expect("4 bytes")) as usize)
         .filter(|&n| n <= limit && n >= bytes.len() / 2);
-    // One member of that size (a push, a scrape): inflated whole, in one call.
-    if let Some(n) = trailer_size {
-        let mut out = vec![0; n];
-        if let Some(written) = crate::inflate::gunzip_whole(bytes, &mut out) {
-            out.truncate(written);
-            return Ok(std::borrow::Cow::Owned(out));
-        }
-    }
     let capacity = trailer_size.map_or(bytes.len().saturating_mul(4).min(limit), |n| n + 1);
     let mut out = Vec::with_capacity(capacity);
     let reader = flate2::read::MultiGzDecoder::new(bytes);

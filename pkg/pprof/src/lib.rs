@@ -18,7 +18,6 @@
 //! - No `protoc`: the messages in [`proto`] are derived by hand from `profile.proto`.
 //! - Decoding allocates per table, never per sample, location or string.
 //! - This crate knows nothing of the profile model, storage or HTTP.
-//! - Its only `unsafe` is `inflate.rs`'s calls into libdeflate.
 //!
 //! # Example
 //!
@@ -39,7 +38,6 @@ mod builder;
 mod decode;
 mod encode;
 mod error;
-mod inflate;
 mod legacy;
 pub mod proto;
 mod wire;
