@@ -1,9 +1,10 @@
 //! The CPU of one push, stage by stage, in process: Prometheus' own 16 KB CPU profile (the
 //! `push_load` bench's body) inflated, parsed, normalized, named as series and written to a store
-//! (`Durability::Synced`, so with its fsync), each push a new series. Prints microseconds a push
-//! per stage (CPU time of the pushing thread; the process's CPU a push, the WAL's sync
-//! thread's included, at the end): the least of nine rounds (the one least disturbed by other work on the machine)
-//! and their median. It asserts nothing about time.
+//! (appended, then committed with its fsync), each push a new series. Prints microseconds a push
+//! per stage, as CPU time of the pushing thread (so time the shared machine gave to other work,
+//! and the wait for the disk, are left out), and the process's CPU a push (the WAL's sync thread
+//! included): the least of nine rounds, the one least disturbed by other work, and their median.
+//! It asserts nothing about time.
 //!
 //! Run: `cargo bench -p parca-ingest --bench push_path` (`-- --pushes N`, default 2,000 a round).
 
