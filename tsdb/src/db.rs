@@ -1507,21 +1507,22 @@ mod tests {
         assert_eq!(db.stats().n_profiles, 1);
     }
 
-    #[test]
-    fn a_commit_that_fails_stores_nothing_and_the_store_heals() {
+    /// A commit (by `commit`) of a profile whose WAL write meets `fault` fails, stores nothing,
+    /// and leaves the store healed and taking writes; those acknowledged before and after
+    /// survive a reopen, and nothing else.
+    fn a_failed_commit_stores_nothing_and_heals(
+        fault: crate::wal::Fault,
+        commit: impl Fn(&Db, &Labels, i64, &Profile) -> Result<(), Error>,
+    ) {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = Db::open(dir.path(), Options::default()).expect("open");
         let cpu = corpus_cpu("go/go-cpu.pb.gz");
-        let commit = |t: i64| {
-            let mut app = db.appender();
-            app.append(&labels("api", "a"), t, &cpu)?;
-            app.commit()
-        };
-        commit(1).expect("stored");
+        let series = labels("api", "a");
+        commit(&db, &series, 1, &cpu).expect("stored");
         db.inner()
             .wal
-            .inject_fault(crate::wal::Fault::Write, std::io::ErrorKind::StorageFull);
-        let err = commit(2).expect_err("the disk is full");
+            .inject_fault(fault, std::io::ErrorKind::StorageFull);
+        let err = commit(&db, &series, 2, &cpu).expect_err("the disk fails");
         assert_eq!(err.class(), crate::ErrorClass::Unavailable);
         // The failed profile is not served, and the store healed at once (one fault only).
         assert_eq!(totals(&db, &[])[0].1, vec![(1, cpu.total())]);
@@ -1529,7 +1530,7 @@ mod tests {
         let stats = db.stats();
         assert_eq!((stats.n_wal_write_errors, stats.n_head_profiles), (1, 1));
         assert_eq!(stats.n_head_samples, cpu.samples.len());
-        commit(3).expect("takes writes again");
+        commit(&db, &series, 3, &cpu).expect("takes writes again");
         drop(db);
         let db = Db::open(dir.path(), Options::default()).expect("reopen");
         assert_eq!(
@@ -1537,6 +1538,15 @@ mod tests {
             vec![(1, cpu.total()), (3, cpu.total())],
             "every acknowledged profile and nothing else"
         );
+    }
+
+    #[test]
+    fn a_commit_that_fails_stores_nothing_and_the_store_heals() {
+        a_failed_commit_stores_nothing_and_heals(crate::wal::Fault::Write, |db, series, t, p| {
+            let mut app = db.appender();
+            app.append(series, t, p)?;
+            app.commit()
+        });
     }
 
     /// Runs a future to its end on this thread (the store's futures need no runtime).
@@ -1585,33 +1595,39 @@ mod tests {
 
     #[test]
     fn an_async_commit_whose_sync_fails_stores_nothing_and_the_store_heals() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(dir.path(), Options::default()).expect("open");
-        let cpu = corpus_cpu("go/go-cpu.pb.gz");
-        let commit = |t: i64| {
+        // Healed before the future resolves.
+        a_failed_commit_stores_nothing_and_heals(crate::wal::Fault::Sync, |db, series, t, p| {
             let mut app = db.appender();
             assert!(app.try_hold(), "nobody else holds the head");
-            assert_eq!(app.held_head_takes(&labels("api", "a"), t), Some(true));
-            app.append(&labels("api", "a"), t, &cpu)?;
+            app.append(series, t, p)?;
             block_on(app.commit_async())
-        };
-        commit(1).expect("stored");
-        db.inner()
-            .wal
-            .inject_fault(crate::wal::Fault::Sync, std::io::ErrorKind::Other);
-        let err = commit(2).expect_err("the fsync fails");
-        assert_eq!(err.class(), crate::ErrorClass::Unavailable);
-        // Healed before the future resolved: the failed profile is not served.
-        assert_eq!(totals(&db, &[])[0].1, vec![(1, cpu.total())]);
-        assert!(db.write_failure().is_none());
-        commit(3).expect("takes writes again");
-        drop(db);
-        let db = Db::open(dir.path(), Options::default()).expect("reopen");
+        });
+    }
+
+    #[test]
+    fn a_held_head_says_whether_a_synced_write_is_an_append_and_nothing_more() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as i64;
+        let series = labels("api", "a");
+        let mut app = db.appender();
+        assert_eq!(app.held_head_takes(&series, now_ms), None, "no lock held");
+        assert!(app.try_hold());
+        assert_eq!(app.held_head_takes(&series, now_ms), Some(true));
+        // Past the 15 days retention keeps: refused by a synced write, not appended.
+        assert_eq!(app.held_head_takes(&series, 1), Some(false));
+        app.append(&series, now_ms, &corpus_cpu("go/go-cpu.pb.gz"))
+            .expect("append");
+        // Older than the series' newest by more than the out-of-order window: a block's.
+        let window_ms = Options::default().out_of_order_window_ms;
         assert_eq!(
-            totals(&db, &[])[0].1,
-            vec![(1, cpu.total()), (3, cpu.total())],
-            "every acknowledged profile and nothing else"
+            app.held_head_takes(&series, now_ms - window_ms - 1),
+            Some(false)
         );
+        block_on(app.commit_async()).expect("durable");
     }
 
     #[test]
