@@ -10,6 +10,7 @@ use parca_profile::{Meta, Profile};
 
 use crate::backfill::{Backfill, WrittenBlock};
 use crate::block::{Block, SealedBlock};
+use crate::commit::{Commit, Waiting};
 use crate::encoding::{self, Reader, TableCounts};
 use crate::head::{Head, StoredProfile};
 use crate::labels::{Labels, MatchOp, Matcher, NAME_LABEL};
@@ -148,6 +149,8 @@ pub(crate) type BlockSet = Arc<Vec<Arc<Block>>>;
 struct Worker {
     stop: bool,
     wake: bool,
+    /// An async commit waits for the WAL sync thread ([`Inner::commits`]).
+    commit: bool,
 }
 
 /// Everything the store is, shared with its background thread.
@@ -176,8 +179,11 @@ pub(crate) struct Inner {
     pub peers: RwLock<Option<Arc<dyn crate::Peers>>>,
     worker: Mutex<Worker>,
     worker_cv: Condvar,
-    /// Wakes the WAL sync thread early (to stop); it shares `worker`'s lock.
+    /// Wakes the WAL sync thread early (to stop, or for async commits); it shares `worker`'s
+    /// lock.
     sync_cv: Condvar,
+    /// Async commits waiting for the WAL sync thread ([`Appender::commit_async`]).
+    commits: Waiting,
 }
 
 impl Inner {
@@ -192,6 +198,12 @@ impl Inner {
 
     pub fn peers(&self) -> Option<Arc<dyn crate::Peers>> {
         self.peers.read().expect("peers lock poisoned").clone()
+    }
+
+    /// Has the WAL sync thread make what async commits wait for durable, now.
+    fn want_commit(&self) {
+        self.worker.lock().expect("worker lock poisoned").commit = true;
+        self.sync_cv.notify_one();
     }
 
     fn wake_worker(&self) {
@@ -260,9 +272,11 @@ impl Db {
             worker: Mutex::new(Worker {
                 stop: false,
                 wake: true, // look for work once at start
+                commit: false,
             }),
             worker_cv: Condvar::new(),
             sync_cv: Condvar::new(),
+            commits: Waiting::default(),
         });
         let mut db = Db {
             inner,
@@ -464,9 +478,10 @@ impl Db {
     /// can be stored as a block of its own ([`Db::stage_backfill`]).
     pub fn head_takes(&self, labels: &Labels, timestamp_ms: i64) -> bool {
         let head = self.inner.head.read().expect("head lock poisoned");
-        !matches!(
-            head.check_time(labels, timestamp_ms, self.inner.options.out_of_order_window_ms),
-            Err(e) if e.is_too_old()
+        head.takes(
+            labels,
+            timestamp_ms,
+            self.inner.options.out_of_order_window_ms,
         )
     }
 
@@ -482,6 +497,11 @@ impl Db {
             .read()
             .expect("head lock poisoned")
             .newest_ms;
+        self.retention_horizon_after(head_newest)
+    }
+
+    /// [`Db::retention_horizon`] given the newest time in the head.
+    fn retention_horizon_after(&self, head_newest: i64) -> Option<RetentionHorizon> {
         let blocks_newest = self
             .inner
             .block_set()
@@ -697,20 +717,28 @@ fn maintenance_loop(inner: &Inner) {
 /// The body of one of the store's background threads.
 type BackgroundLoop = fn(&Inner);
 
-/// Makes records of buffered commits durable every [`Options::wal_sync_interval`].
+/// Makes records of buffered commits durable every [`Options::wal_sync_interval`], and those
+/// of async commits as soon as they wait ([`settle_commits`]). Async commits still waiting
+/// when the store stops are settled on the way out.
 fn wal_sync_loop(inner: &Inner) {
     let mut w = inner.worker.lock().expect("worker lock poisoned");
-    while !w.stop {
-        w = inner
-            .sync_cv
-            .wait_timeout(w, inner.options.wal_sync_interval)
-            .expect("worker lock poisoned")
-            .0;
-        if w.stop {
+    loop {
+        if !w.commit && !w.stop {
+            w = inner
+                .sync_cv
+                .wait_timeout(w, inner.options.wal_sync_interval)
+                .expect("worker lock poisoned")
+                .0;
+        }
+        let (stop, commit) = (w.stop, std::mem::take(&mut w.commit));
+        drop(w);
+        if stop {
+            settle_commits(inner);
             return;
         }
-        drop(w);
-        if inner.wal.failure().is_some() {
+        if commit {
+            settle_commits(inner);
+        } else if inner.wal.failure().is_some() {
             // A failed log is healed here, promptly, unless maintenance (which heals too) runs.
             if let Ok(_one_at_a_time) = inner.maintenance.try_lock() {
                 // The log said when it failed; a heal that fails again only updates the cause.
@@ -721,6 +749,33 @@ fn wal_sync_loop(inner: &Inner) {
             let _ = inner.wal.sync_all();
         }
         w = inner.worker.lock().expect("worker lock poisoned");
+    }
+}
+
+/// Makes the records of every waiting async commit durable with one fsync (group commit) and
+/// resolves each with what [`Appender::commit`] would have returned it: when the sync for the
+/// newest fails, each is synced on its own, as blocking commits would be, so those before the
+/// failure still succeed; then the log is healed (taking the failed profiles out of the head)
+/// before anyone hears of the failure.
+fn settle_commits(inner: &Inner) {
+    let waiting = inner.commits.take();
+    let Some(newest) = waiting.iter().map(|&(seq, _)| seq).max() else {
+        return;
+    };
+    let outcomes: Vec<Result<(), Error>> = match inner.wal.sync_through(newest) {
+        Ok(()) => waiting.iter().map(|_| Ok(())).collect(),
+        Err(_) => waiting
+            .iter()
+            .map(|&(seq, _)| inner.wal.sync_through(seq))
+            .collect(),
+    };
+    if outcomes.iter().any(Result::is_err)
+        && let Ok(_one_at_a_time) = inner.maintenance.try_lock()
+    {
+        let _ = heal_wal(inner);
+    }
+    for ((_, waiter), outcome) in waiting.iter().zip(outcomes) {
+        waiter.resolve(outcome);
     }
 }
 
@@ -1119,6 +1174,43 @@ impl Appender<'_> {
         Ok(())
     }
 
+    /// [`Appender::commit`] that waits in a future rather than on this thread: the appends are
+    /// handed to the store's WAL sync thread, which syncs them together with every other
+    /// commit waiting (one fsync for all) and resolves the future with the same outcome
+    /// [`Appender::commit`] would have had. For async callers, which would otherwise park a
+    /// thread of a blocking pool per commit. (The appends themselves may wait for the WAL's
+    /// lock, held while records are written out: an async caller appends on a blocking thread
+    /// and awaits only the commit.)
+    pub fn commit_async(mut self) -> Commit {
+        // Queries need not wait for the disk.
+        self.held = None;
+        let commit = if self.last_seq > 0 {
+            let waiter = self.db.inner.commits.add(self.last_seq);
+            self.db.inner.want_commit();
+            Commit::waiting(waiter)
+        } else {
+            Commit::done()
+        };
+        self.finish();
+        commit
+    }
+
+    /// Whether a synced write of a profile of series `labels` at `timestamp_ms` is an append to
+    /// the head and nothing more: the head takes it ([`Db::head_takes`]) and retention keeps it
+    /// ([`Db::retention_horizon`]). Asked of the head this appender holds
+    /// ([`Appender::try_hold`]) without taking a lock, so a caller that must not block can ask;
+    /// the answer holds until the commit, as no cut can come between. `None` when the appender
+    /// holds no lock.
+    pub fn held_head_takes(&self, labels: &Labels, timestamp_ms: i64) -> Option<bool> {
+        let head = self.held.as_deref()?;
+        let window_ms = self.db.inner.options.out_of_order_window_ms;
+        let kept = self
+            .db
+            .retention_horizon_after(head.newest_ms)
+            .is_none_or(|horizon| horizon.check(labels, timestamp_ms).is_ok());
+        Some(kept && head.takes(labels, timestamp_ms, window_ms))
+    }
+
     /// After a failed commit, tries to heal the log at once, which takes the failed profiles
     /// out of the head, so no query sees what the writer is told was not stored. (If
     /// maintenance runs now, it heals.)
@@ -1415,21 +1507,22 @@ mod tests {
         assert_eq!(db.stats().n_profiles, 1);
     }
 
-    #[test]
-    fn a_commit_that_fails_stores_nothing_and_the_store_heals() {
+    /// A commit (by `commit`) of a profile whose WAL write meets `fault` fails, stores nothing,
+    /// and leaves the store healed and taking writes; those acknowledged before and after
+    /// survive a reopen, and nothing else.
+    fn a_failed_commit_stores_nothing_and_heals(
+        fault: crate::wal::Fault,
+        commit: impl Fn(&Db, &Labels, i64, &Profile) -> Result<(), Error>,
+    ) {
         let dir = tempfile::tempdir().expect("tempdir");
         let db = Db::open(dir.path(), Options::default()).expect("open");
         let cpu = corpus_cpu("go/go-cpu.pb.gz");
-        let commit = |t: i64| {
-            let mut app = db.appender();
-            app.append(&labels("api", "a"), t, &cpu)?;
-            app.commit()
-        };
-        commit(1).expect("stored");
+        let series = labels("api", "a");
+        commit(&db, &series, 1, &cpu).expect("stored");
         db.inner()
             .wal
-            .inject_fault(crate::wal::Fault::Write, std::io::ErrorKind::StorageFull);
-        let err = commit(2).expect_err("the disk is full");
+            .inject_fault(fault, std::io::ErrorKind::StorageFull);
+        let err = commit(&db, &series, 2, &cpu).expect_err("the disk fails");
         assert_eq!(err.class(), crate::ErrorClass::Unavailable);
         // The failed profile is not served, and the store healed at once (one fault only).
         assert_eq!(totals(&db, &[])[0].1, vec![(1, cpu.total())]);
@@ -1437,7 +1530,7 @@ mod tests {
         let stats = db.stats();
         assert_eq!((stats.n_wal_write_errors, stats.n_head_profiles), (1, 1));
         assert_eq!(stats.n_head_samples, cpu.samples.len());
-        commit(3).expect("takes writes again");
+        commit(&db, &series, 3, &cpu).expect("takes writes again");
         drop(db);
         let db = Db::open(dir.path(), Options::default()).expect("reopen");
         assert_eq!(
@@ -1445,6 +1538,96 @@ mod tests {
             vec![(1, cpu.total()), (3, cpu.total())],
             "every acknowledged profile and nothing else"
         );
+    }
+
+    #[test]
+    fn a_commit_that_fails_stores_nothing_and_the_store_heals() {
+        a_failed_commit_stores_nothing_and_heals(crate::wal::Fault::Write, |db, series, t, p| {
+            let mut app = db.appender();
+            app.append(series, t, p)?;
+            app.commit()
+        });
+    }
+
+    /// Runs a future to its end on this thread (the store's futures need no runtime).
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let waker = Arc::new(Unpark(std::thread::current())).into();
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut future = std::pin::pin!(future);
+        loop {
+            if let std::task::Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+                return v;
+            }
+            std::thread::park();
+        }
+    }
+
+    #[test]
+    fn async_commits_from_many_threads_are_all_durable_when_they_resolve() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let cpu = corpus_cpu("go/go-cpu.pb.gz");
+        std::thread::scope(|s| {
+            for thread in 0..8 {
+                let (db, cpu) = (&db, &cpu);
+                s.spawn(move || {
+                    for t in 1..=20 {
+                        let mut app = db.appender();
+                        app.append(&labels("api", &format!("t{thread}")), t, cpu)
+                            .expect("append");
+                        block_on(app.commit_async()).expect("durable");
+                    }
+                });
+            }
+        });
+        // Nothing appended: nothing to wait for.
+        block_on(db.appender().commit_async()).expect("an empty commit");
+        drop(db);
+        let db = Db::open(dir.path(), Options::default()).expect("reopen");
+        assert_eq!(db.stats().n_profiles, 160);
+    }
+
+    #[test]
+    fn an_async_commit_whose_sync_fails_stores_nothing_and_the_store_heals() {
+        // Healed before the future resolves.
+        a_failed_commit_stores_nothing_and_heals(crate::wal::Fault::Sync, |db, series, t, p| {
+            let mut app = db.appender();
+            assert!(app.try_hold(), "nobody else holds the head");
+            app.append(series, t, p)?;
+            block_on(app.commit_async())
+        });
+    }
+
+    #[test]
+    fn a_held_head_says_whether_a_synced_write_is_an_append_and_nothing_more() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), Options::default()).expect("open");
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_millis() as i64;
+        let series = labels("api", "a");
+        let mut app = db.appender();
+        assert_eq!(app.held_head_takes(&series, now_ms), None, "no lock held");
+        assert!(app.try_hold());
+        assert_eq!(app.held_head_takes(&series, now_ms), Some(true));
+        // Past the 15 days retention keeps: refused by a synced write, not appended.
+        assert_eq!(app.held_head_takes(&series, 1), Some(false));
+        app.append(&series, now_ms, &corpus_cpu("go/go-cpu.pb.gz"))
+            .expect("append");
+        // Older than the series' newest by more than the out-of-order window: a block's.
+        let window_ms = Options::default().out_of_order_window_ms;
+        assert_eq!(
+            app.held_head_takes(&series, now_ms - window_ms - 1),
+            Some(false)
+        );
+        block_on(app.commit_async()).expect("durable");
     }
 
     #[test]

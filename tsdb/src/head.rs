@@ -243,6 +243,15 @@ impl Head {
         Ok(existing)
     }
 
+    /// Whether the head takes a profile of `labels` at `timestamp_ms` rather than refusing it as
+    /// too old ([`Error::is_too_old`]) by [`Head::check_time`].
+    pub fn takes(&self, labels: &Labels, timestamp_ms: i64, window_ms: i64) -> bool {
+        !matches!(
+            self.check_time(labels, timestamp_ms, window_ms),
+            Err(e) if e.is_too_old()
+        )
+    }
+
     pub fn add_series(&mut self, labels: Labels, meta: Meta) -> u32 {
         let series = self.series.len() as u32;
         self.postings.add(series, &labels);

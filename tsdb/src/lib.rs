@@ -54,6 +54,7 @@
 
 mod backfill;
 mod block;
+mod commit;
 mod compact;
 mod db;
 mod encoding;
@@ -75,6 +76,7 @@ mod test_support;
 
 pub use backfill::{Backfill, WrittenBlock};
 pub use block::meta_for_upload;
+pub use commit::Commit;
 pub use db::{Appender, BlockInfo, Db, Options, Quarantined, StagedBlocks, Stats};
 pub use error::{Error, ErrorClass, with_causes};
 pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL};

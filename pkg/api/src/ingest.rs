@@ -77,10 +77,25 @@ pub(crate) async fn write_batch(
     let db = api.store()?;
     let n_samples: usize = batch.iter().map(|s| s.profile.samples.len()).sum();
     let n_profiles = batch.len();
-    let outcome = tokio::task::spawn_blocking(move || db.write(&batch, Durability::Synced))
-        .await
-        .map_err(|e| ApiError::internal(format!("write task failed: {e}")))?
-        .map_err(|e| ApiError::from_store("cannot store the profile", &e))?;
+    let stored = |e: parca_tsdb::Error| ApiError::from_store("cannot store the profile", &e);
+    // On the blocking pool: appends wait for the head's lock and the WAL's (held while records
+    // are handed to the operating system), which must not stall an async worker. When the head
+    // takes the whole batch, the wait for the fsync then holds no thread: the store's sync
+    // thread syncs every waiting commit at once and wakes this task.
+    let written = tokio::task::spawn_blocking(move || match db.try_write_synced(&batch) {
+        Some(deferred) => Ok(deferred),
+        None => Err(db.write(&batch, Durability::Synced)),
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("write task failed: {e}")))?;
+    let outcome = match written {
+        Ok(deferred) => {
+            let (outcome, commit) = deferred.map_err(stored)?;
+            commit.await.map_err(stored)?;
+            outcome
+        }
+        Err(done) => done.map_err(stored)?,
+    };
     api.metrics.observe_ingest(
         protocol,
         outcome.n_written,

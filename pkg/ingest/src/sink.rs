@@ -1,6 +1,6 @@
 //! Where series go: a store that makes them durable, at once or within its sync interval.
 
-use parca_tsdb::Db;
+use parca_tsdb::{Commit, Db};
 
 use crate::Series;
 
@@ -49,6 +49,22 @@ pub trait Sink: Send + Sync {
         &self,
         batch: &[Series],
     ) -> Option<Result<WriteOutcome, parca_tsdb::Error>> {
+        let _ = batch;
+        None
+    }
+
+    /// Stores the batch as [`Durability::Synced`] but for the wait for the disk, if that is
+    /// nothing but appends to the store's head (no profile older than the head takes, none past
+    /// retention) and nobody holds the head now: returns what was stored and a [`Commit`] that
+    /// resolves once it is on disk (or with the error that leaves none of it stored). `None`
+    /// otherwise, and then nothing was stored: the caller calls [`Sink::write`]. Appends may
+    /// wait for the WAL's lock (held while records are written out), so call this on a
+    /// blocking thread; an async caller then awaits the commit, which holds no thread while the
+    /// store syncs every waiting commit with one fsync.
+    fn try_write_synced(
+        &self,
+        batch: &[Series],
+    ) -> Option<Result<(WriteOutcome, Commit), parca_tsdb::Error>> {
         let _ = batch;
         None
     }
@@ -162,6 +178,27 @@ impl Sink for Db {
                 Ok(outcome)
             }
         }
+    }
+
+    fn try_write_synced(
+        &self,
+        batch: &[Series],
+    ) -> Option<Result<(WriteOutcome, Commit), parca_tsdb::Error>> {
+        let mut appender = self.appender();
+        if !appender.try_hold() {
+            return None;
+        }
+        // Refusals by retention and profiles for blocks of their own are `write_synced`'s.
+        // Asked of the held head: no lock is waited for (a worker waiting for a head lock
+        // whose holder the machine preempted would stall every connection it serves), and no
+        // cut can make a profile too old before the commit.
+        if !batch
+            .iter()
+            .all(|s| appender.held_head_takes(&s.labels, s.timestamp_ms) == Some(true))
+        {
+            return None;
+        }
+        Some(append_all(&mut appender, batch).map(|outcome| (outcome, appender.commit_async())))
     }
 
     fn try_write_buffered(

@@ -240,6 +240,20 @@ impl Pprof {
         let mut value_ends: Vec<u32> = Vec::new();
         let mut line_function_ids: Vec<u64> = Vec::new();
         let mut location_mapping_ids: Vec<u64> = Vec::new();
+        // Every column sized once: growing them as they fill cost more than this first pass.
+        let sizes = Sizes::scan(raw);
+        p.strings.reserve(sizes.string_bytes);
+        p.string_ends.reserve(sizes.strings);
+        p.mappings.reserve(sizes.mappings);
+        p.functions.reserve(sizes.functions);
+        p.locations.reserve(sizes.locations);
+        location_mapping_ids.reserve(sizes.locations);
+        // Most locations have one line.
+        p.lines.reserve(sizes.locations);
+        line_function_ids.reserve(sizes.locations);
+        p.sample_location_ends.reserve(sizes.samples);
+        p.sample_label_ends.reserve(sizes.samples);
+        value_ends.reserve(sizes.samples);
         let mut r = Reader::new(raw, 0);
         let mut counts = [0usize; 16];
         while !r.at_end() {
@@ -647,6 +661,49 @@ impl Pprof {
             comment: h.comment.clone(),
             default_sample_type: h.default_sample_type,
         }
+    }
+}
+
+/// How many entries of each table a message holds, counted by a first pass over its top-level
+/// fields (which skips over their contents), so that `Pprof::parse` allocates each column once.
+#[derive(Debug, Default)]
+struct Sizes {
+    strings: usize,
+    string_bytes: usize,
+    mappings: usize,
+    functions: usize,
+    locations: usize,
+    samples: usize,
+}
+
+impl Sizes {
+    /// The counts of `raw`'s top-level fields; on a fault, those up to it (the parse that
+    /// follows reports the fault).
+    fn scan(raw: &[u8]) -> Sizes {
+        let mut sizes = Sizes::default();
+        let mut r = Reader::new(raw, 0);
+        while !r.at_end() {
+            let Ok((number, wire)) = r.key() else { break };
+            if wire != LEN {
+                if r.skip(wire).is_err() {
+                    break;
+                }
+                continue;
+            }
+            let Ok((bytes, _)) = r.bytes() else { break };
+            match number {
+                2 => sizes.samples += 1,
+                3 => sizes.mappings += 1,
+                4 => sizes.locations += 1,
+                5 => sizes.functions += 1,
+                6 => {
+                    sizes.strings += 1;
+                    sizes.string_bytes += bytes.len();
+                }
+                _ => {}
+            }
+        }
+        sizes
     }
 }
 

@@ -51,8 +51,8 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Reads a varint. Most varints in a profile (ids, small values, string indices) are one
-    /// byte: that case is inlined, the general one is not.
+    /// Reads a varint. Most varints in a profile (ids, small values, string indices) take one
+    /// or two bytes: those cases are inlined, the general one is not.
     #[inline(always)]
     pub fn varint(&mut self) -> Result<u64, Fault> {
         if let Some(&byte) = self.buf.get(self.pos)
@@ -61,11 +61,30 @@ impl<'a> Reader<'a> {
             self.pos += 1;
             return Ok(u64::from(byte));
         }
+        if let Some(&[low, high]) = self.buf.get(self.pos..).and_then(|b| b.first_chunk::<2>())
+            && high < 0x80
+        {
+            self.pos += 2;
+            return Ok(u64::from(low & 0x7f) | (u64::from(high) << 7));
+        }
         self.varint_slow()
     }
 
     #[inline(never)]
     fn varint_slow(&mut self) -> Result<u64, Fault> {
+        // With ten bytes ahead no byte needs a bounds check: the common case for addresses
+        // and values, which take three to ten bytes.
+        if let Some(bytes) = self.buf.get(self.pos..).and_then(|b| b.first_chunk::<10>()) {
+            let mut value = 0u64;
+            for (i, &byte) in bytes.iter().enumerate() {
+                value |= u64::from(byte & 0x7f) << (7 * i);
+                if byte & 0x80 == 0 {
+                    self.pos += i + 1;
+                    return Ok(value);
+                }
+            }
+            return Err(self.fault("varint longer than 10 bytes"));
+        }
         let mut value = 0u64;
         let start = self.pos;
         for shift in (0..64).step_by(7) {
@@ -207,6 +226,37 @@ mod tests {
             .repeated(VARINT, "x", |v| got.push(v))
             .expect("single");
         assert_eq!(got, vec![1, 150, 5]);
+    }
+
+    #[test]
+    fn varints_read_alike_at_the_end_and_before_more_bytes() {
+        for value in [0u64, 1, 127, 128, 300, 16_383, 16_384, 1 << 35, u64::MAX] {
+            let mut bytes = Vec::new();
+            let mut v = value;
+            while v >= 0x80 {
+                bytes.push((v as u8) | 0x80);
+                v >>= 7;
+            }
+            bytes.push(v as u8);
+            let n = bytes.len();
+            let mut at_end = Reader::new(&bytes, 0);
+            assert_eq!(at_end.varint(), Ok(value), "{value} at the end");
+            assert!(at_end.at_end());
+            bytes.extend_from_slice(&[0xff; 12]);
+            let mut followed = Reader::new(&bytes, 0);
+            assert_eq!(followed.varint(), Ok(value), "{value} before more bytes");
+            assert_eq!(followed.offset(), n);
+            // Cut short by one byte: an error at the varint's start, at the end or not.
+            let mut cut = Reader::new(&bytes[..n - 1], 0);
+            if n > 1 {
+                assert_eq!(cut.varint().map_err(|f| f.offset), Err(0), "{value} cut");
+            }
+        }
+        let mut eleven = Reader::new(&[0x80; 11], 5);
+        assert_eq!(
+            eleven.varint().map_err(|f| (f.offset, f.what)),
+            Err((5, "varint longer than 10 bytes".to_owned()))
+        );
     }
 
     #[test]

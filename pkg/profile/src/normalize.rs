@@ -110,19 +110,19 @@ fn intern_symbols(pprof: &Pprof, plan: Option<&PrunePlan>, tables: &mut Tables) 
             })
         })
         .collect();
+    // One buffer for every location's lines: the tables copy them only for a new location.
+    let mut lines: Vec<Line> = Vec::new();
     let locations: Vec<LocationId> = pprof
         .locations()
         .iter()
         .enumerate()
         .map(|(i, loc)| {
             let dropped = plan.map_or(0, |p| p.lines_dropped[i]);
-            let lines: Box<[Line]> = pprof.lines(loc)[dropped..]
-                .iter()
-                .map(|line| Line {
-                    function: functions[line.function as usize],
-                    line: line.line,
-                })
-                .collect();
+            lines.clear();
+            lines.extend(pprof.lines(loc)[dropped..].iter().map(|line| Line {
+                function: functions[line.function as usize],
+                line: line.line,
+            }));
             let (mapping, address) = match loc.mapping {
                 Some(idx) => {
                     let m = &pprof.mappings()[idx as usize];
@@ -133,7 +133,7 @@ fn intern_symbols(pprof: &Pprof, plan: Option<&PrunePlan>, tables: &mut Tables) 
                 }
                 None => (None, loc.address),
             };
-            tables.intern_location(mapping, address, lines)
+            tables.intern_location_lines(mapping, address, &lines)
         })
         .collect();
     Symbols { strings, locations }
