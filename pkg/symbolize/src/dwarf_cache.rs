@@ -75,9 +75,9 @@ impl DwarfCache {
     /// are removed.
     pub fn new(dir: &Path, max_bytes: u64) -> Result<DwarfCache, Error> {
         use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-        let io = |source| Error::Io {
+        let io = |e: std::io::Error| Error::DwarfCacheDir {
             path: dir.to_owned(),
-            source,
+            why: e.to_string(),
         };
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(io)?;
@@ -95,15 +95,17 @@ impl DwarfCache {
         } else if meta.uid() != me {
             Some("belongs to another user")
         } else if meta.mode() & 0o022 != 0 {
-            Some("may be written by other users (use a directory of its own, e.g. /var/cache/parca-agent/dwarf)")
+            Some(
+                "may be written by other users (use a directory of its own, e.g. /var/cache/parca-agent/dwarf)",
+            )
         } else {
             None
         };
         if let Some(why) = why {
-            return Err(io(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                format!("the DWARF cache directory {why}"),
-            )));
+            return Err(Error::DwarfCacheDir {
+                path: dir.to_owned(),
+                why: format!("it {why}"),
+            });
         }
         for entry in std::fs::read_dir(dir).map_err(io)?.flatten() {
             if entry.file_name().to_string_lossy().starts_with(".tmp-") {
@@ -173,9 +175,9 @@ impl DwarfCache {
                 max_bytes: self.max_bytes / 2,
             });
         }
-        let refused = |why: &str| Error::Io {
+        let refused = |why: &str| Error::DwarfCacheWrite {
             path: path.clone(),
-            source: std::io::Error::other(format!("not written to the DWARF cache: {why}")),
+            why: why.to_owned(),
         };
         if let Some(why) = self.refused.lock().expect("dwarf cache lock").get(key) {
             return Err(refused(why));
@@ -190,12 +192,8 @@ impl DwarfCache {
         let tmp = self
             .dir
             .join(format!(".tmp-{}-{n}-{key}", std::process::id()));
-        let written = write_file(&tmp, &names, &mut section).and_then(|()| {
-            std::fs::rename(&tmp, &path).map_err(|source| Error::Io {
-                path: path.clone(),
-                source,
-            })
-        });
+        let written =
+            write_file(&tmp, &names, &mut section).and_then(|()| std::fs::rename(&tmp, &path));
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
             let why = e.to_string();
@@ -206,10 +204,8 @@ impl DwarfCache {
             return Err(refused(&why));
         }
         self.trim(&path);
-        self.open(key).ok_or_else(|| Error::Io {
-            path,
-            source: std::io::Error::other("the file just written does not read back"),
-        })
+        self.open(key)
+            .ok_or_else(|| refused("the file just written does not read back"))
     }
 
     /// Deletes the least recently used files (never `keep`) until the directory fits.
@@ -243,25 +239,21 @@ fn write_file(
     path: &Path,
     names: &[&str],
     section: &mut impl FnMut(&str, &mut dyn Write) -> std::io::Result<bool>,
-) -> Result<(), Error> {
-    let io = |source| Error::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let file = File::create(path).map_err(io)?;
+) -> std::io::Result<()> {
+    let file = File::create(path)?;
     let mut out = Counting {
         inner: BufWriter::with_capacity(1 << 20, &file),
         written: 0,
     };
     let header_len = 16 + names.len() * ENTRY_BYTES;
     // The header is written last, once the sections' places are known.
-    out.write_all(&vec![0; header_len]).map_err(io)?;
+    out.write_all(&vec![0; header_len])?;
     let mut entries = Vec::with_capacity(names.len());
     for name in names {
         let pad = out.written.next_multiple_of(8) - out.written;
-        out.write_all(&[0; 8][..pad as usize]).map_err(io)?;
+        out.write_all(&[0; 8][..pad as usize])?;
         let start = out.written;
-        if section(name, &mut out).map_err(io)? {
+        if section(name, &mut out)? {
             entries.push((*name, start, out.written - start));
         }
     }
@@ -277,10 +269,13 @@ fn write_file(
         header.extend_from_slice(&len.to_le_bytes());
     }
     header.resize(header_len, 0);
-    let file = out.inner.into_inner().map_err(|e| io(e.into_error()))?;
+    let file = out
+        .inner
+        .into_inner()
+        .map_err(std::io::IntoInnerError::into_error)?;
     use std::os::unix::fs::FileExt;
-    file.write_all_at(&header, 0).map_err(io)?;
-    file.sync_all().map_err(io)
+    file.write_all_at(&header, 0)?;
+    file.sync_all()
 }
 
 /// A writer that counts what goes through it.

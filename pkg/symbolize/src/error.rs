@@ -14,6 +14,22 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The DWARF cache's directory cannot be used.
+    #[error("cannot use `{path}` as the DWARF cache: {why}")]
+    DwarfCacheDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why, and what to do.
+        why: String,
+    },
+    /// An object's DWARF could not be written to the DWARF cache (it is held in memory instead).
+    #[error("cannot write `{path}` to the DWARF cache: {why}")]
+    DwarfCacheWrite {
+        /// The cache file.
+        path: PathBuf,
+        /// Why (a full disk, a read-only directory).
+        why: String,
+    },
     /// The file is not an ELF object we can parse (or its headers are corrupt).
     #[error("`{path}` is not a readable ELF object")]
     Elf {
