@@ -1342,6 +1342,97 @@ mod tests {
     }
 
     #[test]
+    fn a_store_written_in_format_3_opens_reads_whole_and_compacts_into_the_new_format() {
+        // Written by the build before format 4 (`tests/testdata/tsdb/README.md`): two blocks
+        // and a WAL, five profiles each of a CPU series and the four series of a heap profile.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/testdata/tsdb/store-v3");
+        copy_tree(&fixture, dir.path());
+        let options = Options {
+            block_duration_ms: 60_000,
+            retention_ms: i64::MAX / 2,
+            ..Options::default()
+        };
+        let cpu = corpus_cpu("go/go-cpu.pb.gz");
+        let heap = parca_profile::decode(
+            &std::fs::read(
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("../tests/testdata/pprof/go/go-heap.pb.gz"),
+            )
+            .expect("corpus file"),
+            &Default::default(),
+        )
+        .expect("decodes");
+        let times = |total: i64| {
+            (0..5)
+                .map(|t| (1_700_000_000_000 + 60_000 * t, total))
+                .collect::<Vec<_>>()
+        };
+        let mut want = vec![(
+            "process_cpu:cpu:nanoseconds:cpu:nanoseconds:delta".to_owned(),
+            times(cpu.total()),
+        )];
+        for p in &heap {
+            want.push((
+                format!(
+                    "memory:{}:{}:space:bytes",
+                    p.meta.sample_type.kind, p.meta.sample_type.unit
+                ),
+                times(p.total()),
+            ));
+        }
+        want.sort();
+        let read = |db: &Db| {
+            let mut got: Vec<(String, Vec<(i64, i64)>)> = db
+                .querier(i64::MIN, i64::MAX)
+                .select(&[])
+                .expect("query")
+                .into_iter()
+                .map(|s| {
+                    (
+                        s.labels.get(NAME_LABEL).unwrap_or_default().to_owned(),
+                        s.profiles.iter().map(|(t, p)| (*t, p.total())).collect(),
+                    )
+                })
+                .collect();
+            got.sort();
+            got
+        };
+        let db = Db::open(dir.path(), options.clone()).expect("a format 3 store opens");
+        assert!(db.stats().n_blocks >= 1, "{:?}", db.stats());
+        assert_eq!(read(&db), want);
+        // Compaction rewrites the old blocks in today's format and loses nothing.
+        let mut app = db.appender();
+        app.append(
+            &labels("api", "a"),
+            1_700_000_000_000 + 60_000 * 20,
+            &cpu,
+        )
+        .expect("append");
+        app.commit().expect("commit");
+        db.compact().expect("compact");
+        let versions: Vec<u32> = db
+            .inner
+            .block_set()
+            .iter()
+            .map(|b| b.meta.version)
+            .collect();
+        assert!(
+            versions.iter().all(|v| *v == encoding::FORMAT_VERSION),
+            "{versions:?}"
+        );
+        let mut after = read(&db);
+        after.retain(|(name, _)| name.starts_with("memory"));
+        want.retain(|(name, _)| name.starts_with("memory"));
+        assert_eq!(after, want);
+        drop(db);
+        let db = Db::open(dir.path(), options).expect("reopens");
+        let mut again = read(&db);
+        again.retain(|(name, _)| name.starts_with("memory"));
+        assert_eq!(again, want);
+    }
+
+    #[test]
     fn drop_and_keep_frames_survive_the_wal_and_blocks() {
         let dir = tempfile::tempdir().expect("tempdir");
         let options = Options {
