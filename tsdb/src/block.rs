@@ -29,9 +29,24 @@ pub(crate) const INDEX_MAGIC: &[u8; 4] = b"PTIX";
 pub(crate) const SYMBOLS_MAGIC: &[u8; 4] = b"PTSY";
 pub(crate) const PROFILES_MAGIC: &[u8; 4] = b"PTPF";
 
-/// A chunk (one zstd frame) is closed once its raw bytes pass this: big enough to compress
-/// well, small enough that reading one profile does not decompress a whole day.
-const CHUNK_RAW_BYTES: usize = 1 << 20;
+/// A frame of `profiles` is closed once its raw bytes pass this: big enough to compress well,
+/// small enough that reading one profile does not decompress a whole day. From format 4 the
+/// series of a block share frames (one after another, in label order), so that the profiles of
+/// small series compress together: the four sample types of a heap profile hold the same stacks.
+const FRAME_RAW_BYTES: usize = 1 << 20;
+
+/// A page of the index's series entries (one zstd frame, format 4) is closed once its raw
+/// bytes pass this: reading one series decompresses at most about this much.
+const INDEX_PAGE_RAW_BYTES: usize = 64 << 10;
+
+/// Decompressed index pages a block keeps for the next read (series are mostly read in order).
+const CACHED_INDEX_PAGES: usize = 4;
+
+/// Decompressed frames of `profiles` a [`ChunkReader`] keeps for the next read.
+const CACHED_FRAMES: usize = 4;
+
+/// Bytes of one page table entry (format 4): `offset: u64, len: u32, raw_len: u32`.
+const PAGE_ENTRY_BYTES: usize = 16;
 
 /// Largest raw (decompressed) size accepted for a chunk or the symbols: larger is damage.
 const MAX_RAW_BYTES: u64 = 1 << 32;
@@ -43,8 +58,11 @@ const ZSTD_LEVEL: i32 = 3;
 /// Bytes of one postings table entry: `name: u32, value: u32, offset: u64, len: u32`.
 const POSTINGS_ENTRY_BYTES: usize = 20;
 
-/// Bytes of the index's table of contents, just before its footer.
-const TOC_BYTES: usize = 40;
+/// Bytes of the index's table of contents, just before its footer (formats 1 to 3).
+const TOC_BYTES_V3: usize = 40;
+
+/// Bytes of the index's table of contents from format 4, which adds the page table.
+const TOC_BYTES: usize = 56;
 
 /// Where the index's sections are, from its table of contents.
 struct Toc {
@@ -53,6 +71,9 @@ struct Toc {
     n_series: usize,
     postings_table_offset: usize,
     n_postings: usize,
+    /// Format 4: the table of the pages holding the series entries, and their number.
+    page_table_offset: usize,
+    n_pages: usize,
 }
 
 /// What `meta.json` says about a block.
@@ -160,13 +181,19 @@ pub(crate) struct BlockProfile {
     pub len: u32,
 }
 
-/// One zstd frame of the `profiles` file holding consecutive profiles of a series.
+/// Consecutive profiles of a series in one zstd frame of the `profiles` file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ChunkRef {
     pub n_profiles: u32,
+    /// Where the frame starts in `profiles`.
     pub offset: u64,
+    /// The frame's compressed bytes.
     pub len: u64,
+    /// The frame's decompressed bytes.
     pub raw_len: u64,
+    /// Where the series' profiles start in the decompressed frame (format 4; 0 before, when
+    /// every frame held one series' profiles alone).
+    pub raw_offset: u64,
 }
 
 #[derive(Debug)]
@@ -190,7 +217,10 @@ pub(crate) struct BlockWriter {
     profiles_len: u64,
     compressor: zstd::bulk::Compressor<'static>,
     series: Vec<WrittenSeries>,
+    /// The raw bytes of the frame being filled.
     raw: Vec<u8>,
+    /// The chunks (series, chunk) in the frame being filled, completed when it is written.
+    pending: Vec<(usize, usize)>,
     min_time_ms: i64,
     max_time_ms: i64,
     stats: BlockStats,
@@ -228,6 +258,7 @@ impl BlockWriter {
             compressor,
             series: Vec::new(),
             raw: Vec::new(),
+            pending: Vec::new(),
             min_time_ms: i64::MAX,
             max_time_ms: i64::MIN,
             stats: BlockStats::default(),
@@ -249,27 +280,28 @@ impl BlockWriter {
         Ok(())
     }
 
-    fn flush_chunk(&mut self, n_profiles: u32) -> Result<(), Error> {
-        if n_profiles == 0 {
+    /// Compresses and writes the frame being filled, completing the chunks that lie in it.
+    fn flush_frame(&mut self) -> Result<(), Error> {
+        if self.raw.is_empty() {
             return Ok(());
         }
         let compressed = self.compressor.compress(&self.raw).map_err(Error::io(
             "cannot compress block chunk",
             &self.profiles_path,
         ))?;
-        let chunk = ChunkRef {
-            n_profiles,
-            offset: self.profiles_len,
-            len: compressed.len() as u64,
-            raw_len: self.raw.len() as u64,
-        };
+        let (offset, len, raw_len) = (
+            self.profiles_len,
+            compressed.len() as u64,
+            self.raw.len() as u64,
+        );
         self.write_profiles_bytes(&compressed)?;
         self.raw.clear();
-        self.series
-            .last_mut()
-            .expect("a chunk belongs to a series")
-            .chunks
-            .push(chunk);
+        for (s, c) in self.pending.drain(..) {
+            let chunk = &mut self.series[s].chunks[c];
+            chunk.offset = offset;
+            chunk.len = len;
+            chunk.raw_len = raw_len;
+        }
         Ok(())
     }
 
@@ -288,8 +320,21 @@ impl BlockWriter {
             profiles: Vec::with_capacity(series.profiles.len()),
             chunks: Vec::new(),
         });
-        let mut in_chunk = 0u32;
+        let s = self.series.len() - 1;
+        let mut chunk_open = false;
         for p in &series.profiles {
+            if !chunk_open {
+                let chunks = &mut self.series[s].chunks;
+                chunks.push(ChunkRef {
+                    n_profiles: 0,
+                    offset: 0,
+                    len: 0,
+                    raw_len: 0,
+                    raw_offset: self.raw.len() as u64,
+                });
+                self.pending.push((s, chunks.len() - 1));
+                chunk_open = true;
+            }
             self.raw.extend_from_slice(&p.data);
             self.min_time_ms = self.min_time_ms.min(p.timestamp_ms);
             self.max_time_ms = self.max_time_ms.max(p.timestamp_ms);
@@ -308,13 +353,17 @@ impl BlockWriter {
                     n_samples: p.n_samples,
                     len: p.data.len() as u32,
                 });
-            in_chunk += 1;
-            if self.raw.len() >= CHUNK_RAW_BYTES {
-                self.flush_chunk(in_chunk)?;
-                in_chunk = 0;
+            self.series[s]
+                .chunks
+                .last_mut()
+                .expect("opened above")
+                .n_profiles += 1;
+            if self.raw.len() >= FRAME_RAW_BYTES {
+                self.flush_frame()?;
+                chunk_open = false;
             }
         }
-        self.flush_chunk(in_chunk)
+        Ok(())
     }
 
     /// Writes the index, symbols and meta, syncs everything and renames the block into place.
@@ -337,7 +386,8 @@ impl BlockWriter {
         mut compaction: Compaction,
         head_cut_ms: Option<i64>,
     ) -> Result<SealedBlock, Error> {
-        // profiles: footer, then sync.
+        // profiles: the last frame, the footer, then sync.
+        self.flush_frame()?;
         let mut footer = Vec::with_capacity(8);
         footer.extend_from_slice(PROFILES_MAGIC);
         footer.extend_from_slice(&encoding::FORMAT_VERSION.to_le_bytes());
@@ -483,75 +533,48 @@ fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
         out.extend_from_slice(s.as_bytes());
     }
 
+    // Series entries, in pages of about INDEX_PAGE_RAW_BYTES, each one zstd frame.
     let mut series_offsets = Vec::with_capacity(series.len());
+    let mut pages: Vec<(u64, u32, u32)> = Vec::new();
+    let mut page = Vec::new();
+    let close_page = |page: &mut Vec<u8>, out: &mut Vec<u8>, pages: &mut Vec<(u64, u32, u32)>| {
+        let compressed =
+            zstd::bulk::compress(page, ZSTD_LEVEL).expect("compressing into memory cannot fail");
+        pages.push((
+            out.len() as u64,
+            compressed.len() as u32,
+            page.len() as u32,
+        ));
+        out.extend_from_slice(&compressed);
+        page.clear();
+    };
     let mut postings: std::collections::BTreeMap<(u64, u64), RoaringBitmap> = Default::default();
     for (i, s) in series.iter().enumerate() {
-        series_offsets.push(out.len() as u64);
-        put_uvarint(&mut out, s.labels.len() as u64);
+        if page.len() >= INDEX_PAGE_RAW_BYTES {
+            close_page(&mut page, &mut out, &mut pages);
+        }
+        series_offsets.push((pages.len() as u32, page.len() as u32));
         for l in s.labels.iter() {
-            let (n, v) = (sym(&l.name), sym(&l.value));
-            put_uvarint(&mut out, n);
-            put_uvarint(&mut out, v);
-            postings.entry((n, v)).or_default().insert(i as u32);
+            postings
+                .entry((sym(&l.name), sym(&l.value)))
+                .or_default()
+                .insert(i as u32);
         }
-        let m = &s.meta;
-        for part in [
-            &m.sample_type.kind,
-            &m.sample_type.unit,
-            &m.period_type.kind,
-            &m.period_type.unit,
-        ] {
-            put_uvarint(&mut out, sym(part));
-        }
-        put_uvarint(&mut out, m.comments.len() as u64);
-        for c in &m.comments {
-            put_uvarint(&mut out, sym(c));
-        }
-        put_uvarint(&mut out, sym(&m.drop_frames));
-        put_uvarint(&mut out, sym(&m.keep_frames));
-        put_uvarint(&mut out, s.profiles.len() as u64);
-        let mut prev = 0i64;
-        for (j, p) in s.profiles.iter().enumerate() {
-            if j == 0 {
-                put_ivarint(&mut out, p.timestamp_ms);
-            } else {
-                put_uvarint(&mut out, p.timestamp_ms.wrapping_sub(prev) as u64);
-            }
-            prev = p.timestamp_ms;
-        }
-        for p in &s.profiles {
-            put_ivarint(&mut out, p.duration_nanos);
-        }
-        for p in &s.profiles {
-            put_ivarint(&mut out, p.period);
-        }
-        for p in &s.profiles {
-            put_ivarint(&mut out, p.total);
-        }
-        for p in &s.profiles {
-            put_uvarint(&mut out, u64::from(p.n_samples));
-        }
-        for p in &s.profiles {
-            put_uvarint(&mut out, u64::from(p.len));
-        }
-        // Capture ids, each as the difference from the one before (consecutive captures of one
-        // server differ by little).
-        let mut prev_capture = 0u64;
-        for p in &s.profiles {
-            put_ivarint(&mut out, p.capture_id.wrapping_sub(prev_capture) as i64);
-            prev_capture = p.capture_id;
-        }
-        put_uvarint(&mut out, s.chunks.len() as u64);
-        for c in &s.chunks {
-            put_uvarint(&mut out, u64::from(c.n_profiles));
-            put_uvarint(&mut out, c.offset);
-            put_uvarint(&mut out, c.len);
-            put_uvarint(&mut out, c.raw_len);
-        }
+        encode_series_entry(s, &sym, &mut page);
+    }
+    if !page.is_empty() {
+        close_page(&mut page, &mut out, &mut pages);
     }
     let series_offsets_offset = out.len() as u64;
-    for o in &series_offsets {
-        out.extend_from_slice(&o.to_le_bytes());
+    for (page, offset) in &series_offsets {
+        out.extend_from_slice(&page.to_le_bytes());
+        out.extend_from_slice(&offset.to_le_bytes());
+    }
+    let page_table_offset = out.len() as u64;
+    for (offset, len, raw_len) in &pages {
+        out.extend_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&raw_len.to_le_bytes());
     }
     let mut table = Vec::with_capacity(postings.len() * POSTINGS_ENTRY_BYTES);
     for ((n, v), bitmap) in &postings {
@@ -572,11 +595,73 @@ fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
         series.len() as u64,
         postings_table_offset,
         postings.len() as u64,
+        page_table_offset,
+        pages.len() as u64,
     ] {
         out.extend_from_slice(&v.to_le_bytes());
     }
     encoding::seal(INDEX_MAGIC, &mut out);
     out
+}
+
+/// Appends a series entry (format 4) to `out`: labels and meta as symbol numbers, then the
+/// profiles' columns, each value as its difference from the one before where neighbours are
+/// alike (times, durations, periods, sizes, capture ids), then the chunks.
+fn encode_series_entry(s: &WrittenSeries, sym: &dyn Fn(&str) -> u64, out: &mut Vec<u8>) {
+    put_uvarint(out, s.labels.len() as u64);
+    for l in s.labels.iter() {
+        put_uvarint(out, sym(&l.name));
+        put_uvarint(out, sym(&l.value));
+    }
+    let m = &s.meta;
+    for part in [
+        &m.sample_type.kind,
+        &m.sample_type.unit,
+        &m.period_type.kind,
+        &m.period_type.unit,
+    ] {
+        put_uvarint(out, sym(part));
+    }
+    put_uvarint(out, m.comments.len() as u64);
+    for c in &m.comments {
+        put_uvarint(out, sym(c));
+    }
+    put_uvarint(out, sym(&m.drop_frames));
+    put_uvarint(out, sym(&m.keep_frames));
+    put_uvarint(out, s.profiles.len() as u64);
+    let mut prev = 0i64;
+    for (j, p) in s.profiles.iter().enumerate() {
+        if j == 0 {
+            put_ivarint(out, p.timestamp_ms);
+        } else {
+            put_uvarint(out, p.timestamp_ms.wrapping_sub(prev) as u64);
+        }
+        prev = p.timestamp_ms;
+    }
+    let deltas = |out: &mut Vec<u8>, column: &dyn Fn(&BlockProfile) -> i64| {
+        let mut prev = 0i64;
+        for p in &s.profiles {
+            let v = column(p);
+            put_ivarint(out, v.wrapping_sub(prev));
+            prev = v;
+        }
+    };
+    deltas(out, &|p| p.duration_nanos);
+    deltas(out, &|p| p.period);
+    for p in &s.profiles {
+        put_ivarint(out, p.total);
+    }
+    deltas(out, &|p| i64::from(p.n_samples));
+    deltas(out, &|p| i64::from(p.len));
+    deltas(out, &|p| p.capture_id as i64);
+    put_uvarint(out, s.chunks.len() as u64);
+    for c in &s.chunks {
+        put_uvarint(out, u64::from(c.n_profiles));
+        put_uvarint(out, c.offset);
+        put_uvarint(out, c.len);
+        put_uvarint(out, c.raw_len);
+        put_uvarint(out, c.raw_offset);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -622,6 +707,12 @@ pub(crate) struct Block {
     strings: Vec<(usize, usize)>,
     series_offsets_offset: usize,
     n_series: u32,
+    /// Format 4: where each page of series entries lies in `index` (offset, len, raw_len).
+    pages: Vec<(usize, usize, usize)>,
+    /// The most recently read pages, decompressed, newest last.
+    page_cache: std::sync::Mutex<Vec<(u32, Arc<Vec<u8>>)>>,
+    /// Where the postings bitmaps start (the end of the series sections).
+    postings_offset: usize,
     postings_table_offset: usize,
     n_postings: usize,
     tables: OnceLock<Result<Arc<Tables>, String>>,
@@ -724,6 +815,9 @@ impl Block {
             strings: Vec::new(),
             series_offsets_offset: 0,
             n_series: 0,
+            pages: Vec::new(),
+            page_cache: std::sync::Mutex::new(Vec::new()),
+            postings_offset: 0,
             postings_table_offset: 0,
             n_postings: 0,
             tables: OnceLock::new(),
@@ -744,26 +838,42 @@ impl Block {
     /// `profiles`' length and the block's time range and counts) and every postings entry.
     fn parse_index(&mut self, body_len: usize, profiles_len: usize) -> encoding::Result<()> {
         let toc = self.parse_toc(body_len)?;
-        self.read_symbols(body_len, toc.symbols_offset, toc.series_offsets_offset)?;
+        let symbols_end = if self.paged() {
+            self.read_pages(body_len, &toc)?
+        } else {
+            toc.series_offsets_offset
+        };
+        self.read_symbols(body_len, toc.symbols_offset, symbols_end)?;
         self.series_offsets_offset = toc.series_offsets_offset;
         self.n_series = toc.n_series as u32;
+        self.postings_offset = if self.paged() {
+            toc.page_table_offset + PAGE_ENTRY_BYTES * toc.n_pages
+        } else {
+            toc.series_offsets_offset + 8 * toc.n_series
+        };
         self.postings_table_offset = toc.postings_table_offset;
         self.n_postings = toc.n_postings;
         self.check_series(body_len, profiles_len)?;
         self.check_postings(body_len)
     }
 
+    /// Whether the index keeps its series entries in compressed pages (format 4 on).
+    fn paged(&self) -> bool {
+        self.meta.version >= 4
+    }
+
     /// The index's table of contents, its offsets checked to leave neither gaps nor overlaps.
     fn parse_toc(&self, body_len: usize) -> encoding::Result<Toc> {
         let body = &self.index[..body_len];
+        let toc_bytes = if self.paged() { TOC_BYTES } else { TOC_BYTES_V3 };
         let mut toc = Reader::new(
-            body.get(body_len.saturating_sub(TOC_BYTES)..)
+            body.get(body_len.saturating_sub(toc_bytes)..)
                 .unwrap_or(&[]),
         );
-        if body_len < TOC_BYTES {
+        if body_len < toc_bytes {
             return toc.fail("index is shorter than its table of contents");
         }
-        let toc_start = body_len - TOC_BYTES;
+        let toc_start = body_len - toc_bytes;
         let mut field = |what: &str, limit: usize| -> encoding::Result<usize> {
             let v = toc.u64_le()?;
             if v > limit as u64 {
@@ -779,7 +889,18 @@ impl Block {
             "postings count",
             toc_start.saturating_sub(postings_table_offset) / POSTINGS_ENTRY_BYTES,
         )?;
-        if series_offsets_offset + 8 * n_series > postings_table_offset
+        let (page_table_offset, n_pages) = if self.paged() {
+            let offset = field("page table offset", toc_start)?;
+            let n = field(
+                "page count",
+                toc_start.saturating_sub(offset) / PAGE_ENTRY_BYTES,
+            )?;
+            (offset, n)
+        } else {
+            (series_offsets_offset + 8 * n_series, 0)
+        };
+        if series_offsets_offset + 8 * n_series != page_table_offset
+            || page_table_offset + PAGE_ENTRY_BYTES * n_pages > postings_table_offset
             || postings_table_offset + n_postings * POSTINGS_ENTRY_BYTES != toc_start
         {
             return Reader::new(body).fail("index sections overlap or leave gaps");
@@ -790,7 +911,68 @@ impl Block {
             n_series,
             postings_table_offset,
             n_postings,
+            page_table_offset,
+            n_pages,
         })
+    }
+
+    /// Reads the page table (format 4), checking that the pages lie back to back just before
+    /// the series offsets; returns where the first page starts (the end of the symbols).
+    fn read_pages(&mut self, body_len: usize, toc: &Toc) -> encoding::Result<usize> {
+        let body = &self.index[..body_len];
+        let mut r = Reader::new(
+            &body[toc.page_table_offset..toc.page_table_offset + PAGE_ENTRY_BYTES * toc.n_pages],
+        );
+        let mut pages = Vec::with_capacity(toc.n_pages);
+        for _ in 0..toc.n_pages {
+            let offset = r.u64_le()? as usize;
+            let len = r.u32_le()? as usize;
+            let raw_len = r.u32_le()? as usize;
+            if pages
+                .last()
+                .is_some_and(|&(o, l, _): &(usize, usize, usize)| o + l != offset)
+            {
+                return r.fail("index pages are not back to back");
+            }
+            pages.push((offset, len, raw_len));
+        }
+        let start = pages.first().map_or(toc.series_offsets_offset, |p| p.0);
+        let end = pages.last().map_or(start, |p| p.0 + p.1);
+        if start < toc.symbols_offset || end != toc.series_offsets_offset {
+            return r.fail("index pages do not end where the series offsets start");
+        }
+        self.pages = pages;
+        Ok(start)
+    }
+
+    /// Page `k` of the series entries, decompressed (from the cache when read lately).
+    fn page(&self, k: u32) -> encoding::Result<Arc<Vec<u8>>> {
+        let mut cache = self.page_cache.lock().expect("page cache lock poisoned");
+        if let Some(i) = cache.iter().position(|(p, _)| *p == k) {
+            let hit = cache.remove(i);
+            let bytes = hit.1.clone();
+            cache.push(hit);
+            return Ok(bytes);
+        }
+        drop(cache);
+        let Some(&(offset, len, raw_len)) = self.pages.get(k as usize) else {
+            return Reader::new(&[]).fail(format!("index page {k} does not exist"));
+        };
+        let raw = zstd::bulk::decompress(&self.index[offset..offset + len], raw_len)
+            .or_else(|e| Reader::new(&[]).fail(format!("index page {k} does not decompress: {e}")))?;
+        if raw.len() != raw_len {
+            return Reader::new(&[]).fail(format!(
+                "index page {k} holds {} bytes, the page table says {raw_len}",
+                raw.len()
+            ));
+        }
+        let raw = Arc::new(raw);
+        let mut cache = self.page_cache.lock().expect("page cache lock poisoned");
+        if cache.len() >= CACHED_INDEX_PAGES {
+            cache.remove(0);
+        }
+        cache.push((k, raw.clone()));
+        Ok(raw)
     }
 
     /// The symbol table's strings (sorted and distinct), as places in the index.
@@ -844,7 +1026,15 @@ impl Block {
                     .get(profile..profile + c.n_profiles as usize)
                     .map(|ps| ps.iter().map(|p| u64::from(p.len)).sum())
                     .unwrap_or(u64::MAX);
-                if raw != c.raw_len {
+                // Before format 4 a frame held one chunk; from it, chunks share frames.
+                let fits = if self.paged() {
+                    c.raw_offset
+                        .checked_add(raw)
+                        .is_some_and(|end| end <= c.raw_len)
+                } else {
+                    raw == c.raw_len
+                };
+                if !fits {
                     return Reader::new(body).fail(format!("series {i}: chunk sizes disagree"));
                 }
                 profile += c.n_profiles as usize;
@@ -890,7 +1080,7 @@ impl Block {
     /// section, readable, and naming only known series.
     fn check_postings(&self, body_len: usize) -> encoding::Result<()> {
         let body = &self.index[..body_len];
-        let series_end = self.series_offsets_offset + 8 * self.n_series as usize;
+        let series_end = self.postings_offset;
         let mut prev_key = None;
         for k in 0..self.n_postings {
             let (name, value, offset, len) = self.postings_entry(k);
@@ -972,6 +1162,17 @@ impl Block {
     pub fn series_entry(&self, i: u32) -> encoding::Result<SeriesEntry> {
         let at = self.series_offsets_offset + 8 * i as usize;
         let mut off = Reader::new(self.index.get(at..at + 8).unwrap_or(&[]));
+        if self.paged() {
+            let page = off.u32_le()?;
+            let offset = off.u32_le()? as usize;
+            let bytes = self.page(page)?;
+            if offset > bytes.len() {
+                return off.fail(format!("series {i} offset {offset} is outside its page"));
+            }
+            let mut r = Reader::new(&bytes);
+            r.take(offset)?;
+            return self.decode_series_entry(&mut r);
+        }
         let offset = off.u64_le()? as usize;
         let body = &self.index_body()[..self.series_offsets_offset];
         if offset > body.len() {
@@ -979,6 +1180,11 @@ impl Block {
         }
         let mut r = Reader::new(body);
         r.take(offset)?;
+        self.decode_series_entry(&mut r)
+    }
+
+    /// Decodes the series entry `r` is at.
+    fn decode_series_entry(&self, r: &mut Reader<'_>) -> encoding::Result<SeriesEntry> {
         let n_labels = r.count(2, "label")?;
         let mut pairs = Vec::with_capacity(n_labels);
         for _ in 0..n_labels {
@@ -1043,22 +1249,44 @@ impl Block {
             }
             p.timestamp_ms = t;
         }
-        for p in profiles.iter_mut() {
-            p.duration_nanos = r.ivarint()?;
+        if self.paged() {
+            // Differences from the profile before, but for the totals.
+            read_deltas(r, &mut profiles, |p, v| p.duration_nanos = v)?;
+            read_deltas(r, &mut profiles, |p, v| p.period = v)?;
+            for p in profiles.iter_mut() {
+                p.total = r.ivarint()?;
+            }
+            let mut out_of_range = false;
+            read_deltas(r, &mut profiles, |p, v| match u32::try_from(v) {
+                Ok(v) => p.n_samples = v,
+                Err(_) => out_of_range = true,
+            })?;
+            read_deltas(r, &mut profiles, |p, v| match u32::try_from(v) {
+                Ok(v) => p.len = v,
+                Err(_) => out_of_range = true,
+            })?;
+            if out_of_range {
+                return r.fail("a sample count or profile length is out of range");
+            }
+            read_deltas(r, &mut profiles, |p, v| p.capture_id = v as u64)?;
+        } else {
+            for p in profiles.iter_mut() {
+                p.duration_nanos = r.ivarint()?;
+            }
+            for p in profiles.iter_mut() {
+                p.period = r.ivarint()?;
+            }
+            for p in profiles.iter_mut() {
+                p.total = r.ivarint()?;
+            }
+            for p in profiles.iter_mut() {
+                p.n_samples = r.below(u64::from(u32::MAX), "sample count")? as u32;
+            }
+            for p in profiles.iter_mut() {
+                p.len = r.below(u64::from(u32::MAX), "profile length")? as u32;
+            }
         }
-        for p in profiles.iter_mut() {
-            p.period = r.ivarint()?;
-        }
-        for p in profiles.iter_mut() {
-            p.total = r.ivarint()?;
-        }
-        for p in profiles.iter_mut() {
-            p.n_samples = r.below(u64::from(u32::MAX), "sample count")? as u32;
-        }
-        for p in profiles.iter_mut() {
-            p.len = r.below(u64::from(u32::MAX), "profile length")? as u32;
-        }
-        if self.meta.version >= 2 {
+        if self.meta.version == 2 || self.meta.version == 3 {
             let mut capture = 0u64;
             for p in profiles.iter_mut() {
                 capture = capture.wrapping_add(r.ivarint()? as u64);
@@ -1073,6 +1301,7 @@ impl Block {
                 offset: r.uvarint()?,
                 len: r.uvarint()?,
                 raw_len: r.uvarint()?,
+                raw_offset: if self.paged() { r.uvarint()? } else { 0 },
             });
         }
         Ok(SeriesEntry {
@@ -1093,8 +1322,8 @@ impl Block {
         })
     }
 
-    /// Decompresses a chunk of `profiles` into `out`.
-    pub fn read_chunk(
+    /// Decompresses the frame of `profiles` that `chunk` lies in into `out`.
+    fn read_frame(
         &self,
         chunk: &ChunkRef,
         decompressor: &mut zstd::bulk::Decompressor<'_>,
@@ -1231,6 +1460,20 @@ impl Block {
     }
 }
 
+/// Reads a column of differences (format 4), one per profile, setting each sum with `set`.
+fn read_deltas(
+    r: &mut Reader<'_>,
+    profiles: &mut [BlockProfile],
+    mut set: impl FnMut(&mut BlockProfile, i64),
+) -> encoding::Result<()> {
+    let mut v = 0i64;
+    for p in profiles.iter_mut() {
+        v = v.wrapping_add(r.ivarint()?);
+        set(p, v);
+    }
+    Ok(())
+}
+
 /// The first `k` in `0..n` for which `before(k)` is false (`before` must be monotone).
 fn partition(n: usize, before: impl Fn(usize) -> bool) -> usize {
     let (mut lo, mut hi) = (0, n);
@@ -1302,6 +1545,59 @@ pub(crate) fn write_block(
     };
     let dir = writer.finish(Some(range), compaction, Some(range.1))?;
     Block::open(&dir)
+}
+
+/// Reads chunks of blocks' `profiles`, keeping the last few frames it decompressed: the series
+/// of a block share frames (format 4) and are mostly read one after another.
+pub(crate) struct ChunkReader {
+    decompressor: zstd::bulk::Decompressor<'static>,
+    /// (block name, frame offset, raw bytes), newest last.
+    frames: Vec<(String, u64, Vec<u8>)>,
+}
+
+impl ChunkReader {
+    /// A reader; `dir` names the store in the error of a zstd that does not start.
+    pub fn new(dir: &Path) -> Result<ChunkReader, Error> {
+        Ok(ChunkReader {
+            decompressor: zstd::bulk::Decompressor::new()
+                .map_err(Error::io("cannot start zstd to read blocks in", dir))?,
+            frames: Vec::new(),
+        })
+    }
+
+    /// The raw bytes of `chunk` of `block` and those after it in its frame: its profiles, one
+    /// after another ([`split_chunk`]).
+    pub fn read(&mut self, block: &Block, chunk: &ChunkRef) -> Result<&[u8], Error> {
+        let cached = self
+            .frames
+            .iter()
+            .position(|(b, offset, _)| *offset == chunk.offset && b == block.name());
+        let at = match cached {
+            Some(i) => i,
+            None => {
+                let mut raw = if self.frames.len() >= CACHED_FRAMES {
+                    self.frames.remove(0).2
+                } else {
+                    Vec::new()
+                };
+                block.read_frame(chunk, &mut self.decompressor, &mut raw)?;
+                self.frames
+                    .push((block.name().to_owned(), chunk.offset, raw));
+                self.frames.len() - 1
+            }
+        };
+        let raw = &self.frames[at].2;
+        raw.get(chunk.raw_offset as usize..)
+            .ok_or_else(|| Error::BlockCorrupt {
+                block: block.name().to_owned(),
+                file: "profiles",
+                what: format!(
+                    "a chunk starts at byte {} of a frame of {} bytes",
+                    chunk.raw_offset,
+                    raw.len()
+                ),
+            })
+    }
 }
 
 /// Decodes the profiles of one chunk's raw bytes: calls `each` with each profile's header and
@@ -1544,8 +1840,20 @@ mod tests {
             .map(|s| s.read.load(std::sync::atomic::Ordering::Relaxed))
             .sum::<u64>()
             - before;
-        let all: u64 = sources.iter().map(|s| s.bytes.len() as u64).sum();
-        assert!(one > 0 && one < all * 3 / 4, "{one} of {all}");
+        // Exactly the frames that chunks of the series lie in, each once (the series of a
+        // block share frames: in blocks this small, one frame).
+        let mut frames = std::collections::BTreeSet::new();
+        for name in &names {
+            let block = Block::open(&pristine.path().join(name)).expect("opens");
+            for i in 0..block.n_series() {
+                let e = block.series_entry(i).expect("entry");
+                if e.labels.get("job") == Some("api") {
+                    frames.extend(e.chunks.iter().map(|c| (name.clone(), c.offset, c.len)));
+                }
+            }
+        }
+        let want: u64 = frames.iter().map(|f| f.2).sum();
+        assert_eq!(one, want, "{frames:?}");
         // A block also on disk is read from disk; a remote block that another lists among its
         // sources is not read at all.
         drop(db);

@@ -291,6 +291,13 @@ fn plan_compaction(inner: &Inner) -> Option<Vec<Arc<Block>>> {
     if let Some(group) = overlapping(&blocks) {
         return Some(group);
     }
+    // A block in an older format is rewritten in today's, on its own if nothing else is due.
+    if let Some(old) = blocks
+        .iter()
+        .find(|b| b.meta.version < crate::encoding::FORMAT_VERSION)
+    {
+        return Some(vec![Arc::clone(old)]);
+    }
     let min_valid_ms = inner.head.read().expect("head lock poisoned").min_valid_ms;
     let base = inner.options.block_duration_ms.max(1);
     let mut max_range = MAX_BLOCK_RANGE_MS;
@@ -390,9 +397,7 @@ pub(crate) fn merge_blocks(dir: &Path, sources: &[Arc<Block>]) -> Result<PathBuf
     }
     entries.sort_by(|a, b| a.1.labels.cmp(&b.1.labels).then(rank[a.0].cmp(&rank[b.0])));
     let mut writer = BlockWriter::new(dir, Tables::new())?;
-    let mut decompressor =
-        zstd::bulk::Decompressor::new().map_err(Error::io("cannot start zstd", dir))?;
-    let mut chunk = Vec::new();
+    let mut chunks = block::ChunkReader::new(dir)?;
     let mut n_duplicates = 0usize;
     let mut i = 0;
     while i < entries.len() {
@@ -423,10 +428,10 @@ pub(crate) fn merge_blocks(dir: &Path, sources: &[Arc<Block>]) -> Result<PathBuf
                 if !keep[range.clone()].iter().any(|&k| k) {
                     continue;
                 }
-                b.read_chunk(c, &mut decompressor, &mut chunk)?;
+                let raw = chunks.read(b, c)?;
                 let mut failed = None;
                 let mut at = range.start;
-                block::split_chunk(&chunk, &e.profiles[range], |p, bytes| {
+                block::split_chunk(raw, &e.profiles[range], |p, bytes| {
                     let kept = keep[at];
                     at += 1;
                     if failed.is_some() || !kept {

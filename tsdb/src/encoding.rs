@@ -92,6 +92,11 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
 
+    pub fn u32_le(&mut self) -> Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
     pub fn u64_le(&mut self) -> Result<u64> {
         let b = self.take(8)?;
         let mut a = [0u8; 8];
@@ -1003,8 +1008,10 @@ pub(crate) const FOOTER_BYTES: usize = 12;
 
 /// The block format's version, written by this build. Version 2 adds each series'
 /// `drop_frames` and `keep_frames` to the index; version 3 the span section of a profile's
-/// samples (flag 2 of [`encode_samples`]), which earlier builds cannot read.
-pub(crate) const FORMAT_VERSION: u32 = 3;
+/// samples (flag 2 of [`encode_samples`]), which earlier builds cannot read; version 4 frames
+/// of `profiles` shared by consecutive series and the index's series entries in compressed
+/// pages, their columns as differences.
+pub(crate) const FORMAT_VERSION: u32 = 4;
 
 /// The oldest version this build reads.
 pub(crate) const OLDEST_FORMAT_VERSION: u32 = 1;

@@ -294,18 +294,15 @@ struct Read<'q> {
     max_ms: i64,
 }
 
-/// Per-query reading state: one zstd context and one buffer for chunks.
+/// Per-query reading state: the chunk reader and its frames.
 struct ReadCtx {
-    decompressor: zstd::bulk::Decompressor<'static>,
-    chunk: Vec<u8>,
+    chunks: block::ChunkReader,
 }
 
 impl ReadCtx {
     fn new(dir: &std::path::Path) -> Result<Self, Error> {
         Ok(ReadCtx {
-            decompressor: zstd::bulk::Decompressor::new()
-                .map_err(Error::io("cannot start zstd to read blocks in", dir))?,
-            chunk: Vec::new(),
+            chunks: block::ChunkReader::new(dir)?,
         })
     }
 }
@@ -827,9 +824,9 @@ impl Read<'_> {
             if !profiles.iter().any(|p| wanted(p.timestamp_ms)) {
                 continue;
             }
-            b.read_chunk(c, &mut ctx.decompressor, &mut ctx.chunk)?;
+            let raw = ctx.chunks.read(b, c)?;
             let mut result = Ok(());
-            block::split_chunk(&ctx.chunk, profiles, |p, bytes| {
+            block::split_chunk(raw, profiles, |p, bytes| {
                 if result.is_ok() && wanted(p.timestamp_ms) {
                     result = each(p, bytes);
                 }
