@@ -914,25 +914,8 @@ pub(crate) fn decode_tables(r: &mut Reader<'_>, t: &mut Tables) -> Result<()> {
     }
     let n_strings = u64::from(to[0]);
     for want in from[1]..to[1] {
-        let memory_start = r.uvarint()?;
-        let memory_limit = r.uvarint()?;
-        let file_offset = r.uvarint()?;
-        let file = StringId(r.below(n_strings, "string id")? as u32);
-        let build_id = StringId(r.below(n_strings, "string id")? as u32);
-        let flags = r.u8()?;
-        let got = t
-            .intern_mapping(Mapping {
-                memory_start,
-                memory_limit,
-                file_offset,
-                file,
-                build_id,
-                has_functions: flags & 1 != 0,
-                has_filenames: flags & 2 != 0,
-                has_line_numbers: flags & 4 != 0,
-                has_inline_frames: flags & 8 != 0,
-            })
-            .0;
+        let mapping = decode_mapping(r, n_strings)?;
+        let got = t.intern_mapping(mapping).0;
         check(r, got, want, "mapping")?;
     }
     for want in from[2]..to[2] {
@@ -978,25 +961,355 @@ pub(crate) fn decode_tables(r: &mut Reader<'_>, t: &mut Tables) -> Result<()> {
         check(r, got, want, "stack")?;
     }
     for want in from[5]..to[5] {
-        let n = r.count(3, "label")?;
-        let mut labels = Vec::with_capacity(n);
-        for _ in 0..n {
-            let key = StringId(r.below(n_strings, "string id")? as u32);
-            let value = match r.u8()? {
-                0 => LabelValue::Str(StringId(r.below(n_strings, "string id")? as u32)),
-                1 => {
-                    let value = r.ivarint()?;
-                    let unit = StringId(r.below(n_strings, "string id")? as u32);
-                    LabelValue::Num { value, unit }
-                }
-                k => return r.fail(format!("unknown label value kind {k}")),
-            };
-            labels.push(Label { key, value });
-        }
+        let labels = decode_label_set(r, n_strings)?;
         let got = t.intern_label_set(labels).0;
         check(r, got, want, "label set")?;
     }
     Ok(())
+}
+
+/// Writes the whole of `t` for a block's `symbols` (format 4): the counts, then each table as
+/// columns, each column `len: uvarint` then its bytes, and references as differences from the
+/// entry before where neighbours are alike (functions' names and files, locations' addresses
+/// and functions): what zstd compresses best.
+///
+/// Layout: `to: 6 × uvarint` (strings, mappings, functions, locations, stacks, label sets, the
+/// empty string, stack and label set included, as in [`encode_tables`]); strings: a column of
+/// lengths and a column of bytes; mappings: one column, rows as [`encode_tables`] writes them;
+/// functions: columns of name (ivarint difference from the name before), system name (ivarint
+/// difference from its own name), filename (ivarint difference from the filename before) and
+/// start line (ivarint difference from the one before); locations: columns of mapping (`+ 1`,
+/// 0 none: uvarint), address (ivarint difference from the address before), line counts
+/// (uvarint), line functions (ivarint difference from the line function before) and line
+/// numbers (ivarint); stacks: a column of frame counts and one of frames (uvarint location
+/// ids); label sets: one column, rows as [`encode_tables`] writes them.
+pub(crate) fn encode_block_tables(t: &Tables, out: &mut Vec<u8>) {
+    let from = TableCounts::empty();
+    let to = TableCounts::of(t);
+    for c in to.as_array() {
+        put_uvarint(out, u64::from(c));
+    }
+    let mut col = Vec::new();
+    let flush = |col: &mut Vec<u8>, out: &mut Vec<u8>| {
+        put_uvarint(out, col.len() as u64);
+        out.extend_from_slice(col);
+        col.clear();
+    };
+    let strings = from.strings..to.strings;
+    for i in strings.clone() {
+        put_uvarint(&mut col, t.string(StringId(i)).len() as u64);
+    }
+    flush(&mut col, out);
+    for i in strings {
+        col.extend_from_slice(t.string(StringId(i)).as_bytes());
+    }
+    flush(&mut col, out);
+    // Mappings are few: rows.
+    let mut rows = Vec::new();
+    encode_tables(
+        t,
+        TableCounts {
+            mappings: from.mappings,
+            ..to
+        },
+        &mut rows,
+    );
+    // `rows` holds the counts then the mappings alone: skip the 12 counts.
+    let mut r = Reader::new(&rows);
+    for _ in 0..12 {
+        r.uvarint().expect("just written");
+    }
+    col.extend_from_slice(&rows[r.pos()..]);
+    flush(&mut col, out);
+    let functions = || {
+        (from.functions..to.functions)
+            .map(|i| t.function(parca_profile::tables::FunctionId(i)))
+    };
+    let mut prev = 0i64;
+    for f in functions() {
+        put_ivarint(&mut col, i64::from(f.name.0) - prev);
+        prev = i64::from(f.name.0);
+    }
+    flush(&mut col, out);
+    for f in functions() {
+        put_ivarint(&mut col, i64::from(f.system_name.0) - i64::from(f.name.0));
+    }
+    flush(&mut col, out);
+    prev = 0;
+    for f in functions() {
+        put_ivarint(&mut col, i64::from(f.filename.0) - prev);
+        prev = i64::from(f.filename.0);
+    }
+    flush(&mut col, out);
+    prev = 0;
+    for f in functions() {
+        put_ivarint(&mut col, f.start_line.wrapping_sub(prev));
+        prev = f.start_line;
+    }
+    flush(&mut col, out);
+    let locations = from.locations..to.locations;
+    for i in locations.clone() {
+        let m = t.location_address(LocationId(i)).mapping;
+        put_uvarint(&mut col, m.map_or(0, |m| u64::from(m.0) + 1));
+    }
+    flush(&mut col, out);
+    let mut prev_address = 0u64;
+    for i in locations.clone() {
+        let address = t.location_address(LocationId(i)).address;
+        put_ivarint(&mut col, address.wrapping_sub(prev_address) as i64);
+        prev_address = address;
+    }
+    flush(&mut col, out);
+    for i in locations.clone() {
+        put_uvarint(&mut col, t.lines(LocationId(i)).len() as u64);
+    }
+    flush(&mut col, out);
+    prev = 0;
+    for i in locations.clone() {
+        for l in t.lines(LocationId(i)) {
+            put_ivarint(&mut col, i64::from(l.function.0) - prev);
+            prev = i64::from(l.function.0);
+        }
+    }
+    flush(&mut col, out);
+    for i in locations {
+        for l in t.lines(LocationId(i)) {
+            put_ivarint(&mut col, l.line);
+        }
+    }
+    flush(&mut col, out);
+    let stacks = from.stacks..to.stacks;
+    for i in stacks.clone() {
+        put_uvarint(&mut col, t.stack(StackId(i)).len() as u64);
+    }
+    flush(&mut col, out);
+    for i in stacks {
+        for f in t.stack(StackId(i)) {
+            put_uvarint(&mut col, u64::from(f.0));
+        }
+    }
+    flush(&mut col, out);
+    rows.clear();
+    encode_tables(
+        t,
+        TableCounts {
+            label_sets: from.label_sets,
+            ..to
+        },
+        &mut rows,
+    );
+    let mut r = Reader::new(&rows);
+    for _ in 0..12 {
+        r.uvarint().expect("just written");
+    }
+    col.extend_from_slice(&rows[r.pos()..]);
+    flush(&mut col, out);
+}
+
+/// Interns into the empty `t` the tables written by [`encode_block_tables`], with the checks
+/// of [`decode_tables`]: every reference to an earlier entry, each entry new.
+pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Result<()> {
+    let from = TableCounts::empty().as_array();
+    if TableCounts::of(t).as_array() != from {
+        return r.fail("block symbols are read into empty tables only");
+    }
+    let mut to = [0u32; 6];
+    for c in to.iter_mut() {
+        *c = r.below(u64::from(u32::MAX), "table count")? as u32;
+    }
+    if from.iter().zip(&to).any(|(f, t)| f > t) {
+        return r.fail(format!("table counts are below the empty tables': {to:?}"));
+    }
+    let total: u64 = from.iter().zip(&to).map(|(f, t)| u64::from(t - f)).sum();
+    if total > r.remaining() as u64 {
+        return r.fail(format!(
+            "{total} table entries cannot fit in {} bytes",
+            r.remaining()
+        ));
+    }
+    t.reserve_symbols(
+        (to[0] - from[0]) as usize,
+        (to[2] - from[2]) as usize,
+        (to[3] - from[3]) as usize,
+    );
+    let check = |r: &Reader<'_>, got: u32, want: u32, kind: &str| {
+        if got == want {
+            Ok(())
+        } else {
+            r.fail(format!(
+                "{kind} {want} repeats {kind} {got} (tables must hold distinct entries)"
+            ))
+        }
+    };
+    let column = |r: &mut Reader<'a>| -> Result<Reader<'a>> {
+        let len = r.count(1, "column length")?;
+        Ok(Reader::new(r.take(len)?))
+    };
+    let n_strings = u64::from(to[0]);
+    let (mut lens, mut bytes) = (column(r)?, column(r)?);
+    for want in from[0]..to[0] {
+        let n = lens.uvarint()?;
+        if n > bytes.remaining() as u64 {
+            return lens.fail(format!("a string of {n} bytes cannot fit in what remains"));
+        }
+        let s = std::str::from_utf8(bytes.take(n as usize)?).or_else(|_| bytes.fail("string is not UTF-8"))?;
+        let got = t.intern_string(s).0;
+        check(&bytes, got, want, "string")?;
+    }
+    let mut mappings = column(r)?;
+    for want in from[1]..to[1] {
+        let m = decode_mapping(&mut mappings, n_strings)?;
+        let got = t.intern_mapping(m).0;
+        check(&mappings, got, want, "mapping")?;
+    }
+    let (mut names, mut system_names, mut filenames, mut start_lines) =
+        (column(r)?, column(r)?, column(r)?, column(r)?);
+    let string_at = |r: &Reader<'_>, id: i64| -> Result<StringId> {
+        if (0..n_strings as i64).contains(&id) {
+            Ok(StringId(id as u32))
+        } else {
+            r.fail(format!("string id {id} is out of range (limit {n_strings})"))
+        }
+    };
+    let (mut name, mut filename, mut start_line) = (0i64, 0i64, 0i64);
+    for want in from[2]..to[2] {
+        name = name.wrapping_add(names.ivarint()?);
+        let system_name = name.wrapping_add(system_names.ivarint()?);
+        filename = filename.wrapping_add(filenames.ivarint()?);
+        start_line = start_line.wrapping_add(start_lines.ivarint()?);
+        let got = t
+            .intern_function(Function {
+                name: string_at(&names, name)?,
+                system_name: string_at(&system_names, system_name)?,
+                filename: string_at(&filenames, filename)?,
+                start_line,
+            })
+            .0;
+        check(&names, got, want, "function")?;
+    }
+    let (mut maps, mut addresses, mut n_lines, mut functions, mut line_numbers) = (
+        column(r)?,
+        column(r)?,
+        column(r)?,
+        column(r)?,
+        column(r)?,
+    );
+    let (mut address, mut function) = (0u64, 0i64);
+    let mut lines = Vec::new();
+    for want in from[3]..to[3] {
+        let mapping = match maps.below(u64::from(to[1]) + 1, "mapping id")? {
+            0 => None,
+            m => Some(MappingId(m as u32 - 1)),
+        };
+        address = address.wrapping_add(addresses.ivarint()? as u64);
+        let n = n_lines.uvarint()?;
+        if n > functions.remaining() as u64 {
+            return functions.fail(format!("{n} lines cannot fit in what remains"));
+        }
+        lines.clear();
+        for _ in 0..n {
+            function = function.wrapping_add(functions.ivarint()?);
+            if !(0..i64::from(to[2])).contains(&function) {
+                return functions.fail(format!(
+                    "function id {function} is out of range (limit {})",
+                    to[2]
+                ));
+            }
+            lines.push(Line {
+                function: parca_profile::tables::FunctionId(function as u32),
+                line: line_numbers.ivarint()?,
+            });
+        }
+        let got = t
+            .intern_location(mapping, address, lines.as_slice().into())
+            .0;
+        check(&maps, got, want, "location")?;
+    }
+    let (mut n_frames, mut frames_col) = (column(r)?, column(r)?);
+    let mut frames = Vec::new();
+    for want in from[4]..to[4] {
+        let n = n_frames.uvarint()?;
+        if n > frames_col.remaining() as u64 {
+            return frames_col.fail(format!("{n} frames cannot fit in what remains"));
+        }
+        frames.clear();
+        for _ in 0..n {
+            frames.push(LocationId(
+                frames_col.below(u64::from(to[3]), "location id")? as u32,
+            ));
+        }
+        let got = t.intern_stack(&frames).0;
+        check(&frames_col, got, want, "stack")?;
+    }
+    let mut label_sets = column(r)?;
+    for want in from[5]..to[5] {
+        let labels = decode_label_set(&mut label_sets, n_strings)?;
+        let got = t.intern_label_set(labels).0;
+        check(&label_sets, got, want, "label set")?;
+    }
+    for (c, name) in [
+        (&lens, "string lengths"),
+        (&bytes, "strings"),
+        (&mappings, "mappings"),
+        (&names, "function names"),
+        (&system_names, "system names"),
+        (&filenames, "filenames"),
+        (&start_lines, "start lines"),
+        (&maps, "location mappings"),
+        (&addresses, "addresses"),
+        (&n_lines, "line counts"),
+        (&functions, "line functions"),
+        (&line_numbers, "line numbers"),
+        (&n_frames, "frame counts"),
+        (&frames_col, "frames"),
+        (&label_sets, "label sets"),
+    ] {
+        if !c.is_empty() {
+            return c.fail(format!("the {name} column has {} bytes too many", c.remaining()));
+        }
+    }
+    Ok(())
+}
+
+/// A mapping as [`encode_tables`] writes it.
+fn decode_mapping(r: &mut Reader<'_>, n_strings: u64) -> Result<Mapping> {
+    let memory_start = r.uvarint()?;
+    let memory_limit = r.uvarint()?;
+    let file_offset = r.uvarint()?;
+    let file = StringId(r.below(n_strings, "string id")? as u32);
+    let build_id = StringId(r.below(n_strings, "string id")? as u32);
+    let flags = r.u8()?;
+    Ok(Mapping {
+        memory_start,
+        memory_limit,
+        file_offset,
+        file,
+        build_id,
+        has_functions: flags & 1 != 0,
+        has_filenames: flags & 2 != 0,
+        has_line_numbers: flags & 4 != 0,
+        has_inline_frames: flags & 8 != 0,
+    })
+}
+
+/// A label set as [`encode_tables`] writes it.
+fn decode_label_set(r: &mut Reader<'_>, n_strings: u64) -> Result<Vec<Label>> {
+    let n = r.count(3, "label")?;
+    let mut labels = Vec::with_capacity(n);
+    for _ in 0..n {
+        let key = StringId(r.below(n_strings, "string id")? as u32);
+        let value = match r.u8()? {
+            0 => LabelValue::Str(StringId(r.below(n_strings, "string id")? as u32)),
+            1 => {
+                let value = r.ivarint()?;
+                let unit = StringId(r.below(n_strings, "string id")? as u32);
+                LabelValue::Num { value, unit }
+            }
+            k => return r.fail(format!("unknown label value kind {k}")),
+        };
+        labels.push(Label { key, value });
+    }
+    Ok(labels)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1156,6 +1469,47 @@ mod tests {
         assert!(r.is_empty());
         assert!(Reader::new(&[0xff; 11]).uvarint().is_err());
         assert!(Reader::new(&[0x80]).uvarint().is_err());
+    }
+
+    #[test]
+    fn block_tables_round_trip_as_columns_and_refuse_damage_without_panicking() {
+        let (t, _) = tables_with_symbols();
+        let mut bytes = Vec::new();
+        encode_block_tables(&t, &mut bytes);
+        let mut back = Tables::new();
+        let mut r = Reader::new(&bytes);
+        decode_block_tables(&mut r, &mut back).expect("decodes");
+        assert!(r.is_empty());
+        assert_eq!(TableCounts::of(&back), TableCounts::of(&t));
+        for i in 0..t.n_strings() as u32 {
+            assert_eq!(back.string(StringId(i)), t.string(StringId(i)));
+        }
+        for i in 0..t.n_functions() as u32 {
+            let id = parca_profile::tables::FunctionId(i);
+            assert_eq!(back.function(id), t.function(id));
+        }
+        for i in 0..t.n_locations() as u32 {
+            let id = LocationId(i);
+            assert_eq!(back.location_address(id), t.location_address(id));
+            assert_eq!(back.lines(id), t.lines(id));
+        }
+        for i in 0..t.n_stacks() as u32 {
+            assert_eq!(back.stack(StackId(i)), t.stack(StackId(i)));
+        }
+        assert_eq!(back.label_set(LabelSetId(1)), t.label_set(LabelSetId(1)));
+        assert_eq!(back.mapping(MappingId(0)), t.mapping(MappingId(0)));
+        // Every cut and every flipped byte is an error or other tables, never a panic.
+        for cut in 0..bytes.len() {
+            let mut t = Tables::new();
+            assert!(decode_block_tables(&mut Reader::new(&bytes[..cut]), &mut t).is_err());
+        }
+        for i in 0..bytes.len() {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut damaged = bytes.clone();
+                damaged[i] ^= flip;
+                let _ = decode_block_tables(&mut Reader::new(&damaged), &mut Tables::new());
+            }
+        }
     }
 
     #[test]
