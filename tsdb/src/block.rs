@@ -51,19 +51,43 @@ const PAGE_ENTRY_BYTES: usize = 16;
 /// Largest raw (decompressed) size accepted for a chunk or the symbols: larger is damage.
 const MAX_RAW_BYTES: u64 = 1 << 32;
 
-/// zstd level for blocks' profiles and index pages: on profiles of real programs level 9
-/// writes 6% fewer bytes than zstd's default 3, at about 120 MB/s (level 19: 13% fewer, at
-/// 7 MB/s); reading is as fast at any level.
+/// zstd level for blocks: on profiles of real programs level 9 writes 6% fewer bytes than
+/// zstd's default 3, at about 120 MB/s; reading is as fast at any level.
 const ZSTD_LEVEL: i32 = 9;
 
-/// zstd level for the symbols of a block whose raw tables are at most
-/// [`SYMBOLS_HIGH_LEVEL_MAX_BYTES`]: they are written once and read once per block, and
-/// function names and paths compress 12% better at 19 than at 9 (at about 5 MB/s, so at most
-/// a second a block).
-const SYMBOLS_HIGH_LEVEL: i32 = 19;
+/// zstd level for the first [`HIGH_LEVEL_BUDGET_BYTES`] of each of a block's files: 7% fewer
+/// bytes than level 9 on profiles, 12% on symbols, at about 5 MB/s. Small blocks, whose bytes
+/// per sample are the highest (symbols shared by few samples, small series), are written at
+/// this level whole, at a cost of at most about a second per file.
+const HIGH_LEVEL: i32 = 19;
 
-/// Raw symbol tables above this are compressed at [`ZSTD_LEVEL`].
-const SYMBOLS_HIGH_LEVEL_MAX_BYTES: usize = 4 << 20;
+/// Raw bytes of each block file compressed at [`HIGH_LEVEL`]; the rest at [`ZSTD_LEVEL`].
+const HIGH_LEVEL_BUDGET_BYTES: usize = 4 << 20;
+
+/// Which zstd level the next part of a block file gets: [`HIGH_LEVEL`] while its budget lasts.
+#[derive(Debug)]
+struct LevelBudget {
+    high_left: usize,
+}
+
+impl LevelBudget {
+    fn new() -> Self {
+        LevelBudget {
+            high_left: HIGH_LEVEL_BUDGET_BYTES,
+        }
+    }
+
+    /// The level for `raw_len` more bytes.
+    fn level(&mut self, raw_len: usize) -> i32 {
+        if raw_len <= self.high_left {
+            self.high_left -= raw_len;
+            HIGH_LEVEL
+        } else {
+            self.high_left = 0;
+            ZSTD_LEVEL
+        }
+    }
+}
 
 /// Bytes of one postings table entry: `name: u32, value: u32, offset: u64, len: u32`.
 const POSTINGS_ENTRY_BYTES: usize = 20;
@@ -226,6 +250,8 @@ pub(crate) struct BlockWriter {
     profiles_crc: crc32fast::Hasher,
     profiles_len: u64,
     compressor: zstd::bulk::Compressor<'static>,
+    /// The level of the profiles' frames.
+    profiles_level: LevelBudget,
     series: Vec<WrittenSeries>,
     /// The raw bytes of the frame being filled.
     raw: Vec<u8>,
@@ -266,6 +292,7 @@ impl BlockWriter {
             profiles_crc: crc32fast::Hasher::new(),
             profiles_len: 0,
             compressor,
+            profiles_level: LevelBudget::new(),
             series: Vec::new(),
             raw: Vec::new(),
             pending: Vec::new(),
@@ -295,10 +322,15 @@ impl BlockWriter {
         if self.raw.is_empty() {
             return Ok(());
         }
-        let compressed = self.compressor.compress(&self.raw).map_err(Error::io(
-            "cannot compress block chunk",
-            &self.profiles_path,
-        ))?;
+        let level = self.profiles_level.level(self.raw.len());
+        let compressed = self
+            .compressor
+            .set_compression_level(level)
+            .and_then(|()| self.compressor.compress(&self.raw))
+            .map_err(Error::io(
+                "cannot compress block chunk",
+                &self.profiles_path,
+            ))?;
         let (offset, len, raw_len) = (
             self.profiles_len,
             compressed.len() as u64,
@@ -414,11 +446,7 @@ impl BlockWriter {
         encoding::encode_block_tables(&self.tables, &mut raw);
         let symbols_path = self.tmp.join("symbols");
         let mut symbols = (raw.len() as u64).to_le_bytes().to_vec();
-        let level = if raw.len() <= SYMBOLS_HIGH_LEVEL_MAX_BYTES {
-            SYMBOLS_HIGH_LEVEL
-        } else {
-            ZSTD_LEVEL
-        };
+        let level = LevelBudget::new().level(raw.len());
         symbols.extend_from_slice(
             &zstd::bulk::compress(&raw, level)
                 .map_err(Error::io("cannot compress block symbols", &symbols_path))?,
@@ -550,17 +578,15 @@ fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
     let mut series_offsets = Vec::with_capacity(series.len());
     let mut pages: Vec<(u64, u32, u32)> = Vec::new();
     let mut page = Vec::new();
-    let close_page = |page: &mut Vec<u8>, out: &mut Vec<u8>, pages: &mut Vec<(u64, u32, u32)>| {
-        let compressed =
-            zstd::bulk::compress(page, ZSTD_LEVEL).expect("compressing into memory cannot fail");
-        pages.push((
-            out.len() as u64,
-            compressed.len() as u32,
-            page.len() as u32,
-        ));
-        out.extend_from_slice(&compressed);
-        page.clear();
-    };
+    let mut levels = LevelBudget::new();
+    let mut close_page =
+        |page: &mut Vec<u8>, out: &mut Vec<u8>, pages: &mut Vec<(u64, u32, u32)>| {
+            let compressed = zstd::bulk::compress(page, levels.level(page.len()))
+                .expect("compressing into memory cannot fail");
+            pages.push((out.len() as u64, compressed.len() as u32, page.len() as u32));
+            out.extend_from_slice(&compressed);
+            page.clear();
+        };
     let mut postings: std::collections::BTreeMap<(u64, u64), RoaringBitmap> = Default::default();
     for (i, s) in series.iter().enumerate() {
         if page.len() >= INDEX_PAGE_RAW_BYTES {
@@ -878,7 +904,11 @@ impl Block {
     /// The index's table of contents, its offsets checked to leave neither gaps nor overlaps.
     fn parse_toc(&self, body_len: usize) -> encoding::Result<Toc> {
         let body = &self.index[..body_len];
-        let toc_bytes = if self.paged() { TOC_BYTES } else { TOC_BYTES_V3 };
+        let toc_bytes = if self.paged() {
+            TOC_BYTES
+        } else {
+            TOC_BYTES_V3
+        };
         let mut toc = Reader::new(
             body.get(body_len.saturating_sub(toc_bytes)..)
                 .unwrap_or(&[]),
@@ -971,8 +1001,10 @@ impl Block {
         let Some(&(offset, len, raw_len)) = self.pages.get(k as usize) else {
             return Reader::new(&[]).fail(format!("index page {k} does not exist"));
         };
-        let raw = zstd::bulk::decompress(&self.index[offset..offset + len], raw_len)
-            .or_else(|e| Reader::new(&[]).fail(format!("index page {k} does not decompress: {e}")))?;
+        let raw =
+            zstd::bulk::decompress(&self.index[offset..offset + len], raw_len).or_else(|e| {
+                Reader::new(&[]).fail(format!("index page {k} does not decompress: {e}"))
+            })?;
         if raw.len() != raw_len {
             return Reader::new(&[]).fail(format!(
                 "index page {k} holds {} bytes, the page table says {raw_len}",

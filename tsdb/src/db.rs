@@ -1403,12 +1403,8 @@ mod tests {
         assert_eq!(read(&db), want);
         // Compaction rewrites the old blocks in today's format and loses nothing.
         let mut app = db.appender();
-        app.append(
-            &labels("api", "a"),
-            1_700_000_000_000 + 60_000 * 20,
-            &cpu,
-        )
-        .expect("append");
+        app.append(&labels("api", "a"), 1_700_000_000_000 + 60_000 * 20, &cpu)
+            .expect("append");
         app.commit().expect("commit");
         db.compact().expect("compact");
         let versions: Vec<u32> = db

@@ -809,17 +809,7 @@ pub(crate) fn encode_tables(t: &Tables, from: TableCounts, out: &mut Vec<u8>) {
     }
     for i in from.mappings..to.mappings {
         let m = t.mapping(MappingId(i));
-        put_uvarint(out, m.memory_start);
-        put_uvarint(out, m.memory_limit);
-        put_uvarint(out, m.file_offset);
-        put_uvarint(out, u64::from(m.file.0));
-        put_uvarint(out, u64::from(m.build_id.0));
-        out.push(
-            u8::from(m.has_functions)
-                | u8::from(m.has_filenames) << 1
-                | u8::from(m.has_line_numbers) << 2
-                | u8::from(m.has_inline_frames) << 3,
-        );
+        put_mapping(out, m, m.file.0, m.build_id.0);
     }
     for i in from.functions..to.functions {
         let f = t.function(parca_profile::tables::FunctionId(i));
@@ -848,22 +838,7 @@ pub(crate) fn encode_tables(t: &Tables, from: TableCounts, out: &mut Vec<u8>) {
         }
     }
     for i in from.label_sets..to.label_sets {
-        let labels = t.label_set(LabelSetId(i));
-        put_uvarint(out, labels.len() as u64);
-        for l in labels {
-            put_uvarint(out, u64::from(l.key.0));
-            match l.value {
-                LabelValue::Str(s) => {
-                    out.push(0);
-                    put_uvarint(out, u64::from(s.0));
-                }
-                LabelValue::Num { value, unit } => {
-                    out.push(1);
-                    put_ivarint(out, value);
-                    put_uvarint(out, u64::from(unit.0));
-                }
-            }
-        }
+        put_label_set(out, t.label_set(LabelSetId(i)), &|s| s.0);
     }
 }
 
@@ -970,8 +945,12 @@ pub(crate) fn decode_tables(r: &mut Reader<'_>, t: &mut Tables) -> Result<()> {
 
 /// Writes the whole of `t` for a block's `symbols` (format 4): the counts, then each table as
 /// columns, each column `len: uvarint` then its bytes, and references as differences from the
-/// entry before where neighbours are alike (functions' names and files, locations' addresses
-/// and functions): what zstd compresses best.
+/// entry before where neighbours are alike: what zstd compresses best. Strings, functions and
+/// locations are written in sorted order (strings bytewise, functions by name and file,
+/// locations by object and address), so neighbours share prefixes and differences are small;
+/// the ids they get when read are their places in that order, and the references to them
+/// (from functions, locations, stacks, mappings and label sets) are written in those ids.
+/// Stacks and label sets keep their ids: samples refer to them.
 ///
 /// Layout: `to: 6 × uvarint` (strings, mappings, functions, locations, stacks, label sets, the
 /// empty string, stack and label set included, as in [`encode_tables`]); strings: a column of
@@ -989,56 +968,58 @@ pub(crate) fn encode_block_tables(t: &Tables, out: &mut Vec<u8>) {
     for c in to.as_array() {
         put_uvarint(out, u64::from(c));
     }
+    let order = SortedTables::of(t);
     let mut col = Vec::new();
     let flush = |col: &mut Vec<u8>, out: &mut Vec<u8>| {
         put_uvarint(out, col.len() as u64);
         out.extend_from_slice(col);
         col.clear();
     };
-    let strings = from.strings..to.strings;
-    for i in strings.clone() {
-        put_uvarint(&mut col, t.string(StringId(i)).len() as u64);
+    let strings = || {
+        order.strings[from.strings as usize..]
+            .iter()
+            .map(|&i| t.string(StringId(i)))
+    };
+    for s in strings() {
+        put_uvarint(&mut col, s.len() as u64);
     }
     flush(&mut col, out);
-    for i in strings {
-        col.extend_from_slice(t.string(StringId(i)).as_bytes());
+    for s in strings() {
+        col.extend_from_slice(s.as_bytes());
     }
     flush(&mut col, out);
+    let string = |id: StringId| i64::from(order.string_ids[id.0 as usize]);
     // Mappings are few: rows.
-    let mut rows = Vec::new();
-    encode_tables(
-        t,
-        TableCounts {
-            mappings: from.mappings,
-            ..to
-        },
-        &mut rows,
-    );
-    // `rows` holds the counts then the mappings alone: skip the 12 counts.
-    let mut r = Reader::new(&rows);
-    for _ in 0..12 {
-        r.uvarint().expect("just written");
+    for i in from.mappings..to.mappings {
+        let m = t.mapping(MappingId(i));
+        put_mapping(
+            &mut col,
+            m,
+            order.string_ids[m.file.0 as usize],
+            order.string_ids[m.build_id.0 as usize],
+        );
     }
-    col.extend_from_slice(&rows[r.pos()..]);
     flush(&mut col, out);
     let functions = || {
-        (from.functions..to.functions)
-            .map(|i| t.function(parca_profile::tables::FunctionId(i)))
+        order
+            .functions
+            .iter()
+            .map(|&i| t.function(parca_profile::tables::FunctionId(i)))
     };
     let mut prev = 0i64;
     for f in functions() {
-        put_ivarint(&mut col, i64::from(f.name.0) - prev);
-        prev = i64::from(f.name.0);
+        put_ivarint(&mut col, string(f.name) - prev);
+        prev = string(f.name);
     }
     flush(&mut col, out);
     for f in functions() {
-        put_ivarint(&mut col, i64::from(f.system_name.0) - i64::from(f.name.0));
+        put_ivarint(&mut col, string(f.system_name) - string(f.name));
     }
     flush(&mut col, out);
     prev = 0;
     for f in functions() {
-        put_ivarint(&mut col, i64::from(f.filename.0) - prev);
-        prev = i64::from(f.filename.0);
+        put_ivarint(&mut col, string(f.filename) - prev);
+        prev = string(f.filename);
     }
     flush(&mut col, out);
     prev = 0;
@@ -1047,33 +1028,34 @@ pub(crate) fn encode_block_tables(t: &Tables, out: &mut Vec<u8>) {
         prev = f.start_line;
     }
     flush(&mut col, out);
-    let locations = from.locations..to.locations;
-    for i in locations.clone() {
-        let m = t.location_address(LocationId(i)).mapping;
+    let locations = || order.locations.iter().map(|&i| LocationId(i));
+    for id in locations() {
+        let m = t.location_address(id).mapping;
         put_uvarint(&mut col, m.map_or(0, |m| u64::from(m.0) + 1));
     }
     flush(&mut col, out);
     let mut prev_address = 0u64;
-    for i in locations.clone() {
-        let address = t.location_address(LocationId(i)).address;
+    for id in locations() {
+        let address = t.location_address(id).address;
         put_ivarint(&mut col, address.wrapping_sub(prev_address) as i64);
         prev_address = address;
     }
     flush(&mut col, out);
-    for i in locations.clone() {
-        put_uvarint(&mut col, t.lines(LocationId(i)).len() as u64);
+    for id in locations() {
+        put_uvarint(&mut col, t.lines(id).len() as u64);
     }
     flush(&mut col, out);
     prev = 0;
-    for i in locations.clone() {
-        for l in t.lines(LocationId(i)) {
-            put_ivarint(&mut col, i64::from(l.function.0) - prev);
-            prev = i64::from(l.function.0);
+    for id in locations() {
+        for l in t.lines(id) {
+            let function = i64::from(order.function_ids[l.function.0 as usize]);
+            put_ivarint(&mut col, function - prev);
+            prev = function;
         }
     }
     flush(&mut col, out);
-    for i in locations {
-        for l in t.lines(LocationId(i)) {
+    for id in locations() {
+        for l in t.lines(id) {
             put_ivarint(&mut col, l.line);
         }
     }
@@ -1085,25 +1067,129 @@ pub(crate) fn encode_block_tables(t: &Tables, out: &mut Vec<u8>) {
     flush(&mut col, out);
     for i in stacks {
         for f in t.stack(StackId(i)) {
-            put_uvarint(&mut col, u64::from(f.0));
+            put_uvarint(&mut col, u64::from(order.location_ids[f.0 as usize]));
         }
     }
     flush(&mut col, out);
-    rows.clear();
-    encode_tables(
-        t,
-        TableCounts {
-            label_sets: from.label_sets,
-            ..to
-        },
-        &mut rows,
-    );
-    let mut r = Reader::new(&rows);
-    for _ in 0..12 {
-        r.uvarint().expect("just written");
+    for i in from.label_sets..to.label_sets {
+        put_label_set(&mut col, t.label_set(LabelSetId(i)), &|s| {
+            order.string_ids[s.0 as usize]
+        });
     }
-    col.extend_from_slice(&rows[r.pos()..]);
     flush(&mut col, out);
+}
+
+/// The order in which [`encode_block_tables`] writes strings, functions and locations (old
+/// ids, in their new order), and each old id's new id.
+struct SortedTables {
+    strings: Vec<u32>,
+    string_ids: Vec<u32>,
+    functions: Vec<u32>,
+    function_ids: Vec<u32>,
+    locations: Vec<u32>,
+    location_ids: Vec<u32>,
+}
+
+impl SortedTables {
+    fn of(t: &Tables) -> Self {
+        // The empty string is id 0 and sorts first: it keeps its id, as the reader expects.
+        let mut strings: Vec<u32> = (0..t.n_strings() as u32).collect();
+        strings.sort_by(|&a, &b| t.string(StringId(a)).cmp(t.string(StringId(b))));
+        // A label set's labels are in the order of their keys' ids: the keys keep their order
+        // among themselves (taking the places the sort gave them, in their old order).
+        let mut is_key = vec![false; strings.len()];
+        for i in 0..t.n_label_sets() as u32 {
+            for l in t.label_set(LabelSetId(i)) {
+                is_key[l.key.0 as usize] = true;
+            }
+        }
+        let mut keys: Vec<u32> = strings
+            .iter()
+            .copied()
+            .filter(|&s| is_key[s as usize])
+            .collect();
+        keys.sort_unstable();
+        let mut keys = keys.into_iter();
+        for s in strings.iter_mut().filter(|s| is_key[**s as usize]) {
+            *s = keys.next().expect("as many places as keys");
+        }
+        let string_ids = inverse(&strings);
+        let new_string = |s: StringId| string_ids[s.0 as usize];
+        let mut functions: Vec<u32> = (0..t.n_functions() as u32).collect();
+        functions.sort_by_key(|&i| {
+            let f = t.function(parca_profile::tables::FunctionId(i));
+            (
+                new_string(f.name),
+                new_string(f.filename),
+                new_string(f.system_name),
+                f.start_line,
+            )
+        });
+        let function_ids = inverse(&functions);
+        let mut locations: Vec<u32> = (0..t.n_locations() as u32).collect();
+        locations.sort_by_cached_key(|&i| {
+            let id = LocationId(i);
+            let a = t.location_address(id);
+            let lines: Vec<(u32, i64)> = t
+                .lines(id)
+                .iter()
+                .map(|l| (function_ids[l.function.0 as usize], l.line))
+                .collect();
+            (a.mapping.map(|m| m.0), a.address, lines)
+        });
+        let location_ids = inverse(&locations);
+        SortedTables {
+            strings,
+            string_ids,
+            functions,
+            function_ids,
+            locations,
+            location_ids,
+        }
+    }
+}
+
+/// For an order (old ids at their new places), each old id's new id.
+fn inverse(order: &[u32]) -> Vec<u32> {
+    let mut ids = vec![0u32; order.len()];
+    for (new, &old) in order.iter().enumerate() {
+        ids[old as usize] = new as u32;
+    }
+    ids
+}
+
+/// Appends a mapping as [`encode_tables`] writes it, with its strings' ids given.
+fn put_mapping(out: &mut Vec<u8>, m: &Mapping, file: u32, build_id: u32) {
+    put_uvarint(out, m.memory_start);
+    put_uvarint(out, m.memory_limit);
+    put_uvarint(out, m.file_offset);
+    put_uvarint(out, u64::from(file));
+    put_uvarint(out, u64::from(build_id));
+    out.push(
+        u8::from(m.has_functions)
+            | u8::from(m.has_filenames) << 1
+            | u8::from(m.has_line_numbers) << 2
+            | u8::from(m.has_inline_frames) << 3,
+    );
+}
+
+/// Appends a label set as [`encode_tables`] writes it, its strings' ids through `string`.
+fn put_label_set(out: &mut Vec<u8>, labels: &[Label], string: &dyn Fn(StringId) -> u32) {
+    put_uvarint(out, labels.len() as u64);
+    for l in labels {
+        put_uvarint(out, u64::from(string(l.key)));
+        match l.value {
+            LabelValue::Str(s) => {
+                out.push(0);
+                put_uvarint(out, u64::from(string(s)));
+            }
+            LabelValue::Num { value, unit } => {
+                out.push(1);
+                put_ivarint(out, value);
+                put_uvarint(out, u64::from(string(unit)));
+            }
+        }
+    }
 }
 
 /// Interns into the empty `t` the tables written by [`encode_block_tables`], with the checks
@@ -1152,7 +1238,8 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
         if n > bytes.remaining() as u64 {
             return lens.fail(format!("a string of {n} bytes cannot fit in what remains"));
         }
-        let s = std::str::from_utf8(bytes.take(n as usize)?).or_else(|_| bytes.fail("string is not UTF-8"))?;
+        let s = std::str::from_utf8(bytes.take(n as usize)?)
+            .or_else(|_| bytes.fail("string is not UTF-8"))?;
         let got = t.intern_string(s).0;
         check(&bytes, got, want, "string")?;
     }
@@ -1168,7 +1255,9 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
         if (0..n_strings as i64).contains(&id) {
             Ok(StringId(id as u32))
         } else {
-            r.fail(format!("string id {id} is out of range (limit {n_strings})"))
+            r.fail(format!(
+                "string id {id} is out of range (limit {n_strings})"
+            ))
         }
     };
     let (mut name, mut filename, mut start_line) = (0i64, 0i64, 0i64);
@@ -1187,13 +1276,8 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
             .0;
         check(&names, got, want, "function")?;
     }
-    let (mut maps, mut addresses, mut n_lines, mut functions, mut line_numbers) = (
-        column(r)?,
-        column(r)?,
-        column(r)?,
-        column(r)?,
-        column(r)?,
-    );
+    let (mut maps, mut addresses, mut n_lines, mut functions, mut line_numbers) =
+        (column(r)?, column(r)?, column(r)?, column(r)?, column(r)?);
     let (mut address, mut function) = (0u64, 0i64);
     let mut lines = Vec::new();
     for want in from[3]..to[3] {
@@ -1265,7 +1349,10 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
         (&label_sets, "label sets"),
     ] {
         if !c.is_empty() {
-            return c.fail(format!("the {name} column has {} bytes too many", c.remaining()));
+            return c.fail(format!(
+                "the {name} column has {} bytes too many",
+                c.remaining()
+            ));
         }
     }
     Ok(())
@@ -1481,23 +1568,49 @@ mod tests {
         decode_block_tables(&mut r, &mut back).expect("decodes");
         assert!(r.is_empty());
         assert_eq!(TableCounts::of(&back), TableCounts::of(&t));
-        for i in 0..t.n_strings() as u32 {
-            assert_eq!(back.string(StringId(i)), t.string(StringId(i)));
-        }
-        for i in 0..t.n_functions() as u32 {
-            let id = parca_profile::tables::FunctionId(i);
-            assert_eq!(back.function(id), t.function(id));
-        }
-        for i in 0..t.n_locations() as u32 {
-            let id = LocationId(i);
-            assert_eq!(back.location_address(id), t.location_address(id));
-            assert_eq!(back.lines(id), t.lines(id));
+        // Strings, functions and locations are renumbered; stacks and label sets keep their
+        // ids and resolve to the same frames and labels.
+        fn frames(
+            t: &Tables,
+            s: StackId,
+        ) -> Vec<(Option<String>, u64, Vec<(String, String, i64, i64)>)> {
+            t.stack(s)
+                .iter()
+                .map(|&l| {
+                    let a = t.location_address(l);
+                    let lines = t
+                        .lines(l)
+                        .iter()
+                        .map(|line| {
+                            let f = t.function(line.function);
+                            (
+                                t.string(f.name).to_owned(),
+                                t.string(f.filename).to_owned(),
+                                f.start_line,
+                                line.line,
+                            )
+                        })
+                        .collect();
+                    let mapping = a.mapping.map(|m| t.string(t.mapping(m).file).to_owned());
+                    (mapping, a.address, lines)
+                })
+                .collect()
         }
         for i in 0..t.n_stacks() as u32 {
-            assert_eq!(back.stack(StackId(i)), t.stack(StackId(i)));
+            assert_eq!(frames(&back, StackId(i)), frames(&t, StackId(i)));
         }
-        assert_eq!(back.label_set(LabelSetId(1)), t.label_set(LabelSetId(1)));
-        assert_eq!(back.mapping(MappingId(0)), t.mapping(MappingId(0)));
+        let labels = |t: &Tables| {
+            t.label_set(LabelSetId(1))
+                .iter()
+                .map(|l| match l.value {
+                    LabelValue::Num { value, unit } => {
+                        (t.string(l.key).to_owned(), value, t.string(unit).to_owned())
+                    }
+                    LabelValue::Str(v) => (t.string(l.key).to_owned(), 0, t.string(v).to_owned()),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(labels(&back), labels(&t));
         // Every cut and every flipped byte is an error or other tables, never a panic.
         for cut in 0..bytes.len() {
             let mut t = Tables::new();
