@@ -644,8 +644,8 @@ fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
 }
 
 /// Appends a series entry (format 4) to `out`: labels and meta as symbol numbers, then the
-/// profiles' columns, each value as its difference from the one before where neighbours are
-/// alike (times, durations, periods, sizes, capture ids), then the chunks.
+/// profiles' columns, each value as its difference from the one before (times, durations,
+/// periods, totals, sizes, capture ids), then the chunks.
 fn encode_series_entry(s: &WrittenSeries, sym: &dyn Fn(&str) -> u64, out: &mut Vec<u8>) {
     put_uvarint(out, s.labels.len() as u64);
     for l in s.labels.iter() {
@@ -687,9 +687,7 @@ fn encode_series_entry(s: &WrittenSeries, sym: &dyn Fn(&str) -> u64, out: &mut V
     };
     deltas(out, &|p| p.duration_nanos);
     deltas(out, &|p| p.period);
-    for p in &s.profiles {
-        put_ivarint(out, p.total);
-    }
+    deltas(out, &|p| p.total);
     deltas(out, &|p| i64::from(p.n_samples));
     deltas(out, &|p| i64::from(p.len));
     deltas(out, &|p| p.capture_id as i64);
@@ -1295,12 +1293,10 @@ impl Block {
             p.timestamp_ms = t;
         }
         if self.paged() {
-            // Differences from the profile before, but for the totals.
+            // Differences from the profile before.
             read_deltas(r, &mut profiles, |p, v| p.duration_nanos = v)?;
             read_deltas(r, &mut profiles, |p, v| p.period = v)?;
-            for p in profiles.iter_mut() {
-                p.total = r.ivarint()?;
-            }
+            read_deltas(r, &mut profiles, |p, v| p.total = v)?;
             let mut out_of_range = false;
             read_deltas(r, &mut profiles, |p, v| match u32::try_from(v) {
                 Ok(v) => p.n_samples = v,
