@@ -33,11 +33,13 @@ pub(crate) const PROFILES_MAGIC: &[u8; 4] = b"PTPF";
 /// small enough that reading one profile does not decompress a whole day. From format 4 the
 /// series of a block share frames (one after another, in label order), so that the profiles of
 /// small series compress together: the four sample types of a heap profile hold the same stacks.
-const FRAME_RAW_BYTES: usize = 1 << 20;
+/// (Tests use small frames, so that series cross frames and share them in every test.)
+const FRAME_RAW_BYTES: usize = if cfg!(test) { 16 << 10 } else { 1 << 20 };
 
 /// A page of the index's series entries (one zstd frame, format 4) is closed once its raw
 /// bytes pass this: reading one series decompresses at most about this much.
-const INDEX_PAGE_RAW_BYTES: usize = 64 << 10;
+/// (Tests use small pages, so that every test reads several pages and the cache.)
+const INDEX_PAGE_RAW_BYTES: usize = if cfg!(test) { 512 } else { 64 << 10 };
 
 /// Decompressed index pages a block keeps for the next read (series are mostly read in order).
 const CACHED_INDEX_PAGES: usize = 4;
@@ -51,43 +53,18 @@ const PAGE_ENTRY_BYTES: usize = 16;
 /// Largest raw (decompressed) size accepted for a chunk or the symbols: larger is damage.
 const MAX_RAW_BYTES: u64 = 1 << 32;
 
-/// zstd level for blocks: on profiles of real programs level 9 writes 6% fewer bytes than
-/// zstd's default 3, at about 120 MB/s; reading is as fast at any level.
+/// zstd level for blocks' profiles and index pages: on profiles of real programs level 9
+/// writes 6% fewer bytes than zstd's default 3, at about 120 MB/s. (Level 19 wrote 7% fewer
+/// still, but a day's merge of one series then ran 40% slower.)
 const ZSTD_LEVEL: i32 = 9;
 
-/// zstd level for the first [`HIGH_LEVEL_BUDGET_BYTES`] of each of a block's files: 7% fewer
-/// bytes than level 9 on profiles, 12% on symbols, at about 5 MB/s. Small blocks, whose bytes
-/// per sample are the highest (symbols shared by few samples, small series), are written at
-/// this level whole, at a cost of at most about a second per file.
+/// zstd level for a block's symbols, up to [`HIGH_LEVEL_BUDGET_BYTES`] of them: function
+/// names and paths compress 12% better than at level 9, at about 5 MB/s (at most about a
+/// second a block); they are decoded once per block, when it is first queried.
 const HIGH_LEVEL: i32 = 19;
 
-/// Raw bytes of each block file compressed at [`HIGH_LEVEL`]; the rest at [`ZSTD_LEVEL`].
+/// Raw bytes of symbols compressed at [`HIGH_LEVEL`]; larger symbols at [`ZSTD_LEVEL`].
 const HIGH_LEVEL_BUDGET_BYTES: usize = 4 << 20;
-
-/// Which zstd level the next part of a block file gets: [`HIGH_LEVEL`] while its budget lasts.
-#[derive(Debug)]
-struct LevelBudget {
-    high_left: usize,
-}
-
-impl LevelBudget {
-    fn new() -> Self {
-        LevelBudget {
-            high_left: HIGH_LEVEL_BUDGET_BYTES,
-        }
-    }
-
-    /// The level for `raw_len` more bytes.
-    fn level(&mut self, raw_len: usize) -> i32 {
-        if raw_len <= self.high_left {
-            self.high_left -= raw_len;
-            HIGH_LEVEL
-        } else {
-            self.high_left = 0;
-            ZSTD_LEVEL
-        }
-    }
-}
 
 /// Bytes of one postings table entry: `name: u32, value: u32, offset: u64, len: u32`.
 const POSTINGS_ENTRY_BYTES: usize = 20;
@@ -250,8 +227,6 @@ pub(crate) struct BlockWriter {
     profiles_crc: crc32fast::Hasher,
     profiles_len: u64,
     compressor: zstd::bulk::Compressor<'static>,
-    /// The level of the profiles' frames.
-    profiles_level: LevelBudget,
     series: Vec<WrittenSeries>,
     /// The raw bytes of the frame being filled.
     raw: Vec<u8>,
@@ -292,7 +267,6 @@ impl BlockWriter {
             profiles_crc: crc32fast::Hasher::new(),
             profiles_len: 0,
             compressor,
-            profiles_level: LevelBudget::new(),
             series: Vec::new(),
             raw: Vec::new(),
             pending: Vec::new(),
@@ -322,15 +296,10 @@ impl BlockWriter {
         if self.raw.is_empty() {
             return Ok(());
         }
-        let level = self.profiles_level.level(self.raw.len());
-        let compressed = self
-            .compressor
-            .set_compression_level(level)
-            .and_then(|()| self.compressor.compress(&self.raw))
-            .map_err(Error::io(
-                "cannot compress block chunk",
-                &self.profiles_path,
-            ))?;
+        let compressed = self.compressor.compress(&self.raw).map_err(Error::io(
+            "cannot compress block chunk",
+            &self.profiles_path,
+        ))?;
         let (offset, len, raw_len) = (
             self.profiles_len,
             compressed.len() as u64,
@@ -446,7 +415,11 @@ impl BlockWriter {
         encoding::encode_block_tables(&self.tables, &mut raw);
         let symbols_path = self.tmp.join("symbols");
         let mut symbols = (raw.len() as u64).to_le_bytes().to_vec();
-        let level = LevelBudget::new().level(raw.len());
+        let level = if raw.len() <= HIGH_LEVEL_BUDGET_BYTES {
+            HIGH_LEVEL
+        } else {
+            ZSTD_LEVEL
+        };
         symbols.extend_from_slice(
             &zstd::bulk::compress(&raw, level)
                 .map_err(Error::io("cannot compress block symbols", &symbols_path))?,
@@ -578,15 +551,13 @@ fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
     let mut series_offsets = Vec::with_capacity(series.len());
     let mut pages: Vec<(u64, u32, u32)> = Vec::new();
     let mut page = Vec::new();
-    let mut levels = LevelBudget::new();
-    let mut close_page =
-        |page: &mut Vec<u8>, out: &mut Vec<u8>, pages: &mut Vec<(u64, u32, u32)>| {
-            let compressed = zstd::bulk::compress(page, levels.level(page.len()))
-                .expect("compressing into memory cannot fail");
-            pages.push((out.len() as u64, compressed.len() as u32, page.len() as u32));
-            out.extend_from_slice(&compressed);
-            page.clear();
-        };
+    let close_page = |page: &mut Vec<u8>, out: &mut Vec<u8>, pages: &mut Vec<(u64, u32, u32)>| {
+        let compressed =
+            zstd::bulk::compress(page, ZSTD_LEVEL).expect("compressing into memory cannot fail");
+        pages.push((out.len() as u64, compressed.len() as u32, page.len() as u32));
+        out.extend_from_slice(&compressed);
+        page.clear();
+    };
     let mut postings: std::collections::BTreeMap<(u64, u64), RoaringBitmap> = Default::default();
     for (i, s) in series.iter().enumerate() {
         if page.len() >= INDEX_PAGE_RAW_BYTES {
