@@ -41,11 +41,72 @@ const FRAME_RAW_BYTES: usize = if cfg!(test) { 16 << 10 } else { 1 << 20 };
 /// (Tests use small pages, so that every test reads several pages and the cache.)
 const INDEX_PAGE_RAW_BYTES: usize = if cfg!(test) { 512 } else { 64 << 10 };
 
-/// Decompressed index pages a block keeps for the next read (series are mostly read in order).
-const CACHED_INDEX_PAGES: usize = 4;
+/// Bytes of decompressed index pages kept for all open blocks together ([`PageCache`]).
+const INDEX_PAGE_CACHE_BYTES: usize = 64 << 20;
 
-/// Decompressed frames of `profiles` a [`ChunkReader`] keeps for the next read.
-const CACHED_FRAMES: usize = 4;
+/// Blocks whose last decompressed frame of `profiles` a [`ChunkReader`] keeps.
+const CACHED_FRAMES: usize = 8;
+
+/// Decompressed index pages of every open block, the least recently used dropped once they
+/// pass [`INDEX_PAGE_CACHE_BYTES`]: every query reads the series entries of its blocks, and
+/// dashboards repeat their queries; pages are small beside the blocks' profiles. Keyed by the
+/// block's [`Block::cache_id`], unique to each opening of a block.
+#[derive(Default)]
+struct PageCache {
+    pages: std::collections::HashMap<(u64, u32), (Arc<Vec<u8>>, u64)>,
+    bytes: usize,
+    clock: u64,
+}
+
+impl PageCache {
+    fn get() -> std::sync::MutexGuard<'static, PageCache> {
+        static CACHE: OnceLock<std::sync::Mutex<PageCache>> = OnceLock::new();
+        CACHE
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn lookup(&mut self, key: (u64, u32)) -> Option<Arc<Vec<u8>>> {
+        self.clock += 1;
+        let clock = self.clock;
+        self.pages.get_mut(&key).map(|(page, used)| {
+            *used = clock;
+            page.clone()
+        })
+    }
+
+    fn insert(&mut self, key: (u64, u32), page: Arc<Vec<u8>>) {
+        self.clock += 1;
+        self.bytes += page.len();
+        if let Some((old, _)) = self.pages.insert(key, (page, self.clock)) {
+            self.bytes -= old.len();
+        }
+        while self.bytes > INDEX_PAGE_CACHE_BYTES && self.pages.len() > 1 {
+            let oldest = *self
+                .pages
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k)
+                .expect("not empty");
+            if let Some((old, _)) = self.pages.remove(&oldest) {
+                self.bytes -= old.len();
+            }
+        }
+    }
+
+    fn forget_block(&mut self, id: u64) {
+        let mut freed = 0;
+        self.pages.retain(|&(block, _), (page, _)| {
+            let keep = block != id;
+            if !keep {
+                freed += page.len();
+            }
+            keep
+        });
+        self.bytes -= freed;
+    }
+}
 
 /// Bytes of one page table entry (format 4): `offset: u64, len: u32, raw_len: u32`.
 const PAGE_ENTRY_BYTES: usize = 16;
@@ -717,13 +778,21 @@ pub(crate) struct Block {
     n_series: u32,
     /// Format 4: where each page of series entries lies in `index` (offset, len, raw_len).
     pages: Vec<(usize, usize, usize)>,
-    /// The most recently read pages, decompressed, newest last.
-    page_cache: std::sync::Mutex<Vec<(u32, Arc<Vec<u8>>)>>,
+    /// This opening's key in the [`PageCache`].
+    cache_id: u64,
     /// Where the postings bitmaps start (the end of the series sections).
     postings_offset: usize,
     postings_table_offset: usize,
     n_postings: usize,
     tables: OnceLock<Result<Arc<Tables>, String>>,
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        if !self.pages.is_empty() {
+            PageCache::get().forget_block(self.cache_id);
+        }
+    }
 }
 
 impl Block {
@@ -824,7 +893,10 @@ impl Block {
             series_offsets_offset: 0,
             n_series: 0,
             pages: Vec::new(),
-            page_cache: std::sync::Mutex::new(Vec::new()),
+            cache_id: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
             postings_offset: 0,
             postings_table_offset: 0,
             n_postings: 0,
@@ -957,16 +1029,11 @@ impl Block {
         Ok(start)
     }
 
-    /// Page `k` of the series entries, decompressed (from the cache when read lately).
+    /// Page `k` of the series entries, decompressed (from the [`PageCache`] when read lately).
     fn page(&self, k: u32) -> encoding::Result<Arc<Vec<u8>>> {
-        let mut cache = self.page_cache.lock().expect("page cache lock poisoned");
-        if let Some(i) = cache.iter().position(|(p, _)| *p == k) {
-            let hit = cache.remove(i);
-            let bytes = hit.1.clone();
-            cache.push(hit);
-            return Ok(bytes);
+        if let Some(page) = PageCache::get().lookup((self.cache_id, k)) {
+            return Ok(page);
         }
-        drop(cache);
         let Some(&(offset, len, raw_len)) = self.pages.get(k as usize) else {
             return Reader::new(&[]).fail(format!("index page {k} does not exist"));
         };
@@ -981,11 +1048,7 @@ impl Block {
             ));
         }
         let raw = Arc::new(raw);
-        let mut cache = self.page_cache.lock().expect("page cache lock poisoned");
-        if cache.len() >= CACHED_INDEX_PAGES {
-            cache.remove(0);
-        }
-        cache.push((k, raw.clone()));
+        PageCache::get().insert((self.cache_id, k), raw.clone());
         Ok(raw)
     }
 
@@ -1585,17 +1648,16 @@ impl ChunkReader {
     /// The raw bytes of `chunk` of `block` and those after it in its frame: its profiles, one
     /// after another ([`split_chunk`]).
     pub fn read(&mut self, block: &Block, chunk: &ChunkRef) -> Result<&[u8], Error> {
-        let cached = self
-            .frames
-            .iter()
-            .position(|(b, offset, _)| *offset == chunk.offset && b == block.name());
-        let at = match cached {
-            Some(i) => i,
-            None => {
-                let mut raw = if self.frames.len() >= CACHED_FRAMES {
-                    self.frames.remove(0).2
-                } else {
-                    Vec::new()
+        // Each block keeps its last frame: a block's series are read one after another
+        // (between them, the same series in other blocks), and the next series starts in the
+        // frame where the one before ended.
+        let at = match self.frames.iter().position(|(b, _, _)| b == block.name()) {
+            Some(i) if self.frames[i].1 == chunk.offset => i,
+            found => {
+                let mut raw = match found {
+                    Some(i) => self.frames.remove(i).2,
+                    None if self.frames.len() >= CACHED_FRAMES => self.frames.remove(0).2,
+                    None => Vec::new(),
                 };
                 block.read_frame(chunk, &mut self.decompressor, &mut raw)?;
                 self.frames
@@ -1810,6 +1872,25 @@ mod tests {
             }
         }
         assert_eq!(trials, 28);
+    }
+
+    #[test]
+    fn the_page_cache_keeps_the_recently_used_pages_within_its_bytes() {
+        let mut cache = PageCache::default();
+        let page = |n: u8| Arc::new(vec![n; 1 << 20]);
+        for k in 0..70u32 {
+            cache.insert((1, k), page(k as u8));
+            // Page 0 stays in use: it is never the least recently used.
+            assert!(cache.lookup((1, 0)).is_some(), "page 0 after {k}");
+        }
+        assert!(cache.bytes <= INDEX_PAGE_CACHE_BYTES, "{}", cache.bytes);
+        assert_eq!(cache.bytes, cache.pages.len() << 20);
+        assert!(cache.lookup((1, 69)).is_some());
+        assert!(cache.lookup((1, 1)).is_none(), "the oldest unused page is gone");
+        cache.insert((2, 0), page(9));
+        cache.forget_block(1);
+        assert_eq!(cache.pages.len(), 1);
+        assert_eq!(cache.bytes, 1 << 20);
     }
 
     #[test]
