@@ -47,13 +47,17 @@ const INDEX_PAGE_CACHE_BYTES: usize = 64 << 20;
 /// Blocks whose last decompressed frame of `profiles` a [`ChunkReader`] keeps.
 const CACHED_FRAMES: usize = 8;
 
+/// A page of a block's index: ([`Block::cache_id`], page number).
+type PageKey = (u64, u32);
+
 /// Decompressed index pages of every open block, the least recently used dropped once they
 /// pass [`INDEX_PAGE_CACHE_BYTES`]: every query reads the series entries of its blocks, and
 /// dashboards repeat their queries; pages are small beside the blocks' profiles. Keyed by the
 /// block's [`Block::cache_id`], unique to each opening of a block.
 #[derive(Default)]
 struct PageCache {
-    pages: std::collections::HashMap<(u64, u32), (Arc<Vec<u8>>, u64)>,
+    /// By (block, page): the page and when it was last used.
+    pages: std::collections::HashMap<PageKey, (Arc<Vec<u8>>, u64)>,
     bytes: usize,
     clock: u64,
 }
@@ -67,7 +71,7 @@ impl PageCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn lookup(&mut self, key: (u64, u32)) -> Option<Arc<Vec<u8>>> {
+    fn lookup(&mut self, key: PageKey) -> Option<Arc<Vec<u8>>> {
         self.clock += 1;
         let clock = self.clock;
         self.pages.get_mut(&key).map(|(page, used)| {
@@ -76,7 +80,7 @@ impl PageCache {
         })
     }
 
-    fn insert(&mut self, key: (u64, u32), page: Arc<Vec<u8>>) {
+    fn insert(&mut self, key: PageKey, page: Arc<Vec<u8>>) {
         self.clock += 1;
         self.bytes += page.len();
         if let Some((old, _)) = self.pages.insert(key, (page, self.clock)) {
@@ -1886,7 +1890,10 @@ mod tests {
         assert!(cache.bytes <= INDEX_PAGE_CACHE_BYTES, "{}", cache.bytes);
         assert_eq!(cache.bytes, cache.pages.len() << 20);
         assert!(cache.lookup((1, 69)).is_some());
-        assert!(cache.lookup((1, 1)).is_none(), "the oldest unused page is gone");
+        assert!(
+            cache.lookup((1, 1)).is_none(),
+            "the oldest unused page is gone"
+        );
         cache.insert((2, 0), page(9));
         cache.forget_block(1);
         assert_eq!(cache.pages.len(), 1);

@@ -1471,12 +1471,10 @@ mod tests {
         decode_block_tables(&mut r, &mut back).expect("decodes");
         assert!(r.is_empty());
         assert_eq!(TableCounts::of(&back), TableCounts::of(&t));
-        // Strings, functions and locations are renumbered; stacks and label sets keep their
-        // ids and resolve to the same frames and labels.
-        fn frames(
-            t: &Tables,
-            s: StackId,
-        ) -> Vec<(Option<String>, u64, Vec<(String, String, i64, i64)>)> {
+        // Every stack and label set resolves to the same frames and labels.
+        /// A frame resolved: its object, address, and lines (function, file, start, line).
+        type Frame = (Option<String>, u64, Vec<(String, String, i64, i64)>);
+        fn frames(t: &Tables, s: StackId) -> Vec<Frame> {
             t.stack(s)
                 .iter()
                 .map(|&l| {

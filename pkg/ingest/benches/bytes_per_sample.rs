@@ -13,6 +13,9 @@
 //! one); each target's profiles get the label `job=<target>` and the profile name a scrape
 //! config would give its kind.
 
+// A bench binary's output is its product.
+#![allow(clippy::print_stdout)]
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -135,9 +138,11 @@ fn sorted_dirs(dir: &Path) -> Vec<String> {
 }
 
 fn main() {
-    let set = std::env::var_os("FLEET_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/testdata/fleet")
-    });
+    let set = std::env::var_os("FLEET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/testdata/fleet")
+        });
     let targets = sorted_dirs(&set);
     println!("data set: {} ({} targets)", set.display(), targets.len());
     println!(
