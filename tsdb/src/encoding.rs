@@ -842,6 +842,39 @@ pub(crate) fn encode_tables(t: &Tables, from: TableCounts, out: &mut Vec<u8>) {
     }
 }
 
+/// Checks counts read from `r` (tables going from `from` to `to` entries) against what `r`
+/// still holds, every entry taking at least a byte, and reserves room for them in `t`: hostile
+/// counts cannot make us allocate.
+fn reserve_entries(r: &Reader<'_>, t: &mut Tables, from: [u32; 6], to: [u32; 6]) -> Result<()> {
+    if from.iter().zip(&to).any(|(f, t)| f > t) {
+        return r.fail(format!("table counts go backwards: {from:?} → {to:?}"));
+    }
+    let total: u64 = from.iter().zip(&to).map(|(f, t)| u64::from(t - f)).sum();
+    if total > r.remaining() as u64 {
+        return r.fail(format!(
+            "{total} table entries cannot fit in {} bytes",
+            r.remaining()
+        ));
+    }
+    t.reserve_symbols(
+        (to[0] - from[0]) as usize,
+        (to[2] - from[2]) as usize,
+        (to[3] - from[3]) as usize,
+    );
+    Ok(())
+}
+
+/// That an entry just interned got the id of its place: a repeated entry means damage.
+fn check_interned(r: &Reader<'_>, got: u32, want: u32, kind: &str) -> Result<()> {
+    if got == want {
+        Ok(())
+    } else {
+        r.fail(format!(
+            "{kind} {want} repeats {kind} {got} (tables must hold distinct entries)"
+        ))
+    }
+}
+
 /// Interns into `t` the entries written by [`encode_tables`], checking that `t` is at the
 /// counts they were written from, that every reference points to an earlier entry, and that
 /// each entry gets the id it had (a repeated entry means damage).
@@ -857,41 +890,17 @@ pub(crate) fn decode_tables(r: &mut Reader<'_>, t: &mut Tables) -> Result<()> {
             "symbols continue tables of sizes {from:?}, but the tables have {have:?}"
         ));
     }
-    if from.iter().zip(&to).any(|(f, t)| f > t) {
-        return r.fail(format!("table counts go backwards: {from:?} → {to:?}"));
-    }
-    // Every entry takes at least one byte: bound the counts by the input before reserving.
-    let total: u64 = from.iter().zip(&to).map(|(f, t)| u64::from(t - f)).sum();
-    if total > r.remaining() as u64 {
-        return r.fail(format!(
-            "{total} table entries cannot fit in {} bytes",
-            r.remaining()
-        ));
-    }
-    t.reserve_symbols(
-        (to[0] - from[0]) as usize,
-        (to[2] - from[2]) as usize,
-        (to[3] - from[3]) as usize,
-    );
-    let check = |r: &Reader<'_>, got: u32, want: u32, kind: &str| {
-        if got == want {
-            Ok(())
-        } else {
-            r.fail(format!(
-                "{kind} {want} repeats {kind} {got} (tables must hold distinct entries)"
-            ))
-        }
-    };
+    reserve_entries(r, t, from, to)?;
     for want in from[0]..to[0] {
         let s = r.str()?;
         let got = t.intern_string(s).0;
-        check(r, got, want, "string")?;
+        check_interned(r, got, want, "string")?;
     }
     let n_strings = u64::from(to[0]);
     for want in from[1]..to[1] {
         let mapping = decode_mapping(r, n_strings)?;
         let got = t.intern_mapping(mapping).0;
-        check(r, got, want, "mapping")?;
+        check_interned(r, got, want, "mapping")?;
     }
     for want in from[2]..to[2] {
         let name = StringId(r.below(n_strings, "string id")? as u32);
@@ -906,7 +915,7 @@ pub(crate) fn decode_tables(r: &mut Reader<'_>, t: &mut Tables) -> Result<()> {
                 start_line,
             })
             .0;
-        check(r, got, want, "function")?;
+        check_interned(r, got, want, "function")?;
     }
     for want in from[3]..to[3] {
         let mapping = match r.below(u64::from(to[1]) + 1, "mapping id")? {
@@ -923,7 +932,7 @@ pub(crate) fn decode_tables(r: &mut Reader<'_>, t: &mut Tables) -> Result<()> {
             lines.push(Line { function, line });
         }
         let got = t.intern_location(mapping, address, lines.into()).0;
-        check(r, got, want, "location")?;
+        check_interned(r, got, want, "location")?;
     }
     let mut frames = Vec::new();
     for want in from[4]..to[4] {
@@ -933,12 +942,12 @@ pub(crate) fn decode_tables(r: &mut Reader<'_>, t: &mut Tables) -> Result<()> {
             frames.push(LocationId(r.below(u64::from(to[3]), "location id")? as u32));
         }
         let got = t.intern_stack(&frames).0;
-        check(r, got, want, "stack")?;
+        check_interned(r, got, want, "stack")?;
     }
     for want in from[5]..to[5] {
         let labels = decode_label_set(r, n_strings)?;
         let got = t.intern_label_set(labels).0;
-        check(r, got, want, "label set")?;
+        check_interned(r, got, want, "label set")?;
     }
     Ok(())
 }
@@ -1106,30 +1115,7 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
     for c in to.iter_mut() {
         *c = r.below(u64::from(u32::MAX), "table count")? as u32;
     }
-    if from.iter().zip(&to).any(|(f, t)| f > t) {
-        return r.fail(format!("table counts are below the empty tables': {to:?}"));
-    }
-    let total: u64 = from.iter().zip(&to).map(|(f, t)| u64::from(t - f)).sum();
-    if total > r.remaining() as u64 {
-        return r.fail(format!(
-            "{total} table entries cannot fit in {} bytes",
-            r.remaining()
-        ));
-    }
-    t.reserve_symbols(
-        (to[0] - from[0]) as usize,
-        (to[2] - from[2]) as usize,
-        (to[3] - from[3]) as usize,
-    );
-    let check = |r: &Reader<'_>, got: u32, want: u32, kind: &str| {
-        if got == want {
-            Ok(())
-        } else {
-            r.fail(format!(
-                "{kind} {want} repeats {kind} {got} (tables must hold distinct entries)"
-            ))
-        }
-    };
+    reserve_entries(r, t, from, to)?;
     let column = |r: &mut Reader<'a>| -> Result<Reader<'a>> {
         let len = r.count(1, "column length")?;
         Ok(Reader::new(r.take(len)?))
@@ -1144,13 +1130,13 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
         let s = std::str::from_utf8(bytes.take(n as usize)?)
             .or_else(|_| bytes.fail("string is not UTF-8"))?;
         let got = t.intern_string(s).0;
-        check(&bytes, got, want, "string")?;
+        check_interned(&bytes, got, want, "string")?;
     }
     let mut mappings = column(r)?;
     for want in from[1]..to[1] {
         let m = decode_mapping(&mut mappings, n_strings)?;
         let got = t.intern_mapping(m).0;
-        check(&mappings, got, want, "mapping")?;
+        check_interned(&mappings, got, want, "mapping")?;
     }
     let (mut names, mut system_names, mut filenames, mut start_lines) =
         (column(r)?, column(r)?, column(r)?, column(r)?);
@@ -1177,7 +1163,7 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
                 start_line,
             })
             .0;
-        check(&names, got, want, "function")?;
+        check_interned(&names, got, want, "function")?;
     }
     let (mut maps, mut addresses, mut n_lines, mut functions, mut line_numbers) =
         (column(r)?, column(r)?, column(r)?, column(r)?, column(r)?);
@@ -1210,7 +1196,7 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
         let got = t
             .intern_location(mapping, address, lines.as_slice().into())
             .0;
-        check(&maps, got, want, "location")?;
+        check_interned(&maps, got, want, "location")?;
     }
     let (mut n_frames, mut frames_col) = (column(r)?, column(r)?);
     let mut frames = Vec::new();
@@ -1226,13 +1212,13 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
             ));
         }
         let got = t.intern_stack(&frames).0;
-        check(&frames_col, got, want, "stack")?;
+        check_interned(&frames_col, got, want, "stack")?;
     }
     let mut label_sets = column(r)?;
     for want in from[5]..to[5] {
         let labels = decode_label_set(&mut label_sets, n_strings)?;
         let got = t.intern_label_set(labels).0;
-        check(&label_sets, got, want, "label set")?;
+        check_interned(&label_sets, got, want, "label set")?;
     }
     for (c, name) in [
         (&lens, "string lengths"),
