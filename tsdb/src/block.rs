@@ -1631,8 +1631,9 @@ pub(crate) fn write_block(
     Block::open(&dir)
 }
 
-/// Reads chunks of blocks' `profiles`, keeping the last few frames it decompressed: the series
-/// of a block share frames (format 4) and are mostly read one after another.
+/// Reads chunks of blocks' `profiles` for one query, keeping each block's last decompressed
+/// frame (of up to [`CACHED_FRAMES`] blocks): the series of a block share frames (format 4) and
+/// are read one after another.
 pub(crate) struct ChunkReader {
     decompressor: zstd::bulk::Decompressor<'static>,
     /// (block name, frame offset, raw bytes), newest last.

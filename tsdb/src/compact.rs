@@ -291,7 +291,7 @@ fn plan_compaction(inner: &Inner) -> Option<Vec<Arc<Block>>> {
     if let Some(group) = overlapping(&blocks) {
         return Some(group);
     }
-    // A block in an older format is rewritten in today's, on its own if nothing else is due.
+    // A block in an older format is rewritten in today's, on its own, before the windows below.
     if let Some(old) = blocks
         .iter()
         .find(|b| b.meta.version < crate::encoding::FORMAT_VERSION)

@@ -1313,18 +1313,27 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_store_written_in_format_1_opens_and_reads_whole() {
-        // Written by the build before format 2 (`tests/testdata/tsdb/README.md`): a block of
-        // the first profiles and a WAL holding the rest, four profiles of one series.
+    /// A copy of the committed store `tests/testdata/tsdb/<name>` (written with a block
+    /// duration of one minute), and the options it was written with.
+    fn committed_store(name: &str) -> (tempfile::TempDir, Options) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/testdata/tsdb/store-v1");
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/testdata/tsdb")
+            .join(name);
         copy_tree(&fixture, dir.path());
         let options = Options {
             block_duration_ms: 60_000,
             retention_ms: i64::MAX / 2,
             ..Options::default()
         };
+        (dir, options)
+    }
+
+    #[test]
+    fn a_store_written_in_format_1_opens_and_reads_whole() {
+        // Written by the build before format 2 (`tests/testdata/tsdb/README.md`): a block of
+        // the first profiles and a WAL holding the rest, four profiles of one series.
+        let (dir, options) = committed_store("store-v1");
         let db = Db::open(dir.path(), options).expect("a format 1 store opens");
         assert!(db.stats().n_blocks >= 1, "{:?}", db.stats());
         let cpu = corpus_cpu("go/go-cpu.pb.gz");
@@ -1345,14 +1354,7 @@ mod tests {
     fn a_store_written_in_format_3_opens_reads_whole_and_compacts_into_the_new_format() {
         // Written by the build before format 4 (`tests/testdata/tsdb/README.md`): two blocks
         // and a WAL, five profiles each of a CPU series and the four series of a heap profile.
-        let dir = tempfile::tempdir().expect("tempdir");
-        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/testdata/tsdb/store-v3");
-        copy_tree(&fixture, dir.path());
-        let options = Options {
-            block_duration_ms: 60_000,
-            retention_ms: i64::MAX / 2,
-            ..Options::default()
-        };
+        let (dir, options) = committed_store("store-v3");
         let cpu = corpus_cpu("go/go-cpu.pb.gz");
         let heap = parca_profile::decode(
             &std::fs::read(

@@ -294,19 +294,6 @@ struct Read<'q> {
     max_ms: i64,
 }
 
-/// Per-query reading state: the chunk reader and its frames.
-struct ReadCtx {
-    chunks: block::ChunkReader,
-}
-
-impl ReadCtx {
-    fn new(dir: &std::path::Path) -> Result<Self, Error> {
-        Ok(ReadCtx {
-            chunks: block::ChunkReader::new(dir)?,
-        })
-    }
-}
-
 /// Empty tables for an extractor of the head between two holds of its lock.
 fn no_tables() -> &'static Tables {
     static EMPTY: std::sync::OnceLock<Tables> = std::sync::OnceLock::new();
@@ -812,7 +799,7 @@ impl Read<'_> {
         bi: usize,
         e: &SeriesEntry,
         hidden: &Hidden,
-        ctx: &mut ReadCtx,
+        chunks: &mut block::ChunkReader,
         mut each: impl FnMut(&BlockProfile, &[u8]) -> Result<(), Error>,
     ) -> Result<(), Error> {
         let b = &self.blocks[bi];
@@ -824,7 +811,7 @@ impl Read<'_> {
             if !profiles.iter().any(|p| wanted(p.timestamp_ms)) {
                 continue;
             }
-            let raw = ctx.chunks.read(b, c)?;
+            let raw = chunks.read(b, c)?;
             let mut result = Ok(());
             block::split_chunk(raw, profiles, |p, bytes| {
                 if result.is_ok() && wanted(p.timestamp_ms) {
@@ -869,7 +856,7 @@ impl Read<'_> {
         // The head's extractor keeps its memo between holds of the head's lock.
         let mut head_extractor = Extractor::new(no_tables());
         let mut tables = Tables::new();
-        let mut ctx = ReadCtx::new(&self.inner.dir)?;
+        let mut chunks = block::ChunkReader::new(&self.inner.dir)?;
         let mut out: Vec<(Labels, Vec<ExtractedProfile>)> = Vec::new();
         for (labels, sources) in matched {
             let mut profiles = Vec::new();
@@ -880,7 +867,7 @@ impl Read<'_> {
                             .as_mut()
                             .expect("tables of every block in range");
                         let b = &self.blocks[*bi];
-                        self.for_each_block_profile(*bi, e, hidden, &mut ctx, |p, bytes| {
+                        self.for_each_block_profile(*bi, e, hidden, &mut chunks, |p, bytes| {
                             let samples = self
                                 .decode(bytes, *limits)
                                 .map_err(|err| corrupt_profile(b, &labels, p, err))?;
@@ -979,7 +966,7 @@ impl Read<'_> {
         // read back and reset).
         let head_origin = self.blocks.len();
         let mut sums: Vec<OriginSums> = (0..=head_origin).map(|_| OriginSums::default()).collect();
-        let mut ctx = ReadCtx::new(&self.inner.dir)?;
+        let mut chunks = block::ChunkReader::new(&self.inner.dir)?;
         let mut summed = Vec::with_capacity(grouped.len());
         for (key, series) in grouped {
             let mut group = GroupSum {
@@ -995,11 +982,17 @@ impl Read<'_> {
                             let limits = IdLimits::of(tables);
                             let b = &self.blocks[*bi];
                             let sums = &mut sums[*bi];
-                            self.for_each_block_profile(*bi, e, hidden, &mut ctx, |p, bytes| {
-                                group
-                                    .add(sums, &e.meta, p, bytes, limits, self.spans)?
-                                    .map_err(|err| corrupt_profile(b, labels, p, err))
-                            })?;
+                            self.for_each_block_profile(
+                                *bi,
+                                e,
+                                hidden,
+                                &mut chunks,
+                                |p, bytes| {
+                                    group
+                                        .add(sums, &e.meta, p, bytes, limits, self.spans)?
+                                        .map_err(|err| corrupt_profile(b, labels, p, err))
+                                },
+                            )?;
                         }
                         Source::Head(s, hidden) => {
                             // One series per hold of the lock: appends go on in between.
@@ -1113,7 +1106,7 @@ impl Read<'_> {
         use std::cmp::Reverse;
         use std::collections::BinaryHeap;
         let matched = self.matched(matchers)?;
-        let mut ctx = ReadCtx::new(&self.inner.dir)?;
+        let mut chunks = block::ChunkReader::new(&self.inner.dir)?;
         let mut out = Vec::new();
         for (labels, sources) in matched {
             // The largest so far (value, time, attributes), smallest on top; of equal values
@@ -1147,7 +1140,7 @@ impl Read<'_> {
                 match source {
                     Source::Block(bi, e, hidden) => {
                         let b = &self.blocks[*bi];
-                        self.for_each_block_profile(*bi, e, hidden, &mut ctx, |p, bytes| {
+                        self.for_each_block_profile(*bi, e, hidden, &mut chunks, |p, bytes| {
                             add(p.timestamp_ms, bytes)
                                 .map_err(|err| corrupt_profile(b, &labels, p, err))
                         })?;
