@@ -137,8 +137,17 @@ const POSTINGS_ENTRY_BYTES: usize = 20;
 /// Bytes of the index's table of contents, just before its footer (formats 1 to 3).
 const TOC_BYTES_V3: usize = 40;
 
-/// Bytes of the index's table of contents from format 4, which adds the page table.
-const TOC_BYTES: usize = 56;
+/// Bytes of the index's table of contents in format 4, which adds the page table.
+const TOC_BYTES_V4: usize = 56;
+
+/// Bytes of the index's table of contents from format 5, which adds the summary entries.
+const TOC_BYTES: usize = 80;
+
+/// The page number of a series without a summary entry in the summary offsets (format 5).
+const NO_ENTRY: u32 = u32::MAX;
+
+/// Page numbers of summary pages in the [`PageCache`] have this bit set.
+const SUMMARY_PAGE_BIT: u32 = 1 << 31;
 
 /// Where the index's sections are, from its table of contents.
 struct Toc {
@@ -150,6 +159,10 @@ struct Toc {
     /// Format 4: the table of the pages holding the series entries, and their number.
     page_table_offset: usize,
     n_pages: usize,
+    /// Format 5: the summary entries' offsets, the table of their pages, and their number.
+    summary_offsets_offset: usize,
+    summary_page_table_offset: usize,
+    n_summary_pages: usize,
 }
 
 /// What `meta.json` says about a block.
@@ -255,6 +268,10 @@ pub(crate) struct BlockProfile {
     pub n_samples: u32,
     /// Bytes of its encoded samples in the chunk's raw data.
     pub len: u32,
+    /// The stored profiles it stands for: 1, or those a summary sums ([`crate::summary`]).
+    pub merged: u32,
+    /// The total of the latest profile it stands for (its own `total` when it stands for one).
+    pub latest_total: i64,
 }
 
 /// Consecutive profiles of a series in one zstd frame of the `profiles` file.
@@ -278,6 +295,32 @@ struct WrittenSeries {
     meta: Meta,
     profiles: Vec<BlockProfile>,
     chunks: Vec<ChunkRef>,
+    /// Its summaries ([`crate::summary`]), finest first.
+    levels: Vec<WrittenLevel>,
+}
+
+/// One level of a series' summaries as written: its windows' headers and their chunks.
+#[derive(Debug)]
+struct WrittenLevel {
+    resolution_ms: i64,
+    profiles: Vec<BlockProfile>,
+    chunks: Vec<ChunkRef>,
+}
+
+/// Which list of chunks of a written series a frame's chunk belongs to.
+#[derive(Debug, Clone, Copy)]
+enum ChunkList {
+    Profiles,
+    Level(usize),
+}
+
+/// A frame of `profiles` being filled: its raw bytes and the chunks (series, list, chunk) in
+/// it, completed when it is written. Stored profiles and summaries fill frames of their own,
+/// so that a read of summaries decompresses no stored profile.
+#[derive(Default)]
+struct OpenFrame {
+    raw: Vec<u8>,
+    pending: Vec<(usize, ChunkList, usize)>,
 }
 
 /// Writes a block under `<name>.tmp` and renames it into place on [`BlockWriter::finish`]; a
@@ -293,10 +336,12 @@ pub(crate) struct BlockWriter {
     profiles_len: u64,
     compressor: zstd::bulk::Compressor<'static>,
     series: Vec<WrittenSeries>,
-    /// The raw bytes of the frame being filled.
-    raw: Vec<u8>,
-    /// The chunks (series, chunk) in the frame being filled, completed when it is written.
-    pending: Vec<(usize, usize)>,
+    /// The frame of stored profiles being filled.
+    frame: OpenFrame,
+    /// The frame of summaries being filled.
+    summary_frame: OpenFrame,
+    /// Reused by the sums of the summaries.
+    sums: crate::summary::StackSums,
     min_time_ms: i64,
     max_time_ms: i64,
     stats: BlockStats,
@@ -333,8 +378,9 @@ impl BlockWriter {
             profiles_len: 0,
             compressor,
             series: Vec::new(),
-            raw: Vec::new(),
-            pending: Vec::new(),
+            frame: OpenFrame::default(),
+            summary_frame: OpenFrame::default(),
+            sums: Default::default(),
             min_time_ms: i64::MAX,
             max_time_ms: i64::MIN,
             stats: BlockStats::default(),
@@ -356,32 +402,47 @@ impl BlockWriter {
         Ok(())
     }
 
-    /// Compresses and writes the frame being filled, completing the chunks that lie in it.
-    fn flush_frame(&mut self) -> Result<(), Error> {
-        if self.raw.is_empty() {
-            return Ok(());
+    /// Compresses and writes `frame`, completing the chunks that lie in it.
+    fn flush_frame(&mut self, summary: bool) -> Result<(), Error> {
+        let mut frame = std::mem::take(if summary {
+            &mut self.summary_frame
+        } else {
+            &mut self.frame
+        });
+        if !frame.raw.is_empty() {
+            let compressed = self.compressor.compress(&frame.raw).map_err(Error::io(
+                "cannot compress block chunk",
+                &self.profiles_path,
+            ))?;
+            let (offset, len, raw_len) = (
+                self.profiles_len,
+                compressed.len() as u64,
+                frame.raw.len() as u64,
+            );
+            self.write_profiles_bytes(&compressed)?;
+            for (s, list, c) in frame.pending.drain(..) {
+                let series = &mut self.series[s];
+                let chunk = match list {
+                    ChunkList::Profiles => &mut series.chunks[c],
+                    ChunkList::Level(l) => &mut series.levels[l].chunks[c],
+                };
+                chunk.offset = offset;
+                chunk.len = len;
+                chunk.raw_len = raw_len;
+            }
+            frame.raw.clear();
         }
-        let compressed = self.compressor.compress(&self.raw).map_err(Error::io(
-            "cannot compress block chunk",
-            &self.profiles_path,
-        ))?;
-        let (offset, len, raw_len) = (
-            self.profiles_len,
-            compressed.len() as u64,
-            self.raw.len() as u64,
-        );
-        self.write_profiles_bytes(&compressed)?;
-        self.raw.clear();
-        for (s, c) in self.pending.drain(..) {
-            let chunk = &mut self.series[s].chunks[c];
-            chunk.offset = offset;
-            chunk.len = len;
-            chunk.raw_len = raw_len;
+        // The buffers are reused.
+        if summary {
+            self.summary_frame = frame;
+        } else {
+            self.frame = frame;
         }
         Ok(())
     }
 
     /// Adds a series; series must come in ascending label order, profiles in time order.
+    /// Its summaries are computed from its profiles and written too.
     pub fn add_series(&mut self, series: ExtractedSeries) -> Result<(), Error> {
         assert!(
             self.series.last().is_none_or(|s| s.labels < series.labels),
@@ -390,52 +451,93 @@ impl BlockWriter {
         if series.profiles.is_empty() {
             return Ok(());
         }
+        let headers: Vec<BlockProfile> = series.profiles.iter().map(BlockProfile::from).collect();
+        for p in &headers {
+            self.min_time_ms = self.min_time_ms.min(p.timestamp_ms);
+            self.max_time_ms = self.max_time_ms.max(p.timestamp_ms);
+            self.stats.n_profiles += 1;
+            self.stats.n_samples += u64::from(p.n_samples);
+        }
+        let inputs: Vec<(BlockProfile, &[u8])> = headers
+            .iter()
+            .zip(&series.profiles)
+            .map(|(h, p)| (*h, &p.data[..]))
+            .collect();
+        let limits = encoding::IdLimits::of(&self.tables);
+        let levels = crate::summary::summarize(&inputs, limits, &mut self.sums).map_err(|e| {
+            Error::BlockCorrupt {
+                block: self.name.clone(),
+                file: "profiles",
+                what: format!("cannot summarize series {}: {e}", series.labels),
+            }
+        })?;
         self.series.push(WrittenSeries {
             labels: series.labels,
             meta: series.meta,
-            profiles: Vec::with_capacity(series.profiles.len()),
+            profiles: Vec::with_capacity(headers.len()),
             chunks: Vec::new(),
+            levels: levels
+                .iter()
+                .map(|l| WrittenLevel {
+                    resolution_ms: l.resolution_ms,
+                    profiles: Vec::with_capacity(l.windows.len()),
+                    chunks: Vec::new(),
+                })
+                .collect(),
         });
         let s = self.series.len() - 1;
+        self.append_chunks(s, ChunkList::Profiles, &inputs)?;
+        for (l, level) in levels.iter().enumerate() {
+            let windows: Vec<(BlockProfile, &[u8])> = level
+                .windows
+                .iter()
+                .map(|(p, b)| (*p, b.as_slice()))
+                .collect();
+            self.append_chunks(s, ChunkList::Level(l), &windows)?;
+        }
+        Ok(())
+    }
+
+    /// Appends `profiles` to list `list` of series `s`: their bytes to the open frame of their
+    /// kind, their headers, and chunks (a new one in each frame they reach).
+    fn append_chunks(
+        &mut self,
+        s: usize,
+        list: ChunkList,
+        profiles: &[(BlockProfile, &[u8])],
+    ) -> Result<(), Error> {
+        let summary = matches!(list, ChunkList::Level(_));
         let mut chunk_open = false;
-        for p in &series.profiles {
+        for (p, bytes) in profiles {
+            let frame = if summary {
+                &mut self.summary_frame
+            } else {
+                &mut self.frame
+            };
+            let series = &mut self.series[s];
+            let (headers, chunks) = match list {
+                ChunkList::Profiles => (&mut series.profiles, &mut series.chunks),
+                ChunkList::Level(l) => {
+                    let level = &mut series.levels[l];
+                    (&mut level.profiles, &mut level.chunks)
+                }
+            };
             if !chunk_open {
-                let chunks = &mut self.series[s].chunks;
                 chunks.push(ChunkRef {
                     n_profiles: 0,
                     offset: 0,
                     len: 0,
                     raw_len: 0,
-                    raw_offset: self.raw.len() as u64,
+                    raw_offset: frame.raw.len() as u64,
                 });
-                self.pending.push((s, chunks.len() - 1));
+                frame.pending.push((s, list, chunks.len() - 1));
                 chunk_open = true;
             }
-            self.raw.extend_from_slice(&p.data);
-            self.min_time_ms = self.min_time_ms.min(p.timestamp_ms);
-            self.max_time_ms = self.max_time_ms.max(p.timestamp_ms);
-            self.stats.n_profiles += 1;
-            self.stats.n_samples += u64::from(p.n_samples);
-            self.series
-                .last_mut()
-                .expect("pushed above")
-                .profiles
-                .push(BlockProfile {
-                    timestamp_ms: p.timestamp_ms,
-                    duration_nanos: p.duration_nanos,
-                    period: p.period,
-                    capture_id: p.capture_id,
-                    total: p.total,
-                    n_samples: p.n_samples,
-                    len: p.data.len() as u32,
-                });
-            self.series[s]
-                .chunks
-                .last_mut()
-                .expect("opened above")
-                .n_profiles += 1;
-            if self.raw.len() >= FRAME_RAW_BYTES {
-                self.flush_frame()?;
+            frame.raw.extend_from_slice(bytes);
+            headers.push(*p);
+            chunks.last_mut().expect("opened above").n_profiles += 1;
+            if frame.raw.len() >= FRAME_RAW_BYTES {
+                self.flush_frame(summary)?;
                 chunk_open = false;
             }
         }
@@ -462,8 +564,9 @@ impl BlockWriter {
         mut compaction: Compaction,
         head_cut_ms: Option<i64>,
     ) -> Result<SealedBlock, Error> {
-        // profiles: the last frame, the footer, then sync.
-        self.flush_frame()?;
+        // profiles: the last frames, the footer, then sync.
+        self.flush_frame(false)?;
+        self.flush_frame(true)?;
         let mut footer = Vec::with_capacity(8);
         footer.extend_from_slice(PROFILES_MAGIC);
         footer.extend_from_slice(&encoding::FORMAT_VERSION.to_le_bytes());
@@ -613,44 +716,21 @@ fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
     }
 
     // Series entries, in pages of about INDEX_PAGE_RAW_BYTES, each one zstd frame.
-    let mut series_offsets = Vec::with_capacity(series.len());
-    let mut pages: Vec<(u64, u32, u32)> = Vec::new();
-    let mut page = Vec::new();
-    let close_page = |page: &mut Vec<u8>, out: &mut Vec<u8>, pages: &mut Vec<(u64, u32, u32)>| {
-        let compressed =
-            zstd::bulk::compress(page, ZSTD_LEVEL).expect("compressing into memory cannot fail");
-        pages.push((out.len() as u64, compressed.len() as u32, page.len() as u32));
-        out.extend_from_slice(&compressed);
-        page.clear();
-    };
     let mut postings: std::collections::BTreeMap<(u64, u64), RoaringBitmap> = Default::default();
     for (i, s) in series.iter().enumerate() {
-        if page.len() >= INDEX_PAGE_RAW_BYTES {
-            close_page(&mut page, &mut out, &mut pages);
-        }
-        series_offsets.push((pages.len() as u32, page.len() as u32));
         for l in s.labels.iter() {
             postings
                 .entry((sym(&l.name), sym(&l.value)))
                 .or_default()
                 .insert(i as u32);
         }
-        encode_series_entry(s, &sym, &mut page);
     }
-    if !page.is_empty() {
-        close_page(&mut page, &mut out, &mut pages);
-    }
-    let series_offsets_offset = out.len() as u64;
-    for (page, offset) in &series_offsets {
-        out.extend_from_slice(&page.to_le_bytes());
-        out.extend_from_slice(&offset.to_le_bytes());
-    }
-    let page_table_offset = out.len() as u64;
-    for (offset, len, raw_len) in &pages {
-        out.extend_from_slice(&offset.to_le_bytes());
-        out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(&raw_len.to_le_bytes());
-    }
+    let (series_offsets_offset, page_table_offset, n_pages) = write_paged(
+        &mut out,
+        series
+            .iter()
+            .map(|s| Some(|page: &mut Vec<u8>| encode_series_entry(s, &sym, page))),
+    );
     let mut table = Vec::with_capacity(postings.len() * POSTINGS_ENTRY_BYTES);
     for ((n, v), bitmap) in &postings {
         let offset = out.len() as u64;
@@ -664,6 +744,15 @@ fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
     }
     let postings_table_offset = out.len() as u64;
     out.extend_from_slice(&table);
+    // Summary entries (format 5), in pages of their own: a read of summaries decompresses no
+    // series entry.
+    let (summary_offsets_offset, summary_page_table_offset, n_summary_pages) = write_paged(
+        &mut out,
+        series.iter().map(|s| {
+            (!s.levels.is_empty())
+                .then_some(|page: &mut Vec<u8>| encode_summary_entry(s, &sym, page))
+        }),
+    );
     for v in [
         symbols_offset,
         series_offsets_offset,
@@ -671,7 +760,10 @@ fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
         postings_table_offset,
         postings.len() as u64,
         page_table_offset,
-        pages.len() as u64,
+        n_pages,
+        summary_offsets_offset,
+        summary_page_table_offset,
+        n_summary_pages,
     ] {
         out.extend_from_slice(&v.to_le_bytes());
     }
@@ -679,10 +771,80 @@ fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
     out
 }
 
+/// Appends entries (`None`: the series has none) in zstd pages of about
+/// [`INDEX_PAGE_RAW_BYTES`], then their offsets (page and offset in the page, both `u32`; page
+/// `u32::MAX` for none), then the page table (offset, length, raw length). Returns where the
+/// offsets and the page table start, and the number of pages.
+fn write_paged<F: FnOnce(&mut Vec<u8>)>(
+    out: &mut Vec<u8>,
+    entries: impl Iterator<Item = Option<F>>,
+) -> (u64, u64, u64) {
+    let mut offsets: Vec<(u32, u32)> = Vec::new();
+    let mut pages: Vec<(u64, u32, u32)> = Vec::new();
+    let mut page = Vec::new();
+    let close_page = |page: &mut Vec<u8>, out: &mut Vec<u8>, pages: &mut Vec<(u64, u32, u32)>| {
+        let compressed =
+            zstd::bulk::compress(page, ZSTD_LEVEL).expect("compressing into memory cannot fail");
+        pages.push((out.len() as u64, compressed.len() as u32, page.len() as u32));
+        out.extend_from_slice(&compressed);
+        page.clear();
+    };
+    for entry in entries {
+        let Some(encode) = entry else {
+            offsets.push((NO_ENTRY, 0));
+            continue;
+        };
+        if page.len() >= INDEX_PAGE_RAW_BYTES {
+            close_page(&mut page, out, &mut pages);
+        }
+        offsets.push((pages.len() as u32, page.len() as u32));
+        encode(&mut page);
+    }
+    if !page.is_empty() {
+        close_page(&mut page, out, &mut pages);
+    }
+    let offsets_offset = out.len() as u64;
+    for (page, offset) in &offsets {
+        out.extend_from_slice(&page.to_le_bytes());
+        out.extend_from_slice(&offset.to_le_bytes());
+    }
+    let page_table_offset = out.len() as u64;
+    for (offset, len, raw_len) in &pages {
+        out.extend_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&raw_len.to_le_bytes());
+    }
+    (offsets_offset, page_table_offset, pages.len() as u64)
+}
+
 /// Appends a series entry (format 4) to `out`: labels and meta as symbol numbers, then the
-/// profiles' columns, each value as its difference from the one before (times, durations,
-/// periods, totals, sizes, capture ids), then the chunks.
+/// profiles' columns and chunks ([`encode_profiles`]).
 fn encode_series_entry(s: &WrittenSeries, sym: &dyn Fn(&str) -> u64, out: &mut Vec<u8>) {
+    encode_labels_and_meta(s, sym, out);
+    encode_profiles(&s.profiles, &s.chunks, out);
+}
+
+/// Appends a series' summary entry (format 5) to `out`: labels and meta as in its series entry
+/// (a read of summaries reads no series entry), the first and last time of its profiles, then
+/// per level its resolution, its windows' columns and chunks ([`encode_profiles`], the times
+/// being the windows' ends) and two columns more, as differences: the profiles each window
+/// sums, and the total of its latest profile.
+fn encode_summary_entry(s: &WrittenSeries, sym: &dyn Fn(&str) -> u64, out: &mut Vec<u8>) {
+    encode_labels_and_meta(s, sym, out);
+    let first = s.profiles.first().map_or(0, |p| p.timestamp_ms);
+    let last = s.profiles.last().map_or(0, |p| p.timestamp_ms);
+    put_ivarint(out, first);
+    put_uvarint(out, last.wrapping_sub(first) as u64);
+    put_uvarint(out, s.levels.len() as u64);
+    for level in &s.levels {
+        put_uvarint(out, level.resolution_ms as u64);
+        encode_profiles(&level.profiles, &level.chunks, out);
+        put_deltas(out, &level.profiles, &|p| i64::from(p.merged));
+        put_deltas(out, &level.profiles, &|p| p.latest_total);
+    }
+}
+
+fn encode_labels_and_meta(s: &WrittenSeries, sym: &dyn Fn(&str) -> u64, out: &mut Vec<u8>) {
     put_uvarint(out, s.labels.len() as u64);
     for l in s.labels.iter() {
         put_uvarint(out, sym(&l.name));
@@ -703,9 +865,14 @@ fn encode_series_entry(s: &WrittenSeries, sym: &dyn Fn(&str) -> u64, out: &mut V
     }
     put_uvarint(out, sym(&m.drop_frames));
     put_uvarint(out, sym(&m.keep_frames));
-    put_uvarint(out, s.profiles.len() as u64);
+}
+
+/// Appends profiles' columns, each value as its difference from the one before (times,
+/// durations, periods, totals, sizes, capture ids), then their chunks.
+fn encode_profiles(profiles: &[BlockProfile], chunks: &[ChunkRef], out: &mut Vec<u8>) {
+    put_uvarint(out, profiles.len() as u64);
     let mut prev = 0i64;
-    for (j, p) in s.profiles.iter().enumerate() {
+    for (j, p) in profiles.iter().enumerate() {
         if j == 0 {
             put_ivarint(out, p.timestamp_ms);
         } else {
@@ -713,27 +880,29 @@ fn encode_series_entry(s: &WrittenSeries, sym: &dyn Fn(&str) -> u64, out: &mut V
         }
         prev = p.timestamp_ms;
     }
-    let deltas = |out: &mut Vec<u8>, column: &dyn Fn(&BlockProfile) -> i64| {
-        let mut prev = 0i64;
-        for p in &s.profiles {
-            let v = column(p);
-            put_ivarint(out, v.wrapping_sub(prev));
-            prev = v;
-        }
-    };
-    deltas(out, &|p| p.duration_nanos);
-    deltas(out, &|p| p.period);
-    deltas(out, &|p| p.total);
-    deltas(out, &|p| i64::from(p.n_samples));
-    deltas(out, &|p| i64::from(p.len));
-    deltas(out, &|p| p.capture_id as i64);
-    put_uvarint(out, s.chunks.len() as u64);
-    for c in &s.chunks {
+    put_deltas(out, profiles, &|p| p.duration_nanos);
+    put_deltas(out, profiles, &|p| p.period);
+    put_deltas(out, profiles, &|p| p.total);
+    put_deltas(out, profiles, &|p| i64::from(p.n_samples));
+    put_deltas(out, profiles, &|p| i64::from(p.len));
+    put_deltas(out, profiles, &|p| p.capture_id as i64);
+    put_uvarint(out, chunks.len() as u64);
+    for c in chunks {
         put_uvarint(out, u64::from(c.n_profiles));
         put_uvarint(out, c.offset);
         put_uvarint(out, c.len);
         put_uvarint(out, c.raw_len);
         put_uvarint(out, c.raw_offset);
+    }
+}
+
+/// Appends a column of `profiles`, each value as its difference from the one before.
+fn put_deltas(out: &mut Vec<u8>, profiles: &[BlockProfile], column: &dyn Fn(&BlockProfile) -> i64) {
+    let mut prev = 0i64;
+    for p in profiles {
+        let v = column(p);
+        put_ivarint(out, v.wrapping_sub(prev));
+        prev = v;
     }
 }
 
@@ -759,6 +928,51 @@ impl SeriesEntry {
     }
 }
 
+/// A series' summaries as a block's index records them (format 5; see [`crate::summary`]).
+#[derive(Debug, Clone)]
+pub(crate) struct SummaryEntry {
+    pub labels: Labels,
+    pub meta: Meta,
+    /// The time of the series' first and last profile in the block.
+    pub first_ms: i64,
+    pub last_ms: i64,
+    /// Finest first.
+    pub levels: Vec<SummaryLevel>,
+}
+
+/// One level of a series' summaries: per window, a profile (its time the window's end).
+#[derive(Debug, Clone)]
+pub(crate) struct SummaryLevel {
+    pub resolution_ms: i64,
+    pub profiles: Vec<BlockProfile>,
+    pub chunks: Vec<ChunkRef>,
+}
+
+/// The chunks that hold `profiles[range]`, given the chunks of all of `profiles`: each chunk
+/// that holds some of them, narrowed to them.
+pub(crate) fn chunks_of(
+    profiles: &[BlockProfile],
+    chunks: &[ChunkRef],
+    range: std::ops::Range<usize>,
+) -> Vec<ChunkRef> {
+    let mut out = Vec::new();
+    let mut first = 0usize;
+    for c in chunks {
+        let end = first + c.n_profiles as usize;
+        let (lo, hi) = (range.start.max(first), range.end.min(end));
+        if lo < hi {
+            let skipped: u64 = profiles[first..lo].iter().map(|p| u64::from(p.len)).sum();
+            out.push(ChunkRef {
+                n_profiles: (hi - lo) as u32,
+                raw_offset: c.raw_offset + skipped,
+                ..*c
+            });
+        }
+        first = end;
+    }
+    out
+}
+
 /// A block's profile data: its `profiles` file mapped, or read by ranges from elsewhere.
 #[derive(Debug)]
 enum ProfileData {
@@ -782,6 +996,9 @@ pub(crate) struct Block {
     n_series: u32,
     /// Format 4: where each page of series entries lies in `index` (offset, len, raw_len).
     pages: Vec<(usize, usize, usize)>,
+    /// Format 5: where the summary entries' offsets start (0 without), and their pages.
+    summary_offsets_offset: usize,
+    summary_pages: Vec<(usize, usize, usize)>,
     /// This opening's key in the [`PageCache`].
     cache_id: u64,
     /// Where the postings bitmaps start (the end of the series sections).
@@ -793,7 +1010,7 @@ pub(crate) struct Block {
 
 impl Drop for Block {
     fn drop(&mut self) {
-        if !self.pages.is_empty() {
+        if !self.pages.is_empty() || !self.summary_pages.is_empty() {
             PageCache::get().forget_block(self.cache_id);
         }
     }
@@ -897,6 +1114,8 @@ impl Block {
             series_offsets_offset: 0,
             n_series: 0,
             pages: Vec::new(),
+            summary_offsets_offset: 0,
+            summary_pages: Vec::new(),
             cache_id: {
                 static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
                 NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -937,8 +1156,39 @@ impl Block {
         };
         self.postings_table_offset = toc.postings_table_offset;
         self.n_postings = toc.n_postings;
+        if self.summarized() {
+            let summary_pages_end = toc.summary_offsets_offset;
+            self.summary_pages = read_page_table(
+                &self.index[..body_len],
+                toc.summary_page_table_offset,
+                toc.n_summary_pages,
+            )?;
+            let start = self
+                .summary_pages
+                .first()
+                .map_or(summary_pages_end, |p| p.0);
+            let end = self.summary_pages.last().map_or(start, |p| p.0 + p.1);
+            if start != toc.postings_table_offset + toc.n_postings * POSTINGS_ENTRY_BYTES
+                || end != summary_pages_end
+            {
+                return Reader::new(&[])
+                    .fail("summary pages do not lie between the postings and their offsets");
+            }
+            self.summary_offsets_offset = toc.summary_offsets_offset;
+        }
         self.check_series(body_len, profiles_len)?;
+        self.check_summaries(profiles_len)?;
         self.check_postings(body_len)
+    }
+
+    /// Whether the index holds summary entries (format 5 on).
+    fn summarized(&self) -> bool {
+        self.meta.version >= 5
+    }
+
+    /// Whether any series of the block has summaries.
+    pub fn has_summaries(&self) -> bool {
+        !self.summary_pages.is_empty()
     }
 
     /// Whether the index keeps its series entries in compressed pages (format 4 on).
@@ -949,8 +1199,10 @@ impl Block {
     /// The index's table of contents, its offsets checked to leave neither gaps nor overlaps.
     fn parse_toc(&self, body_len: usize) -> encoding::Result<Toc> {
         let body = &self.index[..body_len];
-        let toc_bytes = if self.paged() {
+        let toc_bytes = if self.summarized() {
             TOC_BYTES
+        } else if self.paged() {
+            TOC_BYTES_V4
         } else {
             TOC_BYTES_V3
         };
@@ -987,9 +1239,26 @@ impl Block {
         } else {
             (series_offsets_offset + 8 * n_series, 0)
         };
+        let (summary_offsets_offset, summary_page_table_offset, n_summary_pages) =
+            if self.summarized() {
+                let offsets = field("summary offsets offset", toc_start)?;
+                let table = field("summary page table offset", toc_start)?;
+                let n = field(
+                    "summary page count",
+                    toc_start.saturating_sub(table) / PAGE_ENTRY_BYTES,
+                )?;
+                (offsets, table, n)
+            } else {
+                (0, toc_start, 0)
+            };
+        let postings_end = postings_table_offset + n_postings * POSTINGS_ENTRY_BYTES;
         if series_offsets_offset + 8 * n_series != page_table_offset
             || page_table_offset + PAGE_ENTRY_BYTES * n_pages > postings_table_offset
-            || postings_table_offset + n_postings * POSTINGS_ENTRY_BYTES != toc_start
+            || (!self.summarized() && postings_end != toc_start)
+            || (self.summarized()
+                && (summary_offsets_offset < postings_end
+                    || summary_offsets_offset + 8 * n_series != summary_page_table_offset
+                    || summary_page_table_offset + PAGE_ENTRY_BYTES * n_summary_pages != toc_start))
         {
             return Reader::new(body).fail("index sections overlap or leave gaps");
         }
@@ -1001,29 +1270,17 @@ impl Block {
             n_postings,
             page_table_offset,
             n_pages,
+            summary_offsets_offset,
+            summary_page_table_offset,
+            n_summary_pages,
         })
     }
 
     /// Reads the page table (format 4), checking that the pages lie back to back just before
     /// the series offsets; returns where the first page starts (the end of the symbols).
     fn read_pages(&mut self, body_len: usize, toc: &Toc) -> encoding::Result<usize> {
-        let body = &self.index[..body_len];
-        let mut r = Reader::new(
-            &body[toc.page_table_offset..toc.page_table_offset + PAGE_ENTRY_BYTES * toc.n_pages],
-        );
-        let mut pages = Vec::with_capacity(toc.n_pages);
-        for _ in 0..toc.n_pages {
-            let offset = r.u64_le()? as usize;
-            let len = r.u32_le()? as usize;
-            let raw_len = r.u32_le()? as usize;
-            if pages
-                .last()
-                .is_some_and(|&(o, l, _): &(usize, usize, usize)| o + l != offset)
-            {
-                return r.fail("index pages are not back to back");
-            }
-            pages.push((offset, len, raw_len));
-        }
+        let pages = read_page_table(&self.index[..body_len], toc.page_table_offset, toc.n_pages)?;
+        let r = Reader::new(&[]);
         let start = pages.first().map_or(toc.series_offsets_offset, |p| p.0);
         let end = pages.last().map_or(start, |p| p.0 + p.1);
         if start < toc.symbols_offset || end != toc.series_offsets_offset {
@@ -1033,12 +1290,19 @@ impl Block {
         Ok(start)
     }
 
-    /// Page `k` of the series entries, decompressed (from the [`PageCache`] when read lately).
-    fn page(&self, k: u32) -> encoding::Result<Arc<Vec<u8>>> {
-        if let Some(page) = PageCache::get().lookup((self.cache_id, k)) {
+    /// Page `k` of the series entries (or of the summary entries), decompressed (from the
+    /// [`PageCache`] when read lately).
+    fn page(&self, k: u32, summary: bool) -> encoding::Result<Arc<Vec<u8>>> {
+        let key = if summary { k | SUMMARY_PAGE_BIT } else { k };
+        if let Some(page) = PageCache::get().lookup((self.cache_id, key)) {
             return Ok(page);
         }
-        let Some(&(offset, len, raw_len)) = self.pages.get(k as usize) else {
+        let pages = if summary {
+            &self.summary_pages
+        } else {
+            &self.pages
+        };
+        let Some(&(offset, len, raw_len)) = pages.get(k as usize) else {
             return Reader::new(&[]).fail(format!("index page {k} does not exist"));
         };
         let raw =
@@ -1052,7 +1316,7 @@ impl Block {
             ));
         }
         let raw = Arc::new(raw);
-        PageCache::get().insert((self.cache_id, k), raw.clone());
+        PageCache::get().insert((self.cache_id, key), raw.clone());
         Ok(raw)
     }
 
@@ -1095,35 +1359,7 @@ impl Block {
             if prev_labels.as_ref().is_some_and(|p| *p >= entry.labels) {
                 return Reader::new(body).fail(format!("series {i} is out of label order"));
             }
-            let mut profile = 0usize;
-            for c in &entry.chunks {
-                let end = c.offset.checked_add(c.len);
-                if end.is_none_or(|e| e > profiles_len as u64) || c.raw_len > MAX_RAW_BYTES {
-                    return Reader::new(body)
-                        .fail(format!("series {i} has a chunk outside `profiles`"));
-                }
-                let raw: u64 = entry
-                    .profiles
-                    .get(profile..profile + c.n_profiles as usize)
-                    .map(|ps| ps.iter().map(|p| u64::from(p.len)).sum())
-                    .unwrap_or(u64::MAX);
-                // Before format 4 a frame held one chunk; from it, chunks share frames.
-                let fits = if self.paged() {
-                    c.raw_offset
-                        .checked_add(raw)
-                        .is_some_and(|end| end <= c.raw_len)
-                } else {
-                    raw == c.raw_len
-                };
-                if !fits {
-                    return Reader::new(body).fail(format!("series {i}: chunk sizes disagree"));
-                }
-                profile += c.n_profiles as usize;
-            }
-            if profile != entry.profiles.len() {
-                return Reader::new(body)
-                    .fail(format!("series {i}: chunks do not cover its profiles"));
-            }
+            self.check_chunks(i, &entry.profiles, &entry.chunks, profiles_len)?;
             if entry
                 .profiles
                 .first()
@@ -1153,6 +1389,46 @@ impl Block {
             )
         {
             return Reader::new(body).fail("index and meta.json disagree on counts");
+        }
+        Ok(())
+    }
+
+    /// Checks that `chunks` lie within `profiles` (the file, `profiles_len` bytes) and agree
+    /// with the sizes of `profiles` (the headers), covering them all.
+    fn check_chunks(
+        &self,
+        i: u32,
+        profiles: &[BlockProfile],
+        chunks: &[ChunkRef],
+        profiles_len: usize,
+    ) -> encoding::Result<()> {
+        let body = &self.index[..];
+        let mut profile = 0usize;
+        for c in chunks {
+            let end = c.offset.checked_add(c.len);
+            if end.is_none_or(|e| e > profiles_len as u64) || c.raw_len > MAX_RAW_BYTES {
+                return Reader::new(body)
+                    .fail(format!("series {i} has a chunk outside `profiles`"));
+            }
+            let raw: u64 = profiles
+                .get(profile..profile + c.n_profiles as usize)
+                .map(|ps| ps.iter().map(|p| u64::from(p.len)).sum())
+                .unwrap_or(u64::MAX);
+            // Before format 4 a frame held one chunk; from it, chunks share frames.
+            let fits = if self.paged() {
+                c.raw_offset
+                    .checked_add(raw)
+                    .is_some_and(|end| end <= c.raw_len)
+            } else {
+                raw == c.raw_len
+            };
+            if !fits {
+                return Reader::new(body).fail(format!("series {i}: chunk sizes disagree"));
+            }
+            profile += c.n_profiles as usize;
+        }
+        if profile != profiles.len() {
+            return Reader::new(body).fail(format!("series {i}: chunks do not cover its profiles"));
         }
         Ok(())
     }
@@ -1246,7 +1522,7 @@ impl Block {
         if self.paged() {
             let page = off.u32_le()?;
             let offset = off.u32_le()? as usize;
-            let bytes = self.page(page)?;
+            let bytes = self.page(page, false)?;
             if offset > bytes.len() {
                 return off.fail(format!("series {i} offset {offset} is outside its page"));
             }
@@ -1266,6 +1542,18 @@ impl Block {
 
     /// Decodes the series entry `r` is at.
     fn decode_series_entry(&self, r: &mut Reader<'_>) -> encoding::Result<SeriesEntry> {
+        let (labels, meta) = self.decode_labels_and_meta(r)?;
+        let (profiles, chunks) = self.decode_profiles(r)?;
+        Ok(SeriesEntry {
+            labels,
+            meta,
+            profiles,
+            chunks,
+        })
+    }
+
+    /// Decodes the labels and meta at the start of a series or summary entry.
+    fn decode_labels_and_meta(&self, r: &mut Reader<'_>) -> encoding::Result<(Labels, Meta)> {
         let n_labels = r.count(2, "label")?;
         let mut pairs = Vec::with_capacity(n_labels);
         for _ in 0..n_labels {
@@ -1300,6 +1588,25 @@ impl Block {
         } else {
             (String::new(), String::new())
         };
+        let meta = Meta {
+            sample_type,
+            period_type,
+            period: 0,
+            time_nanos: 0,
+            duration_nanos: 0,
+            capture_id: 0,
+            comments,
+            drop_frames,
+            keep_frames,
+        };
+        Ok((labels, meta))
+    }
+
+    /// Decodes the profiles' columns and chunks of a series or summary entry.
+    fn decode_profiles(
+        &self,
+        r: &mut Reader<'_>,
+    ) -> encoding::Result<(Vec<BlockProfile>, Vec<ChunkRef>)> {
         let n = r.count(6, "profile")?;
         let mut profiles = vec![
             BlockProfile {
@@ -1310,6 +1617,8 @@ impl Block {
                 total: 0,
                 n_samples: 0,
                 len: 0,
+                merged: 1,
+                latest_total: 0,
             };
             n
         ];
@@ -1383,22 +1692,86 @@ impl Block {
                 raw_offset: if self.paged() { r.uvarint()? } else { 0 },
             });
         }
-        Ok(SeriesEntry {
+        for p in profiles.iter_mut() {
+            p.latest_total = p.total;
+        }
+        Ok((profiles, chunks))
+    }
+
+    /// Reads the summary entry of series `i` (format 5), if it has one.
+    pub fn summary_entry(&self, i: u32) -> encoding::Result<Option<SummaryEntry>> {
+        if !self.summarized() {
+            return Ok(None);
+        }
+        let at = self.summary_offsets_offset + 8 * i as usize;
+        let mut off = Reader::new(self.index.get(at..at + 8).unwrap_or(&[]));
+        let page = off.u32_le()?;
+        let offset = off.u32_le()? as usize;
+        if page == NO_ENTRY {
+            return Ok(None);
+        }
+        let bytes = self.page(page, true)?;
+        if offset > bytes.len() {
+            return off.fail(format!("summary {i} offset {offset} is outside its page"));
+        }
+        let mut r = Reader::new(&bytes);
+        r.take(offset)?;
+        let (labels, meta) = self.decode_labels_and_meta(&mut r)?;
+        let first_ms = r.ivarint()?;
+        let last_ms = first_ms.wrapping_add(r.uvarint()? as i64);
+        let n_levels = r.count(2, "summary level")?;
+        let mut levels = Vec::with_capacity(n_levels);
+        for _ in 0..n_levels {
+            let resolution_ms = r.uvarint()? as i64;
+            if resolution_ms <= 0 {
+                return r.fail(format!(
+                    "summary resolution {resolution_ms} is not positive"
+                ));
+            }
+            let (mut profiles, chunks) = self.decode_profiles(&mut r)?;
+            let mut out_of_range = false;
+            read_deltas(&mut r, &mut profiles, |p, v| match u32::try_from(v) {
+                Ok(v) => p.merged = v,
+                Err(_) => out_of_range = true,
+            })?;
+            if out_of_range {
+                return r.fail("a summary's profile count is out of range");
+            }
+            read_deltas(&mut r, &mut profiles, |p, v| p.latest_total = v)?;
+            levels.push(SummaryLevel {
+                resolution_ms,
+                profiles,
+                chunks,
+            });
+        }
+        Ok(Some(SummaryEntry {
             labels,
-            meta: Meta {
-                sample_type,
-                period_type,
-                period: 0,
-                time_nanos: 0,
-                duration_nanos: 0,
-                capture_id: 0,
-                comments,
-                drop_frames,
-                keep_frames,
-            },
-            profiles,
-            chunks,
-        })
+            meta,
+            first_ms,
+            last_ms,
+            levels,
+        }))
+    }
+
+    /// Checks every summary entry: labels those of its series, chunks within `profiles` and
+    /// agreeing with the windows' sizes.
+    fn check_summaries(&self, profiles_len: usize) -> encoding::Result<()> {
+        for i in 0..self.n_series {
+            let Some(summary) = self.summary_entry(i)? else {
+                continue;
+            };
+            let entry = self.series_entry(i)?;
+            if summary.labels != entry.labels
+                || entry.profiles.first().map(|p| p.timestamp_ms) != Some(summary.first_ms)
+                || entry.profiles.last().map(|p| p.timestamp_ms) != Some(summary.last_ms)
+            {
+                return Reader::new(&[]).fail(format!("summary {i} disagrees with its series"));
+            }
+            for level in &summary.levels {
+                self.check_chunks(i, &level.profiles, &level.chunks, profiles_len)?;
+            }
+        }
+        Ok(())
     }
 
     /// Decompresses the frame of `profiles` that `chunk` lies in into `out`.
@@ -1542,6 +1915,26 @@ impl Block {
         }
         Ok(())
     }
+}
+
+/// Reads a page table (`n` entries at `at` of `body`), checking that the pages lie back to back.
+fn read_page_table(
+    body: &[u8],
+    at: usize,
+    n: usize,
+) -> encoding::Result<Vec<(usize, usize, usize)>> {
+    let mut r = Reader::new(body.get(at..at + PAGE_ENTRY_BYTES * n).unwrap_or(&[]));
+    let mut pages: Vec<(usize, usize, usize)> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let offset = r.u64_le()? as usize;
+        let len = r.u32_le()? as usize;
+        let raw_len = r.u32_le()? as usize;
+        if pages.last().is_some_and(|&(o, l, _)| o + l != offset) {
+            return r.fail("index pages are not back to back");
+        }
+        pages.push((offset, len, raw_len));
+    }
+    Ok(pages)
 }
 
 /// Reads a column of differences (format 4), one per profile, setting each sum with `set`.
@@ -1709,6 +2102,8 @@ impl From<&StoredProfile> for BlockProfile {
             total: p.total,
             n_samples: p.n_samples,
             len: p.data.len() as u32,
+            merged: 1,
+            latest_total: p.total,
         }
     }
 }

@@ -1299,8 +1299,10 @@ pub(crate) const FOOTER_BYTES: usize = 12;
 /// `drop_frames` and `keep_frames` to the index; version 3 the span section of a profile's
 /// samples (flag 2 of [`encode_samples`]), which earlier builds cannot read; version 4 frames
 /// of `profiles` shared by consecutive series and the index's series entries in compressed
-/// pages, their columns as differences.
-pub(crate) const FORMAT_VERSION: u32 = 4;
+/// pages, their columns as differences; version 5 the summaries of 5-minute and hour windows
+/// (`crate::summary`), their profiles in frames of their own and their entries in a section
+/// of the index after the postings.
+pub(crate) const FORMAT_VERSION: u32 = 5;
 
 /// The oldest version this build reads.
 pub(crate) const OLDEST_FORMAT_VERSION: u32 = 1;

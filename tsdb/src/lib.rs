@@ -69,6 +69,7 @@ mod record;
 mod remote;
 mod retention;
 mod spans;
+mod summary;
 pub mod wal;
 
 #[cfg(test)]
@@ -90,3 +91,4 @@ pub use query::{
 pub use remote::{LazyBlock, OpenBlock, RangeRead, RemoteBlock, compact_remote};
 pub use retention::RetentionHorizon;
 pub use spans::{DEFAULT_SPAN_LABELS, set_span_labels, span_labels};
+pub use summary::SUMMARY_RESOLUTIONS_MS;

@@ -305,12 +305,16 @@ impl PeerAnswer {
             let n_profiles = r.count(5, "profile").map_err(wire)?;
             let mut profiles = Vec::with_capacity(n_profiles);
             for _ in 0..n_profiles {
+                let timestamp_ms = r.ivarint().map_err(wire)?;
+                let total = r.ivarint().map_err(wire)?;
                 profiles.push(PeerProfile {
+                    // A shard answers with its stored profiles, never summaries.
                     point: TotalPoint {
-                        timestamp_ms: r.ivarint().map_err(wire)?,
-                        total: r.ivarint().map_err(wire)?,
+                        timestamp_ms,
+                        total,
                         period: r.ivarint().map_err(wire)?,
                         duration_nanos: r.ivarint().map_err(wire)?,
+                        latest_total: total,
                     },
                     capture_id: r.uvarint().map_err(wire)?,
                 });
@@ -447,6 +451,7 @@ mod tests {
                         total: 42,
                         period: 10,
                         duration_nanos: 1_000_000_000,
+                        latest_total: 42,
                     },
                     capture_id: 99,
                 }],

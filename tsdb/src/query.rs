@@ -16,6 +16,7 @@ use crate::head::Head;
 use crate::labels::{Labels, Matcher};
 use crate::peer::{PeerAnswer, PeerProfile, PeerRead, PeerRequest, PeerSeries, Plan};
 use crate::remote::LazyBlock;
+use crate::summary::{self, Part, StackSums, add_labelled};
 use crate::{Error, postings};
 
 /// The profiles of one series over a query's time range, sharing the query's tables.
@@ -49,6 +50,10 @@ pub struct TotalPoint {
     pub period: i64,
     /// The window it covers (0 for a snapshot).
     pub duration_nanos: i64,
+    /// The total of the latest profile it stands for: `total` itself, unless the point sums
+    /// a window's profiles (a summary, read by [`Querier::with_summaries`]); what a graph of
+    /// a snapshot type shows.
+    pub latest_total: i64,
 }
 
 /// The largest spans of one series over a query's time range ([`Querier::largest_spans`]).
@@ -161,6 +166,8 @@ pub struct Querier<'a> {
     warnings: Mutex<Vec<String>>,
     /// Matchers on per-sample span attributes ([`Querier::with_span_matchers`]).
     spans: Option<SpanMatchers>,
+    /// The coarsest summaries reads may use ([`Querier::with_summaries`]); 0 for none.
+    summaries_ms: i64,
 }
 
 /// Matchers on the span attributes of samples (`span_id`, `trace_id`, …): a sample is kept when
@@ -285,6 +292,8 @@ struct Read<'q> {
     inner: &'q Inner,
     /// The querier's span selection.
     spans: Option<&'q SpanMatchers>,
+    /// The coarsest summaries this read may use; 0 for none.
+    summaries_ms: i64,
     blocks: BlockSet,
     /// Per block: the last time read from it (`max_ms`, or earlier for a shard's block in the
     /// bucket whose later profiles the shard answers for).
@@ -331,7 +340,25 @@ impl<'a> Querier<'a> {
             peers,
             warnings: Mutex::new(warnings),
             spans: None,
+            summaries_ms: 0,
         }
+    }
+
+    /// The same querier reading blocks' summaries ([`crate::SUMMARY_RESOLUTIONS_MS`]) of
+    /// resolution up to `max_resolution_ms` where they cover whole windows of its range: a
+    /// summary stands for the profiles of one series in one window, `(end - resolution, end]`,
+    /// with their samples, durations and totals summed; it reads as one profile at the
+    /// window's end ([`TotalPoint::latest_total`] keeps its latest profile's total).
+    ///
+    /// Merges read the same samples and totals as without summaries (only the merged
+    /// profile's time may be a window's end rather than its first profile's). For
+    /// [`Querier::totals`] (a metrics graph) and [`Querier::select`], a window's profiles read
+    /// as one: use a resolution that the steps, their start and their reach are multiples of,
+    /// and every step holds whole windows. Ignored by reads with span matchers, and for blocks
+    /// that overlap another block or the head.
+    pub fn with_summaries(mut self, max_resolution_ms: i64) -> Self {
+        self.summaries_ms = max_resolution_ms.max(0);
+        self
     }
 
     /// The same querier reading only the samples whose span attributes match all `matchers`
@@ -383,6 +410,11 @@ impl<'a> Querier<'a> {
             let attempt = Read {
                 inner: self.inner,
                 spans: self.spans.as_ref(),
+                summaries_ms: if self.spans.is_some() {
+                    0
+                } else {
+                    self.summaries_ms
+                },
                 blocks,
                 block_max,
                 generation: view.generation,
@@ -672,8 +704,14 @@ impl Read<'_> {
     /// head last), each profile counted in one source only.
     fn matched(&self, matchers: &[Matcher]) -> Result<BTreeMap<Labels, Vec<Source>>, Fault> {
         let mut out: BTreeMap<Labels, Vec<Source>> = BTreeMap::new();
+        let summarized = self.summarized_blocks()?;
         for (bi, _) in self.blocks_in_range() {
-            for (_, e) in self.block_series(bi, matchers)? {
+            let series = if summarized[bi] {
+                self.summarized_series(bi, matchers)?
+            } else {
+                self.block_series(bi, matchers)?
+            };
+            for (_, e) in series {
                 out.entry(e.labels.clone()).or_default().push(Source::Block(
                     bi,
                     Box::new(e),
@@ -691,7 +729,109 @@ impl Read<'_> {
         drop(head);
         for sources in out.values_mut() {
             if sources.len() > 1 {
-                self.hide_duplicates(sources, head_min_valid_ms);
+                self.hide_duplicates(sources, head_min_valid_ms, &summarized);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Per block, whether this read takes its summaries: when it may, the block holds them,
+    /// and no other block nor the head holds profiles of its time (where sources overlap,
+    /// each profile is weighed against the others by its time, which a summary hides).
+    fn summarized_blocks(&self) -> Result<Vec<bool>, Fault> {
+        if self.summaries_ms <= 0 {
+            return Ok(vec![false; self.blocks.len()]);
+        }
+        let head_min_valid_ms = self.head()?.min_valid_ms;
+        Ok(self
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(bi, b)| {
+                b.has_summaries()
+                    && b.meta.max_time_ms <= head_min_valid_ms
+                    && !self.blocks.iter().enumerate().any(|(bj, o)| {
+                        bj != bi
+                            && o.meta.min_time_ms < b.meta.max_time_ms
+                            && b.meta.min_time_ms < o.meta.max_time_ms
+                    })
+            })
+            .collect())
+    }
+
+    /// Series of block `bi` selected by `matchers` with profiles in range, each read from its
+    /// summaries where they cover whole windows of the range ([`summary::plan`]) and from its
+    /// profiles elsewhere: an entry whose profiles are those parts in time order.
+    fn summarized_series(
+        &self,
+        bi: usize,
+        matchers: &[Matcher],
+    ) -> Result<Vec<(u32, SeriesEntry)>, Error> {
+        let b = &self.blocks[bi];
+        let (first_ms, last_ms) = (self.min_ms, self.block_max[bi]);
+        let corrupt = |e| b.index_corrupt(e);
+        let mut out = Vec::new();
+        for i in postings::select(b.as_ref(), matchers).iter() {
+            let Some(summary) = b.summary_entry(i).map_err(corrupt)? else {
+                let e = b.series_entry(i).map_err(corrupt)?;
+                if e.has_profiles_in(first_ms, last_ms) {
+                    out.push((i, e));
+                }
+                continue;
+            };
+            if summary.last_ms < first_ms || summary.first_ms > last_ms {
+                continue;
+            }
+            let resolutions: Vec<i64> = summary.levels.iter().map(|l| l.resolution_ms).collect();
+            let parts = summary::plan(
+                first_ms.saturating_sub(1),
+                last_ms,
+                &resolutions,
+                self.summaries_ms,
+            );
+            let needs_profiles = parts.iter().any(|p| {
+                matches!(*p, Part::Profiles { after, until }
+                    if until >= summary.first_ms && after < summary.last_ms)
+            });
+            let stored = if needs_profiles {
+                Some(b.series_entry(i).map_err(corrupt)?)
+            } else {
+                None
+            };
+            let mut profiles = Vec::new();
+            let mut chunks = Vec::new();
+            for part in parts {
+                let (list, list_chunks, after, until) = match part {
+                    Part::Level {
+                        level,
+                        after,
+                        until,
+                    } => {
+                        let l = &summary.levels[level];
+                        (&l.profiles, &l.chunks, after, until)
+                    }
+                    Part::Profiles { after, until } => match &stored {
+                        Some(e) => (&e.profiles, &e.chunks, after, until),
+                        None => continue,
+                    },
+                };
+                let start = list.partition_point(|p| p.timestamp_ms <= after);
+                let end = list.partition_point(|p| p.timestamp_ms <= until);
+                if start < end {
+                    profiles.extend_from_slice(&list[start..end]);
+                    chunks.extend(block::chunks_of(list, list_chunks, start..end));
+                }
+            }
+            if !profiles.is_empty() {
+                out.push((
+                    i,
+                    SeriesEntry {
+                        labels: summary.labels,
+                        meta: summary.meta,
+                        profiles,
+                        chunks,
+                    },
+                ));
             }
         }
         Ok(out)
@@ -702,12 +842,14 @@ impl Read<'_> {
     /// compaction keeps it), and in any block rather than the head. Blocks cut from the head
     /// never overlap one another nor the head, so this costs a look at each source's time range
     /// unless imported blocks (or pushes past the out-of-order window) overlap.
-    fn hide_duplicates(&self, sources: &mut [Source], head_min_valid_ms: i64) {
+    fn hide_duplicates(&self, sources: &mut [Source], head_min_valid_ms: i64, summarized: &[bool]) {
         // Per block source: its rank (by block name), its index, and its times in range.
         let mut blocks: Vec<(&str, usize, &[BlockProfile])> = sources
             .iter()
             .enumerate()
             .filter_map(|(k, s)| match s {
+                // Its profiles are no other source's ([`Read::summarized_blocks`]).
+                Source::Block(bi, _, _) if summarized[*bi] => None,
                 Source::Block(bi, e, _) => {
                     let start = e.profiles.partition_point(|p| p.timestamp_ms < self.min_ms);
                     let end = e
@@ -965,7 +1107,7 @@ impl Read<'_> {
         // Per origin: values by stack id (reused across groups; `touched` lists the ids to
         // read back and reset).
         let head_origin = self.blocks.len();
-        let mut sums: Vec<OriginSums> = (0..=head_origin).map(|_| OriginSums::default()).collect();
+        let mut sums: Vec<StackSums> = (0..=head_origin).map(|_| StackSums::default()).collect();
         let mut chunks = block::ChunkReader::new(&self.inner.dir)?;
         let mut summed = Vec::with_capacity(grouped.len());
         for (key, series) in grouped {
@@ -1024,7 +1166,7 @@ impl Read<'_> {
                     key,
                     first,
                     sum: group,
-                    per_origin: sums.iter_mut().map(OriginSums::take).collect(),
+                    per_origin: sums.iter_mut().map(StackSums::take).collect(),
                 });
             }
         }
@@ -1192,6 +1334,7 @@ impl Read<'_> {
                         total: p.total,
                         period: p.period,
                         duration_nanos: p.duration_nanos,
+                        latest_total: p.latest_total,
                     })
                     .collect();
                 // Sources that overlap in time (imported blocks) interleave.
@@ -1245,40 +1388,6 @@ fn head_corrupt(labels: &Labels, timestamp_ms: i64, e: encoding::DecodeError) ->
     }
 }
 
-/// Values summed per stack id of one origin (a block or the head), for the group being merged.
-#[derive(Default)]
-struct OriginSums {
-    dense: Vec<i64>,
-    /// The ids of `dense` to read back and reset.
-    touched: Vec<u32>,
-    labelled: FxHashMap<(StackId, LabelSetId), i64>,
-}
-
-impl OriginSums {
-    /// The group's samples in the origin's ids, leaving the sums empty for the next group.
-    fn take(&mut self) -> Samples {
-        let mut samples = Samples::default();
-        // In stack-id order, as a dense scan would give; an id touched again after summing to
-        // zero appears twice and is read once.
-        self.touched.sort_unstable();
-        for &s in &self.touched {
-            let v = std::mem::take(&mut self.dense[s as usize]);
-            if v != 0 {
-                samples.stacks.push(StackId(s));
-                samples.labels.push(LabelSetId::EMPTY);
-                samples.values.push(v);
-            }
-        }
-        self.touched.clear();
-        for ((s, l), v) in self.labelled.drain() {
-            samples.stacks.push(s);
-            samples.labels.push(l);
-            samples.values.push(v);
-        }
-        samples
-    }
-}
-
 /// What a group's merge has gathered: meta and the number of profiles.
 #[derive(Default)]
 struct GroupSum {
@@ -1297,7 +1406,7 @@ impl GroupSum {
     #[inline(always)]
     fn add(
         &mut self,
-        sums: &mut OriginSums,
+        sums: &mut StackSums,
         series_meta: &Meta,
         p: &BlockProfile,
         bytes: &[u8],
@@ -1309,7 +1418,7 @@ impl GroupSum {
         if sums.dense.len() < limits.n_stacks as usize {
             sums.dense.resize(limits.n_stacks as usize, 0);
         }
-        let OriginSums {
+        let StackSums {
             dense,
             touched,
             labelled,
@@ -1338,25 +1447,12 @@ impl GroupSum {
     /// Counts one profile, by its header, into the group's meta.
     fn fold(&mut self, series_meta: &Meta, p: &BlockProfile) -> Result<(), Error> {
         merge_meta(&mut self.meta, &mut self.captures, series_meta, p)?;
-        self.n_profiles += 1;
+        self.n_profiles += p.merged as usize;
         if let Some(headers) = &mut self.headers {
             headers.push(PeerProfile::from(p));
         }
         Ok(())
     }
-}
-
-/// The rare labelled sample of [`GroupSum::add`], kept out of its loop so that the loop's
-/// common case inlines (with the hash map in it, it did not, and merges ran 1.6 times slower).
-#[inline(never)]
-fn add_labelled(
-    labelled: &mut FxHashMap<(StackId, LabelSetId), i64>,
-    s: StackId,
-    l: LabelSetId,
-    v: i64,
-) {
-    let slot = labelled.entry((s, l)).or_insert(0);
-    *slot = slot.wrapping_add(v);
 }
 
 /// Folds one profile's meta into a merge's, google/pprof's way.
@@ -1462,6 +1558,7 @@ impl From<&BlockProfile> for PeerProfile {
                 total: p.total,
                 period: p.period,
                 duration_nanos: p.duration_nanos,
+                latest_total: p.latest_total,
             },
             capture_id: p.capture_id,
         }
@@ -1478,6 +1575,8 @@ impl From<&PeerProfile> for BlockProfile {
             total: p.point.total,
             n_samples: 0,
             len: 0,
+            merged: 1,
+            latest_total: p.point.latest_total,
         }
     }
 }
@@ -1659,12 +1758,14 @@ impl Read<'_> {
                             .profiles
                             .into_iter()
                             .map(|(t, p)| {
+                                let total = p.samples.values.iter().sum();
                                 let header = PeerProfile {
                                     point: TotalPoint {
                                         timestamp_ms: t,
-                                        total: p.samples.values.iter().sum(),
+                                        total,
                                         period: p.meta.period,
                                         duration_nanos: p.meta.duration_nanos,
+                                        latest_total: total,
                                     },
                                     capture_id: p.meta.capture_id,
                                 };

@@ -187,11 +187,13 @@ impl Engine {
                                         Some(m) if m.reads(&p.tables) => m,
                                         slot => slot.insert(StackFilters::new(&p.tables, filters)),
                                     };
+                                    let total = memo.total(p);
                                     TotalPoint {
                                         timestamp_ms: *t,
-                                        total: memo.total(p),
+                                        total,
                                         period: p.meta.period,
                                         duration_nanos: p.meta.duration_nanos,
+                                        latest_total: total,
                                     }
                                 })
                                 .collect();
