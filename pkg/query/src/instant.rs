@@ -100,7 +100,10 @@ impl Engine {
                     ),
                 };
                 select::check(self, selector, &matchers, window, &self.limits)?;
-                let querier = self.querier(window.0, window.1);
+                // A set is merged (from summaries where they cover whole windows), or only
+                // its latest profiles are read.
+                let summaries = if latest_only { 0 } else { i64::MAX };
+                let querier = self.summarized_querier(window.0, window.1, &[], summaries);
                 let n_samples = querier.n_samples(&matchers)?;
                 if n_samples > self.limits.max_samples {
                     return Err(Error::TooManySamples {
@@ -265,7 +268,7 @@ impl Engine {
         set: ProfileSet,
         grouping: Option<&Grouping>,
     ) -> Result<Vec<ProfileGroup>, Error> {
-        let querier = self.span_querier(set.window.0, set.window.1, &set.spans);
+        let querier = self.summarized_querier(set.window.0, set.window.1, &set.spans, i64::MAX);
         let merged = querier
             .merge_grouped(&set.matchers, |labels| group_labels(labels, grouping))
             .map_err(|e| match e {

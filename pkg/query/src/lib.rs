@@ -183,6 +183,26 @@ impl Engine {
         }
     }
 
+    /// A querier like [`Engine::span_querier`] that reads the store's summaries of resolution
+    /// up to `summaries_ms` where they cover whole windows ([`parca_tsdb::Querier::with_summaries`]):
+    /// `i64::MAX` for merges, a resolution the steps are aligned to for metrics graphs.
+    pub fn summarized_querier(
+        &self,
+        min_ms: i64,
+        max_ms: i64,
+        spans: &[Matcher],
+        summaries_ms: i64,
+    ) -> WatchedQuerier<'_> {
+        WatchedQuerier {
+            querier: self
+                .db
+                .querier(min_ms, max_ms)
+                .with_span_matchers(spans.to_vec())
+                .with_summaries(summaries_ms),
+            warnings: &self.warnings,
+        }
+    }
+
     /// What the evaluations of this engine could not cover: each names a shard that did not
     /// answer and the time it would have covered. Empty for a whole answer.
     pub fn warnings(&self) -> Vec<String> {

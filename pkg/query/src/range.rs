@@ -133,7 +133,8 @@ impl Engine {
                         limit: self.limits.max_points,
                     });
                 }
-                let querier = self.span_querier(window.0, window.1, &spans);
+                let summaries_ms = summary_resolution(query, offset_ms, range_ms, self.limits.lookback_ms);
+                let querier = self.summarized_querier(window.0, window.1, &spans, summaries_ms);
                 // Stored totals count whole profiles: stack filters and span selections read
                 // the samples.
                 let totals: Vec<(Labels, Meta, Vec<TotalPoint>)> = if filters.is_empty()
@@ -141,7 +142,9 @@ impl Engine {
                 {
                     let read = || querier.totals(&matchers);
                     let totals = match &self.shared {
-                        Some(shared) => shared.totals(&matchers, &spans, window, read)?,
+                        Some(shared) => {
+                            shared.totals(&matchers, &spans, window, summaries_ms, read)?
+                        }
                         None => Arc::new(read()?),
                     };
                     totals
@@ -162,6 +165,7 @@ impl Engine {
                             &matchers,
                             &spans,
                             window,
+                            summaries_ms,
                             (n_samples, self.limits.max_samples),
                             read,
                         )?,
@@ -260,6 +264,33 @@ impl Engine {
     }
 }
 
+/// The coarsest summaries ([`parca_tsdb::SUMMARY_RESOLUTIONS_MS`]) whose windows every step of
+/// `query` holds whole: the steps, their first end (less the offset) and how far each looks
+/// back (its range, or one step for profiles of windows and the lookback for snapshots) are
+/// multiples of it, so each step sums whole windows and the graph is the same as from every
+/// profile. 0 when none is.
+fn summary_resolution(
+    query: &RangeQuery,
+    offset_ms: i64,
+    range_ms: Option<i64>,
+    lookback_ms: i64,
+) -> i64 {
+    let reaches = match range_ms {
+        Some(range) => [range, range],
+        None => [query.step_ms, lookback_ms.max(query.step_ms)],
+    };
+    parca_tsdb::SUMMARY_RESOLUTIONS_MS
+        .iter()
+        .rev()
+        .copied()
+        .find(|&r| {
+            query.step_ms % r == 0
+                && (query.start_ms - offset_ms).rem_euclid(r) == 0
+                && reaches.iter().all(|reach| reach % r == 0)
+        })
+        .unwrap_or(0)
+}
+
 /// A number as a series without labels, with a point at every step.
 fn scalar_series(value: f64, query: &RangeQuery) -> RangeSeries {
     let mut points = Vec::new();
@@ -313,8 +344,12 @@ fn step_series(
                     (v + p.total as f64, pv + p.total as f64 * p.period as f64)
                 })
             } else {
+                // The latest profile's total (a summary's point sums its window's profiles).
                 let p = inside[inside.len() - 1];
-                (p.total as f64, p.total as f64 * p.period as f64)
+                (
+                    p.latest_total as f64,
+                    p.latest_total as f64 * p.period as f64,
+                )
             };
             out.push(Point {
                 timestamp_ms: t,

@@ -13,10 +13,12 @@ use parca_tsdb::{Matcher, SeriesProfiles, SeriesTotals};
 struct Key {
     matchers: String,
     window: (i64, i64),
+    /// The coarsest summaries the read takes (0: none).
+    summaries_ms: i64,
 }
 
 impl Key {
-    fn new(matchers: &[Matcher], spans: &[Matcher], window: (i64, i64)) -> Key {
+    fn new(matchers: &[Matcher], spans: &[Matcher], window: (i64, i64), summaries_ms: i64) -> Key {
         let mut text = String::new();
         for m in matchers {
             text.push_str(&m.to_string());
@@ -30,6 +32,7 @@ impl Key {
         Key {
             matchers: text,
             window,
+            summaries_ms,
         }
     }
 }
@@ -50,9 +53,14 @@ impl SharedReads {
         matchers: &[Matcher],
         spans: &[Matcher],
         window: (i64, i64),
+        summaries_ms: i64,
         read: impl FnOnce() -> Result<Vec<SeriesTotals>, E>,
     ) -> Result<Arc<Vec<SeriesTotals>>, E> {
-        once(&self.totals, Key::new(matchers, spans, window), read)
+        once(
+            &self.totals,
+            Key::new(matchers, spans, window, summaries_ms),
+            read,
+        )
     }
 
     /// The selected profiles of a read, from `read` the first time. A read of `n_samples`
@@ -62,10 +70,11 @@ impl SharedReads {
         matchers: &[Matcher],
         spans: &[Matcher],
         window: (i64, i64),
+        summaries_ms: i64,
         (n_samples, budget): (usize, usize),
         read: impl FnOnce() -> Result<Vec<SeriesProfiles>, E>,
     ) -> Result<Arc<Vec<SeriesProfiles>>, E> {
-        let key = Key::new(matchers, spans, window);
+        let key = Key::new(matchers, spans, window, summaries_ms);
         if let Some(found) = self.selected.lock().expect("shared reads lock").get(&key) {
             return Ok(Arc::clone(found));
         }

@@ -509,7 +509,7 @@ fn compare(
     let read = |[start, end]: [i64; 2], values: &[String]| -> Result<Option<Shares>, Error> {
         let matchers = side_matchers(config, labels, values)?;
         let merged = engine
-            .querier(start, end)
+            .summarized_querier(start, end, &[], i64::MAX)
             .merge(&matchers)
             .map_err(|e| Error::Query(e.into()))?;
         Ok(merged.as_ref().and_then(Shares::of))
