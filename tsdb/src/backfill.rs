@@ -276,7 +276,9 @@ fn seal_window(
 ) -> Result<SealedBlock, Error> {
     let mut series: Vec<(Labels, WindowSeries)> = window.series.into_iter().collect();
     series.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut writer = BlockWriter::new(dir, window.tables)?;
+    let range = (start, start.saturating_add(block_duration_ms));
+    let summarize = crate::summary::summarizes(range);
+    let mut writer = BlockWriter::new(dir, window.tables, summarize)?;
     for (labels, mut s) in series {
         s.profiles.sort_by_key(|p| p.timestamp_ms);
         writer.add_series(ExtractedSeries {
@@ -285,7 +287,6 @@ fn seal_window(
             profiles: s.profiles,
         })?;
     }
-    let range = (start, start.saturating_add(block_duration_ms));
     let compaction = Compaction {
         level: 1,
         sources: Vec::new(),

@@ -342,6 +342,8 @@ pub(crate) struct BlockWriter {
     summary_frame: OpenFrame,
     /// Reused by the sums of the summaries.
     sums: crate::summary::StackSums,
+    /// Whether the block gets summaries ([`crate::summary::summarizes`]).
+    summarize: bool,
     min_time_ms: i64,
     max_time_ms: i64,
     stats: BlockStats,
@@ -349,24 +351,26 @@ pub(crate) struct BlockWriter {
 }
 
 impl BlockWriter {
-    /// Starts a block in `data_dir` whose samples point into `tables`.
-    pub fn new(data_dir: &Path, tables: Tables) -> Result<BlockWriter, Error> {
+    /// Starts a block in `data_dir` whose samples point into `tables`, with summaries if
+    /// `summarize` ([`crate::summary::summarizes`] of its time range).
+    pub fn new(data_dir: &Path, tables: Tables, summarize: bool) -> Result<BlockWriter, Error> {
         let name = new_ulid();
         let tmp = data_dir.join(format!("{name}.tmp"));
         fs::create_dir_all(&tmp).map_err(Error::io("cannot create block directory", &tmp))?;
         let profiles_path = tmp.join("profiles");
         let file = File::create(&profiles_path)
             .map_err(Error::io("cannot create block file", &profiles_path))?;
-        let mut compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL)
-            .and_then(|mut c| {
-                // A checksum in every frame: damage is caught when the chunk is read, too.
-                c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
-                Ok(c)
-            })
-            .map_err(Error::io("cannot start zstd", &profiles_path))?;
-        compressor
-            .set_pledged_src_size(None)
-            .map_err(Error::io("cannot start zstd", &profiles_path))?;
+        let compressor = |level: i32| {
+            zstd::bulk::Compressor::new(level)
+                .and_then(|mut c| {
+                    // A checksum in every frame: damage is caught when the chunk is read, too.
+                    c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+                    c.set_pledged_src_size(None)?;
+                    Ok(c)
+                })
+                .map_err(Error::io("cannot start zstd", &profiles_path))
+        };
+        let compressor = compressor(ZSTD_LEVEL)?;
         Ok(BlockWriter {
             name,
             data_dir: data_dir.to_owned(),
@@ -381,6 +385,7 @@ impl BlockWriter {
             frame: OpenFrame::default(),
             summary_frame: OpenFrame::default(),
             sums: Default::default(),
+            summarize,
             min_time_ms: i64::MAX,
             max_time_ms: i64::MIN,
             stats: BlockStats::default(),
@@ -464,13 +469,17 @@ impl BlockWriter {
             .map(|(h, p)| (*h, &p.data[..]))
             .collect();
         let limits = encoding::IdLimits::of(&self.tables);
-        let levels = crate::summary::summarize(&inputs, limits, &mut self.sums).map_err(|e| {
-            Error::BlockCorrupt {
-                block: self.name.clone(),
-                file: "profiles",
-                what: format!("cannot summarize series {}: {e}", series.labels),
-            }
-        })?;
+        let levels = if self.summarize {
+            crate::summary::summarize(&inputs, limits, &mut self.sums).map_err(|e| {
+                Error::BlockCorrupt {
+                    block: self.name.clone(),
+                    file: "profiles",
+                    what: format!("cannot summarize series {}: {e}", series.labels),
+                }
+            })?
+        } else {
+            Vec::new()
+        };
         self.series.push(WrittenSeries {
             labels: series.labels,
             meta: series.meta,
@@ -773,7 +782,8 @@ fn build_index(series: &[WrittenSeries]) -> Vec<u8> {
 
 /// Appends entries (`None`: the series has none) in zstd pages of about
 /// [`INDEX_PAGE_RAW_BYTES`], then their offsets (page and offset in the page, both `u32`; page
-/// `u32::MAX` for none), then the page table (offset, length, raw length). Returns where the
+/// `u32::MAX` for none; no offsets at all when no series has an entry), then the page table
+/// (offset, length, raw length). Returns where the
 /// offsets and the page table start, and the number of pages.
 fn write_paged<F: FnOnce(&mut Vec<u8>)>(
     out: &mut Vec<u8>,
@@ -804,6 +814,10 @@ fn write_paged<F: FnOnce(&mut Vec<u8>)>(
         close_page(&mut page, out, &mut pages);
     }
     let offsets_offset = out.len() as u64;
+    // Without pages (no series has an entry), no offsets either.
+    if pages.is_empty() {
+        offsets.clear();
+    }
     for (page, offset) in &offsets {
         out.extend_from_slice(&page.to_le_bytes());
         out.extend_from_slice(&offset.to_le_bytes());
@@ -1251,13 +1265,15 @@ impl Block {
             } else {
                 (0, toc_start, 0)
             };
+        // Summary offsets are written only when some series has summaries.
+        let n_summary_offsets = if n_summary_pages == 0 { 0 } else { n_series };
         let postings_end = postings_table_offset + n_postings * POSTINGS_ENTRY_BYTES;
         if series_offsets_offset + 8 * n_series != page_table_offset
             || page_table_offset + PAGE_ENTRY_BYTES * n_pages > postings_table_offset
             || (!self.summarized() && postings_end != toc_start)
             || (self.summarized()
                 && (summary_offsets_offset < postings_end
-                    || summary_offsets_offset + 8 * n_series != summary_page_table_offset
+                    || summary_offsets_offset + 8 * n_summary_offsets != summary_page_table_offset
                     || summary_page_table_offset + PAGE_ENTRY_BYTES * n_summary_pages != toc_start))
         {
             return Reader::new(body).fail("index sections overlap or leave gaps");
@@ -1700,7 +1716,7 @@ impl Block {
 
     /// Reads the summary entry of series `i` (format 5), if it has one.
     pub fn summary_entry(&self, i: u32) -> encoding::Result<Option<SummaryEntry>> {
-        if !self.summarized() {
+        if !self.has_summaries() {
             return Ok(None);
         }
         let at = self.summary_offsets_offset + 8 * i as usize;
@@ -2012,7 +2028,8 @@ pub(crate) fn write_block(
     series: Vec<ExtractedSeries>,
     range: (i64, i64),
 ) -> Result<Block, Error> {
-    let mut writer = BlockWriter::new(data_dir, tables)?;
+    let summarize = crate::summary::summarizes(range);
+    let mut writer = BlockWriter::new(data_dir, tables, summarize)?;
     for s in series {
         writer.add_series(s)?;
     }

@@ -396,7 +396,19 @@ pub(crate) fn merge_blocks(dir: &Path, sources: &[Arc<Block>]) -> Result<PathBuf
         }
     }
     entries.sort_by(|a, b| a.1.labels.cmp(&b.1.labels).then(rank[a.0].cmp(&rank[b.0])));
-    let mut writer = BlockWriter::new(dir, Tables::new())?;
+    let range = (
+        sources
+            .iter()
+            .map(|b| b.meta.min_time_ms)
+            .min()
+            .unwrap_or(0),
+        sources
+            .iter()
+            .map(|b| b.meta.max_time_ms)
+            .max()
+            .unwrap_or(0),
+    );
+    let mut writer = BlockWriter::new(dir, Tables::new(), crate::summary::summarizes(range))?;
     let mut chunks = block::ChunkReader::new(dir)?;
     let mut n_duplicates = 0usize;
     let mut i = 0;
@@ -482,18 +494,6 @@ pub(crate) fn merge_blocks(dir: &Path, sources: &[Arc<Block>]) -> Result<PathBuf
         .collect();
     source_names.sort();
     source_names.dedup();
-    let range = (
-        sources
-            .iter()
-            .map(|b| b.meta.min_time_ms)
-            .min()
-            .unwrap_or(0),
-        sources
-            .iter()
-            .map(|b| b.meta.max_time_ms)
-            .max()
-            .unwrap_or(0),
-    );
     let head_cut_ms = sources.iter().filter_map(|b| b.meta.head_cut_ms()).max();
     let compaction = block::Compaction {
         level,

@@ -1,5 +1,6 @@
 //! Downsampled summaries: per series and block, the profiles of every 5-minute and every hour
-//! window summed into one, written beside the profiles when a block is written (format 5).
+//! window summed into one, written beside the profiles when compaction writes a block (format
+//! 5; blocks of [`SUMMARIZED_BLOCK_MS`] or longer).
 //!
 //! A read of a long window (a week's flame graph, a month's metrics graph at one point an hour)
 //! reads the hour summaries for the hours the window holds whole, the 5-minute summaries for
@@ -22,6 +23,17 @@ use crate::encoding::{self, IdLimits, Reader};
 
 /// The resolutions of the summaries, finest first: 5 minutes and 1 hour.
 pub const SUMMARY_RESOLUTIONS_MS: [i64; 2] = [5 * 60_000, 60 * 60_000];
+
+/// Blocks spanning this long or longer get summaries: those compaction writes (from three
+/// block durations of 2 hours on), and imports of windows this long; not the blocks cut from
+/// the head every block duration, which a long read finds few of (as Thanos downsamples only
+/// blocks that compaction has made large).
+pub(crate) const SUMMARIZED_BLOCK_MS: i64 = 6 * 60 * 60_000;
+
+/// Whether a block over `range` (`[min, max)`, milliseconds) gets summaries.
+pub(crate) fn summarizes((min_ms, max_ms): (i64, i64)) -> bool {
+    max_ms.saturating_sub(min_ms) >= SUMMARIZED_BLOCK_MS
+}
 
 /// A level is written when its windows hold this many profiles (or windows of the level below)
 /// each on average: below that, reading the level saves little over reading what it sums.
@@ -455,11 +467,12 @@ mod tests {
         use crate::test_support::{Lcg, canonical, corpus, series_labels, vary};
         use crate::{Db, MatchOp, Matcher, Options};
 
-        /// A multiple of an hour.
-        const T0: i64 = 472_222 * H1;
+        /// A multiple of 54 hours: compaction's windows of 6 and 18 hours start there.
+        const T0: i64 = 8_745 * 54 * H1;
 
-        /// A store holding a CPU series and a heap series, a profile every 10 s for 7 hours,
-        /// cut into blocks and compacted; the head keeps the last hours.
+        /// A store holding a CPU series and a heap series, a profile every 10 s for 10 hours,
+        /// cut into blocks and compacted: the first 6 hours in a block with summaries, the
+        /// next ones in blocks cut from the head (without) and in the head.
         fn store() -> (tempfile::TempDir, Db) {
             let dir = tempfile::tempdir().expect("tempdir");
             let options = Options {
@@ -471,7 +484,7 @@ mod tests {
             let heap = corpus("go/go-heap.pb.gz", "inuse_space");
             let mut rng = Lcg(7);
             let mut t = T0 + 3_000;
-            while t < T0 + 7 * H1 {
+            while t < T0 + 10 * H1 {
                 let mut app = db.appender();
                 app.append(&series_labels("cpu", "api", "a"), t, &vary(&cpu, &mut rng))
                     .expect("append");
@@ -495,7 +508,7 @@ mod tests {
         #[test]
         fn merges_from_summaries_equal_merges_of_every_profile() {
             let (_dir, db) = store();
-            assert!(db.stats().n_blocks >= 1, "{:?}", db.stats());
+            assert!(db.stats().n_blocks >= 2, "{:?}", db.stats());
             let windows = [
                 (T0 + 1, T0 + 4 * H1),
                 (T0 + 123_457, T0 + 3 * H1 + 7 * 60_000 + 3_000),
@@ -544,7 +557,7 @@ mod tests {
         fn totals_from_summaries_give_the_same_steps_as_every_profile() {
             let (_dir, db) = store();
             for r in [M5, H1] {
-                let (min, max) = (T0 - r + 1, T0 + 7 * H1);
+                let (min, max) = (T0 - r + 1, T0 + 6 * H1);
                 let every = db.querier(min, max).totals(&job()).expect("totals");
                 let summarized = db
                     .querier(min, max)
@@ -556,7 +569,7 @@ mod tests {
                 for (e, s) in every.iter().zip(&summarized) {
                     assert_eq!(e.labels, s.labels);
                     assert!(
-                        s.points.len() * 2 < e.points.len(),
+                        s.points.len() * 10 < e.points.len(),
                         "{} of {}",
                         s.points.len(),
                         e.points.len()

@@ -22,6 +22,9 @@ use std::path::{Path, PathBuf};
 use parca_ingest::{ImportOptions, import, list_files};
 use parca_tsdb::{Db, Labels};
 
+/// The store's default block duration: imports write blocks of it.
+const TWO_HOURS_MS: i64 = 2 * 3_600_000;
+
 /// The profile name a scrape gives each kind of endpoint (Parca's defaults where it has one).
 fn profile_name(kind: &str) -> &str {
     match kind {
@@ -66,7 +69,9 @@ impl Weights {
 
 /// Imports every kind of every target under `targets` into a new store, compacts it, and
 /// weighs its blocks.
-fn weigh(set: &Path, targets: &[String], keep: Option<&Path>) -> Weights {
+/// Imports `targets` of `set` into a store of blocks of `block_duration_ms` (blocks of 6 hours
+/// and longer hold summaries, as compaction writes them) and weighs its blocks.
+fn weigh(set: &Path, targets: &[String], keep: Option<&Path>, block_duration_ms: i64) -> Weights {
     let temp = tempfile::tempdir().expect("temporary store");
     let store = match keep {
         Some(dir) => {
@@ -79,6 +84,7 @@ fn weigh(set: &Path, targets: &[String], keep: Option<&Path>) -> Weights {
     let store_options = parca_tsdb::Options {
         // The set's times are whenever it was collected: keep them all.
         retention_ms: 0,
+        block_duration_ms,
         ..Default::default()
     };
     let mut w = Weights::default();
@@ -160,16 +166,20 @@ fn main() {
         "pprof.gz"
     );
     for target in &targets {
-        let w = weigh(&set, std::slice::from_ref(target), None);
+        let w = weigh(&set, std::slice::from_ref(target), None, TWO_HOURS_MS);
         println!("{}", w.row(target));
     }
     // STORE_DIR keeps the whole set's store for a closer look.
     let keep = std::env::var_os("STORE_DIR").map(PathBuf::from);
-    let all = weigh(&set, &targets, keep.as_deref());
+    let all = weigh(&set, &targets, keep.as_deref(), TWO_HOURS_MS);
     println!("{}", all.row("all"));
+    // The same in one block of 6 hours, which holds summaries (of 5-minute windows here).
+    let summarized = weigh(&set, &targets, None, 3 * TWO_HOURS_MS);
+    println!("{}", summarized.row("all, 6h"));
     println!(
         "all: {} series; bytes per sample by file kind after compaction (columns 6–9), their sum, \
-         and the gzipped pprof the profiles came as",
+         and the gzipped pprof the profiles came as; `all, 6h`: imported into a block of 6 hours, \
+         with summaries, as compaction writes blocks that long",
         all.n_series
     );
 }

@@ -525,3 +525,50 @@ pub fn top_series(series: Vec<RangeSeries>, n: usize) -> (Vec<RangeSeries>, Opti
         }),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M5: i64 = 300_000;
+    const H1: i64 = 3_600_000;
+
+    fn query(start_ms: i64, step_ms: i64) -> RangeQuery {
+        RangeQuery {
+            start_ms,
+            end_ms: start_ms + 100 * step_ms,
+            step_ms,
+        }
+    }
+
+    #[test]
+    fn steps_read_the_coarsest_summaries_they_hold_whole() {
+        // Hour steps on the hour: hours; with an hour's offset too.
+        assert_eq!(summary_resolution(&query(48 * H1, H1), 0, None, M5), H1);
+        assert_eq!(summary_resolution(&query(48 * H1, H1), H1, None, M5), H1);
+        // Hour steps ending at 10:05: 5-minute windows; at 10:05:01, none.
+        assert_eq!(
+            summary_resolution(&query(48 * H1 + M5, H1), 0, None, M5),
+            M5
+        );
+        assert_eq!(
+            summary_resolution(&query(48 * H1 + M5 + 1, H1), 0, None, M5),
+            0
+        );
+        // A range that is not a multiple: the next finer resolution, or none.
+        assert_eq!(
+            summary_resolution(&query(48 * H1, H1), 0, Some(2 * M5), M5),
+            M5
+        );
+        assert_eq!(
+            summary_resolution(&query(48 * H1, H1), 0, Some(90_000), M5),
+            0
+        );
+        // Steps of a minute: none; a lookback that is not a multiple of the step: none.
+        assert_eq!(summary_resolution(&query(48 * H1, 60_000), 0, None, M5), 0);
+        assert_eq!(
+            summary_resolution(&query(48 * H1, M5), 0, None, 7 * 60_000),
+            0
+        );
+    }
+}
