@@ -396,6 +396,20 @@ impl<'a> Querier<'a> {
     /// Runs `read` over the querier's view, again over a fresh view as long as a cut
     /// replaced the head under it (a cut happens once per block duration).
     fn attempt<T>(&self, read: impl Fn(&Read<'_>) -> Result<T, Fault>) -> Result<T, Error> {
+        let summaries_ms = if self.spans.is_some() {
+            0
+        } else {
+            self.summaries_ms
+        };
+        self.attempt_with(summaries_ms, read)
+    }
+
+    /// [`Querier::attempt`] reading summaries up to `summaries_ms`.
+    fn attempt_with<T>(
+        &self,
+        summaries_ms: i64,
+        read: impl Fn(&Read<'_>) -> Result<T, Fault>,
+    ) -> Result<T, Error> {
         loop {
             let view = self.view.lock().expect("view lock poisoned").clone();
             let clamps = self.peers.as_ref().map(|(_, plan)| &plan.clamps);
@@ -410,11 +424,7 @@ impl<'a> Querier<'a> {
             let attempt = Read {
                 inner: self.inner,
                 spans: self.spans.as_ref(),
-                summaries_ms: if self.spans.is_some() {
-                    0
-                } else {
-                    self.summaries_ms
-                },
+                summaries_ms,
                 blocks,
                 block_max,
                 generation: view.generation,
@@ -533,8 +543,9 @@ impl<'a> Querier<'a> {
     /// without reading any profile. Cheap: use it to check limits before [`Querier::select`].
     pub fn series(&self, matchers: &[Matcher]) -> Result<Vec<Labels>, Error> {
         let peers = self.ask_peers(PeerRead::Series, matchers);
+        // Whether a series has a profile in range, its summaries tell as well as its profiles.
         let mut out: Vec<Labels> =
-            self.attempt(|r| Ok(r.matched(matchers)?.into_keys().collect()))?;
+            self.attempt_with(i64::MAX, |r| Ok(r.matched(matchers)?.into_keys().collect()))?;
         if !peers.is_empty() {
             out.extend(peers.into_iter().flat_map(|a| a.series).map(|s| s.labels));
             out.sort();
@@ -690,11 +701,13 @@ impl Read<'_> {
     ) -> Result<Vec<(&Arc<Block>, RoaringBitmap)>, Error> {
         self.blocks_in_range()
             .map(|(bi, b)| {
-                let within = self
-                    .block_series(bi, matchers)?
-                    .into_iter()
-                    .map(|(i, _)| i)
-                    .collect();
+                // Whether a series has a profile in range, its summaries tell as well.
+                let series = if b.has_summaries() {
+                    self.summarized_series(bi, matchers, i64::MAX)?
+                } else {
+                    self.block_series(bi, matchers)?
+                };
+                let within = series.into_iter().map(|(i, _)| i).collect();
                 Ok((b, within))
             })
             .collect()
@@ -707,7 +720,7 @@ impl Read<'_> {
         let summarized = self.summarized_blocks()?;
         for (bi, _) in self.blocks_in_range() {
             let series = if summarized[bi] {
-                self.summarized_series(bi, matchers)?
+                self.summarized_series(bi, matchers, self.summaries_ms)?
             } else {
                 self.block_series(bi, matchers)?
             };
@@ -720,6 +733,18 @@ impl Read<'_> {
             }
         }
         let head = self.head()?;
+        // A profile the head took meanwhile in the time of a block read from its summaries
+        // could be one of the block's too: read again (the next attempt reads that block's
+        // profiles).
+        let head_start = head_start(&head);
+        if self
+            .blocks
+            .iter()
+            .zip(&summarized)
+            .any(|(b, &s)| s && b.meta.max_time_ms > head_start)
+        {
+            return Err(Fault::Stale);
+        }
         for s in head.series_in_range(matchers, self.min_ms, self.max_ms) {
             out.entry(head.series[s as usize].labels.clone())
                 .or_default()
@@ -742,14 +767,14 @@ impl Read<'_> {
         if self.summaries_ms <= 0 {
             return Ok(vec![false; self.blocks.len()]);
         }
-        let head_min_valid_ms = self.head()?.min_valid_ms;
+        let head_start = head_start(&*self.head()?);
         Ok(self
             .blocks
             .iter()
             .enumerate()
             .map(|(bi, b)| {
                 b.has_summaries()
-                    && b.meta.max_time_ms <= head_min_valid_ms
+                    && b.meta.max_time_ms <= head_start
                     && !self.blocks.iter().enumerate().any(|(bj, o)| {
                         bj != bi
                             && o.meta.min_time_ms < b.meta.max_time_ms
@@ -760,12 +785,14 @@ impl Read<'_> {
     }
 
     /// Series of block `bi` selected by `matchers` with profiles in range, each read from its
-    /// summaries where they cover whole windows of the range ([`summary::plan`]) and from its
-    /// profiles elsewhere: an entry whose profiles are those parts in time order.
+    /// summaries (up to `summaries_ms`) where they cover whole windows of the range
+    /// ([`summary::plan`]) and from its profiles elsewhere: an entry whose profiles are those
+    /// parts in time order.
     fn summarized_series(
         &self,
         bi: usize,
         matchers: &[Matcher],
+        summaries_ms: i64,
     ) -> Result<Vec<(u32, SeriesEntry)>, Error> {
         let b = &self.blocks[bi];
         let (first_ms, last_ms) = (self.min_ms, self.block_max[bi]);
@@ -787,7 +814,7 @@ impl Read<'_> {
                 first_ms.saturating_sub(1),
                 last_ms,
                 &resolutions,
-                self.summaries_ms,
+                summaries_ms,
             );
             let needs_profiles = parts.iter().any(|p| {
                 matches!(*p, Part::Profiles { after, until }
@@ -1352,6 +1379,12 @@ impl Read<'_> {
             })
             .collect())
     }
+}
+
+/// The time from which the head may hold profiles: its oldest profile's, or the time it takes
+/// profiles from if later (`i64::MAX` for an empty head that takes any time).
+fn head_start(head: &Head) -> i64 {
+    head.oldest_ms.max(head.min_valid_ms)
 }
 
 /// A stored profile's meta: its series' types with the profile's own time, duration, period.

@@ -1,10 +1,11 @@
-//! Downsampled summaries: per series and block, the profiles of every 5-minute and every hour
+//! Downsampled summaries: per series and block, the profiles of every 5-minute, hour and day
 //! window summed into one, written beside the profiles when compaction writes a block (format
 //! 5; blocks of [`SUMMARIZED_BLOCK_MS`] or longer).
 //!
 //! A read of a long window (a week's flame graph, a month's metrics graph at one point an hour)
-//! reads the hour summaries for the hours the window holds whole, the 5-minute summaries for
-//! the 5-minute windows around them, and stored profiles only for the minutes at its edges:
+//! reads the day summaries for the days the window holds whole, hour summaries for the hours
+//! around them, 5-minute summaries around those, and stored profiles only for the minutes at
+//! its edges:
 //! the answer is the same as from every profile, to the sample. Windows are aligned to the
 //! epoch and closed at their end, `(end - resolution, end]`, as a range query's steps are, so a
 //! step of a metrics graph aligned to a resolution is a whole number of windows.
@@ -21,8 +22,9 @@ use rustc_hash::FxHashMap;
 use crate::block::BlockProfile;
 use crate::encoding::{self, IdLimits, Reader};
 
-/// The resolutions of the summaries, finest first: 5 minutes and 1 hour.
-pub const SUMMARY_RESOLUTIONS_MS: [i64; 2] = [5 * 60_000, 60 * 60_000];
+/// The resolutions of the summaries, finest first: 5 minutes, 1 hour and 1 day (days for the
+/// reads of weeks and months: a week of a fleet is then a few summaries per series).
+pub const SUMMARY_RESOLUTIONS_MS: [i64; 3] = [5 * 60_000, 60 * 60_000, 24 * 60 * 60_000];
 
 /// Blocks spanning this long or longer get summaries: those compaction writes (from three
 /// block durations of 2 hours on), and imports of windows this long; not the blocks cut from
@@ -454,9 +456,13 @@ mod tests {
         let levels = summarize(&every(120_000, 60), limits, &mut sums).unwrap();
         assert_eq!(levels.len(), 1);
         assert_eq!(levels[0].resolution_ms, H1);
-        // Every 30 minutes: nothing.
+        // Every 30 minutes for 10 hours: hours hold 2, not worth it; the day holds 20.
+        let levels = summarize(&every(1_800_000, 20), limits, &mut sums).unwrap();
+        assert_eq!(levels.len(), 1);
+        assert_eq!(levels[0].resolution_ms, 24 * H1);
+        // Every 30 minutes for 1 hour: nothing.
         assert!(
-            summarize(&every(1_800_000, 20), limits, &mut sums)
+            summarize(&every(1_800_000, 2), limits, &mut sums)
                 .unwrap()
                 .is_empty()
         );
