@@ -44,8 +44,10 @@ const INDEX_PAGE_RAW_BYTES: usize = if cfg!(test) { 512 } else { 64 << 10 };
 /// Bytes of decompressed index pages kept for all open blocks together ([`PageCache`]).
 const INDEX_PAGE_CACHE_BYTES: usize = 64 << 20;
 
-/// Blocks whose last decompressed frame of `profiles` a [`ChunkReader`] keeps.
+/// Decompressed frames of `profiles` a [`ChunkReader`] keeps at least, and per block it reads:
+/// the frame its stored profiles are read from and a frame of each resolution of summaries.
 const CACHED_FRAMES: usize = 8;
+const CACHED_FRAMES_PER_BLOCK: usize = 4;
 
 /// A page of a block's index: ([`Block::cache_id`], page number).
 type PageKey = (u64, u32);
@@ -336,10 +338,10 @@ pub(crate) struct BlockWriter {
     profiles_len: u64,
     compressor: zstd::bulk::Compressor<'static>,
     series: Vec<WrittenSeries>,
-    /// The frame of stored profiles being filled.
-    frame: OpenFrame,
-    /// The frame of summaries being filled.
-    summary_frame: OpenFrame,
+    /// The frames being filled: of stored profiles (0), and of each resolution of summaries
+    /// (1 + its place in [`crate::SUMMARY_RESOLUTIONS_MS`]): a read of days decompresses no
+    /// 5-minute windows.
+    frames: Vec<OpenFrame>,
     /// Reused by the sums of the summaries.
     sums: crate::summary::StackSums,
     /// Whether the block gets summaries ([`crate::summary::summarizes`]).
@@ -382,8 +384,9 @@ impl BlockWriter {
             profiles_len: 0,
             compressor,
             series: Vec::new(),
-            frame: OpenFrame::default(),
-            summary_frame: OpenFrame::default(),
+            frames: (0..=crate::SUMMARY_RESOLUTIONS_MS.len())
+                .map(|_| OpenFrame::default())
+                .collect(),
             sums: Default::default(),
             summarize,
             min_time_ms: i64::MAX,
@@ -407,13 +410,10 @@ impl BlockWriter {
         Ok(())
     }
 
-    /// Compresses and writes `frame`, completing the chunks that lie in it.
-    fn flush_frame(&mut self, summary: bool) -> Result<(), Error> {
-        let mut frame = std::mem::take(if summary {
-            &mut self.summary_frame
-        } else {
-            &mut self.frame
-        });
+    /// Compresses and writes frame `k` (of [`BlockWriter::frames`]), completing the chunks that
+    /// lie in it.
+    fn flush_frame(&mut self, k: usize) -> Result<(), Error> {
+        let mut frame = std::mem::take(&mut self.frames[k]);
         if !frame.raw.is_empty() {
             let compressed = self.compressor.compress(&frame.raw).map_err(Error::io(
                 "cannot compress block chunk",
@@ -438,11 +438,7 @@ impl BlockWriter {
             frame.raw.clear();
         }
         // The buffers are reused.
-        if summary {
-            self.summary_frame = frame;
-        } else {
-            self.frame = frame;
-        }
+        self.frames[k] = frame;
         Ok(())
     }
 
@@ -515,14 +511,19 @@ impl BlockWriter {
         list: ChunkList,
         profiles: &[(BlockProfile, &[u8])],
     ) -> Result<(), Error> {
-        let summary = matches!(list, ChunkList::Level(_));
+        let k = match list {
+            ChunkList::Profiles => 0,
+            ChunkList::Level(l) => {
+                let r = self.series[s].levels[l].resolution_ms;
+                1 + crate::SUMMARY_RESOLUTIONS_MS
+                    .iter()
+                    .position(|&x| x == r)
+                    .expect("a level of a known resolution")
+            }
+        };
         let mut chunk_open = false;
         for (p, bytes) in profiles {
-            let frame = if summary {
-                &mut self.summary_frame
-            } else {
-                &mut self.frame
-            };
+            let frame = &mut self.frames[k];
             let series = &mut self.series[s];
             let (headers, chunks) = match list {
                 ChunkList::Profiles => (&mut series.profiles, &mut series.chunks),
@@ -546,7 +547,7 @@ impl BlockWriter {
             headers.push(*p);
             chunks.last_mut().expect("opened above").n_profiles += 1;
             if frame.raw.len() >= FRAME_RAW_BYTES {
-                self.flush_frame(summary)?;
+                self.flush_frame(k)?;
                 chunk_open = false;
             }
         }
@@ -574,8 +575,9 @@ impl BlockWriter {
         head_cut_ms: Option<i64>,
     ) -> Result<SealedBlock, Error> {
         // profiles: the last frames, the footer, then sync.
-        self.flush_frame(false)?;
-        self.flush_frame(true)?;
+        for k in 0..self.frames.len() {
+            self.flush_frame(k)?;
+        }
         let mut footer = Vec::with_capacity(8);
         footer.extend_from_slice(PROFILES_MAGIC);
         footer.extend_from_slice(&encoding::FORMAT_VERSION.to_le_bytes());
@@ -2041,46 +2043,50 @@ pub(crate) fn write_block(
     Block::open(&dir)
 }
 
-/// Reads chunks of blocks' `profiles` for one query, keeping each block's last decompressed
-/// frame (of up to [`CACHED_FRAMES`] blocks): the series of a block share frames (format 4) and
-/// are read one after another.
+/// Reads chunks of blocks' `profiles` for one query, keeping the decompressed frames it read
+/// last: four per block it reads (at least [`CACHED_FRAMES`]), the least recently used dropped.
+/// The series of a block share frames (format 4) and are read one after another, each series
+/// in every block before the next series (so each block's current frames must stay), and a read
+/// of summaries reads a block's frames of summaries and of stored profiles in turns.
 pub(crate) struct ChunkReader {
     decompressor: zstd::bulk::Decompressor<'static>,
-    /// (block name, frame offset, raw bytes), newest last.
-    frames: Vec<(String, u64, Vec<u8>)>,
+    /// (block cache id, frame offset, raw bytes), the most recently used last.
+    frames: Vec<(u64, u64, Vec<u8>)>,
+    capacity: usize,
 }
 
 impl ChunkReader {
-    /// A reader; `dir` names the store in the error of a zstd that does not start.
-    pub fn new(dir: &Path) -> Result<ChunkReader, Error> {
+    /// A reader of `n_blocks` blocks; `dir` names the store in the error of a zstd that does
+    /// not start.
+    pub fn new(dir: &Path, n_blocks: usize) -> Result<ChunkReader, Error> {
         Ok(ChunkReader {
             decompressor: zstd::bulk::Decompressor::new()
                 .map_err(Error::io("cannot start zstd to read blocks in", dir))?,
             frames: Vec::new(),
+            capacity: (CACHED_FRAMES_PER_BLOCK * n_blocks).max(CACHED_FRAMES),
         })
     }
 
     /// The raw bytes of `chunk` of `block` and those after it in its frame: its profiles, one
     /// after another ([`split_chunk`]).
     pub fn read(&mut self, block: &Block, chunk: &ChunkRef) -> Result<&[u8], Error> {
-        // Each block keeps its last frame: a block's series are read one after another
-        // (between them, the same series in other blocks), and the next series starts in the
-        // frame where the one before ended.
-        let at = match self.frames.iter().position(|(b, _, _)| b == block.name()) {
-            Some(i) if self.frames[i].1 == chunk.offset => i,
-            found => {
-                let mut raw = match found {
-                    Some(i) => self.frames.remove(i).2,
-                    None if self.frames.len() >= CACHED_FRAMES => self.frames.remove(0).2,
-                    None => Vec::new(),
+        let key = (block.cache_id, chunk.offset);
+        match self.frames.iter().rposition(|(b, o, _)| (*b, *o) == key) {
+            Some(i) => {
+                let hit = self.frames.remove(i);
+                self.frames.push(hit);
+            }
+            None => {
+                let mut raw = if self.frames.len() >= self.capacity {
+                    self.frames.remove(0).2
+                } else {
+                    Vec::new()
                 };
                 block.read_frame(chunk, &mut self.decompressor, &mut raw)?;
-                self.frames
-                    .push((block.name().to_owned(), chunk.offset, raw));
-                self.frames.len() - 1
+                self.frames.push((key.0, key.1, raw));
             }
-        };
-        let raw = &self.frames[at].2;
+        }
+        let raw = &self.frames[self.frames.len() - 1].2;
         raw.get(chunk.raw_offset as usize..)
             .ok_or_else(|| Error::BlockCorrupt {
                 block: block.name().to_owned(),

@@ -409,7 +409,7 @@ pub(crate) fn merge_blocks(dir: &Path, sources: &[Arc<Block>]) -> Result<PathBuf
             .unwrap_or(0),
     );
     let mut writer = BlockWriter::new(dir, Tables::new(), crate::summary::summarizes(range))?;
-    let mut chunks = block::ChunkReader::new(dir)?;
+    let mut chunks = block::ChunkReader::new(dir, sources.len())?;
     let mut n_duplicates = 0usize;
     let mut i = 0;
     while i < entries.len() {

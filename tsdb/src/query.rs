@@ -1025,7 +1025,7 @@ impl Read<'_> {
         // The head's extractor keeps its memo between holds of the head's lock.
         let mut head_extractor = Extractor::new(no_tables());
         let mut tables = Tables::new();
-        let mut chunks = block::ChunkReader::new(&self.inner.dir)?;
+        let mut chunks = block::ChunkReader::new(&self.inner.dir, self.blocks.len())?;
         let mut out: Vec<(Labels, Vec<ExtractedProfile>)> = Vec::new();
         for (labels, sources) in matched {
             let mut profiles = Vec::new();
@@ -1135,7 +1135,7 @@ impl Read<'_> {
         // read back and reset).
         let head_origin = self.blocks.len();
         let mut sums: Vec<StackSums> = (0..=head_origin).map(|_| StackSums::default()).collect();
-        let mut chunks = block::ChunkReader::new(&self.inner.dir)?;
+        let mut chunks = block::ChunkReader::new(&self.inner.dir, self.blocks.len())?;
         let mut summed = Vec::with_capacity(grouped.len());
         for (key, series) in grouped {
             let mut group = GroupSum {
@@ -1275,7 +1275,7 @@ impl Read<'_> {
         use std::cmp::Reverse;
         use std::collections::BinaryHeap;
         let matched = self.matched(matchers)?;
-        let mut chunks = block::ChunkReader::new(&self.inner.dir)?;
+        let mut chunks = block::ChunkReader::new(&self.inner.dir, self.blocks.len())?;
         let mut out = Vec::new();
         for (labels, sources) in matched {
             // The largest so far (value, time, attributes), smallest on top; of equal values
