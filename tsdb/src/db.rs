@@ -1352,9 +1352,21 @@ mod tests {
 
     #[test]
     fn a_store_written_in_format_3_opens_reads_whole_and_compacts_into_the_new_format() {
-        // Written by the build before format 4 (`tests/testdata/tsdb/README.md`): two blocks
-        // and a WAL, five profiles each of a CPU series and the four series of a heap profile.
-        let (dir, options) = committed_store("store-v3");
+        // Written by the build before format 4 (`tests/testdata/tsdb/README.md`).
+        opens_reads_whole_and_compacts_into_the_new_format("store-v3");
+    }
+
+    #[test]
+    fn a_store_written_in_format_4_opens_reads_whole_and_compacts_into_the_new_format() {
+        // Written by the build before format 5 (`tests/testdata/tsdb/README.md`).
+        opens_reads_whole_and_compacts_into_the_new_format("store-v4");
+    }
+
+    /// Opens the committed store `name` (blocks and a WAL, five profiles each of a CPU series
+    /// and the four series of a heap profile), reads it whole, compacts it into today's format
+    /// and reads it again, then once more after a reopen.
+    fn opens_reads_whole_and_compacts_into_the_new_format(name: &str) {
+        let (dir, options) = committed_store(name);
         let cpu = corpus_cpu("go/go-cpu.pb.gz");
         let heap = parca_profile::decode(
             &std::fs::read(
@@ -1400,7 +1412,7 @@ mod tests {
             got.sort();
             got
         };
-        let db = Db::open(dir.path(), options.clone()).expect("a format 3 store opens");
+        let db = Db::open(dir.path(), options.clone()).expect("an old store opens");
         assert!(db.stats().n_blocks >= 1, "{:?}", db.stats());
         assert_eq!(read(&db), want);
         // Compaction rewrites the old blocks in today's format and loses nothing.
