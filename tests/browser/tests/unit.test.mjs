@@ -10,6 +10,7 @@ import { packageOf, colorFor } from '../../../web/static/js/colors.js';
 import { completionContext, offsetOf } from '../../../web/static/js/querybox.js';
 import { describe } from '../../../web/static/js/profiletypes.js';
 import { timeTicks } from '../../../web/static/js/metricsgraph.js';
+import { alignToStep, stepFor } from '../../../web/static/js/timerange.js';
 
 /** A flame-graph JSON from folded lines (`a;b;c 5`), as the API would send it. */
 function fromFolded(text, base) {
@@ -270,3 +271,16 @@ test('series labels for people', async () => {
   assert.equal(labelText({ __name__: 'a:b:c:d:e', job: 'x' }), '{job="x"}');
   assert.equal(labelText({}), 'all series together');
 });
+
+test('a graph of a week asks for steps on the hour, a graph of minutes keeps its window', () => {
+  const now = Date.UTC(2026, 10, 26, 17, 28, 17);
+  const week = { start: now - 7 * 86400e3, end: now };
+  const step = stepFor(week.start, week.end);
+  assert.equal(step, 3600e3);
+  const aligned = alignToStep(week.start, week.end, step);
+  assert.equal(aligned.start, Date.UTC(2026, 10, 19, 17));
+  assert.equal(aligned.end, Date.UTC(2026, 10, 26, 18));
+  const minutes = { start: now - 10 * 60e3, end: now };
+  assert.deepEqual(alignToStep(minutes.start, minutes.end, stepFor(minutes.start, minutes.end)), minutes);
+});
+

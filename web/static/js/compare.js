@@ -4,7 +4,7 @@
 import { h, replace, stateBox } from './dom.js';
 import { profileTypes, queryRange, queryProfile, parseQuery, ApiError } from './api.js';
 import { typeString } from './profiletypes.js';
-import { rangePicker, window as rangeWindow, stepFor, describeRange } from './timerange.js';
+import { rangePicker, window as rangeWindow, stepFor, alignToStep, describeRange } from './timerange.js';
 import { queryEditor } from './querybox.js';
 import { metricsGraph } from './metricsgraph.js';
 import { profileView, emptyProfile } from './profileview.js';
@@ -104,15 +104,16 @@ export function mountCompare(app) {
     const { start, end } = rangeWindow(range);
     replace(s.graph, stateBox('loading', 'Loading…'));
     try {
-      const data = await queryRange(`sum(${q})`, start, end, stepFor(start, end), { signal });
+      const step = stepFor(start, end);
+      const aligned = alignToStep(start, end, step);
+      const data = await queryRange(`sum(${q})`, aligned.start, aligned.end, step, { signal });
       if (!data.result.length) {
         replace(s.graph, stateBox('empty', `No data in ${describeRange(range)}.`, 'Pick a longer range or another query.'));
         return;
       }
-      const step = stepFor(start, end);
       const k = s.key;
       const g = metricsGraph(data.result, {
-        start, end, selection: selectionOf(k),
+        start: aligned.start, end: aligned.end, selection: selectionOf(k),
         onRange: (a, b) => run({ ...noSelection(k), [`${k}pfrom`]: String(a), [`${k}pto`]: String(b) }),
         // A point sums its step's window (delta types): compare that window, whose total is
         // the point's value; a snapshot point is the profiles at its time.

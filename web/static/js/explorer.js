@@ -6,7 +6,7 @@ import { h, replace, stateBox, debounce } from './dom.js';
 import { profileTypes, queryRange, queryExemplars, queryProfile, labelNames, parseQuery, serverFlags, traceUrl, ApiError } from './api.js';
 import { matcherBuilder } from './matcherbuilder.js';
 import { typeString, describe } from './profiletypes.js';
-import { rangePicker, window as rangeWindow, stepFor, describeRange } from './timerange.js';
+import { rangePicker, window as rangeWindow, stepFor, alignToStep, describeRange } from './timerange.js';
 import { queryEditor } from './querybox.js';
 import { metricsGraph, labelText } from './metricsgraph.js';
 import { profileView, emptyProfile } from './profileview.js';
@@ -166,8 +166,10 @@ export function mountExplorer(app) {
       // A fleet's thousands of series: the biggest GRAPH_SERIES drawn, the rest as one line.
       // Exemplars, the largest spans, are an extra: a store without spans, or a failure, shows
       // the graph without them.
+      const step = stepFor(start, end);
+      const aligned = alignToStep(start, end, step);
       const [data, exemplars] = await Promise.all([
-        queryRange(gq, start, end, stepFor(start, end), { signal, limit: GRAPH_SERIES }),
+        queryRange(gq, aligned.start, aligned.end, step, { signal, limit: GRAPH_SERIES }),
         queryExemplars(gq, start, end, { signal, limit: EXEMPLARS_PER_SERIES }).catch(() => []),
       ]);
       if (!data.result.length) {
@@ -176,9 +178,8 @@ export function mountExplorer(app) {
         return;
       }
       const sel = state.time ? { time: Number(state.time) } : state.pfrom ? { start: Number(state.pfrom), end: Number(state.pto) } : null;
-      const step = stepFor(start, end);
       graph = metricsGraph(data.result, {
-        start, end, selection: sel,
+        start: aligned.start, end: aligned.end, selection: sel,
         // A point's profile: the merge of the window its value sums (delta types), or the
         // profiles at its time (snapshots).
         onPoint: (metric, t) => {

@@ -28,6 +28,17 @@ export function stepFor(start, end) {
   return nice.find((s) => s >= want) || Math.ceil(want / 86400e3) * 86400e3;
 }
 
+/**
+ * The graph's window for `step`: for steps of whole 5 minutes, `[start, end]` widened to
+ * multiples of the step (as Grafana aligns its queries), so that every step holds whole
+ * windows of the store's summaries and a week reads a point an hour per series instead of every
+ * profile; shorter steps keep the window as it is.
+ */
+export function alignToStep(start, end, step) {
+  if (step % 300e3 !== 0) return { start, end };
+  return { start: Math.floor(start / step) * step, end: Math.ceil(end / step) * step };
+}
+
 function toLocalInput(ms) {
   const d = new Date(ms - new Date(ms).getTimezoneOffset() * 60e3);
   return d.toISOString().slice(0, 19);
