@@ -6,7 +6,7 @@ import { h, replace, stateBox, debounce } from './dom.js';
 import { profileTypes, queryRange, queryExemplars, queryProfile, labelNames, parseQuery, serverFlags, traceUrl, ApiError } from './api.js';
 import { matcherBuilder } from './matcherbuilder.js';
 import { typeString, describe } from './profiletypes.js';
-import { rangePicker, window as rangeWindow, stepFor, alignToStep, describeRange } from './timerange.js';
+import { rangePicker, window as rangeWindow, graphWindow, stepFor, alignToStep, describeRange } from './timerange.js';
 import { queryEditor } from './querybox.js';
 import { metricsGraph, labelText } from './metricsgraph.js';
 import { profileView, emptyProfile } from './profileview.js';
@@ -146,7 +146,7 @@ export function mountExplorer(app) {
     const type = typeOf(parsed);
     showTypeHelp(type);
     const range = { from: state.from || 'now-1h', to: state.to || 'now' };
-    const { start, end } = rangeWindow(range);
+    const { start, end } = graphWindow(range);
     loadGraph(q, parsed, start, end, range, signal);
     loadProfile(q, parsed, start, end, range, signal);
     if (type) labelNames(`{__name__="${type}"}`, { signal }).then((names) => replace(labelList, names.filter((n) => n !== '__name__').map((n) => h('option', { value: n })))).catch(() => {});
@@ -186,7 +186,11 @@ export function mountExplorer(app) {
           const delta = (metric.__name__ || typeOf(parsed) || '').endsWith(':delta');
           select(pointSelection(parsed, metric, Math.round(t), step, delta));
         },
-        onRange: (a, b) => select({ pfrom: String(a), pto: String(b), time: '', labels: '' }),
+        // A selection of whole steps (of steps of whole 5 minutes): its merge reads summaries.
+        onRange: (a, b) => {
+          const w = alignToStep(a, b, step);
+          select({ pfrom: String(w.start), pto: String(w.end), time: '', labels: '' });
+        },
         omitted: data.omitted,
         exemplars,
         // A span's profile: its series' profile at the span's time, its samples selected by
@@ -217,7 +221,7 @@ export function mountExplorer(app) {
       return;
     }
     const range = { from: state.from || 'now-1h', to: state.to || 'now' };
-    const { start, end } = rangeWindow(range);
+    const { start, end } = graphWindow(range);
     loadGraph(q, shown.parsed, start, end, range, controller.signal);
     loadProfile(q, shown.parsed, start, end, range, controller.signal);
   };
@@ -323,7 +327,7 @@ export function mountExplorer(app) {
     if (controller) controller.abort();
     controller = new AbortController();
     const range = { from: state.from || 'now-1h', to: state.to || 'now' };
-    const { start, end } = rangeWindow(range);
+    const { start, end } = graphWindow(range);
     loadProfile(shown.q, shown.parsed, start, end, range, controller.signal);
   }
 

@@ -39,6 +39,16 @@ export function alignToStep(start, end, step) {
   return { start: Math.floor(start / step) * step, end: Math.ceil(end / step) * step };
 }
 
+/**
+ * The window a range shows: its graph's, [`alignToStep`] of the range at its step; the merged
+ * profile of the whole range is of the same window, so it is the merge of what the graph
+ * shows, and reads the store's summaries too.
+ */
+export function graphWindow(range, now = Date.now()) {
+  const w = window(range, now);
+  return alignToStep(w.start, w.end, stepFor(w.start, w.end));
+}
+
 function toLocalInput(ms) {
   const d = new Date(ms - new Date(ms).getTimezoneOffset() * 60e3);
   return d.toISOString().slice(0, 19);
