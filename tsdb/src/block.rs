@@ -216,6 +216,16 @@ pub(crate) struct BlockStats {
     pub n_profiles: u64,
     pub n_samples: u64,
     pub n_stacks: u64,
+    /// (stack, value) pairs of the summaries' windows (format 5; absent: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub n_summary_samples: u64,
+    /// Compressed bytes of the summaries' frames in `profiles` (format 5; absent: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub summary_bytes: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// Where a block comes from.
@@ -425,6 +435,9 @@ impl BlockWriter {
                 frame.raw.len() as u64,
             );
             self.write_profiles_bytes(&compressed)?;
+            if k > 0 {
+                self.stats.summary_bytes += len;
+            }
             for (s, list, c) in frame.pending.drain(..) {
                 let series = &mut self.series[s];
                 let chunk = match list {
@@ -545,6 +558,9 @@ impl BlockWriter {
             }
             frame.raw.extend_from_slice(bytes);
             headers.push(*p);
+            if k > 0 {
+                self.stats.n_summary_samples += u64::from(p.n_samples);
+            }
             chunks.last_mut().expect("opened above").n_profiles += 1;
             if frame.raw.len() >= FRAME_RAW_BYTES {
                 self.flush_frame(k)?;
@@ -1661,7 +1677,10 @@ impl Block {
             // Differences from the profile before.
             read_deltas(r, &mut profiles, |p, v| p.duration_nanos = v)?;
             read_deltas(r, &mut profiles, |p, v| p.period = v)?;
-            read_deltas(r, &mut profiles, |p, v| p.total = v)?;
+            read_deltas(r, &mut profiles, |p, v| {
+                p.total = v;
+                p.latest_total = v;
+            })?;
             let mut out_of_range = false;
             read_deltas(r, &mut profiles, |p, v| match u32::try_from(v) {
                 Ok(v) => p.n_samples = v,
@@ -1684,6 +1703,7 @@ impl Block {
             }
             for p in profiles.iter_mut() {
                 p.total = r.ivarint()?;
+                p.latest_total = p.total;
             }
             for p in profiles.iter_mut() {
                 p.n_samples = r.below(u64::from(u32::MAX), "sample count")? as u32;
@@ -1709,9 +1729,6 @@ impl Block {
                 raw_len: r.uvarint()?,
                 raw_offset: if self.paged() { r.uvarint()? } else { 0 },
             });
-        }
-        for p in profiles.iter_mut() {
-            p.latest_total = p.total;
         }
         Ok((profiles, chunks))
     }

@@ -94,6 +94,9 @@ pub struct BlockInfo {
     pub max_time_ms: i64,
     /// Bytes of its files.
     pub size_bytes: u64,
+    /// Of those, the bytes of its summaries' profiles (5-minute, hour and day windows; 0 for a
+    /// block without).
+    pub summary_bytes: u64,
 }
 
 /// Figures about what the store holds.
@@ -331,6 +334,7 @@ impl Db {
                 min_time_ms: b.meta.min_time_ms,
                 max_time_ms: b.meta.max_time_ms,
                 size_bytes: b.size_bytes,
+                summary_bytes: b.meta.stats.summary_bytes,
             })
             .collect()
     }

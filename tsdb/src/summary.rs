@@ -13,7 +13,8 @@
 //! Every window keeps the sum of its profiles (values, durations, totals: what a merge needs,
 //! for every profile type) and the total of its latest profile (what a graph of a snapshot type
 //! such as memory in use shows). A level is written only where it saves reading: when its
-//! windows hold on average [`MIN_PROFILES_PER_WINDOW`] profiles (or finer windows) or more.
+//! windows hold on average [`MIN_PROFILES_PER_WINDOW`] profiles (or finer windows) or more, and
+//! at most a quarter of their pairs ([`MIN_PAIRS_FOLD`]).
 
 use parca_profile::Samples;
 use parca_profile::tables::{LabelSetId, StackId};
@@ -36,6 +37,13 @@ pub(crate) const SUMMARIZED_BLOCK_MS: i64 = 6 * 60 * 60_000;
 pub(crate) fn summarizes((min_ms, max_ms): (i64, i64)) -> bool {
     max_ms.saturating_sub(min_ms) >= SUMMARIZED_BLOCK_MS
 }
+
+/// A level is written only when its windows hold at most a quarter of the (stack, value) pairs
+/// of what they sum (profiles, or the finer level's windows): so summaries add at most a
+/// quarter to the bytes of the profiles they sum, and a level is read only when it makes a read
+/// four times smaller. A series' 5-minute windows of profiles whose stacks seldom repeat are
+/// then left out, its hours and days kept.
+const MIN_PAIRS_FOLD: u64 = 4;
 
 /// A level is written when its windows hold this many profiles (or windows of the level below)
 /// each on average: below that, reading the level saves little over reading what it sums.
@@ -140,8 +148,10 @@ pub(crate) fn summarize(
     sums: &mut StackSums,
 ) -> encoding::Result<Vec<Level>> {
     let mut levels: Vec<Level> = Vec::new();
-    // What a read would read without the next level: the profiles, or the finer level.
+    // What a read would read without the next level: the profiles, or the finer level (their
+    // number, and their pairs).
     let mut below = profiles.len();
+    let mut below_pairs: u64 = profiles.iter().map(|(p, _)| u64::from(p.n_samples)).sum();
     for r in SUMMARY_RESOLUTIONS_MS {
         let n_windows = count_windows(profiles.iter().map(|(p, _)| p.timestamp_ms), r);
         if n_windows == 0 || n_windows * MIN_PROFILES_PER_WINDOW > below {
@@ -158,7 +168,14 @@ pub(crate) fn summarize(
             }
             None => sum_windows(profiles, r, limits, sums)?,
         };
+        let pairs: u64 = windows.iter().map(|(p, _)| u64::from(p.n_samples)).sum();
+        if pairs * MIN_PAIRS_FOLD > below_pairs {
+            // The windows hold nearly every stack of their profiles (stacks that seldom
+            // repeat): the level would cost bytes and save little reading.
+            continue;
+        }
         below = windows.len();
+        below_pairs = pairs;
         levels.push(Level {
             resolution_ms: r,
             windows,
@@ -429,6 +446,7 @@ mod tests {
                     let mut p = header(k * step);
                     p.total = total;
                     p.latest_total = total;
+                    p.n_samples = 1;
                     p.len = bytes.len() as u32;
                     (p, bytes.as_slice())
                 })
@@ -460,6 +478,34 @@ mod tests {
         let levels = summarize(&every(1_800_000, 20), limits, &mut sums).unwrap();
         assert_eq!(levels.len(), 1);
         assert_eq!(levels[0].resolution_ms, 24 * H1);
+        // Every 10 s for two hours, each profile a stack of its own: no window sums fewer
+        // pairs than its profiles hold, so no level saves reading.
+        let distinct: Vec<Vec<u8>> = (0..720u32)
+            .map(|k| {
+                let mut samples = Samples::default();
+                samples.stacks.push(StackId(k));
+                samples.labels.push(LabelSetId::EMPTY);
+                samples.values.push(3);
+                let mut b = Vec::new();
+                encoding::encode_samples(&samples, &mut b);
+                b
+            })
+            .collect();
+        let profiles: Vec<(BlockProfile, &[u8])> = distinct
+            .iter()
+            .enumerate()
+            .map(|(k, b)| {
+                let mut p = header((k as i64 + 1) * 10_000);
+                p.n_samples = 1;
+                p.len = b.len() as u32;
+                (p, b.as_slice())
+            })
+            .collect();
+        let wide = IdLimits {
+            n_stacks: 720,
+            n_label_sets: 1,
+        };
+        assert!(summarize(&profiles, wide, &mut sums).unwrap().is_empty());
         // Every 30 minutes for 1 hour: nothing.
         assert!(
             summarize(&every(1_800_000, 2), limits, &mut sums)

@@ -10,6 +10,8 @@
 //!   same at steps that do not fall on the hour (every profile's total from the index);
 //! - once, for comparison, the merge of one day without summaries.
 //!
+//! Run:
+//!
 //!     cargo bench -p parca-query --bench week
 //!     SERIES=100 DAYS=2 cargo bench -p parca-query --bench week   # smaller
 //!     STORE_DIR=/tmp/week cargo bench …   # where the store is kept between runs
@@ -199,13 +201,15 @@ fn store(n_series: usize, days: i64) -> (Arc<Db>, i64, u64) {
     let db = Db::open(&dir, Options::default()).expect("open");
     db.compact().expect("compact");
     let s = db.stats();
+    let summary_bytes: u64 = db.blocks().iter().map(|b| b.summary_bytes).sum();
     println!(
         "store: {n_series} series, {} profiles, {pairs} pairs in {} blocks of {} bytes = \
-         {:.3} bytes/pair (summaries included)",
+         {:.3} bytes/pair, of which summaries' profiles {summary_bytes} bytes = {:.3} bytes/pair",
         s.n_profiles,
         s.n_blocks,
         s.block_bytes,
-        s.block_bytes as f64 / pairs.max(1) as f64
+        s.block_bytes as f64 / pairs.max(1) as f64,
+        summary_bytes as f64 / pairs.max(1) as f64
     );
     (Arc::new(db), start_ms, pairs)
 }

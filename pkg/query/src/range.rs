@@ -133,7 +133,13 @@ impl Engine {
                         limit: self.limits.max_points,
                     });
                 }
-                let summaries_ms = summary_resolution(query, offset_ms, range_ms, self.limits.lookback_ms);
+                // Summaries keep a window's latest total, not its latest profile: a stack
+                // filter of a snapshot type needs that profile, so filters read every profile.
+                let summaries_ms = if filters.is_empty() {
+                    summary_resolution(query, offset_ms, range_ms, self.limits.lookback_ms)
+                } else {
+                    0
+                };
                 let querier = self.summarized_querier(window.0, window.1, &spans, summaries_ms);
                 // Stored totals count whole profiles: stack filters and span selections read
                 // the samples.
