@@ -16,7 +16,7 @@ use crate::head::Head;
 use crate::labels::{Labels, Matcher};
 use crate::peer::{PeerAnswer, PeerProfile, PeerRead, PeerRequest, PeerSeries, Plan};
 use crate::remote::LazyBlock;
-use crate::summary::{self, Part, StackSums, add_labelled};
+use crate::summary::{self, Part, StackSums};
 use crate::{Error, postings};
 
 /// The profiles of one series over a query's time range, sharing the query's tables.
@@ -560,12 +560,11 @@ impl<'a> Querier<'a> {
         self.attempt(|r| {
             let matched = r.matched(matchers)?;
             let head = r.head()?;
-            Ok(matched
-                .values()
-                .flatten()
-                .flat_map(|s| r.headers(&head, s))
-                .map(|p| p.n_samples as usize)
-                .sum())
+            let mut n = 0usize;
+            for source in matched.values().flatten() {
+                r.for_each_header(&head, source, |p| n += p.n_samples as usize);
+            }
+            Ok(n)
         })
     }
 
@@ -941,8 +940,9 @@ impl Read<'_> {
         }
     }
 
-    /// Headers of a source's profiles in range (those that count in it).
-    fn headers(&self, head: &Head, source: &Source) -> Vec<BlockProfile> {
+    /// Calls `each` with the header of every profile of a source in range (those that count
+    /// in it).
+    fn for_each_header(&self, head: &Head, source: &Source, mut each: impl FnMut(&BlockProfile)) {
         match source {
             Source::Block(bi, e, hidden) => e
                 .profiles
@@ -950,14 +950,12 @@ impl Read<'_> {
                 .filter(|p| {
                     self.in_block_range(*bi, p.timestamp_ms) && !hidden.hides(p.timestamp_ms)
                 })
-                .copied()
-                .collect(),
+                .for_each(each),
             Source::Head(s, hidden) => head.series[*s as usize]
                 .in_range(self.min_ms, self.max_ms)
                 .iter()
                 .filter(|p| !hidden.hides(p.timestamp_ms))
-                .map(BlockProfile::from)
-                .collect(),
+                .for_each(|p| each(&BlockProfile::from(p))),
         }
     }
 
@@ -1353,17 +1351,10 @@ impl Read<'_> {
         Ok(matched
             .into_iter()
             .map(|(labels, sources)| {
-                let mut points: Vec<TotalPoint> = sources
-                    .iter()
-                    .flat_map(|s| self.headers(&head, s))
-                    .map(|p| TotalPoint {
-                        timestamp_ms: p.timestamp_ms,
-                        total: p.total,
-                        period: p.period,
-                        duration_nanos: p.duration_nanos,
-                        latest_total: p.latest_total,
-                    })
-                    .collect();
+                let mut points: Vec<TotalPoint> = Vec::new();
+                for s in &sources {
+                    self.for_each_header(&head, s, |p| points.push(TotalPoint::from(p)));
+                }
                 // Sources that overlap in time (imported blocks) interleave.
                 if !points
                     .windows(2)
@@ -1447,32 +1438,7 @@ impl GroupSum {
         spans: Option<&SpanMatchers>,
     ) -> Result<Result<(), encoding::DecodeError>, Error> {
         self.fold(series_meta, p)?;
-        // The head's tables grow between holds of its lock: so may its stack ids.
-        if sums.dense.len() < limits.n_stacks as usize {
-            sums.dense.resize(limits.n_stacks as usize, 0);
-        }
-        let StackSums {
-            dense,
-            touched,
-            labelled,
-        } = sums;
-        let each = |s: StackId, l: LabelSetId, v: i64| {
-            if l == LabelSetId::EMPTY {
-                let slot = &mut dense[s.idx()];
-                if *slot == 0 {
-                    touched.push(s.0);
-                }
-                *slot = slot.wrapping_add(v);
-            } else {
-                add_labelled(labelled, s, l, v);
-            }
-        };
-        let mut r = Reader::new(bytes);
-        // Without a span selection, the merge's loop is the one it always was.
-        Ok(match spans {
-            None => encoding::for_each_sample(&mut r, limits, each),
-            Some(select) => encoding::for_each_sample_in(&mut r, limits, Some(select), each),
-        })
+        Ok(sums.add_encoded(bytes, limits, spans))
     }
 }
 
@@ -1583,16 +1549,22 @@ impl MergeAcc {
     }
 }
 
+impl From<&BlockProfile> for TotalPoint {
+    fn from(p: &BlockProfile) -> Self {
+        TotalPoint {
+            timestamp_ms: p.timestamp_ms,
+            total: p.total,
+            period: p.period,
+            duration_nanos: p.duration_nanos,
+            latest_total: p.latest_total,
+        }
+    }
+}
+
 impl From<&BlockProfile> for PeerProfile {
     fn from(p: &BlockProfile) -> Self {
         PeerProfile {
-            point: TotalPoint {
-                timestamp_ms: p.timestamp_ms,
-                total: p.total,
-                period: p.period,
-                duration_nanos: p.duration_nanos,
-                latest_total: p.latest_total,
-            },
+            point: TotalPoint::from(p),
             capture_id: p.capture_id,
         }
     }
@@ -1726,11 +1698,10 @@ impl Read<'_> {
                 let series = matched
                     .iter()
                     .map(|(labels, sources)| {
-                        let mut profiles: Vec<PeerProfile> = sources
-                            .iter()
-                            .flat_map(|s| self.headers(&head, s))
-                            .map(|p| PeerProfile::from(&p))
-                            .collect();
+                        let mut profiles: Vec<PeerProfile> = Vec::new();
+                        for s in sources {
+                            self.for_each_header(&head, s, |p| profiles.push(PeerProfile::from(p)));
+                        }
                         profiles.sort_by_key(|p| p.point.timestamp_ms);
                         PeerSeries {
                             labels: labels.clone(),

@@ -21,7 +21,7 @@ use parca_profile::tables::{LabelSetId, StackId};
 use rustc_hash::FxHashMap;
 
 use crate::block::BlockProfile;
-use crate::encoding::{self, IdLimits, Reader};
+use crate::encoding::{self, IdLimits, NoSelect, Reader, SpanSelect};
 
 /// The resolutions of the summaries, finest first: 5 minutes, 1 hour and 1 day (days for the
 /// reads of weeks and months: a week of a fleet is then a few summaries per series).
@@ -102,8 +102,16 @@ impl StackSums {
         samples
     }
 
-    /// Adds the samples of one profile encoded by [`encoding::encode_samples`].
-    pub fn add_encoded(&mut self, bytes: &[u8], limits: IdLimits) -> encoding::Result<()> {
+    /// Adds the samples of one profile encoded by [`encoding::encode_samples`] (of the spans
+    /// `spans` selects, with a selection). Always inlined: the per-sample loop of every merge.
+    #[inline(always)]
+    pub fn add_encoded(
+        &mut self,
+        bytes: &[u8],
+        limits: IdLimits,
+        spans: Option<&impl SpanSelect>,
+    ) -> encoding::Result<()> {
+        // The head's tables grow between holds of its lock: so may its stack ids.
         if self.dense.len() < limits.n_stacks as usize {
             self.dense.resize(limits.n_stacks as usize, 0);
         }
@@ -112,7 +120,7 @@ impl StackSums {
             touched,
             labelled,
         } = self;
-        encoding::for_each_sample(&mut Reader::new(bytes), limits, |s, l, v| {
+        let each = |s: StackId, l: LabelSetId, v: i64| {
             if l == LabelSetId::EMPTY {
                 let slot = &mut dense[s.idx()];
                 if *slot == 0 {
@@ -122,7 +130,13 @@ impl StackSums {
             } else {
                 add_labelled(labelled, s, l, v);
             }
-        })
+        };
+        let mut r = Reader::new(bytes);
+        // Without a span selection, the merge's loop is the one it always was.
+        match spans {
+            None => encoding::for_each_sample(&mut r, limits, each),
+            Some(select) => encoding::for_each_sample_in(&mut r, limits, Some(select), each),
+        }
     }
 }
 
@@ -228,7 +242,7 @@ fn sum_windows(
         };
         let mut captures = Captures::default();
         for (p, bytes) in window {
-            sums.add_encoded(bytes, limits)?;
+            sums.add_encoded(bytes, limits, None::<&NoSelect>)?;
             header.duration_nanos = header.duration_nanos.saturating_add(p.duration_nanos);
             header.period = header.period.max(p.period);
             header.merged = header.merged.saturating_add(p.merged);
