@@ -269,7 +269,7 @@ pub(crate) fn new_ulid() -> String {
 // Writing
 
 /// A profile as the index records it; its samples lie in a chunk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct BlockProfile {
     pub timestamp_ms: i64,
     pub duration_nanos: i64,
@@ -372,17 +372,14 @@ impl BlockWriter {
         let profiles_path = tmp.join("profiles");
         let file = File::create(&profiles_path)
             .map_err(Error::io("cannot create block file", &profiles_path))?;
-        let compressor = |level: i32| {
-            zstd::bulk::Compressor::new(level)
-                .and_then(|mut c| {
-                    // A checksum in every frame: damage is caught when the chunk is read, too.
-                    c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
-                    c.set_pledged_src_size(None)?;
-                    Ok(c)
-                })
-                .map_err(Error::io("cannot start zstd", &profiles_path))
-        };
-        let compressor = compressor(ZSTD_LEVEL)?;
+        let compressor = zstd::bulk::Compressor::new(ZSTD_LEVEL)
+            .and_then(|mut c| {
+                // A checksum in every frame: damage is caught when the chunk is read, too.
+                c.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))?;
+                c.set_pledged_src_size(None)?;
+                Ok(c)
+            })
+            .map_err(Error::io("cannot start zstd", &profiles_path))?;
         Ok(BlockWriter {
             name,
             data_dir: data_dir.to_owned(),
@@ -465,18 +462,17 @@ impl BlockWriter {
         if series.profiles.is_empty() {
             return Ok(());
         }
-        let headers: Vec<BlockProfile> = series.profiles.iter().map(BlockProfile::from).collect();
-        for p in &headers {
+        let inputs: Vec<(BlockProfile, &[u8])> = series
+            .profiles
+            .iter()
+            .map(|p| (BlockProfile::from(p), &p.data[..]))
+            .collect();
+        for (p, _) in &inputs {
             self.min_time_ms = self.min_time_ms.min(p.timestamp_ms);
             self.max_time_ms = self.max_time_ms.max(p.timestamp_ms);
             self.stats.n_profiles += 1;
             self.stats.n_samples += u64::from(p.n_samples);
         }
-        let inputs: Vec<(BlockProfile, &[u8])> = headers
-            .iter()
-            .zip(&series.profiles)
-            .map(|(h, p)| (*h, &p.data[..]))
-            .collect();
         let limits = encoding::IdLimits::of(&self.tables);
         let levels = if self.summarize {
             crate::summary::summarize(&inputs, limits, &mut self.sums).map_err(|e| {
@@ -492,7 +488,7 @@ impl BlockWriter {
         self.series.push(WrittenSeries {
             labels: series.labels,
             meta: series.meta,
-            profiles: Vec::with_capacity(headers.len()),
+            profiles: Vec::with_capacity(inputs.len()),
             chunks: Vec::new(),
             levels: levels
                 .iter()
@@ -1644,15 +1640,8 @@ impl Block {
         let n = r.count(6, "profile")?;
         let mut profiles = vec![
             BlockProfile {
-                timestamp_ms: 0,
-                duration_nanos: 0,
-                period: 0,
-                capture_id: 0,
-                total: 0,
-                n_samples: 0,
-                len: 0,
                 merged: 1,
-                latest_total: 0,
+                ..BlockProfile::default()
             };
             n
         ];

@@ -685,12 +685,17 @@ impl Read<'_> {
         let b = &self.blocks[bi];
         let mut out = Vec::new();
         for i in postings::select(b.as_ref(), matchers).iter() {
-            let e = b.series_entry(i).map_err(|e| b.index_corrupt(e))?;
-            if e.has_profiles_in(self.min_ms, self.block_max[bi]) {
-                out.push((i, e));
-            }
+            out.extend(self.stored_series(bi, i)?.map(|e| (i, e)));
         }
         Ok(out)
+    }
+
+    /// Series `i` of block `bi` as stored, if it has profiles in range.
+    fn stored_series(&self, bi: usize, i: u32) -> Result<Option<SeriesEntry>, Error> {
+        let b = &self.blocks[bi];
+        let e = b.series_entry(i).map_err(|e| b.index_corrupt(e))?;
+        Ok(e.has_profiles_in(self.min_ms, self.block_max[bi])
+            .then_some(e))
     }
 
     /// For every block in range, the series that match and have profiles in range.
@@ -799,10 +804,7 @@ impl Read<'_> {
         let mut out = Vec::new();
         for i in postings::select(b.as_ref(), matchers).iter() {
             let Some(summary) = b.summary_entry(i).map_err(corrupt)? else {
-                let e = b.series_entry(i).map_err(corrupt)?;
-                if e.has_profiles_in(first_ms, last_ms) {
-                    out.push((i, e));
-                }
+                out.extend(self.stored_series(bi, i)?.map(|e| (i, e)));
                 continue;
             };
             if summary.last_ms < first_ms || summary.first_ms > last_ms {

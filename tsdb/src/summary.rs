@@ -231,14 +231,8 @@ fn sum_windows(
         start += n;
         let mut header = BlockProfile {
             timestamp_ms: end_ms,
-            duration_nanos: 0,
-            period: 0,
-            capture_id: 0,
-            total: 0,
-            n_samples: 0,
-            len: 0,
-            merged: 0,
             latest_total: window[n - 1].0.latest_total,
+            ..BlockProfile::default()
         };
         let mut captures = Captures::default();
         for (p, bytes) in window {
@@ -437,11 +431,8 @@ mod tests {
             duration_nanos: 10,
             period: 1,
             capture_id: t as u64 + 1,
-            total: 0,
-            n_samples: 0,
-            len: 0,
             merged: 1,
-            latest_total: 0,
+            ..BlockProfile::default()
         };
         let mut samples = Samples::default();
         samples.stacks.push(StackId(1));
