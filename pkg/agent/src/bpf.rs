@@ -12,6 +12,7 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, S
 use aya::programs::{PerfEvent, RawTracePoint};
 use aya::{Ebpf, EbpfLoader};
 use parca_symbolize::unwind::StackEnd;
+use parca_symbolize::unwind::compact::CompactRow;
 use rustc_hash::FxHashMap;
 
 use crate::Error;
@@ -116,7 +117,7 @@ pub(crate) const MAX_PROCESSES: usize = 8192;
 pub(crate) const MAX_OBJECTS: usize = 16384;
 
 /// `struct unwind_row`: one row of an object's unwind table
-/// (`parca_symbolize::unwind::compact::CompactRow`, its address made a u32).
+/// ([`CompactRow`], field for field).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct UnwindRow {
@@ -125,6 +126,18 @@ pub(crate) struct UnwindRow {
     pub rbp_rule: u8,
     pub rbp_offset: i16,
     pub cfa_offset: i32,
+}
+
+impl From<&CompactRow> for UnwindRow {
+    fn from(r: &CompactRow) -> UnwindRow {
+        UnwindRow {
+            pc: r.pc,
+            kind: r.kind as u8,
+            rbp_rule: r.rbp as u8,
+            rbp_offset: r.rbp_offset,
+            cfa_offset: r.cfa_offset,
+        }
+    }
 }
 
 /// `struct row_chunk`.
@@ -622,21 +635,30 @@ impl Sampler {
         &mut self,
         id: u32,
         first_chunk: u32,
-        rows: &[UnwindRow],
+        rows: impl ExactSizeIterator<Item = CompactRow>,
     ) -> Result<(), Error> {
+        let n_rows = rows.len() as u32;
         let mut chunk = RowChunk {
             rows: [UnwindRow::default(); ROWS_PER_CHUNK],
         };
-        for (i, part) in rows.chunks(ROWS_PER_CHUNK).enumerate() {
-            chunk.rows[..part.len()].copy_from_slice(part);
-            chunk.rows[part.len()..].fill(UnwindRow::default());
+        // Encoded a chunk at a time: no second copy of a table of millions of rows.
+        let mut rows = rows.peekable();
+        let mut i = 0;
+        while rows.peek().is_some() {
+            let mut n = 0;
+            for (to, row) in chunk.rows.iter_mut().zip(rows.by_ref()) {
+                *to = UnwindRow::from(&row);
+                n += 1;
+            }
+            chunk.rows[n..].fill(UnwindRow::default());
             self.unwind_rows
-                .set(first_chunk + i as u32, chunk, 0)
+                .set(first_chunk + i, chunk, 0)
                 .map_err(map_error("unwind_rows"))?;
+            i += 1;
         }
         let table = ObjectTable {
             first_row: first_chunk * ROWS_PER_CHUNK as u32,
-            n_rows: rows.len() as u32,
+            n_rows,
         };
         self.unwind_objects
             .insert(id, table, 0)

@@ -357,17 +357,8 @@ impl Unwinder {
                 return;
             }
         };
-        let Some(rows) = encode(&table) else {
-            // Addresses past 4 GiB: the program's rows hold 32-bit addresses.
-            fail(self, true);
-            return;
-        };
         self.stats.malformed_cfi += table.bad_fdes;
-        // The program's rows are all that is needed of them from here.
-        let CompactTable {
-            census, segments, ..
-        } = table;
-        let n_chunks = rows.len().div_ceil(ROWS_PER_CHUNK).max(1) as u32;
+        let n_chunks = table.len().div_ceil(ROWS_PER_CHUNK).max(1) as u32;
         if n_chunks > self.budget_chunks {
             fail(self, true);
             return;
@@ -385,7 +376,7 @@ impl Unwinder {
         };
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
-        if let Err(e) = sampler.load_table(id, first_chunk, &rows) {
+        if let Err(e) = sampler.load_table(id, first_chunk, table.rows()) {
             tracing::debug!(object = %object.opened_as.display(), error = %e, "cannot load an unwind table");
             self.release(first_chunk, n_chunks);
             fail(self, false);
@@ -399,9 +390,9 @@ impl Unwinder {
                 id,
                 first_chunk,
                 n_chunks,
-                n_rows: rows.len() as u32,
-                census,
-                segments,
+                n_rows: table.len() as u32,
+                census: table.census,
+                segments: table.segments,
                 last_used: self.tick,
             },
         );
@@ -658,23 +649,6 @@ fn keeps_frame_pointers_everywhere(census: &FramePointerCensus) -> bool {
     census.go || (census.sampled >= 8 && census.framed == census.sampled)
 }
 
-/// The program's rows of `table`; `None` when an address does not fit in 32 bits.
-fn encode(table: &CompactTable) -> Option<Vec<UnwindRow>> {
-    table
-        .rows
-        .iter()
-        .map(|r| {
-            Some(UnwindRow {
-                pc: u32::try_from(r.pc).ok()?,
-                kind: r.kind as u8,
-                rbp_rule: r.rbp as u8,
-                rbp_offset: r.rbp_offset,
-                cfa_offset: r.cfa_offset,
-            })
-        })
-        .collect()
-}
-
 /// How long after reading a process its mappings may be read again because the sampled address
 /// fell outside them (a `dlopen`ed library, or maps read just before an `exec`): bounds the cost
 /// of a process whose samples keep landing outside every mapping.
@@ -687,28 +661,15 @@ mod tests {
 
     #[test]
     fn rows_keep_their_rules_in_the_programs_layout() {
-        let table = CompactTable {
-            rows: vec![
-                compact::CompactRow {
-                    pc: 0x1000,
-                    kind: RowKind::Sp,
-                    cfa_offset: 8,
-                    rbp: compact::RbpRule::Same,
-                    rbp_offset: 0,
-                },
-                compact::CompactRow {
-                    pc: 0x1004,
-                    kind: RowKind::Bp,
-                    cfa_offset: 16,
-                    rbp: compact::RbpRule::At,
-                    rbp_offset: -16,
-                },
-            ],
-            ..CompactTable::default()
+        let row = compact::CompactRow {
+            pc: 0x1004,
+            kind: RowKind::Bp,
+            cfa_offset: 16,
+            rbp: compact::RbpRule::At,
+            rbp_offset: -16,
         };
-        let rows = encode(&table).unwrap();
         assert_eq!(
-            rows[1],
+            UnwindRow::from(&row),
             UnwindRow {
                 pc: 0x1004,
                 kind: 2,
@@ -717,9 +678,10 @@ mod tests {
                 cfa_offset: 16
             }
         );
-        let mut far = table.clone();
-        far.rows[0].pc = 1 << 33;
-        assert!(encode(&far).is_none());
+        assert_eq!(
+            std::mem::size_of::<compact::CompactRow>(),
+            std::mem::size_of::<UnwindRow>()
+        );
     }
 
     #[test]

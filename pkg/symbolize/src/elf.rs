@@ -142,8 +142,9 @@ struct Segment {
     executable: bool,
 }
 
-/// A function symbol. Its name stays in the file (large C++ and Rust libraries have tens of
-/// megabytes of names) and is read when an address in it is first symbolized.
+/// A function symbol, in 16 bytes (large C++ and Rust libraries have hundreds of thousands).
+/// Its name stays in the file (they also have tens of megabytes of names) and is read when an
+/// address in it is first symbolized.
 #[derive(Debug, Clone, Copy)]
 struct Symbol {
     address: u64,
@@ -151,10 +152,24 @@ struct Symbol {
     /// assembly) covers up to the next symbol or the end of its section, whichever comes first;
     /// an address past the end is named by no symbol.
     size: u32,
-    /// Offset of the name in its string table.
+    /// The offset of the name in its string table (the low 31 bits), and which of the
+    /// object's string tables that is ([`ElfObject::names`], at most two: the top bit).
     name: u32,
-    /// Index of its string table in [`ElfObject::names`].
-    table: u8,
+}
+
+/// The bit of [`Symbol::name`] that says which string table the name is in.
+const SECOND_TABLE: u32 = 1 << 31;
+
+impl Symbol {
+    /// The index of its string table in [`ElfObject::names`].
+    fn table(&self) -> usize {
+        usize::from(self.name & SECOND_TABLE != 0)
+    }
+
+    /// The offset of its name in its string table.
+    fn name_offset(&self) -> u32 {
+        self.name & !SECOND_TABLE
+    }
 }
 
 /// Where a symbol table's names are: in a file, or in memory (the symbol table of
@@ -358,7 +373,13 @@ impl ElfObject {
                           symbols: &mut Vec<Symbol>,
                           table: SymbolTable,
                           source: NameSource<'_>| {
-            let index = names.len() as u8;
+            // At most two tables (MiniDebugInfo's and `.dynsym`): the second one's symbols
+            // say so in their top name bit.
+            let second = match names.len() {
+                0 => false,
+                1 => true,
+                _ => return,
+            };
             names.push(match source {
                 NameSource::File(f) => match f.try_clone() {
                     Ok(file) => NameTable::File {
@@ -378,12 +399,15 @@ impl ElfObject {
                     }
                 }
             });
-            symbols.extend(
-                table
-                    .symbols
-                    .into_iter()
-                    .map(|s| Symbol { table: index, ..s }),
-            );
+            if !second {
+                // The first table's vector becomes the object's: no copy.
+                *symbols = table.symbols;
+            } else {
+                symbols.extend(table.symbols.into_iter().map(|s| Symbol {
+                    name: s.name | SECOND_TABLE,
+                    ..s
+                }));
+            }
         };
         if let (Some(c), Some((f, _))) = (&debug_cache, debug_file)
             && let Some(t) = function_symbols(c, false)
@@ -424,9 +448,7 @@ impl ElfObject {
                 symbol_source = SymbolSource::Gopclntab;
             }
         }
-        // Aliases share an address: keep one, preferring a sized one.
-        symbols.sort_by(|a, b| a.address.cmp(&b.address).then(b.size.cmp(&a.size)));
-        symbols.dedup_by_key(|s| s.address);
+        sort_symbols(&mut symbols);
         symbols.shrink_to_fit();
 
         // DWARF from the debug file when it has some, else the object's own.
@@ -567,9 +589,7 @@ impl ElfObject {
     /// this process's resident memory. For a caller that symbolizes in bursts, after each.
     pub fn release_mapped_dwarf(&self) {
         if let Some(map) = &self.dwarf_map {
-            // SAFETY: the cache file under the mapping is never written in place
-            // (`DwarfCache`), so pages dropped here read back the same bytes.
-            let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+            release_pages(map);
         }
     }
 
@@ -682,8 +702,8 @@ impl ElfObject {
     /// cannot be read there or the name is empty.
     fn name_of(&self, sym: &Symbol) -> Option<String> {
         use std::os::unix::fs::FileExt;
-        let start = u64::from(sym.name);
-        let (file, offset, end) = match self.names.get(usize::from(sym.table))? {
+        let start = u64::from(sym.name_offset());
+        let (file, offset, end) = match self.names.get(sym.table())? {
             NameTable::Memory(bytes) => {
                 let rest = bytes.get(start as usize..)?;
                 let len = rest.iter().position(|&b| b == 0)?;
@@ -752,51 +772,74 @@ fn function_symbols<'data, R: object::ReadRef<'data>>(
     } else {
         elf.elf_symbol_table()
     };
-    // (symbol, end of its section)
-    let mut symbols: Vec<(Symbol, u64)> = table
-        .iter()
-        .filter(|s| {
-            matches!(s.st_type(), STT_FUNC | STT_GNU_IFUNC)
-                && s.st_shndx(endian) != SHN_UNDEF
-                && s.st_value(endian) != 0
-                && s.st_name(endian) != 0
-        })
-        .map(|s| {
+    let is_function = |s: &&object::elf::Sym64<object::Endianness>| {
+        matches!(s.st_type(), STT_FUNC | STT_GNU_IFUNC)
+            && s.st_shndx(endian) != SHN_UNDEF
+            && s.st_value(endian) != 0
+            && s.st_name(endian) != 0
+            && s.st_name(endian) & SECOND_TABLE == 0
+    };
+    // Sized once: a vector grown by doubling would hold up to twice the table at its peak.
+    let mut symbols = Vec::with_capacity(table.iter().filter(is_function).count());
+    // (address, end of its section) of the symbols without a size.
+    let mut unsized_ends = Vec::new();
+    for s in table.iter().filter(is_function) {
+        let address = s.st_value(endian);
+        let size = u32::try_from(s.st_size(endian)).unwrap_or(u32::MAX);
+        if size == 0 {
             let section_end = sections
                 .section(object::SectionIndex(usize::from(s.st_shndx(endian))))
                 .ok()
                 .map(|h| h.sh_addr(endian).saturating_add(h.sh_size(endian)))
                 .unwrap_or(u64::MAX);
-            let symbol = Symbol {
-                address: s.st_value(endian),
-                size: u32::try_from(s.st_size(endian)).unwrap_or(u32::MAX),
-                name: s.st_name(endian),
-                table: 0,
-            };
-            (symbol, section_end)
-        })
-        .collect();
+            unsized_ends.push((address, section_end));
+        }
+        symbols.push(Symbol {
+            address,
+            size,
+            name: s.st_name(endian),
+        });
+    }
     if symbols.is_empty() {
         return None;
     }
     let strtab = sections.section(table.string_section()).ok()?;
-    symbols.sort_by(|a, b| a.0.address.cmp(&b.0.address).then(b.0.size.cmp(&a.0.size)));
-    symbols.dedup_by_key(|s| s.0.address);
+    sort_symbols(&mut symbols);
+    unsized_ends.sort_unstable();
     // A symbol without a size (`_init`, assembly without `.size`) covers up to the next symbol
     // and never past its section: `_init` must not name the whole of `.text` after it.
     for i in 0..symbols.len() {
-        if symbols[i].0.size == 0 {
-            let start = symbols[i].0.address;
-            let next = symbols.get(i + 1).map_or(u64::MAX, |s| s.0.address);
-            let end = next.min(symbols[i].1);
-            symbols[i].0.size = u32::try_from(end.saturating_sub(start)).unwrap_or(u32::MAX);
+        if symbols[i].size == 0 {
+            let start = symbols[i].address;
+            let next = symbols.get(i + 1).map_or(u64::MAX, |s| s.address);
+            let section_end = unsized_ends
+                .binary_search_by_key(&start, |e| e.0)
+                .map_or(u64::MAX, |j| unsized_ends[j].1);
+            let end = next.min(section_end);
+            symbols[i].size = u32::try_from(end.saturating_sub(start)).unwrap_or(u32::MAX);
         }
     }
+    symbols.shrink_to_fit();
     Some(SymbolTable {
-        symbols: symbols.into_iter().map(|(s, _)| s).collect(),
+        symbols,
         strtab_offset: strtab.sh_offset(endian),
         strtab_size: strtab.sh_size(endian),
     })
+}
+
+/// Sorts symbols by address, keeping one of those that share an address (aliases): a sized
+/// one, and of those the first table's, the one whose name comes first. In place: a stable
+/// sort would take as much memory again.
+fn sort_symbols(symbols: &mut Vec<Symbol>) {
+    if symbols.is_sorted_by(|a, b| a.address < b.address) {
+        return;
+    }
+    symbols.sort_unstable_by(|a, b| {
+        (a.address.cmp(&b.address))
+            .then(b.size.cmp(&a.size))
+            .then(a.name.cmp(&b.name))
+    });
+    symbols.dedup_by_key(|s| s.address);
 }
 
 /// Bytes of MiniDebugInfo (`.gnu_debugdata`) decompressed beyond which it is ignored.
@@ -920,15 +963,16 @@ fn read_gopclntab<'data, O: Object<'data>>(obj: &O) -> Option<(Vec<Symbol>, (u64
         let func_offset = u32_at(at + 4)? as usize;
         let end = u32_at(at + 8)?;
         let name = u32_at(pcln_offset.checked_add(func_offset)?.checked_add(4)?)?;
+        if name & SECOND_TABLE != 0 {
+            continue;
+        }
         symbols.push(Symbol {
             address: text_start + u64::from(entry),
             size: end.saturating_sub(entry),
             name,
-            table: 0,
         });
     }
-    symbols.sort_by_key(|s| s.address);
-    symbols.dedup_by_key(|s| s.address);
+    sort_symbols(&mut symbols);
     let names = (
         section_offset + funcname_offset as u64,
         (data.len().checked_sub(funcname_offset)?) as u64,
@@ -1145,7 +1189,20 @@ fn read_cached_dwarf<'data, O: Object<'data>>(
         Ok(Reader::new(bytes, endian))
     };
     let dwarf = gimli::Dwarf::load(load)?;
-    addr2line::Context::from_dwarf(dwarf).map(Some)
+    let context = addr2line::Context::from_dwarf(dwarf);
+    // Indexing read every unit's header, abbreviations and line program header: most of the
+    // mapping, of which lookups need little again. Given back now, objects loaded one after
+    // the other do not add up in the agent's resident memory.
+    release_pages(&cached.map);
+    context.map(Some)
+}
+
+/// Gives back the resident pages of a mapping of the DWARF cache (they stay in the page cache
+/// and fault back in when read).
+fn release_pages(map: &memmap2::Mmap) {
+    // SAFETY: the cache file under the mapping is never written in place (`DwarfCache`), so
+    // pages dropped here read back the same bytes.
+    let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
 }
 
 /// The byte range of a section in a mapping of its file, if it fits in memory.

@@ -23,6 +23,7 @@ use gimli::{
     UnwindSection,
 };
 use object::read::ReadCache;
+use rustc_hash::FxHashMap;
 
 use super::{CENSUS_FUNCTIONS, FramePointerCensus, RA, RBP, RSP, inflate_section};
 
@@ -61,25 +62,79 @@ pub enum RbpRule {
 }
 
 /// One row: from `pc` (a virtual address of the object) up to the next row's, this rule holds.
+/// 12 bytes, as the BPF program's rows. A [`CompactTable`] stores its rows in half of that
+/// (the largest objects have millions of rows but a few thousand distinct rules) and gives
+/// them out in this form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CompactRow {
-    /// The first address the row covers.
-    pub pc: u64,
-    /// How the CFA is found.
-    pub kind: RowKind,
+    /// The first address the row covers (objects are refused whose code lies past 4 GiB:
+    /// [`CompileError::AddressTooLarge`]).
+    pub pc: u32,
     /// Of the CFA from its register (for [`RowKind::Plt`], the threshold of `rip & 15`).
     pub cfa_offset: i32,
+    /// How the CFA is found.
+    pub kind: RowKind,
     /// Where the caller's rbp is.
     pub rbp: RbpRule,
     /// Of the saved rbp from the CFA ([`RbpRule::At`]).
     pub rbp_offset: i16,
 }
 
+/// A row's rule: all of a [`CompactRow`] but its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Rule {
+    cfa_offset: i32,
+    kind: RowKind,
+    rbp: RbpRule,
+    rbp_offset: i16,
+}
+
+/// The rule of [`RowKind::End`] rows, first in every table's rules.
+const END_RULE: Rule = Rule {
+    cfa_offset: 0,
+    kind: RowKind::End,
+    rbp: RbpRule::Same,
+    rbp_offset: 0,
+};
+
+/// The rule of [`RowKind::Unsupported`] rows.
+const UNSUPPORTED_RULE: Rule = Rule {
+    cfa_offset: 0,
+    kind: RowKind::Unsupported,
+    rbp: RbpRule::Lost,
+    rbp_offset: 0,
+};
+
+/// Index of [`END_RULE`] in a table's rules.
+const END: u16 = 0;
+
+/// How a [`CompactTable`] stores a row: its address and the index of its rule (6 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed(2))]
+struct PackedRow {
+    pc: u32,
+    rule: u16,
+}
+
 impl CompactRow {
-    /// Whether two rows apply the same rule (their addresses aside).
-    fn same_rule(&self, other: &CompactRow) -> bool {
-        (self.kind, self.cfa_offset, self.rbp, self.rbp_offset)
-            == (other.kind, other.cfa_offset, other.rbp, other.rbp_offset)
+    #[cfg(test)]
+    fn rule(&self) -> Rule {
+        Rule {
+            cfa_offset: self.cfa_offset,
+            kind: self.kind,
+            rbp: self.rbp,
+            rbp_offset: self.rbp_offset,
+        }
+    }
+
+    fn new(pc: u32, rule: Rule) -> CompactRow {
+        CompactRow {
+            pc,
+            cfa_offset: rule.cfa_offset,
+            kind: rule.kind,
+            rbp: rule.rbp,
+            rbp_offset: rule.rbp_offset,
+        }
     }
 }
 
@@ -124,6 +179,22 @@ pub enum CompileError {
         /// The limit.
         max_bytes: u64,
     },
+    /// Code described past 4 GiB: rows hold 32-bit addresses.
+    #[error("`{path}` has code at {address:#x}, past the 4 GiB that unwind tables address")]
+    AddressTooLarge {
+        /// The object.
+        path: std::path::PathBuf,
+        /// The end of the first function past the limit.
+        address: u64,
+    },
+    /// The table would need more distinct rules than its rows can name.
+    #[error("`{path}`'s unwind table needs more than {max_rules} distinct rules")]
+    TooManyRules {
+        /// The object.
+        path: std::path::PathBuf,
+        /// The limit.
+        max_rules: usize,
+    },
     /// The table would hold more rows than allowed.
     #[error("`{path}`'s unwind table passes the limit of {max_rows} rows")]
     TooManyRows {
@@ -138,7 +209,9 @@ pub enum CompileError {
 #[derive(Debug, Clone, Default)]
 pub struct CompactTable {
     /// Sorted by address, no two neighbours with the same rule.
-    pub rows: Vec<CompactRow>,
+    rows: Vec<PackedRow>,
+    /// The distinct rules the rows name, [`END_RULE`] first.
+    rules: Vec<Rule>,
     /// What the CFI says of the object's frame pointers.
     pub census: FramePointerCensus,
     /// FDEs whose CFA program gimli refused (malformed): their code has no rows. A malformed
@@ -153,13 +226,32 @@ pub struct CompactTable {
 impl CompactTable {
     /// The row covering virtual address `vaddr`, when one does (an [`RowKind::End`] row
     /// covers nothing).
-    pub fn row(&self, vaddr: u64) -> Option<&CompactRow> {
+    pub fn row(&self, vaddr: u64) -> Option<CompactRow> {
         let i = self
             .rows
-            .partition_point(|r| r.pc <= vaddr)
+            .partition_point(|r| u64::from(r.pc) <= vaddr)
             .checked_sub(1)?;
-        let row = &self.rows[i];
-        (row.kind != RowKind::End).then_some(row)
+        let row = self.rows[i];
+        (row.rule != END).then(|| self.unpack(row))
+    }
+
+    /// The rows, sorted by address, no two neighbours with the same rule.
+    pub fn rows(&self) -> impl ExactSizeIterator<Item = CompactRow> + '_ {
+        self.rows.iter().map(|&r| self.unpack(r))
+    }
+
+    /// How many rows there are.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether there are none (the object has no CFI).
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    fn unpack(&self, row: PackedRow) -> CompactRow {
+        CompactRow::new(row.pc, self.rules[usize::from(row.rule)])
     }
 
     /// The virtual address the start of an executable mapping at `file_offset` stands for
@@ -350,6 +442,8 @@ pub fn compile(file: &File, path: &Path, limits: &Limits) -> Result<CompactTable
         .set_got(s.got_address);
     let mut out = Compiler {
         rows: Vec::new(),
+        rules: vec![END_RULE],
+        rule_ids: FxHashMap::from_iter([(END_RULE, END)]),
         functions: Vec::new(),
         bad_fdes: 0,
         fdes: 0,
@@ -374,9 +468,12 @@ pub fn compile(file: &File, path: &Path, limits: &Limits) -> Result<CompactTable
 
 struct Compiler<'a> {
     /// Rows in the sections' order (`.debug_frame`'s, then `.eh_frame`'s), sorted later.
-    rows: Vec<CompactRow>,
+    rows: Vec<PackedRow>,
+    /// The distinct rules, [`END_RULE`] first, and their indexes.
+    rules: Vec<Rule>,
+    rule_ids: FxHashMap<Rule, u16>,
     /// (start, end) of each FDE, for the census.
-    functions: Vec<(u64, u64)>,
+    functions: Vec<(u32, u32)>,
     bad_fdes: u64,
     fdes: u64,
     limits: &'a Limits,
@@ -415,6 +512,16 @@ impl Compiler<'_> {
             if fde.len() == 0 {
                 continue;
             }
+            // Every address of the FDE fits the rows' 32 bits.
+            let (Ok(start), Ok(end)) = (
+                u32::try_from(fde.initial_address()),
+                u32::try_from(fde.initial_address().saturating_add(fde.len())),
+            ) else {
+                return Err(CompileError::AddressTooLarge {
+                    path: self.path.to_owned(),
+                    address: fde.initial_address().saturating_add(fde.len()),
+                });
+            };
             self.fdes += 1;
             let signal = fde.cie().is_signal_trampoline();
             let before = self.rows.len();
@@ -426,8 +533,9 @@ impl Compiler<'_> {
             loop {
                 match table.next_row() {
                     Ok(Some(row)) => {
-                        let compact = convert(row, bytes, signal);
-                        self.push(compact);
+                        // Within its FDE, whose end was checked to fit.
+                        let pc = row.start_address() as u32;
+                        self.push(pc, convert(row, bytes, signal))?;
                         if self.rows.len() > self.limits.max_rows {
                             return Err(CompileError::TooManyRows {
                                 path: self.path.to_owned(),
@@ -446,44 +554,51 @@ impl Compiler<'_> {
                 // A CFA program gimli refused: its code is marked, not guessed at.
                 self.bad_fdes += 1;
                 self.rows.truncate(before);
-                self.rows.push(CompactRow {
-                    pc: fde.initial_address(),
-                    kind: RowKind::Unsupported,
-                    cfa_offset: 0,
-                    rbp: RbpRule::Lost,
-                    rbp_offset: 0,
-                });
+                let rule = self.rule_id(UNSUPPORTED_RULE)?;
+                self.rows.push(PackedRow { pc: start, rule });
             }
-            let end = fde.initial_address().saturating_add(fde.len());
             // Where the function ends, nothing covers until another row says so (the sort puts
             // a function starting there after this marker).
-            self.push(CompactRow {
-                pc: end,
-                kind: RowKind::End,
-                cfa_offset: 0,
-                rbp: RbpRule::Same,
-                rbp_offset: 0,
-            });
-            self.functions.push((fde.initial_address(), end));
+            self.push(end, END_RULE)?;
+            self.functions.push((start, end));
         }
         Ok(())
+    }
+
+    /// The index of `rule` among the table's rules, added when new.
+    fn rule_id(&mut self, rule: Rule) -> Result<u16, CompileError> {
+        if let Some(&id) = self.rule_ids.get(&rule) {
+            return Ok(id);
+        }
+        let Ok(id) = u16::try_from(self.rules.len()) else {
+            return Err(CompileError::TooManyRules {
+                path: self.path.to_owned(),
+                max_rules: usize::from(u16::MAX) + 1,
+            });
+        };
+        self.rules.push(rule);
+        self.rule_ids.insert(rule, id);
+        Ok(id)
     }
 
     /// Appends a row, merging it at once with the last when the sections list them in address
     /// order (as linkers write them): a row with the last one's rule adds nothing, and a row at
     /// the address of an end marker replaces it. What is left is merged after the sort; memory
     /// stays near the final table's.
-    fn push(&mut self, row: CompactRow) {
+    fn push(&mut self, pc: u32, rule: Rule) -> Result<(), CompileError> {
+        let rule = self.rule_id(rule)?;
+        let row = PackedRow { pc, rule };
         if let Some(last) = self.rows.last_mut() {
-            if last.pc < row.pc && last.same_rule(&row) {
-                return;
+            if last.pc < pc && last.rule == rule {
+                return Ok(());
             }
-            if last.pc == row.pc && last.kind == RowKind::End {
+            if last.pc == pc && last.rule == END {
                 *last = row;
-                return;
+                return Ok(());
             }
         }
         self.rows.push(row);
+        Ok(())
     }
 
     fn finish(mut self, go: bool, two_sections: bool) -> CompactTable {
@@ -491,7 +606,7 @@ impl Compiler<'_> {
         // order (`.debug_frame`'s, then `.eh_frame`'s: the sort is then stable), the last
         // winning. With one section no two rows but an end marker share an address, and the
         // unstable sort needs no memory of its own.
-        let key = |r: &CompactRow| (r.pc, r.kind != RowKind::End);
+        let key = |r: &PackedRow| (r.pc, r.rule != END);
         if two_sections {
             self.rows.sort_by_key(key);
         } else {
@@ -505,15 +620,15 @@ impl Compiler<'_> {
             if n > 0 && rows[n - 1].pc == row.pc {
                 rows[n - 1] = row;
                 // The one replaced may have differed from its predecessor where this does not.
-                if n >= 2 && rows[n - 2].same_rule(&row) {
+                if n >= 2 && rows[n - 2].rule == row.rule {
                     n -= 1;
                 }
                 continue;
             }
-            if n > 0 && rows[n - 1].same_rule(&row) {
+            if n > 0 && rows[n - 1].rule == row.rule {
                 continue;
             }
-            if n == 0 && row.kind == RowKind::End {
+            if n == 0 && row.rule == END {
                 continue;
             }
             rows[n] = row;
@@ -521,8 +636,11 @@ impl Compiler<'_> {
         }
         rows.truncate(n);
         rows.shrink_to_fit();
+        let mut rules = std::mem::take(&mut self.rules);
+        rules.shrink_to_fit();
         let mut table = CompactTable {
             rows,
+            rules,
             census: FramePointerCensus {
                 go,
                 ..FramePointerCensus::default()
@@ -541,7 +659,7 @@ impl Compiler<'_> {
 
 /// The census of [`FramePointerCensus`] from compiled rows: the row in the middle of up to
 /// [`CENSUS_FUNCTIONS`] functions spread over the object.
-fn census(table: &CompactTable, functions: &[(u64, u64)]) -> FramePointerCensus {
+fn census(table: &CompactTable, functions: &[(u32, u32)]) -> FramePointerCensus {
     let mut census = FramePointerCensus::default();
     if functions.is_empty() {
         return census;
@@ -552,7 +670,7 @@ fn census(table: &CompactTable, functions: &[(u64, u64)]) -> FramePointerCensus 
         if end - start < 16 {
             continue;
         }
-        let Some(row) = table.row(start + (end - start) / 2) else {
+        let Some(row) = table.row(u64::from(start + (end - start) / 2)) else {
             continue;
         };
         if row.kind == RowKind::Unsupported {
@@ -570,19 +688,13 @@ fn convert<S: gimli::UnwindContextStorage<usize>>(
     row: &gimli::UnwindTableRow<usize, S>,
     section: &[u8],
     signal: bool,
-) -> CompactRow {
+) -> Rule {
     let expr = |e: &gimli::UnwindExpression<usize>| {
         section
             .get(e.offset..e.offset.saturating_add(e.length))
             .unwrap_or_default()
     };
-    let mut out = CompactRow {
-        pc: row.start_address(),
-        kind: RowKind::Unsupported,
-        cfa_offset: 0,
-        rbp: RbpRule::Lost,
-        rbp_offset: 0,
-    };
+    let mut out = UNSUPPORTED_RULE;
     let (kind, offset) = match row.cfa() {
         CfaRule::RegisterAndOffset { register, offset } if *register == RSP => {
             (RowKind::Sp, *offset)
@@ -657,9 +769,11 @@ mod tests {
     }
 
     /// Checks what every table must hold: sorted rows, no two equal neighbours.
-    fn well_formed(t: &CompactTable) {
-        assert!(t.rows.windows(2).all(|w| w[0].pc < w[1].pc));
-        assert!(t.rows.windows(2).all(|w| !w[0].same_rule(&w[1])));
+    fn well_formed(t: &CompactTable) -> Vec<CompactRow> {
+        let rows: Vec<CompactRow> = t.rows().collect();
+        assert!(rows.windows(2).all(|w| w[0].pc < w[1].pc));
+        assert!(rows.windows(2).all(|w| w[0].rule() != w[1].rule()));
+        rows
     }
 
     #[test]
@@ -668,24 +782,24 @@ mod tests {
             let Some(t) = compile_path(bin) else {
                 continue;
             };
-            well_formed(&t);
+            let rows = well_formed(&t);
             assert!(t.fdes > 50, "{bin}: {} FDEs", t.fdes);
             assert_eq!(t.bad_fdes, 0, "{bin}");
             // Built without frame pointers: most rows define the CFA from rsp.
-            let sp = t.rows.iter().filter(|r| r.kind == RowKind::Sp).count();
-            assert!(sp * 2 > t.rows.len(), "{bin}: {sp} of {}", t.rows.len());
+            let sp = rows.iter().filter(|r| r.kind == RowKind::Sp).count();
+            assert!(sp * 2 > rows.len(), "{bin}: {sp} of {}", rows.len());
             assert!(!t.census.keeps_frame_pointers(), "{bin}: {:?}", t.census);
             // The PLT's expression is recognized (Debian links with lazy binding's .plt).
-            let plt = t.rows.iter().filter(|r| r.kind == RowKind::Plt).count();
+            let plt = rows.iter().filter(|r| r.kind == RowKind::Plt).count();
             assert!(plt >= 1, "{bin}: no PLT row");
             // `_start` is the outermost function.
-            assert!(t.rows.iter().any(|r| r.kind == RowKind::Outermost), "{bin}");
+            assert!(rows.iter().any(|r| r.kind == RowKind::Outermost), "{bin}");
             // Fewer rows than the FDEs' rows taken one by one: equal neighbours merged.
-            assert!(t.rows.len() < 20 * t.fdes as usize);
+            assert!(rows.len() < 20 * t.fdes as usize);
             assert!(
-                t.rows.iter().all(|r| r.kind != RowKind::Unsupported),
+                rows.iter().all(|r| r.kind != RowKind::Unsupported),
                 "{bin}: {:?}",
-                t.rows.iter().find(|r| r.kind == RowKind::Unsupported)
+                rows.iter().find(|r| r.kind == RowKind::Unsupported)
             );
         }
     }
@@ -695,27 +809,22 @@ mod tests {
         let Some(t) = compile_path("/lib/x86_64-linux-gnu/libc.so.6") else {
             return;
         };
-        well_formed(&t);
+        let rows = well_formed(&t);
         assert!(t.fdes > 1000);
-        assert_eq!(
-            t.rows.iter().filter(|r| r.kind == RowKind::Signal).count(),
-            1
-        );
+        assert_eq!(rows.iter().filter(|r| r.kind == RowKind::Signal).count(), 1);
         // Functions that save rbp (pushed after the return address: CFA − 16).
         assert!(
-            t.rows
-                .iter()
+            rows.iter()
                 .any(|r| r.rbp == RbpRule::At && r.rbp_offset == -16)
         );
         // Every address covered by a row is in some FDE; an end marker follows the last.
-        assert_eq!(t.rows.last().unwrap().kind, RowKind::End);
-        let unsupported = t
-            .rows
+        assert_eq!(rows.last().unwrap().kind, RowKind::End);
+        let unsupported = rows
             .iter()
             .filter(|r| r.kind == RowKind::Unsupported)
             .count();
         // glibc's assembly has a handful of expressions the walk does not take.
-        assert!(unsupported * 100 < t.rows.len(), "{unsupported}");
+        assert!(unsupported * 100 < rows.len(), "{unsupported}");
     }
 
     #[test]
@@ -725,10 +834,11 @@ mod tests {
             return;
         };
         let lazy = super::super::UnwindTable::read(&File::open(path).unwrap(), path).unwrap();
-        let (first, last) = (t.rows[0].pc, t.rows.last().unwrap().pc);
+        let rows = well_formed(&t);
+        let (first, last) = (rows[0].pc, rows.last().unwrap().pc);
         let mut checked = 0;
-        for addr in (first..last).step_by(7) {
-            let compact = t.row(addr).copied();
+        for addr in (u64::from(first)..u64::from(last)).step_by(7) {
+            let compact = t.row(addr);
             let row = lazy.row(addr);
             match (compact, row) {
                 (None, None) => {}
