@@ -106,6 +106,8 @@ const volatile __u32 agent_tgid = 0;
 // Binary search steps: over MAX_MAPPINGS mappings, and over an object's rows (at most 2^24).
 #define MAPPING_SEARCH_STEPS 9
 #define ROW_SEARCH_STEPS 25
+// Entries of each CPU's cache of rows found (a power of two).
+#define ROW_CACHE_ENTRIES 1024
 
 // Python frames read per sample, at most (innermost first); a deeper chain is cut (PY_DEPTH).
 #define MAX_PY_FRAMES 96
@@ -343,6 +345,27 @@ struct {
 	__type(value, struct object_table);
 } unwind_objects SEC(".maps");
 
+// Rows found lately, per CPU: (table id, address) → row, direct-mapped. A stack's frames mostly
+// return into call sites sampled before (a recursion's one call site hundreds of times), each
+// of which the binary search over the table would find again. Table ids are never reused, so
+// an entry stays true for as long as it can match.
+struct row_cache_entry {
+	__u32 object;
+	__u32 pc;
+	struct unwind_row row;
+};
+
+struct row_cache {
+	struct row_cache_entry e[ROW_CACHE_ENTRIES];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct row_cache);
+} row_cache SEC(".maps");
+
 // Process → its executable mappings; allocated per entry (8 KiB each), bounded by userspace.
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -548,6 +571,16 @@ static __always_inline int find_row(struct stack_sample *s, struct mapping *m, _
 	if (rel >> 32)
 		return 0;
 	__u32 pc = (__u32)rel;
+	__u32 zero = 0;
+	struct row_cache *cache = bpf_map_lookup_elem(&row_cache, &zero);
+	__u32 slot = ((pc ^ (pc >> 12)) * 0x9e3779b1u ^ m->object) & (ROW_CACHE_ENTRIES - 1);
+	if (cache) {
+		struct row_cache_entry *e = &cache->e[slot];
+		if (e->object == m->object && e->pc == pc) {
+			*out = e->row;
+			return 1;
+		}
+	}
 	__u32 first = t->first_row;
 	struct search r = {
 		.maps = 0,
@@ -565,6 +598,12 @@ static __always_inline int find_row(struct stack_sample *s, struct mapping *m, _
 	if (!row || row->kind == ROW_END)
 		return 0;
 	*out = *row;
+	if (cache) {
+		struct row_cache_entry *e = &cache->e[slot];
+		e->object = m->object;
+		e->pc = pc;
+		e->row = *row;
+	}
 	return 1;
 }
 
