@@ -741,15 +741,17 @@ impl Sampler {
 }
 
 /// Size of the ring buffer of walked samples: four times what `n_cpus` at `frequency_hz` send
-/// between two reads of it (`collector::SAMPLE_POLL_INTERVAL`, 100 ms) when every stack is
+/// between two reads of it (`collector::SAMPLE_POLL_INTERVAL`, 250 ms) when every stack is
 /// 1,024 frames deep (about 9 KiB a sample), as a power of two from 2 to 64 MiB (2 MiB holds
 /// five seconds of such samples from two CPUs at 19 Hz). Mapped into
 /// the agent, it counts in its RSS twice (the kernel maps the data pages twice), so it is not
 /// made larger than needed. A sample that does not fit is counted with frame-pointer stacks
 /// instead (`parca_agent_samples_lost_total`).
 fn stack_samples_bytes(n_cpus: usize, frequency_hz: u64) -> u32 {
+    let poll_ms = crate::collector::SAMPLE_POLL_INTERVAL.as_millis() as u64;
     let per_poll =
-        n_cpus as u64 * frequency_hz * (SAMPLE_DATA_AT + MAX_USER_FRAMES * 8) as u64 / 10;
+        n_cpus as u64 * frequency_hz * (SAMPLE_DATA_AT + MAX_USER_FRAMES * 8) as u64 * poll_ms
+            / 1000;
     (4 * per_poll).clamp(2 << 20, 64 << 20).next_power_of_two() as u32
 }
 
@@ -967,7 +969,7 @@ mod tests {
     fn the_ring_buffer_grows_with_cpus_and_frequency() {
         assert_eq!(stack_samples_bytes(2, 19), 2 << 20);
         assert_eq!(stack_samples_bytes(2, 99), 2 << 20);
-        assert_eq!(stack_samples_bytes(64, 19), 8 << 20);
+        assert_eq!(stack_samples_bytes(64, 19), 16 << 20);
         assert_eq!(stack_samples_bytes(256, 99), 64 << 20);
         assert_eq!(stack_samples_bytes(1024, 10_000), 64 << 20);
     }

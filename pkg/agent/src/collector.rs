@@ -32,6 +32,9 @@ pub(crate) enum Command {
     Finish(u64, oneshot::Sender<RawProfile>),
     /// Drop a request (its client went away).
     Cancel(u64),
+    /// New processes were announced and read (`Shared::announced`): tell the program now,
+    /// rather than at the next poll.
+    Announced,
     /// Stop sampling: the thread returns, dropping (so detaching) the BPF programs.
     Stop,
 }
@@ -56,8 +59,11 @@ pub(crate) struct Shared {
 }
 
 /// How often the ring buffer of walked samples is emptied (it is sized for four times what
-/// arrives meanwhile: `bpf::stack_samples_bytes`), and new processes told to the program.
-pub(crate) const SAMPLE_POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// arrives meanwhile: `bpf::stack_samples_bytes`), compiled tables loaded, and processes whose
+/// samples say so told again. New processes are told as soon as they are announced
+/// ([`Command::Announced`]). Each wakeup costs the agent tens of microseconds of scheduling
+/// whatever there is to do: at 100 ms that was half of its CPU on a busy node.
+pub(crate) const SAMPLE_POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// What the ring buffer gave since the last drain.
 #[derive(Default)]
@@ -147,16 +153,22 @@ pub(crate) fn run(
         for event in &events {
             table.announce(event.pid, &event.comm, window_no);
         }
+        // Where CPython processes keep their frames, once the ring buffer (which borrows the
+        // sampler) is read: new ones from their announcement, before their first sample.
+        let mut py_configs: Vec<(u32, Option<PyConfig>)> = Vec::new();
         let announced = std::mem::take(&mut *shared.announced.lock().expect("announced lock"));
         for pid in announced.into_iter().chain(events.iter().map(|e| e.pid)) {
             let info = table.get(pid, window_no);
-            if info.readable && shared.filter.admits(&info) && unwinder.needs_telling(&info) {
+            if !info.readable || !shared.filter.admits(&info) {
+                continue;
+            }
+            if let Some(config) = python.config_update(&info) {
+                py_configs.push((pid, config));
+            }
+            if unwinder.needs_telling(&info) {
                 to_tell.insert(pid, info);
             }
         }
-        // Where CPython processes keep their frames, once the ring buffer (which borrows the
-        // sampler) is read.
-        let mut py_configs: Vec<(u32, Option<PyConfig>)> = Vec::new();
         sampler.read_samples(|record| {
             let sample = match record {
                 RingRecord::Sample(sample) => sample,
@@ -285,6 +297,37 @@ pub(crate) fn run(
     };
 
     loop {
+        // The window ends first, however busy the channel is.
+        if Instant::now() >= deadline {
+            drain(
+                &mut sampler,
+                &mut unwinder,
+                &mut python,
+                &mut pending,
+                &mut window,
+                &mut requests,
+            )?;
+            let now = SystemTime::now();
+            let mut done = std::mem::replace(&mut window, RawProfile::new(now));
+            done.end = now;
+            let window_no = shared.window.fetch_add(1, Relaxed) + 1;
+            shared
+                .processes
+                .lock()
+                .expect("process table lock")
+                .expire(window_no, KEEP_PROCESS_WINDOWS);
+            {
+                let table = shared.processes.lock().expect("process table lock");
+                unwinder.trim(&mut sampler, |pid| table.contains(pid));
+                python.trim(|pid| table.contains(pid));
+            }
+            shared.metrics.record_window(&done);
+            windows.try_send(done).ok();
+            deadline += window_length;
+            if deadline < Instant::now() {
+                deadline = Instant::now() + window_length;
+            }
+        }
         let now = Instant::now();
         let timeout = deadline
             .saturating_duration_since(now)
@@ -323,37 +366,13 @@ pub(crate) fn run(
             Ok(Command::Cancel(id)) => {
                 requests.remove(&id);
             }
-            Err(RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+            Ok(Command::Announced) => {
                 read_samples(&mut sampler, &mut unwinder, &mut python, &mut pending);
             }
+            // At the deadline the window's end, above, reads them.
             Err(RecvTimeoutError::Timeout) => {
-                drain(
-                    &mut sampler,
-                    &mut unwinder,
-                    &mut python,
-                    &mut pending,
-                    &mut window,
-                    &mut requests,
-                )?;
-                let now = SystemTime::now();
-                let mut done = std::mem::replace(&mut window, RawProfile::new(now));
-                done.end = now;
-                let window_no = shared.window.fetch_add(1, Relaxed) + 1;
-                shared
-                    .processes
-                    .lock()
-                    .expect("process table lock")
-                    .expire(window_no, KEEP_PROCESS_WINDOWS);
-                {
-                    let table = shared.processes.lock().expect("process table lock");
-                    unwinder.trim(&mut sampler, |pid| table.contains(pid));
-                    python.trim(|pid| table.contains(pid));
-                }
-                shared.metrics.record_window(&done);
-                windows.try_send(done).ok();
-                deadline += window_length;
-                if deadline < Instant::now() {
-                    deadline = Instant::now() + window_length;
+                if Instant::now() < deadline {
+                    read_samples(&mut sampler, &mut unwinder, &mut python, &mut pending);
                 }
             }
             Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),

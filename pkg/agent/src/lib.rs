@@ -311,8 +311,10 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         })
         .map_err(|e| Error::Stopped(format!("cannot start the sampling thread: {e}")))?;
 
-    // New processes: read them while they run.
+    // New processes: read them while they run, then wake the sampling thread to tell the
+    // program.
     let event_shared = shared.clone();
+    let wake = commands.clone();
     let events = tokio::spawn(async move {
         loop {
             let Ok(mut guard) = event_shared.events.readable().await else {
@@ -320,6 +322,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
             };
             guard.clear_ready();
             let shared = event_shared.clone();
+            let wake = wake.clone();
             tokio::task::spawn_blocking(move || {
                 let batch = shared.events.get_ref().read();
                 if batch.is_empty() {
@@ -336,6 +339,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
                     table.announce(event.pid, &event.comm, window);
                     announced.push(event.pid);
                 }
+                wake.send(collector::Command::Announced).ok();
             })
             .await
             .ok();

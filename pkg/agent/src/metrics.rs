@@ -373,7 +373,7 @@ impl Metrics {
             "parca_agent_samples_before_tables_total",
             "counter",
             "Samples of processes whose mappings the BPF program was not told yet (their first \
-             ~100 ms): walked with frame pointers in the kernel.",
+             milliseconds): walked with frame pointers in the kernel.",
             &[(None, bpf.no_process as f64)],
         );
         let python = *self.python.lock().expect("metrics lock");

@@ -10,7 +10,7 @@
 //! At most [`MAX_PROCESSES`] processes are held (the least recently sampled go first), and an
 //! object whose CFI is larger than [`compact::Limits`] allow is refused and counted.
 //!
-//! Samples of processes the program was not told yet (their first ~100 ms) are walked by frame
+//! Samples of processes the program was not told yet (their first milliseconds) are walked by frame
 //! pointers in the kernel (`bpf_get_stackid`); [`Unwinder::check_kernel_walk`] cuts those walks
 //! where they cannot be trusted, with the objects' lazily read CFI.
 
