@@ -642,19 +642,14 @@ impl Sampler {
             rows: [UnwindRow::default(); ROWS_PER_CHUNK],
         };
         // Encoded a chunk at a time: no second copy of a table of millions of rows.
-        let mut rows = rows.peekable();
-        let mut i = 0;
-        while rows.peek().is_some() {
-            let mut n = 0;
-            for (to, row) in chunk.rows.iter_mut().zip(rows.by_ref()) {
-                *to = UnwindRow::from(&row);
-                n += 1;
+        let mut rows = rows.map(|r| UnwindRow::from(&r));
+        for i in 0..(n_rows as usize).div_ceil(ROWS_PER_CHUNK) {
+            for to in &mut chunk.rows {
+                *to = rows.next().unwrap_or_default();
             }
-            chunk.rows[n..].fill(UnwindRow::default());
             self.unwind_rows
-                .set(first_chunk + i, chunk, 0)
+                .set(first_chunk + i as u32, chunk, 0)
                 .map_err(map_error("unwind_rows"))?;
-            i += 1;
         }
         let table = ObjectTable {
             first_row: first_chunk * ROWS_PER_CHUNK as u32,

@@ -63,8 +63,8 @@ pub enum RbpRule {
 
 /// One row: from `pc` (a virtual address of the object) up to the next row's, this rule holds.
 /// 12 bytes, as the BPF program's rows. A [`CompactTable`] stores its rows in half of that
-/// (the largest objects have millions of rows but a few thousand distinct rules) and gives
-/// them out in this form.
+/// (the largest objects have millions of rows but hundreds of distinct rules: LLVM's 1.44
+/// million rows name 785) and gives them out in this form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CompactRow {
     /// The first address the row covers (objects are refused whose code lies past 4 GiB:
@@ -586,16 +586,21 @@ impl Compiler<'_> {
     /// the address of an end marker replaces it. What is left is merged after the sort; memory
     /// stays near the final table's.
     fn push(&mut self, pc: u32, rule: Rule) -> Result<(), CompileError> {
+        // Most rows repeat the last one's rule: compared before the rules' map is asked.
+        if let Some(last) = self.rows.last()
+            && last.pc < pc
+            && self.rules[usize::from(last.rule)] == rule
+        {
+            return Ok(());
+        }
         let rule = self.rule_id(rule)?;
         let row = PackedRow { pc, rule };
-        if let Some(last) = self.rows.last_mut() {
-            if last.pc < pc && last.rule == rule {
-                return Ok(());
-            }
-            if last.pc == pc && last.rule == END {
-                *last = row;
-                return Ok(());
-            }
+        if let Some(last) = self.rows.last_mut()
+            && last.pc == pc
+            && last.rule == END
+        {
+            *last = row;
+            return Ok(());
         }
         self.rows.push(row);
         Ok(())
