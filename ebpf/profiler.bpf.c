@@ -39,6 +39,10 @@
 // entry marker, innermost first. Userspace names the code objects from /proc/PID/mem and places
 // the Python frames among the native ones (ebpf/python.md).
 //
+// PHP processes (non-thread-safe builds: the CLI, php-fpm's workers; `pkg/agent/src/php.rs`) get
+// theirs read the same way from the main thread's `executor_globals.current_execute_data`: each
+// `zend_execute_data` names its function, its current opline and its caller (ebpf/php.md).
+//
 // Off-CPU time (only attached when the agent's `--off-cpu-threshold` is above 0): at a task's
 // switch-out (`sched_switch`, which runs in the context of the task leaving, so its registers and
 // memory are the current ones), with that probability, its stack is walked as a CPU sample's is
@@ -146,7 +150,9 @@ enum stat {
 	STAT_NO_PROCESS = 13,      // samples of a process whose mappings userspace has not told yet
 	STAT_OFF_CPU = 14,         // off-CPU intervals whose start was sent with its stack
 	STAT_OFF_CPU_LOST = 15,    // off-CPU intervals not sent (start or end): process not told yet, no user context, ring buffer full
-	STAT_LEN = 16,
+	STAT_PHP_WALKED = 16,      // samples of a PHP thread sent with its PHP frames
+	STAT_PHP_CUT = 17,         // of which the PHP frame chain was cut (depth or an unreadable frame)
+	STAT_LEN = 18,
 };
 
 struct count_key {
@@ -262,12 +268,29 @@ struct py_frame {
 	__u32 marker;        // the entry marker byte (is_entry in 3.11, owner in 3.12+), 0 in 3.10
 };
 
-// Where a CPython process keeps its frames: written by userspace (`python::BpfConfig`) for
-// each process running a CPython it recognized, from that version's layout.
+// Which interpreter a `py_config` describes, and so where its innermost frame is found.
+enum vm_kind {
+	VM_CPYTHON = 0,      // per thread: the thread state in glibc's thread-specific data
+	VM_PHP = 1,          // the main thread's only: a global pointer (`executor_globals.current_execute_data`)
+};
+
+// How a frame's instruction is sampled (`py_config.instr_mode`), in units from the start of its code.
+enum instr_mode {
+	INSTR_INDEX = 0,     // an int index in the frame (CPython 3.10's f_lasti)
+	INSTR_IN_CODE = 1,   // a pointer into the code object, its bytecode at `code_bytecode` (CPython 3.11+)
+	INSTR_IN_ARRAY = 2,  // a pointer into the array whose address is at `code_bytecode` in the code (PHP's opline)
+};
+
+// Where an interpreter process keeps its frames: written by userspace for each process running
+// a CPython (`python::bpf_config`) or PHP (`php::bpf_config`) it recognized, from that version's
+// layout. The frames of both are a chain of records, each naming its code and its caller; the
+// names of the fields are CPython's.
 struct py_config {
-	__u64 tss;              // address of the interpreter's `Py_tss_t autoTSSkey`: {int initialized; unsigned key}
+	__u64 tss;              // CPython: address of the interpreter's `Py_tss_t autoTSSkey`: {int initialized; unsigned key};
+	                        // PHP: address of `executor_globals`
 	__u32 tsd_offset;       // from the thread pointer to glibc's slot 0 value; slots are 16 bytes apart
-	__u32 tstate_frame;     // offset in PyThreadState of the frame (3.10, 3.13+) or of the _PyCFrame (3.11, 3.12)
+	__u32 tstate_frame;     // offset in PyThreadState of the frame (3.10, 3.13+) or of the _PyCFrame (3.11, 3.12);
+	                        // PHP: of `current_execute_data` in `executor_globals`
 	__u32 cframe_frame;     // offset in _PyCFrame of `current_frame`; PY_NO_CFRAME when there is none
 	__u32 frame_window;     // offset in a frame of the bytes read of it,
 	__u32 window_len;       // how many (at most PY_WINDOW_BYTES),
@@ -275,10 +298,12 @@ struct py_config {
 	__u32 window_previous;  // the caller's frame,
 	__u32 window_instr;     // the instruction (a pointer into the code object; 3.10: the int f_lasti),
 	__u32 window_marker;    // the entry marker byte (PY_WINDOW_BYTES when there is none: 3.10)
-	__u32 instr_is_pointer; // 1: `window_instr` holds a pointer; 0: an int index
-	__u32 code_bytecode;    // offset of the bytecode in the code object (co_code_adaptive)
+	__u32 instr_mode;       // enum instr_mode
+	__u32 instr_shift;      // log2 of the bytes of an instruction (pointer modes)
+	__u32 code_bytecode;    // offset of the bytecode in the code object (co_code_adaptive; PHP: of `opcodes`)
 	__u32 code_argcount;    // offset of co_argcount: 8 bytes from there are fingerprinted
 	__u32 code_firstlineno; // offset of co_firstlineno: the 8 bytes ending with it are fingerprinted
+	__u32 kind;             // enum vm_kind
 	__u32 pad;
 };
 
@@ -859,40 +884,23 @@ static long py_step(__u32 index, void *data)
 	struct py_frame *f = (struct py_frame *)&s->data[off];
 	f->code = code;
 	f->fingerprint = code ? py_fingerprint(c, code) : 0;
-	f->index = c->instr_is_pointer ? (__s32)((__s64)(instr - code - c->code_bytecode) >> 1)
-				       : (__s32)instr;
+	__u64 base = code + c->code_bytecode;
+	if (c->instr_mode == INSTR_IN_ARRAY &&
+	    (code == 0 || bpf_probe_read_user(&base, sizeof(base), (void *)base) != 0))
+		base = instr;
+	__u32 shift = c->instr_shift & 7;
+	f->index = c->instr_mode == INSTR_INDEX ? (__s32)instr : (__s32)((__s64)(instr - base) >> shift);
 	f->marker = marker;
 	walk->n++;
 	walk->frame = py_window_u64(w, c->window_previous);
 	return 0;
 }
 
-// Reads the Python frames of the current thread into `s->data` at `at`, innermost first, when
-// its process runs a CPython that userspace described (`py_configs`) and the thread has a
-// Python thread state. Returns the bytes written; sets `s->py_end`.
-static __always_inline __u32 walk_python(struct stack_sample *s, __u32 at)
+// Reads the frame chain from `frame` (innermost) into `s->data` at `at`. Returns the bytes
+// written; sets `s->py_end`.
+static __always_inline __u32 walk_frames(struct stack_sample *s, const struct py_config *c,
+					 __u32 at, __u64 frame)
 {
-	s->py_end = PY_NONE;
-	struct py_config *c = bpf_map_lookup_elem(&py_configs, &s->pid);
-	if (!c)
-		return 0;
-	__u32 tss[2];
-	if (bpf_probe_read_user(tss, sizeof(tss), (void *)c->tss) != 0 || tss[0] != 1 ||
-	    tss[1] >= PY_INLINE_TSD_KEYS)
-		return 0;
-	struct task_struct *task = bpf_get_current_task_btf();
-	__u64 fsbase = task->thread.fsbase;
-	__u64 tstate = 0, frame = 0;
-	// A thread that never ran Python has no thread state in its slot.
-	if (bpf_probe_read_user(&tstate, sizeof(tstate),
-				(void *)(fsbase + c->tsd_offset + 16 * (__u64)tss[1])) != 0 ||
-	    tstate == 0)
-		return 0;
-	if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(tstate + c->tstate_frame)) != 0)
-		return 0;
-	if (c->cframe_frame != PY_NO_CFRAME && frame != 0 &&
-	    bpf_probe_read_user(&frame, sizeof(frame), (void *)(frame + c->cframe_frame)) != 0)
-		return 0;
 	__u32 zero = 0;
 	struct py_window *w = bpf_map_lookup_elem(&py_scratch, &zero);
 	if (!w)
@@ -912,15 +920,52 @@ static __always_inline __u32 walk_python(struct stack_sample *s, __u32 at)
 	__u32 n = walk.n;
 	__u32 end = walk.end;
 	if (n == 0 && end == PY_COMPLETE)
-		return 0; // a thread state with no frame: the thread runs no Python now
+		return 0; // a thread state with no frame: the thread runs no Python (PHP) now
 	s->py_end = end;
 	// Counted per CPU sample, as the counters they are compared with are.
 	if (s->kind == KIND_CPU) {
-		bump(STAT_PY_WALKED);
+		int php = c->kind == VM_PHP;
+		bump(php ? STAT_PHP_WALKED : STAT_PY_WALKED);
 		if (end != PY_COMPLETE)
-			bump(STAT_PY_CUT);
+			bump(php ? STAT_PHP_CUT : STAT_PY_CUT);
 	}
 	return n * sizeof(struct py_frame);
+}
+
+// Reads the Python (or PHP) frames of the current thread into `s->data` at `at`, innermost
+// first, when its process runs an interpreter that userspace described (`py_configs`) and the
+// thread runs its code. Returns the bytes written; sets `s->py_end`.
+static __always_inline __u32 walk_interpreter(struct stack_sample *s, __u32 at)
+{
+	s->py_end = PY_NONE;
+	struct py_config *c = bpf_map_lookup_elem(&py_configs, &s->pid);
+	if (!c)
+		return 0;
+	__u64 tstate = 0, frame = 0;
+	if (c->kind == VM_PHP) {
+		// Not thread-safe builds: the one executor is the main thread's.
+		if (s->tid != s->pid ||
+		    bpf_probe_read_user(&frame, sizeof(frame), (void *)(c->tss + c->tstate_frame)) != 0)
+			return 0;
+		return walk_frames(s, c, at, frame);
+	}
+	__u32 tss[2];
+	if (bpf_probe_read_user(tss, sizeof(tss), (void *)c->tss) != 0 || tss[0] != 1 ||
+	    tss[1] >= PY_INLINE_TSD_KEYS)
+		return 0;
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u64 fsbase = task->thread.fsbase;
+	// A thread that never ran Python has no thread state in its slot.
+	if (bpf_probe_read_user(&tstate, sizeof(tstate),
+				(void *)(fsbase + c->tsd_offset + 16 * (__u64)tss[1])) != 0 ||
+	    tstate == 0)
+		return 0;
+	if (bpf_probe_read_user(&frame, sizeof(frame), (void *)(tstate + c->tstate_frame)) != 0)
+		return 0;
+	if (c->cframe_frame != PY_NO_CFRAME && frame != 0 &&
+	    bpf_probe_read_user(&frame, sizeof(frame), (void *)(frame + c->cframe_frame)) != 0)
+		return 0;
+	return walk_frames(s, c, at, frame);
 }
 
 // Sends the sample (`kind`, `value`) with its kernel stack and its user stack walked with the
@@ -989,7 +1034,7 @@ static __always_inline int send_user_stack(void *ctx, __u32 pid, int user_mode, 
 	if (at > MAX_USER_FRAMES * 8)
 		return 0;
 	s->user_len = at;
-	s->py_len = walk_python(s, at);
+	s->py_len = walk_interpreter(s, at);
 	__u64 len = at + s->py_len;
 	asm volatile("" : "+r"(len));
 	if (len > SAMPLE_DATA_BYTES)

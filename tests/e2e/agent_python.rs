@@ -38,12 +38,12 @@ fn start(python: &str, name: &str, seconds: f64, dir: &Path) -> Process {
 
 /// One frame of a sample, leaf first (inlined frames expanded).
 #[derive(Debug)]
-struct SampleFrame {
-    function: String,
-    file: String,
-    line: i64,
-    /// The mapping's file name; empty for frames without one (Python's).
-    mapping: String,
+pub(crate) struct SampleFrame {
+    pub(crate) function: String,
+    pub(crate) file: String,
+    pub(crate) line: i64,
+    /// The mapping's file name; empty for frames without one (Python's, PHP's).
+    pub(crate) mapping: String,
 }
 
 impl SampleFrame {
@@ -53,7 +53,7 @@ impl SampleFrame {
 }
 
 /// Each sample of `pid`: its frames leaf first, and its value.
-fn samples_of(p: &proto::Profile, pid: u32) -> Vec<(Vec<SampleFrame>, i64)> {
+pub(crate) fn samples_of(p: &proto::Profile, pid: u32) -> Vec<(Vec<SampleFrame>, i64)> {
     let pid = pid.to_string();
     p.sample
         .iter()

@@ -5,6 +5,7 @@
 mod agent;
 mod agent_hostile;
 mod agent_off_cpu;
+mod agent_php;
 mod agent_python;
 mod agent_rustc;
 mod alertmanager;

@@ -58,6 +58,8 @@ enum Stat {
     NoProcess = 13,
     OffCpu = 14,
     OffCpuLost = 15,
+    PhpWalked = 16,
+    PhpCut = 17,
 }
 
 /// Counters kept by the BPF program since it was loaded, summed over CPUs.
@@ -92,6 +94,10 @@ pub struct BpfStats {
     pub python_walks: u64,
     /// Of which the Python frame chain was cut (too deep, or a frame unreadable).
     pub python_walks_cut: u64,
+    /// Samples of PHP threads sent with their PHP frames.
+    pub php_walks: u64,
+    /// Of which the PHP frame chain was cut (too deep, or a frame unreadable).
+    pub php_walks_cut: u64,
     /// Off-CPU intervals sent with their stack.
     pub off_cpu_samples: u64,
     /// Off-CPU intervals lost: their process was not told to the program yet, it had no user
@@ -196,8 +202,20 @@ pub(crate) const PY_WINDOW_BYTES: u32 = 128;
 /// frame itself.
 pub(crate) const PY_NO_CFRAME: u32 = u32::MAX;
 
-/// Value of the `py_configs` map (`struct py_config`): where the program finds a CPython
-/// process's frames. Built by `python::bpf_config`, which says what each field is.
+/// `enum vm_kind`: [`PyConfig::kind`] of a CPython process (frames found per thread).
+pub(crate) const VM_CPYTHON: u32 = 0;
+/// `enum vm_kind`: [`PyConfig::kind`] of a PHP process (the main thread's frames, from a global).
+pub(crate) const VM_PHP: u32 = 1;
+/// `enum instr_mode`: the frame holds the instruction's index.
+pub(crate) const INSTR_INDEX: u32 = 0;
+/// `enum instr_mode`: the frame points into its code object's bytecode.
+pub(crate) const INSTR_IN_CODE: u32 = 1;
+/// `enum instr_mode`: the frame points into an array whose address its code object holds.
+pub(crate) const INSTR_IN_ARRAY: u32 = 2;
+
+/// Value of the `py_configs` map (`struct py_config`): where the program finds an interpreter
+/// process's frames (CPython's or PHP's). Built by `python::bpf_config` and `php::bpf_config`,
+/// which say what each field is.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PyConfig {
@@ -211,14 +229,16 @@ pub(crate) struct PyConfig {
     pub window_previous: u32,
     pub window_instr: u32,
     pub window_marker: u32,
-    pub instr_is_pointer: u32,
+    pub instr_mode: u32,
+    pub instr_shift: u32,
     pub code_bytecode: u32,
     pub code_argcount: u32,
     pub code_firstlineno: u32,
+    pub kind: u32,
     pub pad: u32,
 }
 
-// SAFETY: `PyConfig` is `repr(C)`: a u64 then fourteen u32 (64 bytes, no padding), and every
+// SAFETY: `PyConfig` is `repr(C)`: a u64 then sixteen u32 (72 bytes, no padding), and every
 // bit pattern is a valid value.
 unsafe impl aya::Pod for PyConfig {}
 
@@ -729,6 +749,8 @@ impl Sampler {
             no_process: read(Stat::NoProcess)?,
             python_walks: read(Stat::PyWalked)?,
             python_walks_cut: read(Stat::PyCut)?,
+            php_walks: read(Stat::PhpWalked)?,
+            php_walks_cut: read(Stat::PhpCut)?,
             off_cpu_samples: read(Stat::OffCpu)?,
             off_cpu_lost: read(Stat::OffCpuLost)?,
         })
@@ -957,7 +979,7 @@ mod tests {
 
     #[test]
     fn py_config_matches_the_c_struct() {
-        assert_eq!(std::mem::size_of::<PyConfig>(), 64);
+        assert_eq!(std::mem::size_of::<PyConfig>(), 72);
     }
 
     #[test]

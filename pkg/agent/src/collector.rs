@@ -15,10 +15,10 @@ use tokio::sync::oneshot;
 
 use crate::Error;
 use crate::bpf::{DrainedStack, ProcEvents, PyConfig, RingRecord, Sampler};
+use crate::interp::{FrameTable, Interpreters};
 use crate::metrics::Metrics;
 use crate::process::{ProcessInfo, ProcessTable};
 use crate::profile::RawProfile;
-use crate::python::{FrameTable, PythonStacks};
 use crate::unwind::{REREAD_MAPS_AFTER, Unwinder};
 
 /// How many windows a process is kept after its last sample.
@@ -48,8 +48,9 @@ pub(crate) struct Shared {
     pub window: std::sync::atomic::AtomicU64,
     /// Which processes are profiled.
     pub filter: crate::ProcessFilter,
-    /// The Python frames named so far (user stacks hold their ids: `python::frame_address`).
-    pub python_frames: Arc<Mutex<FrameTable>>,
+    /// The interpreted (Python, PHP) frames named so far (user stacks hold their ids:
+    /// `interp::frame_address`).
+    pub interpreted_frames: Arc<Mutex<FrameTable>>,
     /// Processes announced (and read) since the sampling thread last looked: it tells the BPF
     /// program their mappings.
     pub announced: Mutex<Vec<u32>>,
@@ -132,14 +133,14 @@ pub(crate) fn run(
     let mut requests: FxHashMap<u64, RawProfile> = FxHashMap::default();
     let mut next_id = 0u64;
     let mut unwinder = Unwinder::new(sampler.table_chunks());
-    let mut python = PythonStacks::new("/proc", shared.python_frames.clone());
+    let mut interpreters = Interpreters::new("/proc", shared.interpreted_frames.clone());
     let mut pending = Pending::default();
 
     // Empties the ring buffer of walked samples into `pending`, and tells the program the
     // mappings (and loads the unwind tables) of processes new or changed.
     let read_samples = |sampler: &mut Sampler,
                         unwinder: &mut Unwinder,
-                        python: &mut PythonStacks,
+                        interpreters: &mut Interpreters,
                         pending: &mut Pending| {
         let window_no = shared.window.load(Relaxed);
         // Announcements first: a new process is read, and told, before its next samples.
@@ -162,7 +163,7 @@ pub(crate) fn run(
             if !info.readable || !shared.filter.admits(&info) {
                 continue;
             }
-            if let Some(config) = python.config_update(&info) {
+            if let Some(config) = interpreters.config_update(&info) {
                 py_configs.push((pid, config));
             }
             if unwinder.needs_telling(&info) {
@@ -196,13 +197,13 @@ pub(crate) fn run(
             }
             unwinder.sampled(sample.pid);
             unwinder.count(sample.end);
-            if let Some(config) = python.config_update(&info) {
+            if let Some(config) = interpreters.config_update(&info) {
                 py_configs.push((sample.pid, config));
             }
             let frames = if sample.python.is_empty() {
                 sample.user
             } else {
-                python.interleave(&info, sample.user, &sample.python)
+                interpreters.interleave(&info, sample.user, &sample.python)
             };
             let stack = DrainedStack {
                 pid: sample.pid,
@@ -234,12 +235,12 @@ pub(crate) fn run(
         }
         shared
             .metrics
-            .record_unwind(unwinder.stats(), python.stats());
+            .record_unwind(unwinder.stats(), interpreters.stats());
     };
 
     let drain = |sampler: &mut Sampler,
                  unwinder: &mut Unwinder,
-                 python: &mut PythonStacks,
+                 interpreters: &mut Interpreters,
                  pending: &mut Pending,
                  window: &mut RawProfile,
                  requests: &mut FxHashMap<u64, RawProfile>|
@@ -247,7 +248,7 @@ pub(crate) fn run(
         let started = Instant::now();
         let mut drained = sampler.drain()?;
         // After the switch: every sample taken before it is in the ring buffer by now.
-        read_samples(sampler, unwinder, python, pending);
+        read_samples(sampler, unwinder, interpreters, pending);
         drained.append(&mut pending.stacks);
         let window_no = shared.window.load(Relaxed);
         let mut processes: FxHashMap<u32, Arc<ProcessInfo>> = FxHashMap::default();
@@ -302,7 +303,7 @@ pub(crate) fn run(
             drain(
                 &mut sampler,
                 &mut unwinder,
-                &mut python,
+                &mut interpreters,
                 &mut pending,
                 &mut window,
                 &mut requests,
@@ -319,7 +320,7 @@ pub(crate) fn run(
             {
                 let table = shared.processes.lock().expect("process table lock");
                 unwinder.trim(&mut sampler, |pid| table.contains(pid));
-                python.trim(|pid| table.contains(pid));
+                interpreters.trim(|pid| table.contains(pid));
             }
             shared.metrics.record_window(&done);
             windows.try_send(done).ok();
@@ -337,7 +338,7 @@ pub(crate) fn run(
                 drain(
                     &mut sampler,
                     &mut unwinder,
-                    &mut python,
+                    &mut interpreters,
                     &mut pending,
                     &mut window,
                     &mut requests,
@@ -353,7 +354,7 @@ pub(crate) fn run(
                 drain(
                     &mut sampler,
                     &mut unwinder,
-                    &mut python,
+                    &mut interpreters,
                     &mut pending,
                     &mut window,
                     &mut requests,
@@ -367,12 +368,12 @@ pub(crate) fn run(
                 requests.remove(&id);
             }
             Ok(Command::Announced) => {
-                read_samples(&mut sampler, &mut unwinder, &mut python, &mut pending);
+                read_samples(&mut sampler, &mut unwinder, &mut interpreters, &mut pending);
             }
             // At the deadline the window's end, above, reads them.
             Err(RecvTimeoutError::Timeout) => {
                 if Instant::now() < deadline {
-                    read_samples(&mut sampler, &mut unwinder, &mut python, &mut pending);
+                    read_samples(&mut sampler, &mut unwinder, &mut interpreters, &mut pending);
                 }
             }
             Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),

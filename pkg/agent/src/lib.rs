@@ -51,8 +51,10 @@ mod collector;
 mod debuginfod;
 mod error;
 mod http;
+mod interp;
 mod metrics;
 mod perfmap;
+mod php;
 mod privileges;
 mod process;
 mod profile;
@@ -293,7 +295,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         metrics: metrics::Metrics::default(),
         window: Default::default(),
         filter: config.process_filter.clone(),
-        python_frames: Default::default(),
+        interpreted_frames: Default::default(),
         announced: Default::default(),
         off_cpu_threshold: config.off_cpu_threshold,
     });
@@ -379,7 +381,7 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         debuginfod,
         dwarf_cache,
         perf_maps: Default::default(),
-        python_frames: shared.python_frames.clone(),
+        interpreted_frames: shared.interpreted_frames.clone(),
     };
     let state = Arc::new(http::HttpState {
         shared: shared.clone(),

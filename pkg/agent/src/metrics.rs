@@ -11,8 +11,8 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
 use crate::bpf::BpfStats;
+use crate::interp::RuntimeStats;
 use crate::profile::RawProfile;
-use crate::python::PythonStats;
 use crate::unwind::UnwindStats;
 
 /// One sample of a family: at most one label, and the value.
@@ -89,7 +89,7 @@ pub(crate) struct Metrics {
     /// Reads of a process's mappings again because an address fell outside them.
     pub maps_rereads: AtomicU64,
     unwind: Mutex<UnwindStats>,
-    python: Mutex<PythonStats>,
+    runtimes: Mutex<RuntimeStats>,
 }
 
 /// Figures owned elsewhere, read when `/metrics` is served.
@@ -115,9 +115,9 @@ impl Metrics {
         *self.bpf.lock().expect("metrics lock") = bpf;
     }
 
-    pub fn record_unwind(&self, stats: UnwindStats, python: PythonStats) {
+    pub fn record_unwind(&self, stats: UnwindStats, runtimes: RuntimeStats) {
         *self.unwind.lock().expect("metrics lock") = stats;
-        *self.python.lock().expect("metrics lock") = python;
+        *self.runtimes.lock().expect("metrics lock") = runtimes;
     }
 
     pub fn record_window(&self, window: &RawProfile) {
@@ -376,7 +376,7 @@ impl Metrics {
              milliseconds): walked with frame pointers in the kernel.",
             &[(None, bpf.no_process as f64)],
         );
-        let python = *self.python.lock().expect("metrics lock");
+        let RuntimeStats { python, php } = *self.runtimes.lock().expect("metrics lock");
         metric(
             "parca_agent_python_processes",
             "gauge",
@@ -422,8 +422,52 @@ impl Metrics {
         metric(
             "parca_agent_python_frame_names",
             "gauge",
-            "Distinct Python frames (function, file, line) held for naming.",
-            &[(None, python.frames_held as f64)],
+            "Distinct interpreted frames (function, file, line) held for naming, Python's and \
+             PHP's.",
+            &[(None, python.frames_held.max(php.frames_held) as f64)],
+        );
+        metric(
+            "parca_agent_php_processes",
+            "gauge",
+            "PHP processes whose PHP frames the BPF program reads.",
+            &[(None, php.processes as f64)],
+        );
+        metric(
+            "parca_agent_php_stacks_total",
+            "counter",
+            "Samples of PHP processes' main threads sent with their PHP frames, by whether the \
+             frame chain was read whole or cut (too deep, or a frame unreadable).",
+            &[
+                (
+                    Some(("chain", "whole")),
+                    bpf.php_walks.saturating_sub(bpf.php_walks_cut) as f64,
+                ),
+                (Some(("chain", "cut")), bpf.php_walks_cut as f64),
+            ],
+        );
+        metric(
+            "parca_agent_php_frames_total",
+            "counter",
+            "PHP frames in samples, by whether their function could be read and named \
+             (unreadable: the process exited, or its memory held no function where a frame \
+             pointed).",
+            &[
+                (
+                    Some(("function", "named")),
+                    php.frames.saturating_sub(php.unreadable_frames) as f64,
+                ),
+                (
+                    Some(("function", "unreadable")),
+                    php.unreadable_frames as f64,
+                ),
+            ],
+        );
+        metric(
+            "parca_agent_php_frames_unplaced_total",
+            "counter",
+            "PHP frames for which no native execute_ex frame was found in the stack: placed \
+             below the last one found.",
+            &[(None, php.unplaced_frames as f64)],
         );
         metric(
             "parca_agent_samples_lost_total",

@@ -13,7 +13,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parca_symbolize::{
-    BuildId, DebugFileQuery, ObjectKey, PythonRuntime, find_debug_file, read_debug_needs,
+    BuildId, DebugFileQuery, ObjectKey, PhpRuntime, PythonRuntime, find_debug_file,
+    read_debug_needs,
 };
 use rustc_hash::FxHashMap;
 
@@ -44,11 +45,20 @@ pub struct ProcessInfo {
 }
 
 impl ProcessInfo {
-    /// The language runtime it runs and its version (`("python", "3.11.2")`), when one of its
-    /// objects is an interpreter the agent recognizes.
+    /// The language runtime it runs and its version (`("python", "3.11.2")`, `("php",
+    /// "8.2.36")`), when one of its objects is an interpreter the agent recognizes.
     pub fn runtime(&self) -> Option<(&'static str, &str)> {
         self.python()
             .map(|(_, python)| ("python", python.version.as_str()))
+            .or_else(|| self.php().map(|(_, php)| ("php", php.version.as_str())))
+    }
+
+    /// The PHP interpreter it runs, and the mapping of its code (the executable's, or
+    /// `libphp`'s).
+    pub fn php(&self) -> Option<(&Mapping, &PhpRuntime)> {
+        self.mappings
+            .iter()
+            .find_map(|m| Some((m, m.object.as_ref()?.php.as_ref()?)))
     }
 
     /// The CPython interpreter it runs, and the mapping of its code (the executable's, or
@@ -59,18 +69,26 @@ impl ProcessInfo {
             .find_map(|m| Some((m, m.object.as_ref()?.python.as_ref()?)))
     }
 
-    /// Whether `addr` is in a CPython evaluation loop (`_PyEval_EvalFrameDefault`): a native
-    /// frame there runs Python frames.
-    pub fn in_python_eval_loop(&self, addr: u64) -> bool {
+    /// Whether `addr` is in an interpreter's evaluation loop (CPython's
+    /// `_PyEval_EvalFrameDefault`, PHP's `execute_ex`): a native frame there runs interpreted
+    /// frames.
+    pub fn in_eval_loop(&self, addr: u64) -> bool {
         let Some((_, mapping)) = self.mapping_of(addr) else {
             return false;
         };
-        let Some(python) = mapping.object.as_ref().and_then(|o| o.python.as_ref()) else {
+        let Some(object) = mapping.object.as_ref() else {
             return false;
         };
-        python
-            .vaddr_of_file_offset(addr - mapping.start + mapping.offset)
-            .is_some_and(|vaddr| python.in_eval_loop(vaddr))
+        let offset = addr - mapping.start + mapping.offset;
+        if let Some(python) = &object.python {
+            return python
+                .vaddr_of_file_offset(offset)
+                .is_some_and(|vaddr| python.in_eval_loop(vaddr));
+        }
+        object.php.as_ref().is_some_and(|php| {
+            php.vaddr_of_file_offset(offset)
+                .is_some_and(|vaddr| php.in_eval_loop(vaddr))
+        })
     }
 }
 
@@ -180,6 +198,8 @@ pub struct MappedObject {
     pub wants_debug_file: bool,
     /// What it holds of a CPython interpreter, when it is one (`python3.X` or `libpython3.X`).
     pub python: Option<PythonRuntime>,
+    /// What it holds of a PHP interpreter, when it is one (`php8.X`, `php-fpm8.X`, `libphp`).
+    pub php: Option<PhpRuntime>,
 }
 
 /// Processes seen, by pid.
@@ -481,6 +501,15 @@ impl ProcessTable {
                 }
                 python
             });
+        let php = Path::new(path)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("php"))
+            .then(|| {
+                parca_symbolize::read_php_runtime(&file, &opened_as)
+                    .ok()
+                    .flatten()
+            })
+            .flatten();
         let object = Arc::new(MappedObject {
             key,
             build_id,
@@ -489,6 +518,7 @@ impl ProcessTable {
             debug_file,
             wants_debug_file: needs.wants_debug_file(),
             python,
+            php,
         });
         self.objects.insert(id, Arc::downgrade(&object));
         Some(object)
@@ -533,6 +563,7 @@ fn vdso_object() -> Option<Arc<MappedObject>> {
             debug_file: None,
             wants_debug_file: false,
             python: None,
+            php: None,
         }))
     })
     .clone()

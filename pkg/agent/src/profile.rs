@@ -181,8 +181,8 @@ pub(crate) struct BuildOptions {
     pub dwarf_cache: Option<Arc<parca_symbolize::DwarfCache>>,
     /// Names of JIT code from the processes' perf maps.
     pub perf_maps: Arc<std::sync::Mutex<crate::perfmap::PerfMaps>>,
-    /// The Python frames that user stacks hold by id.
-    pub python_frames: Arc<std::sync::Mutex<crate::python::FrameTable>>,
+    /// The interpreted (Python, PHP) frames that user stacks hold by id.
+    pub interpreted_frames: Arc<std::sync::Mutex<crate::interp::FrameTable>>,
 }
 
 /// Builds the `kind` pprof of `raw`: one sample per (process, stack), kernel frames above user
@@ -249,8 +249,8 @@ pub(crate) fn build(
             locations.push(b.kernel_location(addr, symbolizer));
         }
         for (i, &addr) in key.user.iter().enumerate() {
-            if let Some(id) = crate::python::frame_id(addr) {
-                locations.push(b.python_location(id, options));
+            if let Some(id) = crate::interp::frame_id(addr) {
+                locations.push(b.interpreted_location(id, options));
                 continue;
             }
             let addr = if i == 0 { addr } else { addr.wrapping_sub(1) };
@@ -381,8 +381,8 @@ struct Builder {
     location_ids: FxHashMap<(u64, u64, u32), u64>,
     /// The synthetic frames of truncated stacks, by how they ended.
     truncation_ids: FxHashMap<StackEnd, u64>,
-    /// Python frames (`python::FrameTable` ids) → location id.
-    python_ids: FxHashMap<u32, u64>,
+    /// Interpreted frames (`interp::FrameTable` ids) → location id.
+    interpreted_ids: FxHashMap<u32, u64>,
 }
 
 impl Default for Builder {
@@ -394,7 +394,7 @@ impl Default for Builder {
             mapping_seen: Vec::new(),
             location_ids: FxHashMap::default(),
             truncation_ids: FxHashMap::default(),
-            python_ids: FxHashMap::default(),
+            interpreted_ids: FxHashMap::default(),
         }
     }
 }
@@ -457,16 +457,16 @@ impl Builder {
         id
     }
 
-    /// A Python frame: no mapping or address (it is no machine code), its function, file and
+    /// An interpreted (Python, PHP) frame: no mapping or address (it is no machine code), its function, file and
     /// line.
-    fn python_location(&mut self, id: u32, options: &BuildOptions) -> u64 {
-        if let Some(&location) = self.python_ids.get(&id) {
+    fn interpreted_location(&mut self, id: u32, options: &BuildOptions) -> u64 {
+        if let Some(&location) = self.interpreted_ids.get(&id) {
             return location;
         }
         let frame = options
-            .python_frames
+            .interpreted_frames
             .lock()
-            .expect("python frame table lock")
+            .expect("frame table lock")
             .get(id)
             .cloned();
         let location = match frame {
@@ -477,7 +477,7 @@ impl Builder {
             }
             None => self.pprof.add_location(0, 0, &[]),
         };
-        self.python_ids.insert(id, location);
+        self.interpreted_ids.insert(id, location);
         location
     }
 
@@ -658,7 +658,7 @@ mod tests {
             debuginfod: None,
             dwarf_cache: None,
             perf_maps: Default::default(),
-            python_frames: Default::default(),
+            interpreted_frames: Default::default(),
         }
     }
 

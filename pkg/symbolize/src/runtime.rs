@@ -1,6 +1,9 @@
 //! Recognizing interpreters by their objects: a CPython interpreter (the `python3.X`
 //! executable, or `libpython3.X.so` loaded by another program) exports `_PyRuntime` and, from
 //! 3.11, its exact version as `Py_Version`; its evaluation loop is `_PyEval_EvalFrameDefault`.
+//! A PHP interpreter built without thread safety (the `php` CLI, `php-fpm`, Apache's
+//! `libphp.so`) exports `executor_globals` and its evaluation loop `execute_ex`, and says its
+//! version in its `X-Powered-By: PHP/8.2.x` header text.
 
 use std::fs::File;
 use std::ops::Range;
@@ -28,22 +31,71 @@ pub struct PythonRuntime {
     /// `_PyEval_EvalFrameDefault`, and its compiler-split `.cold` part where the object's own
     /// symbol table names it: a native frame here is running Python frames.
     pub eval_loop: Vec<Range<u64>>,
-    /// The object's loadable segments: (file offset, virtual address, size in the file).
-    segments: Vec<(u64, u64, u64)>,
+    segments: Segments,
 }
 
 impl PythonRuntime {
     /// The virtual address of file offset `offset`, when a loadable segment holds it.
     pub fn vaddr_of_file_offset(&self, offset: u64) -> Option<u64> {
-        self.segments
-            .iter()
-            .find(|&&(start, _, size)| offset >= start && offset - start < size)
-            .map(|&(start, vaddr, _)| vaddr + (offset - start))
+        self.segments.vaddr_of_file_offset(offset)
     }
 
     /// Whether virtual address `vaddr` is in the evaluation loop.
     pub fn in_eval_loop(&self, vaddr: u64) -> bool {
         self.eval_loop.iter().any(|r| r.contains(&vaddr))
+    }
+}
+
+/// What a profiler needs of a PHP interpreter's object (the `php8.2` executable, `php-fpm8.2`
+/// or `libphp8.2.so`) to read its PHP frames: its version, where its executor's globals are,
+/// and which code is the evaluation loop. Addresses are the object's virtual addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PhpRuntime {
+    /// The version: `8.2.36`.
+    pub version: String,
+    /// Major and minor version (`(8, 2)`).
+    pub major_minor: (u8, u8),
+    /// `executor_globals`: the executor's state, whose `current_execute_data` is the innermost
+    /// PHP frame running.
+    pub executor_globals: u64,
+    /// `execute_ex`: a native frame here is running PHP frames.
+    pub eval_loop: Vec<Range<u64>>,
+    segments: Segments,
+}
+
+impl PhpRuntime {
+    /// The virtual address of file offset `offset`, when a loadable segment holds it.
+    pub fn vaddr_of_file_offset(&self, offset: u64) -> Option<u64> {
+        self.segments.vaddr_of_file_offset(offset)
+    }
+
+    /// Whether virtual address `vaddr` is in the evaluation loop.
+    pub fn in_eval_loop(&self, vaddr: u64) -> bool {
+        self.eval_loop.iter().any(|r| r.contains(&vaddr))
+    }
+}
+
+/// An object's loadable segments: (file offset, virtual address, size in the file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Segments(Vec<(u64, u64, u64)>);
+
+impl Segments {
+    fn of<'data>(obj: &impl Object<'data>) -> Segments {
+        Segments(
+            obj.segments()
+                .map(|s| {
+                    let (offset, size) = s.file_range();
+                    (offset, s.address(), size)
+                })
+                .collect(),
+        )
+    }
+
+    fn vaddr_of_file_offset(&self, offset: u64) -> Option<u64> {
+        self.0
+            .iter()
+            .find(|&&(start, _, size)| offset >= start && offset - start < size)
+            .map(|&(start, vaddr, _)| vaddr + (offset - start))
     }
 }
 
@@ -111,20 +163,89 @@ pub fn read_python_runtime(file: &File, path: &Path) -> Result<Option<PythonRunt
             (version, major_minor)
         }
     };
-    let segments = obj
-        .segments()
-        .map(|s| {
-            let (offset, size) = s.file_range();
-            (offset, s.address(), size)
-        })
-        .collect();
     Ok(Some(PythonRuntime {
         version,
         major_minor,
         runtime,
         eval_loop,
-        segments,
+        segments: Segments::of(&obj),
     }))
+}
+
+/// What precedes a PHP interpreter's version in its read-only data (the header it sends).
+const PHP_VERSION_MARK: &[u8] = b"X-Powered-By: PHP/";
+
+/// The PHP interpreter an object holds, or `None` when it holds none (no `executor_globals`
+/// symbol: not PHP, or a thread-safe build, whose executor state is per thread) or its version
+/// cannot be read. Reads the dynamic symbol table (where PHP exports its engine's API for
+/// extensions, even from Debian's stripped executable) and the read-only data section for the
+/// version.
+pub fn read_php_runtime(file: &File, path: &Path) -> Result<Option<PhpRuntime>, Error> {
+    let cache = ReadCache::new(file);
+    let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
+    let mut executor_globals = None;
+    let mut eval_loop = Vec::new();
+    for symbol in obj
+        .dynamic_symbols()
+        .filter(|s| !s.is_undefined() && s.address() != 0)
+    {
+        match symbol.name().unwrap_or("") {
+            "executor_globals" => executor_globals = Some(symbol.address()),
+            "execute_ex" => {
+                eval_loop.push(symbol.address()..symbol.address() + symbol.size().max(1));
+            }
+            _ => {}
+        }
+    }
+    let Some(executor_globals) = executor_globals else {
+        return Ok(None);
+    };
+    let Some(version) = obj
+        .section_by_name(".rodata")
+        .and_then(|section| section.data().ok())
+        .and_then(php_version_in)
+    else {
+        return Ok(None);
+    };
+    let Some(major_minor) = major_minor_of(&version) else {
+        return Ok(None);
+    };
+    Ok(Some(PhpRuntime {
+        version,
+        major_minor,
+        executor_globals,
+        eval_loop,
+        segments: Segments::of(&obj),
+    }))
+}
+
+/// The version after [`PHP_VERSION_MARK`] in `data` (`8.2.36`, `8.3.0RC1`).
+fn php_version_in(data: &[u8]) -> Option<String> {
+    let at = data
+        .windows(PHP_VERSION_MARK.len())
+        .position(|w| w == PHP_VERSION_MARK)?
+        + PHP_VERSION_MARK.len();
+    let version: String = data[at..]
+        .iter()
+        .take(32)
+        .take_while(|b| b.is_ascii_alphanumeric() || **b == b'.' || **b == b'-')
+        .map(|&b| char::from(b))
+        .collect();
+    (!version.is_empty()).then_some(version)
+}
+
+/// `(8, 2)` of `8.2.36`.
+fn major_minor_of(version: &str) -> Option<(u8, u8)> {
+    let mut parts = version.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts
+        .next()?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .ok()?;
+    Some((major, minor))
 }
 
 /// `PY_VERSION_HEX` as text: `0x030b02f0` → `3.11.2`, `0x030d00c1` → `3.13.0rc1`.
@@ -202,6 +323,32 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         let file = File::open(&exe).unwrap();
         assert_eq!(read_python_runtime(&file, &exe).unwrap(), None);
+    }
+
+    #[test]
+    fn php_versions_from_the_header_text() {
+        let data = b"\0abc\0X-Powered-By: PHP/8.2.36\0more";
+        assert_eq!(php_version_in(data).as_deref(), Some("8.2.36"));
+        assert_eq!(php_version_in(b"X-Powered-By: PHP/"), None);
+        assert_eq!(major_minor_of("8.2.36"), Some((8, 2)));
+        assert_eq!(major_minor_of("8.3.0RC1"), Some((8, 3)));
+        assert_eq!(major_minor_of("eight"), None);
+    }
+
+    #[test]
+    fn debians_php_is_recognized_and_other_programs_are_not() {
+        let php = Path::new("/usr/bin/php8.2");
+        if let Ok(file) = File::open(php) {
+            let found = read_php_runtime(&file, php).unwrap().unwrap();
+            assert!(found.version.starts_with("8.2."), "{found:?}");
+            assert_eq!(found.major_minor, (8, 2));
+            assert!(found.executor_globals != 0);
+            assert_eq!(found.eval_loop.len(), 1, "{found:?}");
+            assert!(found.in_eval_loop(found.eval_loop[0].start + 1));
+        }
+        let exe = std::env::current_exe().unwrap();
+        let file = File::open(&exe).unwrap();
+        assert_eq!(read_php_runtime(&file, &exe).unwrap(), None);
     }
 
     /// python3.11-dbg's debug file for Debian's python3.11 names the loop's `.cold` part.

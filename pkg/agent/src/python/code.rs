@@ -1,49 +1,15 @@
 //! Code objects read from a live process (`/proc/PID/mem`): the name, file and line table
 //! that turn a sampled (code object, instruction) into a Python frame.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-
 use super::layout::Layout;
+use crate::interp::Memory;
 
 /// Longest name or file name read, in characters; a longer one is cut.
 const MAX_STRING_CHARS: u64 = 1024;
 /// Largest line table read (CPython's own tables are far smaller; the OTel profiler's bound).
 const MAX_LINE_TABLE_BYTES: u64 = 1 << 16;
 
-/// A process's memory, read where the agent needs it.
-#[derive(Debug)]
-pub(crate) struct Memory {
-    file: File,
-}
-
 impl Memory {
-    /// Opens `/proc/PID/mem` (under `proc_root`).
-    pub fn open(proc_root: &std::path::Path, pid: u32) -> std::io::Result<Memory> {
-        Ok(Memory {
-            file: File::open(proc_root.join(pid.to_string()).join("mem"))?,
-        })
-    }
-
-    /// `len` bytes at `addr`.
-    pub fn bytes(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
-        let mut buf = vec![0u8; len];
-        self.file.read_exact_at(&mut buf, addr).ok()?;
-        Some(buf)
-    }
-
-    pub fn u64(&self, addr: u64) -> Option<u64> {
-        let mut buf = [0u8; 8];
-        self.file.read_exact_at(&mut buf, addr).ok()?;
-        Some(u64::from_ne_bytes(buf))
-    }
-
-    pub fn u32(&self, addr: u64) -> Option<u32> {
-        let mut buf = [0u8; 4];
-        self.file.read_exact_at(&mut buf, addr).ok()?;
-        Some(u32::from_ne_bytes(buf))
-    }
-
     /// A Python `str` object's text (compact strings: every name and file name the compiler
     /// makes is one).
     fn string(&self, layout: &Layout, addr: u64) -> Option<String> {

@@ -6,9 +6,8 @@
 //! extension's native frames sit under the Python function that called it (as py-spy and the
 //! OpenTelemetry profiler show them). The facts used are in `ebpf/python.md`.
 //!
-//! A Python frame travels in a user stack as an address no code can have
-//! ([`frame_address`]): the index of its name in the shared [`FrameTable`], which the profile
-//! builder reads.
+//! What the runtimes share (the frame table, the process's memory, the placing of frames
+//! among native ones) is in [`crate::interp`].
 
 mod code;
 mod layout;
@@ -16,12 +15,14 @@ mod layout;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use parca_symbolize::Frame;
 use rustc_hash::FxHashMap;
 
-use crate::bpf::{PY_NO_CFRAME, PY_WINDOW_BYTES, PyConfig, PyFrameSample};
+use crate::bpf::{
+    INSTR_IN_CODE, INSTR_INDEX, PY_NO_CFRAME, PY_WINDOW_BYTES, PyConfig, PyFrameSample, VM_CPYTHON,
+};
+use crate::interp::{FrameTable, InterpreterStats, Memory, frame_address, place_calls};
 use crate::process::ProcessInfo;
-use code::{Code, Memory};
+use code::Code;
 use layout::{EntryRule, IS_ENTRY, Layout, OWNED_BY_CSTACK};
 
 /// Where glibc (x86_64, 2.26 and later) keeps the value of pthread key 0 from the thread
@@ -37,10 +38,6 @@ const THREAD_DESCRIPTOR_BYTES: usize = 0x600;
 /// Threads of an interpreter looked at to find where their thread states are kept.
 const MAX_THREADS_CHECKED: usize = 64;
 
-/// Distinct Python frames (function, file, line) held; past it, new ones are named
-/// [`TABLE_FULL`]. A frame costs about 100 bytes.
-const MAX_FRAMES: usize = 200_000;
-const TABLE_FULL: &str = "[python: frame table full]";
 /// The name of a frame whose code object could not be read (the process exited, or the
 /// memory was not a code object).
 const UNREADABLE_CODE: &str = "[python: unreadable code object]";
@@ -49,77 +46,6 @@ const UNREADABLE_CODE: &str = "[python: unreadable code object]";
 /// process's memo starts over.
 const MAX_CODES_PER_PROCESS: usize = 16_384;
 const MAX_LINES_PER_PROCESS: usize = 65_536;
-
-/// A Python frame in a user stack: an address with the top bit set (no user or kernel code
-/// has one), whose low 32 bits index the [`FrameTable`].
-const FRAME_TAG: u64 = 1 << 63;
-
-/// The address standing for Python frame `id` in a user stack.
-pub(crate) fn frame_address(id: u32) -> u64 {
-    FRAME_TAG | u64::from(id)
-}
-
-/// The Python frame a user stack's address stands for, if it stands for one.
-pub(crate) fn frame_id(addr: u64) -> Option<u32> {
-    (addr & !0xffff_ffff == FRAME_TAG).then_some(addr as u32)
-}
-
-/// Every Python frame named so far, shared by the sampling thread (which names them) and the
-/// profile builder (which writes them into pprof).
-#[derive(Debug, Default)]
-pub(crate) struct FrameTable {
-    ids: FxHashMap<(String, String, u32), u32>,
-    frames: Vec<Frame>,
-}
-
-impl FrameTable {
-    /// The frame of id `id`.
-    pub fn get(&self, id: u32) -> Option<&Frame> {
-        self.frames.get(id as usize)
-    }
-
-    /// Number of frames held.
-    pub fn len(&self) -> usize {
-        self.frames.len()
-    }
-
-    fn intern(&mut self, function: &str, file: &str, line: u32) -> u32 {
-        if let Some(&id) = self.ids.get(&(function.to_owned(), file.to_owned(), line)) {
-            return id;
-        }
-        if self.frames.len() >= MAX_FRAMES && function != TABLE_FULL {
-            return self.intern(TABLE_FULL, "", 0);
-        }
-        let id = self.frames.len() as u32;
-        self.frames.push(Frame {
-            function: function.to_owned(),
-            system_name: function.to_owned(),
-            file: (!file.is_empty()).then(|| file.to_owned()),
-            line,
-        });
-        self.ids
-            .insert((function.to_owned(), file.to_owned(), line), id);
-        id
-    }
-}
-
-/// Counters of the Python side, for metrics.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PythonStats {
-    /// Processes whose Python frames are read (the BPF program was told how).
-    pub processes: u64,
-    /// Samples that carried Python frames.
-    pub stacks: u64,
-    /// Python frames named.
-    pub frames: u64,
-    /// Of which had a code object that could not be read.
-    pub unreadable_frames: u64,
-    /// Python frames that no native evaluation frame was found for (placed below the last
-    /// one that was).
-    pub unplaced_frames: u64,
-    /// Distinct frames held in the frame table.
-    pub frames_held: u64,
-}
 
 /// A CPython process whose frames are read.
 #[derive(Debug)]
@@ -142,7 +68,7 @@ pub(crate) struct PythonStacks {
     /// Per process: the read of it ([`ProcessInfo::read_no`]) the BPF program was told about.
     told: FxHashMap<u32, u64>,
     processes: FxHashMap<u32, Process>,
-    stats: PythonStats,
+    stats: InterpreterStats,
 }
 
 impl PythonStacks {
@@ -153,7 +79,7 @@ impl PythonStacks {
             frames,
             told: FxHashMap::default(),
             processes: FxHashMap::default(),
-            stats: PythonStats::default(),
+            stats: InterpreterStats::default(),
         }
     }
 
@@ -244,10 +170,15 @@ impl PythonStacks {
         let (out, unplaced) = place_calls(native, calls, |i, addr| {
             // A return address is one past its call instruction.
             let pc = if i == 0 { addr } else { addr.wrapping_sub(1) };
-            info.in_python_eval_loop(pc)
+            info.in_eval_loop(pc)
         });
         self.stats.unplaced_frames += unplaced as u64;
         out
+    }
+
+    /// Whether it reads `pid`'s Python frames.
+    pub fn reads(&self, pid: u32) -> bool {
+        self.processes.contains_key(&pid)
     }
 
     /// Forgets processes `alive` says are gone.
@@ -257,8 +188,8 @@ impl PythonStacks {
     }
 
     /// The counters so far.
-    pub fn stats(&self) -> PythonStats {
-        PythonStats {
+    pub fn stats(&self) -> InterpreterStats {
+        InterpreterStats {
             processes: self.processes.len() as u64,
             ..self.stats
         }
@@ -268,7 +199,12 @@ impl PythonStacks {
 impl Process {
     /// The frame id of a sampled Python frame: its code object's name and file, and the line
     /// of its instruction.
-    fn name(&mut self, frames: &mut FrameTable, f: &PyFrameSample, stats: &mut PythonStats) -> u32 {
+    fn name(
+        &mut self,
+        frames: &mut FrameTable,
+        f: &PyFrameSample,
+        stats: &mut InterpreterStats,
+    ) -> u32 {
         stats.frames += 1;
         let key = (f.code, f.fingerprint, f.index);
         if let Some(&id) = self.lines.get(&key) {
@@ -337,34 +273,6 @@ fn split_into_calls(
     calls
 }
 
-/// The native stack (leaf first) with each evaluation frame (`is_eval(position, address)`)
-/// replaced by the next call's Python frames; calls left over go below the last evaluation
-/// frame replaced (or at the bottom). Returns the stack and how many frames were left over.
-fn place_calls(
-    native: Vec<u64>,
-    calls: Vec<Vec<u64>>,
-    is_eval: impl Fn(usize, u64) -> bool,
-) -> (Vec<u64>, usize) {
-    let mut out = Vec::with_capacity(native.len() + calls.iter().map(Vec::len).sum::<usize>());
-    let mut calls = calls.into_iter();
-    let mut below_last_call = None;
-    for (i, &addr) in native.iter().enumerate() {
-        if is_eval(i, addr)
-            && let Some(call) = calls.next()
-        {
-            out.extend(call);
-            below_last_call = Some(out.len());
-        } else {
-            out.push(addr);
-        }
-    }
-    let rest: Vec<u64> = calls.flatten().collect();
-    let unplaced = rest.len();
-    let at = below_last_call.unwrap_or(out.len());
-    out.splice(at..at, rest);
-    (out, unplaced)
-}
-
 /// What the BPF program needs to read frames of `layout`'s version: its `Py_tss_t` at `tss`,
 /// and glibc's thread-specific data at `tsd_offset` from the thread pointer.
 fn bpf_config(layout: &Layout, tss: u64, tsd_offset: u32) -> PyConfig {
@@ -401,10 +309,17 @@ fn bpf_config(layout: &Layout, tss: u64, tsd_offset: u32) -> PyConfig {
         window_previous: layout.frame_previous - window,
         window_instr: layout.frame_instr - window,
         window_marker: marker.map_or(PY_WINDOW_BYTES, |m| m - window),
-        instr_is_pointer: u32::from(layout.code_bytecode != 0),
+        instr_mode: if layout.code_bytecode == 0 {
+            INSTR_INDEX
+        } else {
+            INSTR_IN_CODE
+        },
+        // Code units of 2 bytes.
+        instr_shift: 1,
         code_bytecode: layout.code_bytecode,
         code_argcount: layout.code_argcount,
         code_firstlineno: layout.code_firstlineno,
+        kind: VM_CPYTHON,
         pad: 0,
     }
 }
@@ -454,29 +369,6 @@ fn find_tsd_offset(memory: &Memory, layout: &Layout, runtime: u64) -> Result<Opt
 mod tests {
     use super::*;
 
-    #[test]
-    fn frame_addresses_are_no_code_addresses() {
-        assert_eq!(frame_id(frame_address(7)), Some(7));
-        assert_eq!(frame_id(frame_address(u32::MAX)), Some(u32::MAX));
-        assert_eq!(frame_id(0x7fff_1234_5678), None);
-        assert_eq!(frame_id(0xffff_ffff_8100_0000), None);
-    }
-
-    #[test]
-    fn the_frame_table_is_bounded() {
-        let mut table = FrameTable::default();
-        let a = table.intern("f", "a.py", 3);
-        assert_eq!(table.intern("f", "a.py", 3), a);
-        assert_ne!(table.intern("f", "a.py", 4), a);
-        assert_eq!(table.get(a).unwrap().file.as_deref(), Some("a.py"));
-        for i in 0..MAX_FRAMES {
-            table.intern("g", "b.py", i as u32);
-        }
-        let full = table.intern("h", "c.py", 1);
-        assert_eq!(table.get(full).unwrap().function, TABLE_FULL);
-        assert_eq!(table.len(), MAX_FRAMES + 1);
-    }
-
     fn sampled(code: u64, marker: u32) -> PyFrameSample {
         PyFrameSample {
             code,
@@ -518,26 +410,6 @@ mod tests {
             split_into_calls(EntryRule::Shim, &frames, code),
             [vec![1, 2], vec![3]]
         );
-    }
-
-    #[test]
-    fn calls_take_the_place_of_evaluation_frames_and_leftovers_go_below_the_last() {
-        const EVAL: u64 = 0xe0;
-        let is_eval = |_: usize, addr: u64| addr == EVAL;
-        // native: leaf (a C function), eval, a C caller, eval, main.
-        let native = vec![0x10, EVAL, 0x20, EVAL, 0x30];
-        let (out, unplaced) = place_calls(native.clone(), vec![vec![1, 2], vec![3]], is_eval);
-        assert_eq!((out, unplaced), (vec![0x10, 1, 2, 0x20, 3, 0x30], 0));
-        // More calls than evaluation frames: the rest below the last one replaced.
-        let (out, unplaced) =
-            place_calls(native.clone(), vec![vec![1], vec![2], vec![3, 4]], is_eval);
-        assert_eq!((out, unplaced), (vec![0x10, 1, 0x20, 2, 3, 4, 0x30], 2));
-        // Fewer: the evaluation frame without Python frames stays.
-        let (out, _) = place_calls(native.clone(), vec![vec![1]], is_eval);
-        assert_eq!(out, vec![0x10, 1, 0x20, EVAL, 0x30]);
-        // None found (a native walk cut short): the Python frames at the bottom.
-        let (out, unplaced) = place_calls(vec![0x10, 0x20], vec![vec![1, 2]], is_eval);
-        assert_eq!((out, unplaced), (vec![0x10, 0x20, 1, 2], 2));
     }
 
     #[test]

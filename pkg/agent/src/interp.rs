@@ -1,0 +1,277 @@
+//! Frames of interpreted code (Python's, PHP's): what the runtimes' modules share. The BPF
+//! program reads an interpreter's frame chain at sample time (each runtime's module says where:
+//! a [`PyConfig`]); the module names each (code, instruction) from the process's [`Memory`]
+//! into the shared [`FrameTable`], and [`place_calls`] puts the named frames where the native
+//! evaluation loop that runs them was. [`Interpreters`] is what the sampling thread holds: each
+//! process goes to the runtime that recognizes it.
+//!
+//! An interpreted frame travels in a user stack as an address no code can have
+//! ([`frame_address`]): the index of its name in the [`FrameTable`], which the profile builder
+//! reads.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use parca_symbolize::Frame;
+use rustc_hash::FxHashMap;
+
+use crate::bpf::{PyConfig, PyFrameSample};
+use crate::php::PhpStacks;
+use crate::process::ProcessInfo;
+use crate::python::PythonStacks;
+
+/// Distinct interpreted frames (function, file, line) held; past it, new ones are named
+/// [`TABLE_FULL`]. A frame costs about 100 bytes.
+const MAX_FRAMES: usize = 200_000;
+const TABLE_FULL: &str = "[interpreter: frame table full]";
+
+/// An interpreted frame in a user stack: an address with the top bit set (no user or kernel
+/// code has one), whose low 32 bits index the [`FrameTable`].
+const FRAME_TAG: u64 = 1 << 63;
+
+/// The address standing for interpreted frame `id` in a user stack.
+pub(crate) fn frame_address(id: u32) -> u64 {
+    FRAME_TAG | u64::from(id)
+}
+
+/// The interpreted frame a user stack's address stands for, if it stands for one.
+pub(crate) fn frame_id(addr: u64) -> Option<u32> {
+    (addr & !0xffff_ffff == FRAME_TAG).then_some(addr as u32)
+}
+
+/// Every interpreted frame named so far, shared by the sampling thread (which names them) and
+/// the profile builder (which writes them into pprof).
+#[derive(Debug, Default)]
+pub(crate) struct FrameTable {
+    ids: FxHashMap<(String, String, u32), u32>,
+    frames: Vec<Frame>,
+}
+
+impl FrameTable {
+    /// The frame of id `id`.
+    pub fn get(&self, id: u32) -> Option<&Frame> {
+        self.frames.get(id as usize)
+    }
+
+    /// Number of frames held.
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// The id of frame (`function`, `file`, `line`); an empty `file` is none.
+    pub fn intern(&mut self, function: &str, file: &str, line: u32) -> u32 {
+        if let Some(&id) = self.ids.get(&(function.to_owned(), file.to_owned(), line)) {
+            return id;
+        }
+        if self.frames.len() >= MAX_FRAMES && function != TABLE_FULL {
+            return self.intern(TABLE_FULL, "", 0);
+        }
+        let id = self.frames.len() as u32;
+        self.frames.push(Frame {
+            function: function.to_owned(),
+            system_name: function.to_owned(),
+            file: (!file.is_empty()).then(|| file.to_owned()),
+            line,
+        });
+        self.ids
+            .insert((function.to_owned(), file.to_owned(), line), id);
+        id
+    }
+}
+
+/// Counters of one runtime's frames, for metrics.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InterpreterStats {
+    /// Processes whose frames are read (the BPF program was told how).
+    pub processes: u64,
+    /// Samples that carried frames of the runtime.
+    pub stacks: u64,
+    /// Frames named.
+    pub frames: u64,
+    /// Of which had code that could not be read.
+    pub unreadable_frames: u64,
+    /// Frames that no native evaluation frame was found for (placed below the last one that
+    /// was).
+    pub unplaced_frames: u64,
+    /// Distinct frames held in the frame table (all runtimes').
+    pub frames_held: u64,
+}
+
+/// The counters of each runtime.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RuntimeStats {
+    pub python: InterpreterStats,
+    pub php: InterpreterStats,
+}
+
+/// A process's memory, read where the agent needs it.
+#[derive(Debug)]
+pub(crate) struct Memory {
+    file: File,
+}
+
+impl Memory {
+    /// Opens `/proc/PID/mem` (under `proc_root`).
+    pub fn open(proc_root: &Path, pid: u32) -> std::io::Result<Memory> {
+        Ok(Memory {
+            file: File::open(proc_root.join(pid.to_string()).join("mem"))?,
+        })
+    }
+
+    /// `len` bytes at `addr`.
+    pub fn bytes(&self, addr: u64, len: usize) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        self.file.read_exact_at(&mut buf, addr).ok()?;
+        Some(buf)
+    }
+
+    pub fn u64(&self, addr: u64) -> Option<u64> {
+        let mut buf = [0u8; 8];
+        self.file.read_exact_at(&mut buf, addr).ok()?;
+        Some(u64::from_ne_bytes(buf))
+    }
+
+    pub fn u32(&self, addr: u64) -> Option<u32> {
+        let mut buf = [0u8; 4];
+        self.file.read_exact_at(&mut buf, addr).ok()?;
+        Some(u32::from_ne_bytes(buf))
+    }
+}
+
+/// The native stack (leaf first) with each evaluation frame (`is_eval(position, address)`)
+/// replaced by the next call's interpreted frames; calls left over go below the last
+/// evaluation frame replaced (or at the bottom). Returns the stack and how many frames were
+/// left over.
+pub(crate) fn place_calls(
+    native: Vec<u64>,
+    calls: Vec<Vec<u64>>,
+    is_eval: impl Fn(usize, u64) -> bool,
+) -> (Vec<u64>, usize) {
+    let mut out = Vec::with_capacity(native.len() + calls.iter().map(Vec::len).sum::<usize>());
+    let mut calls = calls.into_iter();
+    let mut below_last_call = None;
+    for (i, &addr) in native.iter().enumerate() {
+        if is_eval(i, addr)
+            && let Some(call) = calls.next()
+        {
+            out.extend(call);
+            below_last_call = Some(out.len());
+        } else {
+            out.push(addr);
+        }
+    }
+    let rest: Vec<u64> = calls.flatten().collect();
+    let unplaced = rest.len();
+    let at = below_last_call.unwrap_or(out.len());
+    out.splice(at..at, rest);
+    (out, unplaced)
+}
+
+/// The sampling thread's interpreters: per process, the runtime that recognized it.
+#[derive(Debug)]
+pub(crate) struct Interpreters {
+    python: PythonStacks,
+    php: PhpStacks,
+}
+
+impl Interpreters {
+    /// Reads processes under `proc_root` (normally `/proc`) and names frames into `frames`.
+    pub fn new(proc_root: impl Into<PathBuf>, frames: Arc<Mutex<FrameTable>>) -> Interpreters {
+        let proc_root = proc_root.into();
+        Interpreters {
+            python: PythonStacks::new(proc_root.clone(), frames.clone()),
+            php: PhpStacks::new(proc_root, frames),
+        }
+    }
+
+    /// What the BPF program must be told of `info`'s interpreted frames, when that changed
+    /// since it was last told (a new read of the process): `Some(Some(config))` to read them,
+    /// `Some(None)` to stop; `None` when nothing changed.
+    pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
+        let python = self.python.config_update(info);
+        let php = self.php.config_update(info);
+        match (python, php) {
+            (Some(Some(config)), _) | (_, Some(Some(config))) => Some(Some(config)),
+            (python, php) => python.or(php),
+        }
+    }
+
+    /// The user stack of a sample of `info` (native frames, leaf first) with its interpreted
+    /// frames (innermost first) in the place of the native evaluation frames that run them.
+    pub fn interleave(
+        &mut self,
+        info: &ProcessInfo,
+        native: Vec<u64>,
+        frames: &[PyFrameSample],
+    ) -> Vec<u64> {
+        if self.python.reads(info.pid) {
+            self.python.interleave(info, native, frames)
+        } else {
+            self.php.interleave(info, native, frames)
+        }
+    }
+
+    /// Forgets processes `alive` says are gone.
+    pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
+        self.python.trim(&alive);
+        self.php.trim(&alive);
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> RuntimeStats {
+        RuntimeStats {
+            python: self.python.stats(),
+            php: self.php.stats(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_addresses_are_no_code_addresses() {
+        assert_eq!(frame_id(frame_address(7)), Some(7));
+        assert_eq!(frame_id(frame_address(u32::MAX)), Some(u32::MAX));
+        assert_eq!(frame_id(0x7fff_1234_5678), None);
+        assert_eq!(frame_id(0xffff_ffff_8100_0000), None);
+    }
+
+    #[test]
+    fn the_frame_table_is_bounded() {
+        let mut table = FrameTable::default();
+        let a = table.intern("f", "a.py", 3);
+        assert_eq!(table.intern("f", "a.py", 3), a);
+        assert_ne!(table.intern("f", "a.py", 4), a);
+        assert_eq!(table.get(a).unwrap().file.as_deref(), Some("a.py"));
+        for i in 0..MAX_FRAMES {
+            table.intern("g", "b.py", i as u32);
+        }
+        let full = table.intern("h", "c.py", 1);
+        assert_eq!(table.get(full).unwrap().function, TABLE_FULL);
+        assert_eq!(table.len(), MAX_FRAMES + 1);
+    }
+
+    #[test]
+    fn calls_take_the_place_of_evaluation_frames_and_leftovers_go_below_the_last() {
+        const EVAL: u64 = 0xe0;
+        let is_eval = |_: usize, addr: u64| addr == EVAL;
+        // native: leaf (a C function), eval, a C caller, eval, main.
+        let native = vec![0x10, EVAL, 0x20, EVAL, 0x30];
+        let (out, unplaced) = place_calls(native.clone(), vec![vec![1, 2], vec![3]], is_eval);
+        assert_eq!((out, unplaced), (vec![0x10, 1, 2, 0x20, 3, 0x30], 0));
+        // More calls than evaluation frames: the rest below the last one replaced.
+        let (out, unplaced) =
+            place_calls(native.clone(), vec![vec![1], vec![2], vec![3, 4]], is_eval);
+        assert_eq!((out, unplaced), (vec![0x10, 1, 0x20, 2, 3, 4, 0x30], 2));
+        // Fewer: the evaluation frame without interpreted frames stays.
+        let (out, _) = place_calls(native.clone(), vec![vec![1]], is_eval);
+        assert_eq!(out, vec![0x10, 1, 0x20, EVAL, 0x30]);
+        // None found (a native walk cut short): the interpreted frames at the bottom.
+        let (out, unplaced) = place_calls(vec![0x10, 0x20], vec![vec![1, 2]], is_eval);
+        assert_eq!((out, unplaced), (vec![0x10, 0x20, 1, 2], 2));
+    }
+}
