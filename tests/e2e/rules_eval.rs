@@ -430,3 +430,98 @@ fn assert_stored_as_queried(prom: std::net::SocketAddr, server: &Server, what: &
         .expect("number");
     assert_eq!(value, queried, "{vector}");
 }
+
+/// The `activeAt` of alert `name` in `/api/v1/alerts`, and its state.
+fn active_at(server: &Server, name: &str) -> Result<(jiff::Timestamp, String), String> {
+    let data = server.api("/api/v1/alerts")?;
+    let alert = data["alerts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["labels"]["alertname"] == name)
+        .ok_or_else(|| format!("no alert {name} in {data}"))?;
+    let at = alert["activeAt"]
+        .as_str()
+        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        .ok_or_else(|| format!("no activeAt in {alert}"))?;
+    Ok((at, alert["state"].as_str().unwrap_or("").to_owned()))
+}
+
+/// An alert's `for` clock survives a restart, as Prometheus restores it from
+/// `ALERTS_FOR_STATE`: pending for a while before the server stops, it is pending again after
+/// the restart with the time it spent pending before (its `activeAt` moved on by the downtime
+/// only), not started over at the restart; and `ALERTS_FOR_STATE` is served at `/federate`.
+#[test]
+fn alerts_keep_their_for_clock_across_a_restart() {
+    let binary = parca_binary(false);
+    let storage = tempfile::tempdir().unwrap();
+    let rules_dir = tempfile::tempdir().unwrap();
+    let rules_path = rules_dir.path().join("rules.yml");
+    std::fs::write(
+        &rules_path,
+        format!(
+            "groups:\n  - name: heap\n    interval: 1s\n    rules:\n      - alert: HeapHeld\n        \
+             expr: sum by (job) ({HEAP}) > 0\n        for: 2m\n"
+        ),
+    )
+    .unwrap();
+    let config = format!("rule_files: [{}]\n", rules_path.display());
+    let args = [
+        "--query-lookback-delta=10m",
+        "--rules-alert-for-grace-period=5s",
+    ];
+    let server =
+        Server::start_with_storage(&binary, Some(storage.path()), &args, |_| config.clone());
+    push_heap(&server);
+    let (first_active, _) = poll(
+        "the alert to be pending",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || active_at(&server, "HeapHeld"),
+    );
+    // Pending a few seconds before the stop; ALERTS_FOR_STATE holds when it became active.
+    std::thread::sleep(Duration::from_secs(6));
+    let federated = server
+        .get(&format!(
+            "/federate?match[]={}",
+            encode(r#"{__name__="ALERTS_FOR_STATE"}"#)
+        ))
+        .unwrap()
+        .text();
+    let seconds = first_active.as_second().to_string();
+    assert!(
+        federated.lines().any(|l| l.starts_with("ALERTS_FOR_STATE{")
+            && l.contains("HeapHeld")
+            && l.contains(&format!(" {seconds}"))),
+        "ALERTS_FOR_STATE of {seconds} not federated:\n{federated}"
+    );
+    drop(server);
+    std::thread::sleep(Duration::from_secs(2));
+    let restarted_at = jiff::Timestamp::now();
+    let server =
+        Server::start_with_storage(&binary, Some(storage.path()), &args, |_| config.clone());
+    // Its first evaluation sees it pending afresh; the restore right after gives it back the
+    // ~6 s it was pending before.
+    let (restored, state) = poll(
+        "the alert's for clock to be restored",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let (at, state) = active_at(&server, "HeapHeld")?;
+            if at < restarted_at - jiff::SignedDuration::from_secs(4) {
+                Ok((at, state))
+            } else {
+                Err(format!(
+                    "activeAt {at} (restarted at {restarted_at}), {state}"
+                ))
+            }
+        },
+    );
+    assert_eq!(state, "pending");
+    // Moved on by the downtime (a few seconds), never earlier than it was.
+    assert!(restored >= first_active, "{restored} before {first_active}");
+    assert!(
+        restored - jiff::SignedDuration::from_secs(30) < first_active,
+        "{restored} too far after {first_active}"
+    );
+}

@@ -118,6 +118,16 @@ pub struct ServerArgs {
     /// --rules.alert.resend-delay.
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     rules_alert_resend_delay: Duration,
+    /// After a restart, alerts last seen active longer ago than this start over instead of
+    /// keeping their `for` clock (kept in `alerts_for_state.json` in the store's directory),
+    /// as Prometheus' --rules.alert.for-outage-tolerance.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    rules_alert_for_outage_tolerance: Duration,
+    /// After a restart, a restored alert fires no sooner than this (unless it was firing), and
+    /// rules whose `for` is shorter are not restored, as Prometheus'
+    /// --rules.alert.for-grace-period.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    rules_alert_for_grace_period: Duration,
     /// Origins whose pages may call the API from a browser, comma-separated (`*`: any), as
     /// Parca's --cors-allowed-origins.
     #[arg(long, value_delimiter = ',')]
@@ -671,6 +681,11 @@ async fn serve(
             remote_writer: Some(parca_rules::RemoteWriter::new()),
             metrics: rule_metrics,
             resend_delay: args.rules_alert_resend_delay,
+            state_dir: Some(args.storage_path.clone()),
+            restore: parca_rules::RestoreOptions {
+                outage_tolerance: args.rules_alert_for_outage_tolerance,
+                grace_period: args.rules_alert_for_grace_period,
+            },
         },
     );
     {

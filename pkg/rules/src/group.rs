@@ -10,6 +10,7 @@ use parca_config::RuleGroup;
 use parca_query::{Engine, InstantQuery};
 
 use crate::Error;
+use crate::for_state::{self, RestoreOptions, SavedAlert};
 use crate::rule::{self, CompiledRule, Env, Health, RuleState, Sample};
 
 /// A group of rules from one file, with the state of its rules.
@@ -23,6 +24,8 @@ pub struct Group {
     pub interval: Duration,
     rules: Vec<CompiledRule>,
     state: Mutex<GroupState>,
+    /// The alerts saved before a restart, until its first evaluation restores them.
+    to_restore: Mutex<Option<Vec<SavedAlert>>>,
 }
 
 /// What a group keeps between evaluations.
@@ -54,7 +57,46 @@ impl Group {
             interval,
             rules,
             state: Mutex::new(state),
+            to_restore: Mutex::new(None),
         })
+    }
+
+    /// `file;name`: what tells the group from every other (metrics, saved alert state).
+    pub fn key(&self) -> String {
+        format!("{};{}", self.file.display(), self.name())
+    }
+
+    /// Has the group's next evaluation restore its alerts' `for` clocks from `saved` (the
+    /// alerts it had before the server restarted).
+    pub fn restore_after_next_evaluation(&self, saved: Vec<SavedAlert>) {
+        if !saved.is_empty() {
+            *self.to_restore.lock().expect("group state lock") = Some(saved);
+        }
+    }
+
+    /// After an evaluation at `ts`: restores the `for` clocks of its alerts, once, if a restart
+    /// left them saved ([`for_state::restore`], Prometheus' `RestoreForState`).
+    pub fn restore_for_state(&self, ts: i64, options: RestoreOptions) {
+        let Some(saved) = self.to_restore.lock().expect("group state lock").take() else {
+            return;
+        };
+        let mut state = self.state.lock().expect("group state lock");
+        for (rule, rule_state) in self.rules.iter().zip(state.rules.iter_mut()) {
+            if rule.is_alert() {
+                for_state::restore(rule, rule_state, &saved, ts, options);
+            }
+        }
+    }
+
+    /// Its pending and firing alerts to save, as seen by the evaluation at `ts`.
+    pub fn alerts_to_save(&self, ts: i64) -> Vec<SavedAlert> {
+        let state = self.state.lock().expect("group state lock");
+        self.rules
+            .iter()
+            .zip(&state.rules)
+            .filter(|(rule, _)| rule.is_alert())
+            .flat_map(|(rule, rule_state)| for_state::to_save(rule, rule_state, ts))
+            .collect()
     }
 
     /// The group's name.
@@ -161,7 +203,8 @@ impl Group {
         state.evaluation_time = started.elapsed();
     }
 
-    /// The group's recorded samples and `ALERTS` series, from its last evaluation.
+    /// The group's recorded samples and `ALERTS` and `ALERTS_FOR_STATE` series, from its last
+    /// evaluation.
     pub fn samples(&self) -> Vec<Sample> {
         let state = self.state.lock().expect("group state lock");
         let mut out = Vec::new();
@@ -169,6 +212,7 @@ impl Group {
             if rule.is_alert() {
                 let at = rule_state.last_evaluation_ms.unwrap_or(0);
                 out.extend(rule::alerts_series(rule_state, at));
+                out.extend(rule::alerts_for_state_series(rule_state, at));
             } else {
                 out.extend(rule_state.samples.iter().cloned());
             }
@@ -371,11 +415,15 @@ mod tests {
             state.rules[2].last_error.as_deref(),
             Some("vector contains metrics with the same labelset after applying rule labels")
         );
-        // Samples: the recorded series and `ALERTS` of the firing alert.
+        // Samples: the recorded series, and `ALERTS` and `ALERTS_FOR_STATE` of the firing
+        // alert (when it became active, in seconds).
         let samples = g.samples();
-        assert_eq!(samples.len(), 2);
+        assert_eq!(samples.len(), 3);
         assert_eq!(samples[1].labels["__name__"], "ALERTS");
         assert_eq!(samples[1].labels["alertstate"], "firing");
+        assert_eq!(samples[2].labels["__name__"], "ALERTS_FOR_STATE");
+        assert_eq!(samples[2].labels.get("alertstate"), None);
+        assert_eq!(samples[2].value, (alert.active_at_ms / 1000) as f64);
         // Past the lookback the profile is no longer seen: the alert resolves, the series
         // goes away.
         g.evaluate(&engine, at + 10 * 60_000, env.env());

@@ -258,7 +258,8 @@ impl Insights {
             if state.insights != before.insights
                 || saved_at.is_none_or(|t| t.elapsed() >= SAVE_EVERY)
             {
-                save(&self.path, &state)?;
+                crate::persist::write_json(&self.path, &state)
+                    .map_err(|e| Error::Insights(e.to_string()))?;
                 *saved_at = Some(std::time::Instant::now());
             }
             *self.state.lock().expect("insights lock") = state;
@@ -323,27 +324,6 @@ impl Drop for Insights {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-/// Writes `state` to `path` whole: a temporary file beside it, fsynced, renamed over it, and
-/// the folder fsynced, so a crash leaves the old file or the new one.
-fn save(path: &Path, state: &State) -> Result<(), Error> {
-    use std::io::Write;
-    let fail =
-        |e: std::io::Error| Error::Insights(format!("cannot write `{}`: {e}", path.display()));
-    let tmp = path.with_extension("json.tmp");
-    let bytes = serde_json::to_vec(state).map_err(|e| Error::Insights(e.to_string()))?;
-    let mut file = std::fs::File::create(&tmp).map_err(fail)?;
-    file.write_all(&bytes).map_err(fail)?;
-    file.sync_all().map_err(fail)?;
-    drop(file);
-    std::fs::rename(&tmp, path).map_err(fail)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(fail)?;
-    }
-    Ok(())
 }
 
 /// One tick of one entry: reads the profiles' times since the watermark, notes changes, and

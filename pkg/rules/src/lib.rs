@@ -9,7 +9,8 @@
 //! evaluation (renamed to its `record`, with its group's and its own labels; [`Sample`]); an
 //! alerting rule keeps its [`Alert`]s through pending → firing → inactive with `for` and
 //! `keep_firing_for`, its labels and annotations expanded as Go templates
-//! ([`template::expand`]). Firing and resolved alerts go to Alertmanagers' v2 API through a
+//! ([`template::expand`]); their `for` clocks survive a restart ([`for_state`], Prometheus'
+//! `ALERTS_FOR_STATE`). Firing and resolved alerts go to Alertmanagers' v2 API through a
 //! [`Notifier`] (`alerting.alertmanagers`), resent while firing; recorded series go to
 //! `remote_write` receivers through a [`RemoteWriter`] (remote-write 1.0). [`Insights`] watch
 //! the store for deploys (`insights:`) and compare each function's share before and after.
@@ -49,15 +50,18 @@
 //! # }
 //! ```
 
+pub mod for_state;
 mod group;
 pub mod insights;
 mod manager;
 mod metrics;
 mod notifier;
+mod persist;
 pub mod remote_write;
 mod rule;
 pub mod template;
 
+pub use for_state::{ForStateStore, RestoreOptions};
 pub use group::{Environment, Group, GroupState};
 pub use insights::{Change, FunctionShare, INSIGHT_METRIC, Insight, Insights};
 pub use manager::{Manager, Options};

@@ -1,6 +1,8 @@
 //! The rule manager: one task per group, evaluating it at its interval, and reloads that keep
 //! the state of what did not change.
 
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use parca_config::Config;
@@ -8,6 +10,7 @@ use parca_query::Engine;
 use tokio::task::JoinHandle;
 
 use crate::Error;
+use crate::for_state::{ForStateStore, RestoreOptions};
 use crate::group::{Environment, Group};
 use crate::notifier::Notifier;
 use crate::remote_write::RemoteWriter;
@@ -28,6 +31,11 @@ pub struct Options {
     /// How long before a firing alert is sent again (`--rules-alert-resend-delay`). Default 1m,
     /// as Prometheus.
     pub resend_delay: std::time::Duration,
+    /// Where alerts' `for` state is kept across restarts (the store's directory); `None`:
+    /// nowhere, alerts start over.
+    pub state_dir: Option<PathBuf>,
+    /// How alerts' `for` clocks are restored after a restart.
+    pub restore: RestoreOptions,
 }
 
 impl Default for Options {
@@ -38,6 +46,8 @@ impl Default for Options {
             remote_writer: None,
             metrics: Default::default(),
             resend_delay: std::time::Duration::from_secs(60),
+            state_dir: None,
+            restore: RestoreOptions::default(),
         }
     }
 }
@@ -51,6 +61,11 @@ pub struct Manager {
     /// groups that keep running.
     environment: Arc<RwLock<Arc<Environment>>>,
     running: Mutex<Vec<Running>>,
+    /// The saved alert state (`Options::state_dir`).
+    for_state: Option<Arc<ForStateStore>>,
+    /// Whether the groups of the first configuration were given their saved alerts (only
+    /// those restore, as in Prometheus: a group added by a reload starts afresh).
+    restored: AtomicBool,
 }
 
 struct Running {
@@ -77,8 +92,13 @@ impl Manager {
                 external_url: options.external_url.clone(),
                 ..Default::default()
             }))),
+            for_state: options
+                .state_dir
+                .as_deref()
+                .map(|dir| Arc::new(ForStateStore::open(dir))),
             options,
             running: Mutex::new(Vec::new()),
+            restored: AtomicBool::new(false),
         })
     }
 
@@ -115,6 +135,13 @@ impl Manager {
                 *environment = Arc::new(changed);
             }
         }
+        if !self.restored.swap(true, Ordering::Relaxed)
+            && let Some(store) = &self.for_state
+        {
+            for group in &wanted {
+                group.restore_after_next_evaluation(store.saved(&group.key()));
+            }
+        }
         let mut running = self.running.lock().expect("rule groups lock");
         let mut old: Vec<Option<Running>> = running.drain(..).map(Some).collect();
         let mut kept = Vec::with_capacity(wanted.len());
@@ -148,6 +175,7 @@ impl Manager {
             self.engine.clone(),
             Arc::clone(&self.environment),
             self.options.clone(),
+            self.for_state.clone(),
         ));
         Running { group, task }
     }
@@ -193,6 +221,7 @@ async fn run_group(
     engine: Engine,
     environment: Arc<RwLock<Arc<Environment>>>,
     options: Options,
+    for_state: Option<Arc<ForStateStore>>,
 ) {
     let mut last_ms = now_ms();
     loop {
@@ -202,10 +231,19 @@ async fn run_group(
         let wait_ms = u64::try_from(next_ms - now_ms()).unwrap_or(0);
         tokio::time::sleep(std::time::Duration::from_millis(wait_ms)).await;
         let env = Arc::clone(&environment.read().expect("environment lock"));
-        let (g, e, o) = (Arc::clone(&group), engine.clone(), options.clone());
+        let (g, e, o, saved) = (
+            Arc::clone(&group),
+            engine.clone(),
+            options.clone(),
+            for_state.clone(),
+        );
         let evaluated = tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
             g.evaluate(&e, next_ms, env.env());
+            g.restore_for_state(next_ms, o.restore);
+            if let Some(store) = &saved {
+                store.record(&g.key(), g.alerts_to_save(next_ms));
+            }
             let n_failed = g
                 .state()
                 .rules
@@ -213,7 +251,7 @@ async fn run_group(
                 .filter(|r| r.health == crate::Health::Err)
                 .count();
             o.metrics.observe(
-                &format!("{};{}", g.file.display(), g.name()),
+                &g.key(),
                 g.rules().len(),
                 n_failed,
                 started.elapsed().as_secs_f64(),

@@ -387,6 +387,27 @@ pub fn alerts_series(state: &RuleState, timestamp_ms: i64) -> impl Iterator<Item
     })
 }
 
+/// Prometheus' `ALERTS_FOR_STATE` series of a rule's active alerts: the alert's labels, valued
+/// at when it became active (seconds since the epoch), from which a restart restores its `for`
+/// clock.
+pub fn alerts_for_state_series(
+    state: &RuleState,
+    timestamp_ms: i64,
+) -> impl Iterator<Item = Sample> + '_ {
+    state.active_alerts().map(move |a| {
+        let mut labels = a.labels.clone();
+        labels.insert(
+            parca_tsdb::NAME_LABEL.to_owned(),
+            "ALERTS_FOR_STATE".to_owned(),
+        );
+        Sample {
+            labels,
+            value: (a.active_at_ms / 1000) as f64,
+            timestamp_ms,
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
