@@ -31,6 +31,7 @@ fn rules_file(extra: &str) -> String {
         labels: {{severity: "{{{{ if gt $value 0.0 }}}}page{{{{ end }}}}"}}
         annotations:
           summary: "{{{{ $labels.job }}}} holds {{{{ $value | humanize1024 }}}}B"
+          total: '{{{{ with query "sum({HEAP})" }}}}{{{{ . | first | value }}}}{{{{ end }}}}'
 {extra}"#
     )
 }
@@ -155,6 +156,12 @@ fn rules_record_alert_and_survive_reloads() {
         .parse()
         .expect("number");
     assert_eq!(alerted, queried, "{alert} {vector}");
+    // The template's `query` ran at the same evaluation time: one job, the same total.
+    let total: f64 = alert["annotations"]["total"]
+        .as_str()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no total annotation: {alert}"));
+    assert_eq!(total, queried, "{alert}");
     let recording = rule(&server, "job:heap_inuse:sum").expect("recording rule");
     assert_eq!(recording["type"], "recording");
     assert_eq!(recording["health"], "ok");

@@ -164,6 +164,21 @@ impl Group {
         let started = Instant::now();
         // The rules read at one time: each selector's profiles are read once for all of them.
         let engine = engine.clone().sharing_reads();
+        // Templates' `query` runs at the same time, with the same reads.
+        let query: crate::template::QueryFn = {
+            let engine = engine.clone();
+            std::sync::Arc::new(move |text: &str| {
+                let expr = parca_querylang::parse(text).map_err(|e| e.message)?;
+                let series = engine
+                    .instant_series(&expr, &InstantQuery::at(ts))
+                    .map_err(|e| e.to_string())?;
+                Ok(rule::latest(&series))
+            })
+        };
+        let env = Env {
+            query: Some(&query),
+            ..env
+        };
         for (i, rule) in self.rules.iter().enumerate() {
             let rule_started = Instant::now();
             let result = engine
@@ -317,6 +332,7 @@ impl Environment {
         Env {
             external_labels: &self.external_labels,
             external_url: &self.external_url,
+            query: None,
         }
     }
 }

@@ -184,16 +184,28 @@ impl CompiledRule {
 }
 
 /// The environment a rule's templates see beside the alert.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct Env<'a> {
     /// `global.external_labels`.
     pub external_labels: &'a BTreeMap<String, String>,
     /// `--web-external-url`, or empty.
     pub external_url: &'a str,
+    /// What templates' `query` evaluates with (at the evaluation time); `None`: they cannot.
+    pub query: Option<&'a crate::template::QueryFn>,
+}
+
+impl std::fmt::Debug for Env<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env")
+            .field("external_labels", &self.external_labels)
+            .field("external_url", &self.external_url)
+            .field("query", &self.query.is_some())
+            .finish()
+    }
 }
 
 /// A sample of the query's result: its labels and value at the evaluation time.
-fn latest(series: &[RangeSeries]) -> Vec<(BTreeMap<String, String>, f64)> {
+pub(crate) fn latest(series: &[RangeSeries]) -> Vec<(BTreeMap<String, String>, f64)> {
     series
         .iter()
         .filter_map(|s| {
@@ -275,6 +287,7 @@ pub fn alert(
             value,
             external_labels: env.external_labels,
             external_url: env.external_url,
+            query: env.query,
         };
         let expand_or_note = |name: &str, text: &str| {
             expand(name, text, &data).unwrap_or_else(|why| {
@@ -439,6 +452,7 @@ mod tests {
     const ENV: Env<'static> = Env {
         external_labels: &BTreeMap::new(),
         external_url: "",
+        query: None,
     };
 
     #[test]

@@ -6,16 +6,33 @@
 //! the empty string (Prometheus' `missingkey=zero`). Prometheus' formatting functions are
 //! there (`humanize`, `humanize1024`, `humanizeDuration`, `humanizePercentage`,
 //! `humanizeTimestamp`, `toUpper`, `toLower`, `title`, `match`, `reReplaceAll`, `stripPort`,
-//! `stripDomain`), beside Go's own (`printf`, `len`, `index`, `eq`, `and`, …). The query
-//! functions (`query`, `first`, `value`, `label`) are not: a template does not read the store.
+//! `stripDomain`), beside Go's own (`printf`, `len`, `index`, `eq`, `and`, …), and its query
+//! functions: `query "expr"` evaluates a profile query at the rule's evaluation time (as
+//! Prometheus' template `query` does) and gives its samples, each with `.Labels` and `.Value`;
+//! `first`, `label "name"`, `value`, `strvalue` and `sortByLabel "name"` take them apart, so
+//! `{{ with query "sum(…)" }}{{ . | first | value | humanize }}{{ end }}` works as in a
+//! Prometheus rule.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use gtmpl::{Context, FuncError, Template, Value};
 
+/// Evaluates a query for a template's `query` function, at the rule's evaluation time: the
+/// result's samples (labels, value), or why it failed.
+pub type QueryFn =
+    Arc<dyn Fn(&str) -> Result<Vec<(BTreeMap<String, String>, f64)>, String> + Send + Sync>;
+
+thread_local! {
+    /// The query function of the template being rendered on this thread (gtmpl's functions
+    /// are plain `fn`s: they can take nothing else along).
+    static QUERY: RefCell<Option<QueryFn>> = const { RefCell::new(None) };
+}
+
 /// What a template sees: the alert's labels and value, and the server's external labels and
 /// URL.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct TemplateData<'a> {
     /// The alert's labels (the sample's, before the rule's own are added).
     pub labels: &'a BTreeMap<String, String>,
@@ -25,6 +42,18 @@ pub struct TemplateData<'a> {
     pub external_labels: &'a BTreeMap<String, String>,
     /// The URL the server is reached at (`--web-external-url`), or empty.
     pub external_url: &'a str,
+    /// What `query` evaluates with; `None`: templates cannot query (the function says so).
+    pub query: Option<&'a QueryFn>,
+}
+
+impl std::fmt::Debug for TemplateData<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TemplateData")
+            .field("labels", &self.labels)
+            .field("value", &self.value)
+            .field("query", &self.query.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Prometheus' prefix: the variables every rule template may use.
@@ -54,9 +83,10 @@ pub fn expand(name: &str, text: &str, data: &TemplateData<'_>) -> Result<String,
         ("ExternalURL".to_owned(), Value::from(data.external_url)),
         ("Value".to_owned(), Value::from(data.value)),
     ]));
-    let out = template
-        .render(&Context::from(context))
-        .map_err(|e| format!("template `{name}`: {e}"))?;
+    let previous = QUERY.with(|q| q.replace(data.query.cloned()));
+    let rendered = template.render(&Context::from(context));
+    QUERY.with(|q| *q.borrow_mut() = previous);
+    let out = rendered.map_err(|e| format!("template `{name}`: {e}"))?;
     // A missing map key reads as gtmpl's `<no value>`; Prometheus expands with
     // `missingkey=zero`, where a missing label is the empty string. Text that writes
     // `<no value>` itself is left alone.
@@ -84,6 +114,12 @@ const FUNCS: &[(&str, gtmpl::Func)] = &[
     ("reReplaceAll", re_replace_all),
     ("stripPort", strip_port),
     ("stripDomain", strip_domain),
+    ("query", query),
+    ("first", first),
+    ("label", label),
+    ("value", value),
+    ("strvalue", strvalue),
+    ("sortByLabel", sort_by_label),
     // Go compares numbers of one kind; gtmpl reads `5.0` as an integer and cannot compare it
     // with a float such as `$value`. Numbers are compared as floats here, as Go would
     // compare `$value` with `5.0`.
@@ -94,6 +130,113 @@ const FUNCS: &[(&str, gtmpl::Func)] = &[
     ("gt", gt),
     ("ge", ge),
 ];
+
+/// A sample as templates see it: `.Labels` and `.Value`.
+fn sample_value(labels: BTreeMap<String, String>, value: f64) -> Value {
+    Value::Object(HashMap::from([
+        (
+            "Labels".to_owned(),
+            Value::Map(
+                labels
+                    .into_iter()
+                    .map(|(k, v)| (k, Value::from(v)))
+                    .collect(),
+            ),
+        ),
+        ("Value".to_owned(), Value::from(value)),
+    ]))
+}
+
+/// `query "expr"`: the samples of a profile query at the evaluation time.
+fn query(args: &[Value]) -> Result<Value, FuncError> {
+    let [expr] = string_args::<1>("query", args)?;
+    let run = QUERY
+        .with(|q| q.borrow().clone())
+        .ok_or_else(|| FuncError::Generic("query: templates here cannot query".into()))?;
+    let samples = run(&expr).map_err(|e| FuncError::Generic(format!("query `{expr}`: {e}")))?;
+    Ok(Value::Array(
+        samples
+            .into_iter()
+            .map(|(labels, value)| sample_value(labels, value))
+            .collect(),
+    ))
+}
+
+/// The one sample argument's field `field` (`Labels` or `Value`).
+fn sample_field<'v>(name: &str, sample: &'v Value, field: &str) -> Result<&'v Value, FuncError> {
+    match sample {
+        Value::Object(fields) | Value::Map(fields) => fields
+            .get(field)
+            .ok_or_else(|| FuncError::Generic(format!("{name}: `{sample}` is no sample"))),
+        other => Err(FuncError::Generic(format!(
+            "{name}: `{other}` is no sample"
+        ))),
+    }
+}
+
+/// `first`: the first sample of a query's result (an error when there is none, as
+/// Prometheus').
+fn first(args: &[Value]) -> Result<Value, FuncError> {
+    match args {
+        [Value::Array(samples)] => samples
+            .first()
+            .cloned()
+            .ok_or_else(|| FuncError::Generic("first() called on vector with no elements".into())),
+        [other] => Err(FuncError::Generic(format!("first: `{other}` is no list"))),
+        _ => Err(FuncError::ExactlyXArgs("first".into(), 1)),
+    }
+}
+
+/// `label "name" sample`: the sample's label `name` (empty when it has none).
+fn label(args: &[Value]) -> Result<Value, FuncError> {
+    let [Value::String(name), sample] = args else {
+        return Err(FuncError::Generic(
+            "label: wants a label name and a sample".into(),
+        ));
+    };
+    match sample_field("label", sample, "Labels")? {
+        Value::Map(labels) | Value::Object(labels) => {
+            Ok(labels.get(name).cloned().unwrap_or_else(|| Value::from("")))
+        }
+        other => Err(FuncError::Generic(format!(
+            "label: `{other}` has no labels"
+        ))),
+    }
+}
+
+/// `value`: the sample's value.
+fn value(args: &[Value]) -> Result<Value, FuncError> {
+    let [sample] = args else {
+        return Err(FuncError::ExactlyXArgs("value".into(), 1));
+    };
+    sample_field("value", sample, "Value").cloned()
+}
+
+/// `strvalue`: the sample's `__value__` label (what Prometheus gives for a string result).
+fn strvalue(args: &[Value]) -> Result<Value, FuncError> {
+    let [sample] = args else {
+        return Err(FuncError::ExactlyXArgs("strvalue".into(), 1));
+    };
+    label(&[Value::from("__value__"), sample.clone()])
+}
+
+/// `sortByLabel "name" samples`: the samples ordered by their label `name`.
+fn sort_by_label(args: &[Value]) -> Result<Value, FuncError> {
+    let [Value::String(name), Value::Array(samples)] = args else {
+        return Err(FuncError::Generic(
+            "sortByLabel: wants a label name and a query's result".into(),
+        ));
+    };
+    let mut keyed = samples
+        .iter()
+        .map(|s| {
+            let key = label(&[Value::from(name.as_str()), s.clone()])?.to_string();
+            Ok((key, s.clone()))
+        })
+        .collect::<Result<Vec<_>, FuncError>>()?;
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Value::Array(keyed.into_iter().map(|(_, s)| s).collect()))
+}
 
 /// A number argument as a float, whatever gtmpl's kind of number.
 fn as_float(v: &Value) -> Option<f64> {
@@ -453,8 +596,58 @@ mod tests {
                 value,
                 external_labels: &external,
                 external_url: "http://parca:7070",
+                query: None,
             },
         )
+    }
+
+    #[test]
+    fn query_functions_take_a_querys_samples_apart() {
+        let labels = BTreeMap::new();
+        let external = BTreeMap::new();
+        let query: QueryFn = Arc::new(|expr: &str| match expr {
+            "up" => Ok(vec![
+                (BTreeMap::from([("job".to_owned(), "b".to_owned())]), 2.0),
+                (BTreeMap::from([("job".to_owned(), "a".to_owned())]), 1500.0),
+            ]),
+            "none" => Ok(Vec::new()),
+            _ => Err("parse error at 1:1".to_owned()),
+        });
+        let with_query = |text: &str| {
+            expand(
+                "summary",
+                text,
+                &TemplateData {
+                    labels: &labels,
+                    value: 0.0,
+                    external_labels: &external,
+                    external_url: "",
+                    query: Some(&query),
+                },
+            )
+        };
+        assert_eq!(
+            with_query(r#"{{ with query "up" }}{{ . | first | value | humanize }}{{ end }}"#)
+                .unwrap(),
+            "2"
+        );
+        assert_eq!(
+            with_query(
+                r#"{{ range query "up" | sortByLabel "job" }}{{ label "job" . }}={{ .Value }} {{ end }}"#
+            )
+            .unwrap(),
+            "a=1500 b=2 "
+        );
+        assert_eq!(
+            with_query(r#"{{ with query "up" }}{{ (first .).Labels.job }}{{ end }}"#).unwrap(),
+            "b"
+        );
+        let empty = with_query(r#"{{ query "none" | first }}"#).unwrap_err();
+        assert!(empty.contains("no elements"), "{empty}");
+        let bad = with_query(r#"{{ query "x" }}"#).unwrap_err();
+        assert!(bad.contains("query `x`: parse error"), "{bad}");
+        let none = run(r#"{{ query "up" }}"#, 0.0).unwrap_err();
+        assert!(none.contains("cannot query"), "{none}");
     }
 
     #[test]
