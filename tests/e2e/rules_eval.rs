@@ -386,13 +386,28 @@ fn prometheus_receives_recorded_series_by_remote_write() {
     std::fs::write(&rules, rules_file("")).expect("write rules");
     let server = Server::start(&binary, &[], |_| {
         format!(
-            "global: {{external_labels: {{region: eu}}}}\nrule_files: ['{}']\nremote_write:\n  - url: http://{prom}/api/v1/write\n    remote_timeout: 5s\n    headers: {{X-Scope-OrgID: parca}}\n    write_relabel_configs: [{{source_labels: [__name__], regex: 'job:.*', action: keep}}]\n",
+            "global: {{external_labels: {{region: eu}}}}\nrule_files: ['{}']\nremote_write:\n  - url: http://{prom}/api/v1/write\n    remote_timeout: 5s\n    headers: {{X-Scope-OrgID: parca}}\n    write_relabel_configs: [{{source_labels: [__name__], regex: 'job:.*|ALERTS_FOR_STATE', action: keep}}]\n    queue_config: {{max_samples_per_send: 1, min_shards: 2, max_shards: 4}}\n",
             rules.display()
         )
     });
     push_heap(&server);
     assert_stored_as_queried(prom, &server, "the remote-written series");
-    // write_relabel_configs kept only `job:…`: no ALERTS reached it.
+    // Sent a sample per request, in parallel shards: the alert's ALERTS_FOR_STATE too.
+    poll(
+        "prometheus to store ALERTS_FOR_STATE",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || {
+            let got = prometheus_query(prom, r#"ALERTS_FOR_STATE{alertname="HeapInUse"}"#)?;
+            if got.is_empty() {
+                push_heap(&server);
+                Err("not yet".into())
+            } else {
+                Ok(())
+            }
+        },
+    );
+    // write_relabel_configs kept only `job:…` and ALERTS_FOR_STATE: no ALERTS reached it.
     assert_eq!(
         prometheus_query(prom, "ALERTS").expect("ALERTS"),
         Vec::<serde_json::Value>::new()

@@ -61,6 +61,21 @@ pub struct QueueConfig {
     pub capacity: usize,
     /// `max_samples_per_send`: most samples in one request. Default 2000.
     pub max_samples_per_send: usize,
+    /// `min_shards`: fewest requests in flight at once where there are samples to spread.
+    /// Default 1.
+    pub min_shards: usize,
+    /// `max_shards`: most requests in flight at once, as the backlog needs (a series always
+    /// goes by one shard, so its samples stay in order). Default 50, as Prometheus'.
+    pub max_shards: usize,
+    /// `batch_send_deadline`: longest a sample waits for its batch to fill. Samples are sent
+    /// as soon as their evaluation ends, so they never wait that long; kept for Prometheus'
+    /// configurations. Default 5s.
+    #[serde(serialize_with = "duration::serialize")]
+    pub batch_send_deadline: Duration,
+    /// `sample_age_limit`: samples older than this are dropped instead of sent again while
+    /// the receiver fails (0: never). Default 0.
+    #[serde(serialize_with = "duration::serialize")]
+    pub sample_age_limit: Duration,
     /// `min_backoff`: the first wait before a retry. Default 30ms.
     #[serde(serialize_with = "duration::serialize")]
     pub min_backoff: Duration,
@@ -76,6 +91,10 @@ impl Default for QueueConfig {
         QueueConfig {
             capacity: 10_000,
             max_samples_per_send: 2_000,
+            min_shards: 1,
+            max_shards: 50,
+            batch_send_deadline: Duration::from_secs(5),
+            sample_age_limit: Duration::ZERO,
             min_backoff: Duration::from_millis(30),
             max_backoff: Duration::from_secs(5),
             retry_on_http_429: true,
@@ -95,6 +114,12 @@ impl RemoteWriteConfig {
 pub(crate) struct RawQueueConfig {
     capacity: Option<usize>,
     max_samples_per_send: Option<usize>,
+    min_shards: Option<usize>,
+    max_shards: Option<usize>,
+    #[serde(default, deserialize_with = "duration::deserialize_positive_opt")]
+    batch_send_deadline: Option<Duration>,
+    #[serde(default, deserialize_with = "duration::deserialize_opt")]
+    sample_age_limit: Option<Duration>,
     #[serde(default, deserialize_with = "duration::deserialize_positive_opt")]
     min_backoff: Option<Duration>,
     #[serde(default, deserialize_with = "duration::deserialize_positive_opt")]
@@ -153,6 +178,12 @@ impl FromRaw for RemoteWriteConfig {
                 max_samples_per_send: q
                     .max_samples_per_send
                     .unwrap_or(defaults.max_samples_per_send),
+                min_shards: q.min_shards.unwrap_or(defaults.min_shards),
+                max_shards: q.max_shards.unwrap_or(defaults.max_shards),
+                batch_send_deadline: q
+                    .batch_send_deadline
+                    .unwrap_or(defaults.batch_send_deadline),
+                sample_age_limit: q.sample_age_limit.unwrap_or(defaults.sample_age_limit),
                 min_backoff: q.min_backoff.unwrap_or(defaults.min_backoff),
                 max_backoff: q.max_backoff.unwrap_or(defaults.max_backoff),
                 retry_on_http_429: q.retry_on_http_429.unwrap_or(defaults.retry_on_http_429),
@@ -163,6 +194,12 @@ impl FromRaw for RemoteWriteConfig {
                 "`queue_config.capacity` and `queue_config.max_samples_per_send` must be positive"
                     .to_owned(),
             );
+        }
+        if queue_config.min_shards == 0 || queue_config.min_shards > queue_config.max_shards {
+            return Err(format!(
+                "`queue_config.min_shards` ({}) must be at least 1 and at most `max_shards` ({})",
+                queue_config.min_shards, queue_config.max_shards
+            ));
         }
         let client = ScrapeConfig::client_only(
             "remote_write",
@@ -229,8 +266,12 @@ mod tests {
                 "header \"Content-Type\" is reserved",
             ),
             (
-                "remote_write:\n  - url: http://x/\n    queue_config: {max_shards: 2}\n",
-                "unknown field `max_shards`",
+                "remote_write:\n  - url: http://x/\n    queue_config: {min_shards: 3, max_shards: 2}\n",
+                "`queue_config.min_shards` (3) must be at least 1 and at most `max_shards` (2)",
+            ),
+            (
+                "remote_write:\n  - url: http://x/\n    queue_config: {max_shards: 2, min_samples: 1}\n",
+                "unknown field `min_samples`",
             ),
         ] {
             let err = parse(yaml, "parca.yaml").unwrap_err().to_string();

@@ -2,8 +2,11 @@
 //! 1.0: a `WriteRequest` protobuf, snappy-compressed, POSTed with `Content-Encoding: snappy`,
 //! `Content-Type: application/x-protobuf` and `X-Prometheus-Remote-Write-Version: 0.1.0`.
 //! Each receiver has a bounded queue (its oldest samples dropped when full) drained by one
-//! task, which retries what can be retried (network errors, 5xx, 429 unless told not to) with
-//! exponential backoff and drops what cannot (other 4xx).
+//! task in rounds: a round splits what waits into as many shards as the backlog needs (between
+//! `min_shards` and `max_shards`, each series always in one shard so its samples stay in order)
+//! and sends them at once; each shard retries what can be retried (network errors, 5xx, 429
+//! unless told not to) with exponential backoff, dropping samples past `sample_age_limit`, and
+//! drops what cannot (other 4xx).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -209,34 +212,61 @@ enum Failure {
 }
 
 impl Queue {
-    /// Sends the queue's samples in requests of at most `max_samples_per_send`, for the life
-    /// of the queue.
+    /// Sends the queue's samples in rounds of shards, for the life of the queue.
     async fn run(self: Arc<Self>) {
-        let q = self.config.queue_config;
         loop {
             self.wake.notified().await;
             loop {
-                let batch: Vec<Sample> = {
+                let shards = {
                     let mut pending = self.samples.lock().expect("remote write lock");
-                    let n = pending.len().min(q.max_samples_per_send);
-                    pending.drain(..n).collect()
+                    take_round(&mut pending, &self.config.queue_config)
                 };
-                if batch.is_empty() {
+                if shards.is_empty() {
                     break;
                 }
-                let body = encode(&batch);
-                let mut backoff = q.min_backoff;
-                loop {
-                    match self.post(body.clone()).await {
-                        Ok(()) => break,
-                        Err(Failure::Drop(why)) => {
-                            tracing::warn!(remote_write = %self.config.name, error = %why, samples = batch.len(), "remote write refused: samples dropped");
-                            break;
-                        }
-                        Err(Failure::Retry(why)) => {
-                            tracing::warn!(remote_write = %self.config.name, error = %why, retry_in = ?backoff, "remote write failed; retrying");
-                            tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(q.max_backoff);
+                futures_util::future::join_all(shards.iter().map(|shard| self.send_shard(shard)))
+                    .await;
+            }
+        }
+    }
+
+    /// Sends one shard's samples in requests of at most `max_samples_per_send`, one after
+    /// another.
+    async fn send_shard(&self, samples: &[Sample]) {
+        for batch in samples.chunks(self.config.queue_config.max_samples_per_send) {
+            self.send_batch(batch.to_vec()).await;
+        }
+    }
+
+    /// Sends one request's samples, retrying as the failure allows.
+    async fn send_batch(&self, mut batch: Vec<Sample>) {
+        let q = self.config.queue_config;
+        let mut backoff = q.min_backoff;
+        let mut body = encode(&batch);
+        loop {
+            match self.post(body.clone()).await {
+                Ok(()) => return,
+                Err(Failure::Drop(why)) => {
+                    tracing::warn!(remote_write = %self.config.name, error = %why, samples = batch.len(), "remote write refused: samples dropped");
+                    return;
+                }
+                Err(Failure::Retry(why)) => {
+                    tracing::warn!(remote_write = %self.config.name, error = %why, retry_in = ?backoff, "remote write failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(q.max_backoff);
+                    if !q.sample_age_limit.is_zero() {
+                        let oldest =
+                            crate::manager::now_ms() - q.sample_age_limit.as_millis() as i64;
+                        let before = batch.len();
+                        batch.retain(|s| s.timestamp_ms >= oldest);
+                        let aged = before - batch.len();
+                        if aged > 0 {
+                            self.dropped.fetch_add(aged as u64, Ordering::Relaxed);
+                            tracing::warn!(remote_write = %self.config.name, dropped = aged, "remote write: samples older than sample_age_limit dropped");
+                            if batch.is_empty() {
+                                return;
+                            }
+                            body = encode(&batch);
                         }
                     }
                 }
@@ -284,6 +314,34 @@ impl Queue {
     }
 }
 
+/// The next round's shards, taken from the front of `pending`: as many shards as the waiting
+/// samples fill requests, between `min_shards` and `max_shards`, each series in one shard
+/// (by a hash of its labels) so that its samples keep their order.
+fn take_round(pending: &mut VecDeque<Sample>, q: &parca_config::QueueConfig) -> Vec<Vec<Sample>> {
+    if pending.is_empty() {
+        return Vec::new();
+    }
+    let per = q.max_samples_per_send;
+    let n = pending
+        .len()
+        .div_ceil(per)
+        .clamp(q.min_shards, q.max_shards);
+    let take = (n * per).min(pending.len());
+    let mut shards = vec![Vec::new(); n];
+    for sample in pending.drain(..take) {
+        let shard = if n == 1 {
+            0
+        } else {
+            let mut hasher = std::hash::DefaultHasher::new();
+            std::hash::Hash::hash(&sample.labels, &mut hasher);
+            (std::hash::Hasher::finish(&hasher) % n as u64) as usize
+        };
+        shards[shard].push(sample);
+    }
+    shards.retain(|s| !s.is_empty());
+    shards
+}
+
 /// A batch as a snappy-compressed `WriteRequest`: one time series per label set, its samples
 /// in time order.
 pub fn encode(batch: &[Sample]) -> Vec<u8> {
@@ -321,6 +379,56 @@ pub fn encode(batch: &[Sample]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sample(series: usize, ts: i64) -> Sample {
+        Sample {
+            labels: BTreeMap::from([("series".to_owned(), series.to_string())]),
+            value: ts as f64,
+            timestamp_ms: ts,
+        }
+    }
+
+    #[test]
+    fn rounds_take_as_many_shards_as_the_backlog_needs_and_keep_each_series_in_order() {
+        let q = parca_config::QueueConfig {
+            max_samples_per_send: 10,
+            min_shards: 1,
+            max_shards: 4,
+            ..Default::default()
+        };
+        // A small backlog: one shard.
+        let mut pending: VecDeque<Sample> = (0..7).map(|i| sample(i, 1)).collect();
+        assert_eq!(take_round(&mut pending, &q).len(), 1);
+        assert!(pending.is_empty());
+        // 100 samples of 20 series, 5 each in time order: 4 shards take 40 this round.
+        let mut pending: VecDeque<Sample> =
+            (0..100).map(|i| sample(i % 20, (i / 20) as i64)).collect();
+        let shards = take_round(&mut pending, &q);
+        assert!(shards.len() > 1 && shards.len() <= 4, "{}", shards.len());
+        assert_eq!(shards.iter().map(Vec::len).sum::<usize>(), 40);
+        assert_eq!(pending.len(), 60);
+        for shard in &shards {
+            for s in shard {
+                // Each series is in one shard only, and in order there.
+                assert!(
+                    shards
+                        .iter()
+                        .filter(|o| o.iter().any(|x| x.labels == s.labels))
+                        .count()
+                        == 1
+                );
+            }
+            for pair in shard.windows(2) {
+                if pair[0].labels == pair[1].labels {
+                    assert!(pair[0].timestamp_ms <= pair[1].timestamp_ms);
+                }
+            }
+        }
+        // min_shards is a floor only where there are samples to spread.
+        let q = parca_config::QueueConfig { min_shards: 3, ..q };
+        let mut pending: VecDeque<Sample> = (0..2).map(|i| sample(i, 1)).collect();
+        assert!(take_round(&mut pending, &q).len() <= 2);
+    }
 
     #[test]
     fn write_requests_decode_as_prometheus_reads_them() {
