@@ -95,6 +95,30 @@ pub use parca_vocab::{MatchOp, duration, is_valid_label_name, sanitize_label_nam
 /// (`diff` of a series set, `sum` of a profile) and semantic errors (a regex that does not
 /// compile, a zero range, a selector that selects everything) are all errors.
 pub fn parse(query: &str) -> Result<Expr, ParseError> {
+    parse_with(query, false)
+}
+
+/// Parses and checks a rule's query, as [`parse`] does, where a selector may also name a series
+/// recorded by a recording rule (`job:cpu:sum`, `ALERTS`; see [`is_recorded_series_name`])
+/// instead of a profile type: such a selector reads the rules' latest samples, as a Prometheus
+/// rule reads another rule's output. Names shaped like profile types (5 or 6 `:`-separated
+/// parts) are checked as profile types, so a mistyped one is still an error.
+pub fn parse_rule_query(query: &str) -> Result<Expr, ParseError> {
+    parse_with(query, true)
+}
+
+/// Whether `name` may name a recorded series in a rule's query: a Prometheus metric name
+/// (`[a-zA-Z_:][a-zA-Z0-9_:]*`) that is not shaped like a profile type (5 or 6 parts).
+pub fn is_recorded_series_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
+        && !(5..=6).contains(&name.split(':').count())
+}
+
+fn parse_with(query: &str, metric_names: bool) -> Result<Expr, ParseError> {
     if let Some(expr) = fast::plain_selector(query) {
         let mut errors = Vec::new();
         check::check(query, &expr, &mut errors);
@@ -108,7 +132,7 @@ pub fn parse(query: &str) -> Result<Expr, ParseError> {
         let message = format!("the query nests deeper than {} levels", parser::MAX_DEPTH);
         return Err(ParseError::new(query, Span::new(at, at + 1), message));
     }
-    let built = build(query, &scan)?;
+    let built = build_with(query, &scan, metric_names)?;
     let mut errors = built.errors;
     check::check(query, &built.expr, &mut errors);
     match errors.into_iter().min_by_key(|e| e.span.start) {
@@ -146,7 +170,15 @@ pub fn parse_series_selector(text: &str) -> Result<Selector, ParseError> {
 /// The syntax tree of `text`; a syntax error at or after a string left open (a line break
 /// inside it, or no closing quote) is reported as that string's error, which says what to do.
 fn build(text: &str, scan: &lenient::Scan) -> Result<parser::Built, ParseError> {
-    parser::build(text).map_err(|e| match scan.open_string {
+    build_with(text, scan, false)
+}
+
+fn build_with(
+    text: &str,
+    scan: &lenient::Scan,
+    metric_names: bool,
+) -> Result<parser::Built, ParseError> {
+    parser::build_with(text, metric_names).map_err(|e| match scan.open_string {
         Some((quote, start)) if start <= e.span.start => {
             lenient::open_string_error(text, quote, start)
         }
@@ -179,6 +211,28 @@ pub fn parse_lenient(query: &str) -> LenientParse {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rule_queries_may_name_recorded_series_and_still_check_profile_types() {
+        for query in [
+            "job:heap_inuse:sum > 0",
+            "sum by (job) (job:heap_inuse:sum{job=\"api\"}) / 2",
+            "ALERTS{alertstate=\"firing\"}",
+            "job:cpu:ratio > bool 0.5",
+        ] {
+            assert!(parse_rule_query(query).is_ok(), "{query}");
+        }
+        // Outside rules, a name must be a profile type.
+        let e = parse("job:heap_inuse:sum > 0").unwrap_err();
+        assert!(e.message.contains("a profile type has 5 or 6"), "{e:?}");
+        // A name shaped like a profile type is checked as one, in rules too.
+        let e =
+            parse_rule_query("sum(process_cpu:cpu:nanoseconds:cpu:nanoseconds:delat)").unwrap_err();
+        assert!(e.message.contains("sixth part"), "{e:?}");
+        assert!(is_recorded_series_name("job:cpu:sum"));
+        assert!(!is_recorded_series_name("a:b:c:d:e"));
+        assert!(!is_recorded_series_name("9lives"));
+    }
 
     #[test]
     fn series_selectors_may_select_by_any_label() {

@@ -35,11 +35,18 @@ pub(crate) struct Built {
 /// at the first); literal errors (bad escapes, durations, profile type names) are collected, and
 /// the tree is still built with a stand-in value.
 pub(crate) fn build(query: &str) -> Result<Built, ParseError> {
+    build_with(query, false)
+}
+
+/// [`build`], where `metric_names` lets a selector name a recorded series
+/// ([`crate::is_recorded_series_name`]) instead of a profile type.
+pub(crate) fn build_with(query: &str, metric_names: bool) -> Result<Built, ParseError> {
     let mut pairs = Grammar::parse(Rule::query, query).map_err(|e| syntax_error(query, &e))?;
     let expr = pairs.next().expect("grammar: a query is one expr");
     let mut builder = Builder {
         query,
         errors: Vec::new(),
+        metric_names,
     };
     let expr = builder.expr(expr, 0)?;
     Ok(Built {
@@ -210,6 +217,8 @@ fn found_at(query: &str, pos: usize) -> String {
 struct Builder<'q> {
     query: &'q str,
     errors: Vec<ParseError>,
+    /// Whether a selector may name a recorded series (a rule's query).
+    metric_names: bool,
 }
 
 /// The pair's span without trailing whitespace and comments: pest skips whitespace before an
@@ -512,7 +521,8 @@ impl Builder<'_> {
             match p.as_rule() {
                 Rule::profile_type => {
                     let text = p.as_str();
-                    if let Some(problem) = ProfileTypeName::problem(text) {
+                    let recorded = self.metric_names && crate::is_recorded_series_name(text);
+                    if let Some(problem) = ProfileTypeName::problem(text).filter(|_| !recorded) {
                         self.error(span_of(&p), problem);
                     }
                     selector.profile_type = Some(ProfileTypeName::unchecked(text));

@@ -16,6 +16,11 @@ const CASES: &[(&str, &str, bool)] = &[
         "groups:\n  - name: cpu\n    interval: 30s\n    rules:\n      - record: job:cpu:sum\n        expr: sum by (job) (a:b:c:d:e)\n      - alert: CpuHigh\n        expr: sum by (job) (a:b:c:d:e) > 100\n        for: 5m\n        keep_firing_for: 1m\n        labels: {severity: page}\n        annotations: {summary: \"{{ $labels.job }} uses {{ $value }}\"}\n",
         true,
     ),
+    (
+        "rules reading what rules record, and ALERTS",
+        "groups:\n  - name: cpu\n    rules:\n      - record: job:cpu:sum\n        expr: sum by (job) (a:b:c:d:e)\n      - alert: CpuHigh\n        expr: job:cpu:sum > 100\n      - record: job:cpu:firing\n        expr: count by (job) (ALERTS{alertstate=\"firing\"})\n",
+        true,
+    ),
     ("an empty file", "", true),
     (
         "an unknown key",

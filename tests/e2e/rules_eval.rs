@@ -25,6 +25,8 @@ fn rules_file(extra: &str) -> String {
     rules:
       - record: job:heap_inuse:sum
         expr: sum by (job) ({HEAP})
+      - record: job:heap_inuse:doubled
+        expr: job:heap_inuse:sum * 2
       - alert: HeapInUse
         expr: sum by (job) ({HEAP}) > 0
         for: 2s
@@ -166,6 +168,28 @@ fn rules_record_alert_and_survive_reloads() {
     assert_eq!(recording["type"], "recording");
     assert_eq!(recording["health"], "ok");
     assert!(recording.get("alerts").is_none());
+    // A rule reads what the rule before it recorded, at the same evaluation.
+    let federated = server
+        .get(&format!(
+            "/federate?match[]={}&match[]={}",
+            encode(r#"{__name__="job:heap_inuse:sum"}"#),
+            encode(r#"{__name__="job:heap_inuse:doubled"}"#)
+        ))
+        .expect("federate")
+        .text();
+    let value_of = |name: &str| -> f64 {
+        federated
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{")))
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in:\n{federated}"))
+    };
+    assert_eq!(
+        value_of("job:heap_inuse:doubled"),
+        2.0 * value_of("job:heap_inuse:sum"),
+        "{federated}"
+    );
 
     // Filters, as Prometheus'.
     let only_alerts = server.api("/api/v1/rules?type=alert").expect("filtered");

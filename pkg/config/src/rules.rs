@@ -242,7 +242,8 @@ pub(crate) struct Expression(String);
 impl<'de> Deserialize<'de> for Expression {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         str_then(d, "a query", |text| {
-            let expr = parca_querylang::parse(text).map_err(|e| {
+            // A rule may read series that rules record (`job:cpu:sum`), as in Prometheus.
+            let expr = parca_querylang::parse_rule_query(text).map_err(|e| {
                 format!(
                     "line {}, column {} of the query: {}",
                     e.line, e.column, e.message

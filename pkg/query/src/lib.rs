@@ -84,6 +84,14 @@ impl Default for Limits {
     }
 }
 
+/// Series the rules recorded, for rule queries that name them (`job:cpu:sum > 0.5`, read with
+/// [`parca_querylang::parse_rule_query`]): the latest sample of each, as the rules keep it.
+pub trait RecordedSeries: Send + Sync {
+    /// The latest sample of each series named `name`: its labels (`__name__` included), value
+    /// and time (ms since the epoch).
+    fn latest(&self, name: &str) -> Vec<(parca_tsdb::Labels, f64, i64)>;
+}
+
 /// Evaluates queries over one store.
 #[derive(Clone)]
 pub struct Engine {
@@ -96,6 +104,8 @@ pub struct Engine {
     /// The reads queries of one evaluation share ([`Engine::sharing_reads`]); `None`: each
     /// query reads for itself.
     shared: Option<Arc<shared::SharedReads>>,
+    /// Where selectors naming a recorded series read it; `None`: such a name is an error.
+    recorded: Option<Arc<dyn RecordedSeries>>,
 }
 
 /// A [`parca_tsdb::Querier`] whose warnings go to its engine when it is dropped.
@@ -140,7 +150,15 @@ impl Engine {
             deadline: None,
             warnings: Arc::default(),
             shared: None,
+            recorded: None,
         }
+    }
+
+    /// The same engine, reading selectors that name a recorded series from `recorded` (a rule
+    /// manager's latest samples).
+    pub fn with_recorded_series(mut self, recorded: Arc<dyn RecordedSeries>) -> Engine {
+        self.recorded = Some(recorded);
+        self
     }
 
     /// The same engine, its queries (and those of its clones) sharing what they read from

@@ -50,6 +50,70 @@ pub struct RangeSeries {
 }
 
 impl Engine {
+    /// A selector naming a recorded series (a rule's query): at each step, the latest sample
+    /// of each matching series the rules keep, when it was taken within the lookback delta
+    /// before the step (so a rule reads what rules before it in its group recorded at the same
+    /// evaluation, and another group's last evaluation).
+    fn recorded_range(
+        &self,
+        selector: &parca_querylang::Selector,
+        query: &RangeQuery,
+        offset_ms: i64,
+        filters: &[StackFilter],
+    ) -> Result<Vec<RangeSeries>, Error> {
+        let name = selector
+            .profile_type
+            .as_ref()
+            .map(|n| n.as_str())
+            .unwrap_or_default();
+        let Some(source) = &self.recorded else {
+            return Err(Error::WrongKind(format!(
+                "`{name}` is not a profile type; only rules read recorded series by name"
+            )));
+        };
+        if selector.range.is_some() {
+            return Err(Error::WrongKind(format!(
+                "`{name}` is a recorded series: the rules keep its latest sample only, so it \
+                 takes no range"
+            )));
+        }
+        if !filters.is_empty() {
+            return Err(Error::WrongKind(format!(
+                "`{name}` is a recorded series of numbers: it has no stacks to filter"
+            )));
+        }
+        let matchers = select::matchers(selector)?;
+        let lookback_ms = self.limits.lookback_ms;
+        let mut out = Vec::new();
+        for (labels, value, at_ms) in source.latest(name) {
+            if !matchers.iter().all(|m| m.matches_labels(&labels)) {
+                continue;
+            }
+            let points: Vec<Point> = (0..)
+                .map(|k| query.start_ms + k * query.step_ms)
+                .take_while(|&t| t <= query.end_ms)
+                .filter(|&t| {
+                    let read_at = t - offset_ms;
+                    at_ms <= read_at && at_ms > read_at - lookback_ms
+                })
+                .map(|t| Point {
+                    timestamp_ms: t,
+                    value,
+                    period_value: None,
+                })
+                .collect();
+            if !points.is_empty() {
+                out.push(RangeSeries {
+                    labels,
+                    points,
+                    unit: String::new(),
+                    period_unit: None,
+                });
+            }
+        }
+        Ok(out)
+    }
+
     /// Evaluates a series-valued `expr` (an aggregation or `topk`) at one instant, as
     /// Prometheus' instant query does: each series' value is what [`Engine::range`] gives for a
     /// step ending at the query's time, the step being the query's window when it has one, else
@@ -109,6 +173,14 @@ impl Engine {
     ) -> Result<Vec<RangeSeries>, Error> {
         self.check_deadline()?;
         match &expr.kind {
+            ExprKind::Selector(selector)
+                if selector
+                    .profile_type
+                    .as_ref()
+                    .is_some_and(|n| parca_querylang::is_recorded_series_name(n.as_str())) =>
+            {
+                self.recorded_range(selector, query, offset_ms, filters)
+            }
             ExprKind::Selector(selector) => {
                 let (matchers, spans) = select::split_spans(select::matchers(selector)?);
                 let range_ms = selector.range.map(|r| r.as_millis() as i64);

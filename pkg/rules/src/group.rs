@@ -168,7 +168,7 @@ impl Group {
         let query: crate::template::QueryFn = {
             let engine = engine.clone();
             std::sync::Arc::new(move |text: &str| {
-                let expr = parca_querylang::parse(text).map_err(|e| e.message)?;
+                let expr = parca_querylang::parse_rule_query(text).map_err(|e| e.message)?;
                 let series = engine
                     .instant_series(&expr, &InstantQuery::at(ts))
                     .map_err(|e| e.to_string())?;
@@ -186,11 +186,12 @@ impl Group {
                 .with_deadline(rule_started + self.interval)
                 .instant_series(&rule.expr, &InstantQuery::at(ts))
                 .map_err(Error::Query);
-            let mut state = self.state.lock().expect("group state lock");
-            let rule_state = &mut state.rules[i];
+            // Worked on outside the lock: its templates' `query` may read this group's
+            // recorded series.
+            let mut rule_state = self.state.lock().expect("group state lock").rules[i].clone();
             let outcome = result.and_then(|series| {
                 if rule.is_alert() {
-                    rule::alert(rule, rule_state, &series, ts, self.spec.limit, env)
+                    rule::alert(rule, &mut rule_state, &series, ts, self.spec.limit, env)
                 } else {
                     rule::record(rule, &series, ts, self.spec.limit)
                         .map(|samples| rule_state.samples = samples)
@@ -212,10 +213,43 @@ impl Group {
             }
             rule_state.last_evaluation_ms = Some(ts);
             rule_state.evaluation_time = rule_started.elapsed();
+            self.state.lock().expect("group state lock").rules[i] = rule_state;
         }
         let mut state = self.state.lock().expect("group state lock");
         state.last_evaluation_ms = Some(ts);
         state.evaluation_time = started.elapsed();
+    }
+
+    /// Its latest samples of the series named `name`: a recording rule's (`record: name`), or
+    /// `ALERTS` and `ALERTS_FOR_STATE` of its alerting rules.
+    pub fn samples_named(&self, name: &str) -> Vec<Sample> {
+        let state = self.state.lock().expect("group state lock");
+        let mut out = Vec::new();
+        for (rule, rule_state) in self.rules.iter().zip(&state.rules) {
+            let at = rule_state.last_evaluation_ms.unwrap_or(0);
+            match (rule.is_alert(), name) {
+                (true, "ALERTS") => out.extend(rule::alerts_series(rule_state, at)),
+                (true, "ALERTS_FOR_STATE") => {
+                    out.extend(rule::alerts_for_state_series(rule_state, at));
+                }
+                (false, _) if rule.name() == name => {
+                    out.extend(rule_state.samples.iter().cloned());
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// [`Group::samples_named`] as the query engine reads a recorded series: labels, value, time.
+    pub fn latest_named(&self, name: &str) -> Vec<(parca_tsdb::Labels, f64, i64)> {
+        self.samples_named(name)
+            .into_iter()
+            .filter_map(|s| {
+                let labels = parca_tsdb::Labels::new(s.labels).ok()?;
+                Some((labels, s.value, s.timestamp_ms))
+            })
+            .collect()
     }
 
     /// The group's recorded samples and `ALERTS` and `ALERTS_FOR_STATE` series, from its last
@@ -386,6 +420,55 @@ mod tests {
             Duration::from_secs(60),
         )
         .expect("group")
+    }
+
+    /// The group's own recorded series, for its rules' queries.
+    struct OwnSeries(std::sync::Arc<Group>);
+
+    impl parca_query::RecordedSeries for OwnSeries {
+        fn latest(&self, name: &str) -> Vec<(parca_tsdb::Labels, f64, i64)> {
+            self.0.latest_named(name)
+        }
+    }
+
+    #[test]
+    fn rules_read_the_series_rules_before_them_recorded() {
+        let (_dir, engine) = engine();
+        let g = std::sync::Arc::new(group(&format!(
+            "groups: [{{name: g, rules: [
+               {{record: 'job:heap:sum', expr: 'sum by (job) ({HEAP})'}},
+               {{alert: Held, expr: 'job:heap:sum > 0', annotations: {{all: '{{{{ with query \"job:heap:sum\" }}}}{{{{ . | first | value }}}}{{{{ end }}}}'}}}},
+               {{record: 'job:heap:double', expr: 'job:heap:sum{{job=\"go\"}} * 2'}},
+               {{record: 'firing', expr: 'count(ALERTS{{alertstate=\"firing\"}})'}},
+               {{record: 'ranged', expr: 'sum(job:heap:sum[5m])'}}
+             ]}}]"
+        )));
+        let engine = engine.with_recorded_series(std::sync::Arc::new(OwnSeries(g.clone())));
+        let at = 1_000_000 + 10_000;
+        g.evaluate(&engine, at, Environment::default().env());
+        let state = g.state();
+        let recorded = state.rules[0].samples[0].value;
+        assert!(recorded > 0.0);
+        let alert = state.rules[1].alerts.values().next().expect("an alert");
+        assert_eq!(alert.state, AlertState::Firing);
+        assert_eq!(alert.value, recorded);
+        assert_eq!(alert.annotations["all"], recorded.to_string());
+        assert_eq!(state.rules[2].samples[0].value, 2.0 * recorded);
+        assert_eq!(state.rules[3].samples[0].value, 1.0);
+        assert_eq!(state.rules[4].health, Health::Err);
+        assert!(
+            state.rules[4]
+                .last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("takes no range")),
+            "{:?}",
+            state.rules[4].last_error
+        );
+        // Past the lookback, nothing recorded then is read.
+        let later = at + 10 * 60_000;
+        assert!(g.latest_named("job:heap:sum")[0].2 == at);
+        g.evaluate(&engine, later, Environment::default().env());
+        assert!(g.state().rules[2].samples.is_empty());
     }
 
     #[test]

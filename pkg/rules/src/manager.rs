@@ -85,8 +85,9 @@ impl Manager {
     /// A manager evaluating with `engine`, with no groups yet ([`Manager::update`] gives
     /// them). Its tasks run on the current tokio runtime: call it inside one.
     pub fn new(engine: Engine, options: Options) -> Arc<Manager> {
-        Arc::new(Manager {
-            engine,
+        Arc::new_cyclic(|manager| Manager {
+            // Rules read what rules recorded by name, as Prometheus' rules read its TSDB.
+            engine: engine.with_recorded_series(Arc::new(Recorded(manager.clone()))),
             runtime: tokio::runtime::Handle::current(),
             environment: Arc::new(RwLock::new(Arc::new(Environment {
                 external_url: options.external_url.clone(),
@@ -210,6 +211,22 @@ impl Manager {
 impl Drop for Manager {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// The rules' latest samples, for rule queries that name a recorded series.
+struct Recorded(std::sync::Weak<Manager>);
+
+impl parca_query::RecordedSeries for Recorded {
+    fn latest(&self, name: &str) -> Vec<(parca_tsdb::Labels, f64, i64)> {
+        let Some(manager) = self.0.upgrade() else {
+            return Vec::new();
+        };
+        manager
+            .groups()
+            .iter()
+            .flat_map(|g| g.latest_named(name))
+            .collect()
     }
 }
 

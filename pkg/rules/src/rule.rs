@@ -159,7 +159,7 @@ impl CompiledRule {
     /// Parses the rule's expression (checked already when the file was read) and merges its
     /// group's labels.
     pub fn new(rule: &Rule, group_labels: &BTreeMap<String, String>) -> Result<Self, Error> {
-        let expr = parca_querylang::parse(&rule.expr).map_err(|e| Error::Parse {
+        let expr = parca_querylang::parse_rule_query(&rule.expr).map_err(|e| Error::Parse {
             rule: rule.kind.name().to_owned(),
             message: e.message,
         })?;
