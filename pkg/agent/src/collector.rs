@@ -15,10 +15,11 @@ use tokio::sync::oneshot;
 
 use crate::Error;
 use crate::bpf::{DrainedStack, ProcEvents, PyConfig, RingRecord, Sampler};
-use crate::interp::{FrameTable, Interpreters};
+use crate::interp::FrameTable;
 use crate::metrics::Metrics;
 use crate::process::{ProcessInfo, ProcessTable};
 use crate::profile::RawProfile;
+use crate::runtimes::Interpreters;
 use crate::unwind::{REREAD_MAPS_AFTER, Unwinder};
 
 /// How many windows a process is kept after its last sample.

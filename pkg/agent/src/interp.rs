@@ -1,9 +1,9 @@
-//! Frames of interpreted code (Python's, PHP's): what the runtimes' modules share. The BPF
-//! program reads an interpreter's frame chain at sample time (each runtime's module says where:
-//! a [`PyConfig`]); the module names each (code, instruction) from the process's [`Memory`]
-//! into the shared [`FrameTable`], and [`place_calls`] puts the named frames where the native
-//! evaluation loop that runs them was. [`Interpreters`] is what the sampling thread holds: each
-//! process goes to the runtime that recognizes it.
+//! Frames of interpreted code (Python's, PHP's): what the runtimes' modules share, below them.
+//! The BPF program reads an interpreter's frame chain at sample time (each runtime's module says
+//! where); the module names each (code, instruction) from the process's [`Memory`] into the
+//! shared [`FrameTable`], and [`place_calls`] puts the named frames where the native evaluation
+//! loop that runs them was. `runtimes.rs` sits above the runtimes' modules and gives each
+//! process to the one that recognizes it.
 //!
 //! An interpreted frame travels in a user stack as an address no code can have
 //! ([`frame_address`]): the index of its name in the [`FrameTable`], which the profile builder
@@ -11,16 +11,10 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
 
 use parca_symbolize::Frame;
 use rustc_hash::FxHashMap;
-
-use crate::bpf::{PyConfig, PyFrameSample};
-use crate::php::PhpStacks;
-use crate::process::ProcessInfo;
-use crate::python::PythonStacks;
 
 /// Distinct interpreted frames (function, file, line) held; past it, new ones are named
 /// [`TABLE_FULL`]. A frame costs about 100 bytes.
@@ -99,13 +93,6 @@ pub struct InterpreterStats {
     pub frames_held: u64,
 }
 
-/// The counters of each runtime.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RuntimeStats {
-    pub python: InterpreterStats,
-    pub php: InterpreterStats,
-}
-
 /// A process's memory, read where the agent needs it.
 #[derive(Debug)]
 pub(crate) struct Memory {
@@ -167,65 +154,6 @@ pub(crate) fn place_calls(
     let at = below_last_call.unwrap_or(out.len());
     out.splice(at..at, rest);
     (out, unplaced)
-}
-
-/// The sampling thread's interpreters: per process, the runtime that recognized it.
-#[derive(Debug)]
-pub(crate) struct Interpreters {
-    python: PythonStacks,
-    php: PhpStacks,
-}
-
-impl Interpreters {
-    /// Reads processes under `proc_root` (normally `/proc`) and names frames into `frames`.
-    pub fn new(proc_root: impl Into<PathBuf>, frames: Arc<Mutex<FrameTable>>) -> Interpreters {
-        let proc_root = proc_root.into();
-        Interpreters {
-            python: PythonStacks::new(proc_root.clone(), frames.clone()),
-            php: PhpStacks::new(proc_root, frames),
-        }
-    }
-
-    /// What the BPF program must be told of `info`'s interpreted frames, when that changed
-    /// since it was last told (a new read of the process): `Some(Some(config))` to read them,
-    /// `Some(None)` to stop; `None` when nothing changed.
-    pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
-        let python = self.python.config_update(info);
-        let php = self.php.config_update(info);
-        match (python, php) {
-            (Some(Some(config)), _) | (_, Some(Some(config))) => Some(Some(config)),
-            (python, php) => python.or(php),
-        }
-    }
-
-    /// The user stack of a sample of `info` (native frames, leaf first) with its interpreted
-    /// frames (innermost first) in the place of the native evaluation frames that run them.
-    pub fn interleave(
-        &mut self,
-        info: &ProcessInfo,
-        native: Vec<u64>,
-        frames: &[PyFrameSample],
-    ) -> Vec<u64> {
-        if self.python.reads(info.pid) {
-            self.python.interleave(info, native, frames)
-        } else {
-            self.php.interleave(info, native, frames)
-        }
-    }
-
-    /// Forgets processes `alive` says are gone.
-    pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
-        self.python.trim(&alive);
-        self.php.trim(&alive);
-    }
-
-    /// The counters so far.
-    pub fn stats(&self) -> RuntimeStats {
-        RuntimeStats {
-            python: self.python.stats(),
-            php: self.php.stats(),
-        }
-    }
 }
 
 #[cfg(test)]

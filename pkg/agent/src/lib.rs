@@ -60,6 +60,7 @@ mod process;
 mod profile;
 mod push;
 mod python;
+mod runtimes;
 mod unwind;
 
 use std::future::Future;

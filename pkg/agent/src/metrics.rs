@@ -11,8 +11,8 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
 use crate::bpf::BpfStats;
-use crate::interp::RuntimeStats;
 use crate::profile::RawProfile;
+use crate::runtimes::RuntimeStats;
 use crate::unwind::UnwindStats;
 
 /// One sample of a family: at most one label, and the value.

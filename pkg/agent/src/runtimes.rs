@@ -1,0 +1,79 @@
+//! The sampling thread's interpreters: each process goes to the runtime that recognizes it
+//! (CPython, PHP), above the runtimes' modules and what they share (`interp.rs`).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use crate::bpf::{PyConfig, PyFrameSample};
+use crate::interp::{FrameTable, InterpreterStats};
+use crate::php::PhpStacks;
+use crate::process::ProcessInfo;
+use crate::python::PythonStacks;
+
+/// The counters of each runtime.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RuntimeStats {
+    /// CPython's.
+    pub python: InterpreterStats,
+    /// PHP's.
+    pub php: InterpreterStats,
+}
+
+/// The sampling thread's interpreters: per process, the runtime that recognized it.
+#[derive(Debug)]
+pub(crate) struct Interpreters {
+    python: PythonStacks,
+    php: PhpStacks,
+}
+
+impl Interpreters {
+    /// Reads processes under `proc_root` (normally `/proc`) and names frames into `frames`.
+    pub fn new(proc_root: impl Into<PathBuf>, frames: Arc<Mutex<FrameTable>>) -> Interpreters {
+        let proc_root = proc_root.into();
+        Interpreters {
+            python: PythonStacks::new(proc_root.clone(), frames.clone()),
+            php: PhpStacks::new(proc_root, frames),
+        }
+    }
+
+    /// What the BPF program must be told of `info`'s interpreted frames, when that changed
+    /// since it was last told (a new read of the process): `Some(Some(config))` to read them,
+    /// `Some(None)` to stop; `None` when nothing changed.
+    pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
+        let python = self.python.config_update(info);
+        let php = self.php.config_update(info);
+        match (python, php) {
+            (Some(Some(config)), _) | (_, Some(Some(config))) => Some(Some(config)),
+            (python, php) => python.or(php),
+        }
+    }
+
+    /// The user stack of a sample of `info` (native frames, leaf first) with its interpreted
+    /// frames (innermost first) in the place of the native evaluation frames that run them.
+    pub fn interleave(
+        &mut self,
+        info: &ProcessInfo,
+        native: Vec<u64>,
+        frames: &[PyFrameSample],
+    ) -> Vec<u64> {
+        if self.python.reads(info.pid) {
+            self.python.interleave(info, native, frames)
+        } else {
+            self.php.interleave(info, native, frames)
+        }
+    }
+
+    /// Forgets processes `alive` says are gone.
+    pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
+        self.python.trim(&alive);
+        self.php.trim(&alive);
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> RuntimeStats {
+        RuntimeStats {
+            python: self.python.stats(),
+            php: self.php.stats(),
+        }
+    }
+}
