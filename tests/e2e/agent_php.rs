@@ -10,7 +10,7 @@ use std::time::Duration;
 use parca_pprof::proto;
 
 use crate::agent::{Agent, can_run, label, metric_value, say};
-use crate::agent_python::{SampleFrame, samples_of};
+use crate::agent_python::{SampleFrame, samples_of, window_with_a_short_process};
 use crate::server_harness::{Process, http_get, poll};
 
 /// Debian's PHP CLI: stripped, no frame pointers.
@@ -148,47 +148,29 @@ fn agent_shows_php_frames_with_classes_files_and_lines() {
         .output()
         .expect("php version");
     let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
-    // A window with a process that starts after it does and is gone before it ends; windows
-    // are taken again (within three minutes) until one has enough of its samples.
-    poll(
+    window_with_a_short_process(
+        &agent,
         "a window in which both PHP processes show the chain",
-        Duration::from_secs(180),
-        Duration::ZERO,
         || {
-            let request = std::thread::spawn(move || {
-                http_get(
-                    addr,
-                    "/debug/pprof/profile?seconds=8",
-                    Duration::from_secs(60),
-                )
-            });
-            std::thread::sleep(Duration::from_secs(1));
-            let mut short = Command::new(PHP)
-                .arg(program("chain.php"))
-                .arg("3")
-                .spawn()
-                .unwrap();
-            let short_pid = short.id();
-            assert!(short.wait().unwrap().success());
-            let r = request.join().unwrap()?;
-            assert_eq!(r.status, 200, "{}", r.text());
-            let p = parca_pprof::decode(&r.body, &Default::default())
-                .unwrap()
-                .to_proto();
-            share_holds(&p, "php chain.php", long.pid(), 0.8, chain_shown)?;
+            let mut short = Command::new(PHP);
+            short.arg(program("chain.php")).arg("3");
+            short
+        },
+        |p, short_pid| {
+            share_holds(p, "php chain.php", long.pid(), 0.8, chain_shown)?;
             let pid = long.pid().to_string();
             for s in p
                 .sample
                 .iter()
-                .filter(|s| label(&p, s, "pid") == Some(pid.as_str()))
+                .filter(|s| label(p, s, "pid") == Some(pid.as_str()))
             {
-                assert_eq!(label(&p, s, "runtime"), Some("php"));
-                assert_eq!(label(&p, s, "runtime_version"), Some(version.as_str()));
+                assert_eq!(label(p, s, "runtime"), Some("php"));
+                assert_eq!(label(p, s, "runtime_version"), Some(version.as_str()));
             }
             // Its first samples come before the agent has read the process (no PHP frames
             // yet).
             share_holds(
-                &p,
+                p,
                 "php exited within the window",
                 short_pid,
                 0.6,

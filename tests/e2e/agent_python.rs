@@ -200,6 +200,39 @@ fn chain_holds(p: &proto::Profile, what: &str, pid: u32, at_least: f64) -> Resul
     Ok(())
 }
 
+/// Takes 8 s windows of `agent` (within three minutes) until `check` passes on one: during each,
+/// `short` is run from the window's second second until it exits (a process that starts after
+/// the window does and is gone before it ends); `check` gets the profile and its pid. A short
+/// process gets the CPUs it can beside the others: on a busy machine a window may hold too few
+/// of its samples, so windows are taken again rather than made longer.
+pub(crate) fn window_with_a_short_process(
+    agent: &Agent,
+    what: &str,
+    mut short: impl FnMut() -> Command,
+    check: impl Fn(&proto::Profile, u32) -> Result<(), String>,
+) {
+    let addr = agent.addr;
+    crate::server_harness::poll(what, Duration::from_secs(180), Duration::ZERO, || {
+        let request = std::thread::spawn(move || {
+            crate::server_harness::http_get(
+                addr,
+                "/debug/pprof/profile?seconds=8",
+                Duration::from_secs(60),
+            )
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        let mut process = short().spawn().unwrap();
+        let short_pid = process.id();
+        assert!(process.wait().unwrap().success());
+        let r = request.join().unwrap()?;
+        assert_eq!(r.status, 200, "{}", r.text());
+        let p = parca_pprof::decode(&r.body, &Default::default())
+            .unwrap()
+            .to_proto();
+        check(&p, short_pid)
+    });
+}
+
 /// Python frames in place of the interpreter's evaluation loop, with their files and lines, on
 /// Debian's stripped `python3.11` (at least 80% of samples show the whole chain right) and on
 /// its debug build `python3.11d`; and for a process that starts and exits inside the window.
@@ -224,40 +257,20 @@ fn agent_shows_python_frames_of_debians_stripped_and_debug_interpreters() {
     let agent = Agent::start(dir.path(), &[]);
     // Let the interpreters start (imports are no part of the chain).
     std::thread::sleep(Duration::from_secs(1));
-    let addr = agent.addr;
-    // A window with a process that starts after it does and is gone before it ends. The short
-    // process gets the CPUs it can beside the others: on a busy machine a window may hold too
-    // few of its samples, so windows are taken again (within three minutes) until one has them.
-    crate::server_harness::poll(
+    window_with_a_short_process(
+        &agent,
         "a window in which every interpreter shows the chain",
-        Duration::from_secs(180),
-        Duration::ZERO,
         || {
-            let request = std::thread::spawn(move || {
-                crate::server_harness::http_get(
-                    addr,
-                    "/debug/pprof/profile?seconds=8",
-                    Duration::from_secs(60),
-                )
-            });
-            std::thread::sleep(Duration::from_secs(1));
-            let mut short = std::process::Command::new(PYTHON)
-                .arg(program("chain.py"))
-                .arg("3")
-                .spawn()
-                .unwrap();
-            let short_pid = short.id();
-            assert!(short.wait().unwrap().success());
-            let r = request.join().unwrap()?;
-            assert_eq!(r.status, 200, "{}", r.text());
-            let p = parca_pprof::decode(&r.body, &Default::default())
-                .unwrap()
-                .to_proto();
-            chain_holds(&p, "python3.11 (stripped)", stripped.pid(), 0.8)?;
-            chain_holds(&p, "python3.11d (debug build)", debug.pid(), 0.8)?;
+            let mut short = Command::new(PYTHON);
+            short.arg(program("chain.py")).arg("3");
+            short
+        },
+        |p, short_pid| {
+            chain_holds(p, "python3.11 (stripped)", stripped.pid(), 0.8)?;
+            chain_holds(p, "python3.11d (debug build)", debug.pid(), 0.8)?;
             // Its first samples come before the agent has read the process (no Python frames
             // yet), and code objects first seen in its last 100 ms are read after it is gone.
-            chain_holds(&p, "python3.11 exited within the window", short_pid, 0.6)
+            chain_holds(p, "python3.11 exited within the window", short_pid, 0.6)
         },
     );
 }

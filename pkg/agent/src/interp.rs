@@ -16,6 +16,9 @@ use std::path::Path;
 use parca_symbolize::Frame;
 use rustc_hash::FxHashMap;
 
+use crate::bpf::PyConfig;
+use crate::process::ProcessInfo;
+
 /// Distinct interpreted frames (function, file, line) held; past it, new ones are named
 /// [`TABLE_FULL`]. A frame costs about 100 bytes.
 const MAX_FRAMES: usize = 200_000;
@@ -91,6 +94,68 @@ pub struct InterpreterStats {
     pub unplaced_frames: u64,
     /// Distinct frames held in the frame table (all runtimes').
     pub frames_held: u64,
+}
+
+/// A runtime's processes: per process, the read of it ([`ProcessInfo::read_no`]) the BPF
+/// program was told about, and the runtime's own state `P` of those whose frames are read.
+#[derive(Debug)]
+pub(crate) struct Told<P> {
+    told: FxHashMap<u32, u64>,
+    processes: FxHashMap<u32, P>,
+}
+
+impl<P> Default for Told<P> {
+    fn default() -> Self {
+        Told {
+            told: FxHashMap::default(),
+            processes: FxHashMap::default(),
+        }
+    }
+}
+
+impl<P> Told<P> {
+    /// What the BPF program must be told of `info`'s frames, when that changed since it was
+    /// last told (a new read of the process): `Some(Some(config))` to read them (`prepare`
+    /// recognized the process), `Some(None)` to stop; `None` when nothing changed.
+    pub fn update(
+        &mut self,
+        info: &ProcessInfo,
+        prepare: impl FnOnce(&ProcessInfo) -> Option<(P, PyConfig)>,
+    ) -> Option<Option<PyConfig>> {
+        if self.told.get(&info.pid) == Some(&info.read_no) {
+            return None;
+        }
+        self.told.insert(info.pid, info.read_no);
+        let had = self.processes.remove(&info.pid).is_some();
+        match prepare(info) {
+            Some((process, config)) => {
+                self.processes.insert(info.pid, process);
+                Some(Some(config))
+            }
+            None => had.then_some(None),
+        }
+    }
+
+    /// The state of process `pid`, when its frames are read.
+    pub fn get_mut(&mut self, pid: u32) -> Option<&mut P> {
+        self.processes.get_mut(&pid)
+    }
+
+    /// Whether `pid`'s frames are read.
+    pub fn reads(&self, pid: u32) -> bool {
+        self.processes.contains_key(&pid)
+    }
+
+    /// Processes whose frames are read.
+    pub fn len(&self) -> usize {
+        self.processes.len()
+    }
+
+    /// Forgets processes `alive` says are gone.
+    pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
+        self.told.retain(|&pid, _| alive(pid));
+        self.processes.retain(|&pid, _| alive(pid));
+    }
 }
 
 /// A process's memory, read where the agent needs it.

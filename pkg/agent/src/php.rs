@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use rustc_hash::FxHashMap;
 
 use crate::bpf::{INSTR_IN_ARRAY, PY_NO_CFRAME, PyConfig, PyFrameSample, VM_PHP};
-use crate::interp::{FrameTable, InterpreterStats, Memory, frame_address, place_calls};
+use crate::interp::{FrameTable, InterpreterStats, Memory, Told, frame_address, place_calls};
 use crate::process::ProcessInfo;
 
 /// The name of a frame whose function could not be read (the process exited, or the memory
@@ -320,9 +320,7 @@ impl Process {
 pub(crate) struct PhpStacks {
     proc_root: PathBuf,
     frames: Arc<Mutex<FrameTable>>,
-    /// Per process: the read of it ([`ProcessInfo::read_no`]) the BPF program was told about.
-    told: FxHashMap<u32, u64>,
-    processes: FxHashMap<u32, Process>,
+    processes: Told<Process>,
     stats: InterpreterStats,
 }
 
@@ -332,8 +330,7 @@ impl PhpStacks {
         PhpStacks {
             proc_root: proc_root.into(),
             frames,
-            told: FxHashMap::default(),
-            processes: FxHashMap::default(),
+            processes: Told::default(),
             stats: InterpreterStats::default(),
         }
     }
@@ -342,21 +339,12 @@ impl PhpStacks {
     /// was last told (a new read of the process): `Some(Some(config))` to read them,
     /// `Some(None)` to stop; `None` when nothing changed.
     pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
-        if self.told.get(&info.pid) == Some(&info.read_no) {
-            return None;
-        }
-        self.told.insert(info.pid, info.read_no);
-        let had = self.processes.remove(&info.pid).is_some();
-        match self.prepare(info) {
-            Some((process, config)) => {
-                self.processes.insert(info.pid, process);
-                Some(Some(config))
-            }
-            None => had.then_some(None),
-        }
+        let proc_root = &self.proc_root;
+        self.processes
+            .update(info, |info| Self::prepare(proc_root, info))
     }
 
-    fn prepare(&self, info: &ProcessInfo) -> Option<(Process, PyConfig)> {
+    fn prepare(proc_root: &std::path::Path, info: &ProcessInfo) -> Option<(Process, PyConfig)> {
         let (mapping, php) = info.php()?;
         let Some(layout) = Layout::of(php.major_minor) else {
             tracing::debug!(
@@ -370,7 +358,7 @@ impl PhpStacks {
             .start
             .checked_sub(php.vaddr_of_file_offset(mapping.offset)?)?;
         let globals = php.executor_globals.checked_add(bias)?;
-        let memory = match Memory::open(&self.proc_root, info.pid) {
+        let memory = match Memory::open(proc_root, info.pid) {
             Ok(memory) => memory,
             Err(e) => {
                 tracing::debug!(pid = info.pid, error = %e, "no PHP frames: cannot read the process's memory");
@@ -404,7 +392,7 @@ impl PhpStacks {
         native: Vec<u64>,
         php: &[PyFrameSample],
     ) -> Vec<u64> {
-        let Some(process) = self.processes.get_mut(&info.pid) else {
+        let Some(process) = self.processes.get_mut(info.pid) else {
             return native;
         };
         self.stats.stacks += 1;
@@ -429,8 +417,7 @@ impl PhpStacks {
 
     /// Forgets processes `alive` says are gone.
     pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
-        self.told.retain(|&pid, _| alive(pid));
-        self.processes.retain(|&pid, _| alive(pid));
+        self.processes.trim(alive);
     }
 
     /// The counters so far.

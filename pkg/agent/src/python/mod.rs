@@ -20,7 +20,7 @@ use rustc_hash::FxHashMap;
 use crate::bpf::{
     INSTR_IN_CODE, INSTR_INDEX, PY_NO_CFRAME, PY_WINDOW_BYTES, PyConfig, PyFrameSample, VM_CPYTHON,
 };
-use crate::interp::{FrameTable, InterpreterStats, Memory, frame_address, place_calls};
+use crate::interp::{FrameTable, InterpreterStats, Memory, Told, frame_address, place_calls};
 use crate::process::ProcessInfo;
 use code::Code;
 use layout::{EntryRule, IS_ENTRY, Layout, OWNED_BY_CSTACK};
@@ -65,9 +65,7 @@ struct Process {
 pub(crate) struct PythonStacks {
     proc_root: PathBuf,
     frames: Arc<Mutex<FrameTable>>,
-    /// Per process: the read of it ([`ProcessInfo::read_no`]) the BPF program was told about.
-    told: FxHashMap<u32, u64>,
-    processes: FxHashMap<u32, Process>,
+    processes: Told<Process>,
     stats: InterpreterStats,
 }
 
@@ -77,8 +75,7 @@ impl PythonStacks {
         PythonStacks {
             proc_root: proc_root.into(),
             frames,
-            told: FxHashMap::default(),
-            processes: FxHashMap::default(),
+            processes: Told::default(),
             stats: InterpreterStats::default(),
         }
     }
@@ -87,21 +84,12 @@ impl PythonStacks {
     /// it was last told (a new read of the process): `Some(Some(config))` to read them,
     /// `Some(None)` to stop; `None` when nothing changed.
     pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
-        if self.told.get(&info.pid) == Some(&info.read_no) {
-            return None;
-        }
-        self.told.insert(info.pid, info.read_no);
-        let had = self.processes.remove(&info.pid).is_some();
-        match self.prepare(info) {
-            Some((process, config)) => {
-                self.processes.insert(info.pid, process);
-                Some(Some(config))
-            }
-            None => had.then_some(None),
-        }
+        let proc_root = &self.proc_root;
+        self.processes
+            .update(info, |info| Self::prepare(proc_root, info))
     }
 
-    fn prepare(&self, info: &ProcessInfo) -> Option<(Process, PyConfig)> {
+    fn prepare(proc_root: &std::path::Path, info: &ProcessInfo) -> Option<(Process, PyConfig)> {
         let (mapping, python) = info.python()?;
         let Some(layout) = python
             .major_minor
@@ -118,7 +106,7 @@ impl PythonStacks {
             .start
             .checked_sub(python.vaddr_of_file_offset(mapping.offset)?)?;
         let runtime = python.runtime.checked_add(bias)?;
-        let memory = match Memory::open(&self.proc_root, info.pid) {
+        let memory = match Memory::open(proc_root, info.pid) {
             Ok(memory) => memory,
             Err(e) => {
                 tracing::debug!(pid = info.pid, error = %e, "no Python frames: cannot read the process's memory");
@@ -157,7 +145,7 @@ impl PythonStacks {
         native: Vec<u64>,
         python: &[PyFrameSample],
     ) -> Vec<u64> {
-        let Some(process) = self.processes.get_mut(&info.pid) else {
+        let Some(process) = self.processes.get_mut(info.pid) else {
             return native;
         };
         self.stats.stacks += 1;
@@ -178,13 +166,12 @@ impl PythonStacks {
 
     /// Whether it reads `pid`'s Python frames.
     pub fn reads(&self, pid: u32) -> bool {
-        self.processes.contains_key(&pid)
+        self.processes.reads(pid)
     }
 
     /// Forgets processes `alive` says are gone.
     pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
-        self.told.retain(|&pid, _| alive(pid));
-        self.processes.retain(|&pid, _| alive(pid));
+        self.processes.trim(alive);
     }
 
     /// The counters so far.
