@@ -19,7 +19,8 @@
 # Python frame chain in the BPF program and names its frames). LOAD=mix is #28's busy node:
 # rustc compiling a generated 600-function crate in a loop (new processes all the time, a 150 MB
 # librustc_driver), OpenJDK running tests/targets/agent/Hot.java, Node.js spinning, and the
-# python3 on PATH (pyenv's) and Debian's python3.11 on chain.py. Needs root, gcc, curl, bpftool
+# python3 on PATH (pyenv's) and Debian's python3.11 on chain.py, and Debian's php on chain.php
+# when it is installed. Needs root, gcc, curl, bpftool
 # and perf (Debian: linux-perf), golang-go for LOAD=go, python3.11 for LOAD=python, and java,
 # node and rustc for LOAD=mix.
 set -euo pipefail
@@ -52,7 +53,7 @@ case "${LOAD:-c}" in
   *) echo "overhead.sh: LOAD is c, go, python or mix" >&2; exit 2 ;;
 esac
 if [ "${LOAD:-c}" = mix ]; then
-  echo "load: mix (rustc in a loop, a JVM, Node.js, two CPythons)"
+  echo "load: mix (rustc in a loop, a JVM, Node.js, two CPythons, PHP)"
   python3 - "$tmp/busy.rs" <<'PY'
 import sys
 out = ["pub trait Shape { fn area(&self) -> f64; fn name(&self) -> String; }"]
@@ -70,6 +71,7 @@ PY
   node -e 'let x = 0; for (;;) { for (let i = 0; i < 1e6; i++) x = (x * 31 + i) % 1000003; }' & pids+=($!)
   python3 tests/targets/python-frames/chain.py 100000 & pids+=($!)
   /usr/bin/python3.11 tests/targets/python-frames/chain.py 100000 & pids+=($!)
+  if command -v php >/dev/null; then php tests/targets/php/chain.php 100000 & pids+=($!); fi
 else
   echo "load: ${LOAD:-c}, one busy program per CPU ($ncpu)"
   for _ in $(seq "$ncpu"); do "$tmp/hot" 100000 & pids+=($!); done
