@@ -42,6 +42,10 @@
 // PHP processes (non-thread-safe builds: the CLI, php-fpm's workers; `pkg/agent/src/php.rs`) get
 // theirs read the same way from the main thread's `executor_globals.current_execute_data`: each
 // `zend_execute_data` names its function, its current opline and its caller (ebpf/php.md).
+// Ruby processes (`pkg/agent/src/ruby.rs`) get each thread's control frames read from its
+// execution context (`ruby_current_ec`, in libruby's static TLS below fsbase): an array of
+// frames up to the end of the thread's VM stack, each naming its iseq, pc and flags
+// (ebpf/ruby.md).
 //
 // Off-CPU time (only attached when the agent's `--off-cpu-threshold` is above 0): at a task's
 // switch-out (`sched_switch`, which runs in the context of the task leaving, so its registers and
@@ -152,7 +156,9 @@ enum stat {
 	STAT_OFF_CPU_LOST = 15,    // off-CPU intervals not sent (start or end): process not told yet, no user context, ring buffer full
 	STAT_PHP_WALKED = 16,      // samples of a PHP thread sent with its PHP frames
 	STAT_PHP_CUT = 17,         // of which the PHP frame chain was cut (depth or an unreadable frame)
-	STAT_LEN = 18,
+	STAT_RUBY_WALKED = 18,     // samples of a Ruby thread sent with its Ruby frames
+	STAT_RUBY_CUT = 19,        // of which the Ruby frame chain was cut (depth or an unreadable frame)
+	STAT_LEN = 20,
 };
 
 struct count_key {
@@ -272,6 +278,7 @@ struct py_frame {
 enum vm_kind {
 	VM_CPYTHON = 0,      // per thread: the thread state in glibc's thread-specific data
 	VM_PHP = 1,          // the main thread's only: a global pointer (`executor_globals.current_execute_data`)
+	VM_RUBY = 2,         // per thread: the execution context in static TLS (`ruby_current_ec`), its control frames an array
 };
 
 // How a frame's instruction is sampled (`py_config.instr_mode`), in units from the start of its code.
@@ -279,6 +286,7 @@ enum instr_mode {
 	INSTR_INDEX = 0,     // an int index in the frame (CPython 3.10's f_lasti)
 	INSTR_IN_CODE = 1,   // a pointer into the code object, its bytecode at `code_bytecode` (CPython 3.11+)
 	INSTR_IN_ARRAY = 2,  // a pointer into the array whose address is at `code_bytecode` in the code (PHP's opline)
+	INSTR_IN_BODY = 3,   // a pointer into the array at `code_bytecode` of the body at `code_body` of the code (Ruby's pc)
 };
 
 // Where an interpreter process keeps its frames: written by userspace for each process running
@@ -304,7 +312,11 @@ struct py_config {
 	__u32 code_argcount;    // offset of co_argcount: 8 bytes from there are fingerprinted
 	__u32 code_firstlineno; // offset of co_firstlineno: the 8 bytes ending with it are fingerprinted
 	__u32 kind;             // enum vm_kind
-	__u32 pad;
+	__u32 frame_stride;     // frames in an array (Ruby): the caller is this many bytes on; 0: `window_previous` points at it
+	__u32 code_body;        // INSTR_IN_BODY: offset of the body pointer in the code
+	__u32 ec_stack;         // Ruby: offsets in the execution context of the VM stack
+	__u32 ec_stack_size;    // and of its size in words (the frames end at stack + 8 * size)
+	__u32 marker_indirect;  // 1: `window_marker` holds a pointer to the u32 marker (Ruby's ep → flags)
 };
 
 // The bytes after the kernel frames: the user frames (8 bytes each, the sampled address first),
@@ -846,6 +858,7 @@ struct py_walk {
 	const struct py_config *c;
 	struct py_window *w;
 	__u64 frame;         // the next frame to read (0: the chain's end)
+	__u64 end_at;        // frames in an array: where they end (0: a linked chain)
 	__u32 at;            // where in `s->data` the frames go
 	__u32 n;             // frames written
 	__u32 end;           // enum py_end, once the walk stops
@@ -859,7 +872,7 @@ static long py_step(__u32 index, void *data)
 	const struct py_config *c = walk->c;
 	struct py_window *w = walk->w;
 	__u64 frame = walk->frame;
-	if (frame == 0) {
+	if (frame == 0 || (walk->end_at != 0 && frame >= walk->end_at)) {
 		walk->end = PY_COMPLETE;
 		return 1;
 	}
@@ -875,6 +888,12 @@ static long py_step(__u32 index, void *data)
 	__u32 marker_at = c->window_marker;
 	asm volatile("" : "+r"(marker_at));
 	__u32 marker = marker_at < PY_WINDOW_BYTES ? w->bytes[marker_at] : 0;
+	if (c->marker_indirect) {
+		marker = 0;
+		__u64 at_ptr = py_window_u64(w, marker_at);
+		if (at_ptr)
+			bpf_probe_read_user(&marker, sizeof(marker), (void *)at_ptr);
+	}
 	__u32 off = walk->at + walk->n * sizeof(struct py_frame);
 	asm volatile("" : "+r"(off));
 	if (off > SAMPLE_DATA_BYTES - sizeof(struct py_frame)) {
@@ -885,21 +904,29 @@ static long py_step(__u32 index, void *data)
 	f->code = code;
 	f->fingerprint = code ? py_fingerprint(c, code) : 0;
 	__u64 base = code + c->code_bytecode;
-	if (c->instr_mode == INSTR_IN_ARRAY &&
-	    (code == 0 || bpf_probe_read_user(&base, sizeof(base), (void *)base) != 0))
+	if (c->instr_mode == INSTR_IN_BODY) {
+		__u64 body = 0;
+		if (code == 0 ||
+		    bpf_probe_read_user(&body, sizeof(body), (void *)(code + c->code_body)) != 0 ||
+		    bpf_probe_read_user(&base, sizeof(base), (void *)(body + c->code_bytecode)) != 0)
+			base = instr;
+	} else if (c->instr_mode == INSTR_IN_ARRAY &&
+		   (code == 0 || bpf_probe_read_user(&base, sizeof(base), (void *)base) != 0)) {
 		base = instr;
+	}
 	__u32 shift = c->instr_shift & 7;
 	f->index = c->instr_mode == INSTR_INDEX ? (__s32)instr : (__s32)((__s64)(instr - base) >> shift);
 	f->marker = marker;
 	walk->n++;
-	walk->frame = py_window_u64(w, c->window_previous);
+	walk->frame = c->frame_stride ? frame + c->frame_stride : py_window_u64(w, c->window_previous);
 	return 0;
 }
 
-// Reads the frame chain from `frame` (innermost) into `s->data` at `at`. Returns the bytes
-// written; sets `s->py_end`.
+// Reads the frame chain from `frame` (innermost) into `s->data` at `at`: linked by each frame's
+// caller pointer, or, when `frames_end` is set, an array of `frame_stride`-byte frames up to
+// it. Returns the bytes written; sets `s->py_end`.
 static __always_inline __u32 walk_frames(struct stack_sample *s, const struct py_config *c,
-					 __u32 at, __u64 frame)
+					 __u32 at, __u64 frame, __u64 frames_end)
 {
 	__u32 zero = 0;
 	struct py_window *w = bpf_map_lookup_elem(&py_scratch, &zero);
@@ -910,6 +937,7 @@ static __always_inline __u32 walk_frames(struct stack_sample *s, const struct py
 		.c = c,
 		.w = w,
 		.frame = frame,
+		.end_at = frames_end,
 		.at = at,
 		.n = 0,
 		.end = PY_DEPTH,
@@ -924,15 +952,16 @@ static __always_inline __u32 walk_frames(struct stack_sample *s, const struct py
 	s->py_end = end;
 	// Counted per CPU sample, as the counters they are compared with are.
 	if (s->kind == KIND_CPU) {
-		int php = c->kind == VM_PHP;
-		bump(php ? STAT_PHP_WALKED : STAT_PY_WALKED);
+		__u32 walked = c->kind == VM_PHP ? STAT_PHP_WALKED :
+			       c->kind == VM_RUBY ? STAT_RUBY_WALKED : STAT_PY_WALKED;
+		bump(walked);
 		if (end != PY_COMPLETE)
-			bump(php ? STAT_PHP_CUT : STAT_PY_CUT);
+			bump(walked + 1); // the matching STAT_*_CUT
 	}
 	return n * sizeof(struct py_frame);
 }
 
-// Reads the Python (or PHP) frames of the current thread into `s->data` at `at`, innermost
+// Reads the Python (PHP, Ruby) frames of the current thread into `s->data` at `at`, innermost
 // first, when its process runs an interpreter that userspace described (`py_configs`) and the
 // thread runs its code. Returns the bytes written; sets `s->py_end`.
 static __always_inline __u32 walk_interpreter(struct stack_sample *s, __u32 at)
@@ -947,7 +976,21 @@ static __always_inline __u32 walk_interpreter(struct stack_sample *s, __u32 at)
 		if (s->tid != s->pid ||
 		    bpf_probe_read_user(&frame, sizeof(frame), (void *)(c->tss + c->tstate_frame)) != 0)
 			return 0;
-		return walk_frames(s, c, at, frame);
+		return walk_frames(s, c, at, frame, 0);
+	}
+	if (c->kind == VM_RUBY) {
+		// The thread's execution context, in libruby's static TLS block below the thread
+		// pointer; its current control frame, and where its VM stack (and so the frames) ends.
+		struct task_struct *task = bpf_get_current_task_btf();
+		__u64 ec = 0, stack = 0, words = 0;
+		if (bpf_probe_read_user(&ec, sizeof(ec), (void *)(task->thread.fsbase - c->tsd_offset)) != 0 ||
+		    ec == 0 ||
+		    bpf_probe_read_user(&frame, sizeof(frame), (void *)(ec + c->tstate_frame)) != 0 ||
+		    bpf_probe_read_user(&stack, sizeof(stack), (void *)(ec + c->ec_stack)) != 0 ||
+		    bpf_probe_read_user(&words, sizeof(words), (void *)(ec + c->ec_stack_size)) != 0 ||
+		    stack == 0 || words > (1 << 24))
+			return 0;
+		return walk_frames(s, c, at, frame, stack + 8 * words);
 	}
 	__u32 tss[2];
 	if (bpf_probe_read_user(tss, sizeof(tss), (void *)c->tss) != 0 || tss[0] != 1 ||
@@ -965,7 +1008,7 @@ static __always_inline __u32 walk_interpreter(struct stack_sample *s, __u32 at)
 	if (c->cframe_frame != PY_NO_CFRAME && frame != 0 &&
 	    bpf_probe_read_user(&frame, sizeof(frame), (void *)(frame + c->cframe_frame)) != 0)
 		return 0;
-	return walk_frames(s, c, at, frame);
+	return walk_frames(s, c, at, frame, 0);
 }
 
 // Sends the sample (`kind`, `value`) with its kernel stack and its user stack walked with the

@@ -76,7 +76,7 @@ fn line_of(program_name: &str, text: &str) -> i64 {
 
 /// The share of `pid`'s samples for which `ok` holds, at least `at_least` of them and at
 /// least 15 samples; `Err` says what fell short, with some samples that do not hold.
-fn share_holds(
+pub(crate) fn share_holds(
     p: &proto::Profile,
     what: &str,
     pid: u32,

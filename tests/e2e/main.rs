@@ -7,6 +7,7 @@ mod agent_hostile;
 mod agent_off_cpu;
 mod agent_php;
 mod agent_python;
+mod agent_ruby;
 mod agent_rustc;
 mod alertmanager;
 mod check_rules;

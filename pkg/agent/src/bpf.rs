@@ -60,6 +60,8 @@ enum Stat {
     OffCpuLost = 15,
     PhpWalked = 16,
     PhpCut = 17,
+    RubyWalked = 18,
+    RubyCut = 19,
 }
 
 /// Counters kept by the BPF program since it was loaded, summed over CPUs.
@@ -98,6 +100,10 @@ pub struct BpfStats {
     pub php_walks: u64,
     /// Of which the PHP frame chain was cut (too deep, or a frame unreadable).
     pub php_walks_cut: u64,
+    /// Samples of Ruby threads sent with their Ruby frames.
+    pub ruby_walks: u64,
+    /// Of which the Ruby frame chain was cut (too deep, or a frame unreadable).
+    pub ruby_walks_cut: u64,
     /// Off-CPU intervals sent with their stack.
     pub off_cpu_samples: u64,
     /// Off-CPU intervals lost: their process was not told to the program yet, it had no user
@@ -206,18 +212,23 @@ pub(crate) const PY_NO_CFRAME: u32 = u32::MAX;
 pub(crate) const VM_CPYTHON: u32 = 0;
 /// `enum vm_kind`: [`PyConfig::kind`] of a PHP process (the main thread's frames, from a global).
 pub(crate) const VM_PHP: u32 = 1;
+/// `enum vm_kind`: [`PyConfig::kind`] of a Ruby process (each thread's execution context, in
+/// static TLS; its frames an array).
+pub(crate) const VM_RUBY: u32 = 2;
 /// `enum instr_mode`: the frame holds the instruction's index.
 pub(crate) const INSTR_INDEX: u32 = 0;
 /// `enum instr_mode`: the frame points into its code object's bytecode.
 pub(crate) const INSTR_IN_CODE: u32 = 1;
 /// `enum instr_mode`: the frame points into an array whose address its code object holds.
 pub(crate) const INSTR_IN_ARRAY: u32 = 2;
+/// `enum instr_mode`: the frame points into an array whose address its code's body holds.
+pub(crate) const INSTR_IN_BODY: u32 = 3;
 
 /// Value of the `py_configs` map (`struct py_config`): where the program finds an interpreter
 /// process's frames (CPython's or PHP's). Built by `python::bpf_config` and `php::bpf_config`,
 /// which say what each field is.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct PyConfig {
     pub tss: u64,
     pub tsd_offset: u32,
@@ -235,10 +246,14 @@ pub(crate) struct PyConfig {
     pub code_argcount: u32,
     pub code_firstlineno: u32,
     pub kind: u32,
-    pub pad: u32,
+    pub frame_stride: u32,
+    pub code_body: u32,
+    pub ec_stack: u32,
+    pub ec_stack_size: u32,
+    pub marker_indirect: u32,
 }
 
-// SAFETY: `PyConfig` is `repr(C)`: a u64 then sixteen u32 (72 bytes, no padding), and every
+// SAFETY: `PyConfig` is `repr(C)`: a u64 then twenty u32 (88 bytes, no padding), and every
 // bit pattern is a valid value.
 unsafe impl aya::Pod for PyConfig {}
 
@@ -751,6 +766,8 @@ impl Sampler {
             python_walks_cut: read(Stat::PyCut)?,
             php_walks: read(Stat::PhpWalked)?,
             php_walks_cut: read(Stat::PhpCut)?,
+            ruby_walks: read(Stat::RubyWalked)?,
+            ruby_walks_cut: read(Stat::RubyCut)?,
             off_cpu_samples: read(Stat::OffCpu)?,
             off_cpu_lost: read(Stat::OffCpuLost)?,
         })
@@ -979,7 +996,7 @@ mod tests {
 
     #[test]
     fn py_config_matches_the_c_struct() {
-        assert_eq!(std::mem::size_of::<PyConfig>(), 72);
+        assert_eq!(std::mem::size_of::<PyConfig>(), 88);
     }
 
     #[test]

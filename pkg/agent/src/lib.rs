@@ -60,6 +60,7 @@ mod process;
 mod profile;
 mod push;
 mod python;
+mod ruby;
 mod runtimes;
 mod unwind;
 

@@ -376,7 +376,7 @@ impl Metrics {
              milliseconds): walked with frame pointers in the kernel.",
             &[(None, bpf.no_process as f64)],
         );
-        let RuntimeStats { python, php } = *self.runtimes.lock().expect("metrics lock");
+        let RuntimeStats { python, php, ruby } = *self.runtimes.lock().expect("metrics lock");
         metric(
             "parca_agent_python_processes",
             "gauge",
@@ -424,7 +424,13 @@ impl Metrics {
             "gauge",
             "Distinct interpreted frames (function, file, line) held for naming, Python's and \
              PHP's.",
-            &[(None, python.frames_held.max(php.frames_held) as f64)],
+            &[(
+                None,
+                python
+                    .frames_held
+                    .max(php.frames_held)
+                    .max(ruby.frames_held) as f64,
+            )],
         );
         metric(
             "parca_agent_php_processes",
@@ -468,6 +474,45 @@ impl Metrics {
             "PHP frames for which no native execute_ex frame was found in the stack: placed \
              below the last one found.",
             &[(None, php.unplaced_frames as f64)],
+        );
+        metric(
+            "parca_agent_ruby_processes",
+            "gauge",
+            "Ruby processes whose Ruby frames the BPF program reads.",
+            &[(None, ruby.processes as f64)],
+        );
+        metric(
+            "parca_agent_ruby_stacks_total",
+            "counter",
+            "Samples of Ruby threads sent with their Ruby frames, by whether the frame chain \
+             was read whole or cut (too deep, or a frame unreadable).",
+            &[
+                (
+                    Some(("chain", "whole")),
+                    bpf.ruby_walks.saturating_sub(bpf.ruby_walks_cut) as f64,
+                ),
+                (Some(("chain", "cut")), bpf.ruby_walks_cut as f64),
+            ],
+        );
+        metric(
+            "parca_agent_ruby_frames_total",
+            "counter",
+            "Ruby frames in samples, by whether their instruction sequence could be read and \
+             named.",
+            &[
+                (
+                    Some(("iseq", "named")),
+                    ruby.frames.saturating_sub(ruby.unreadable_frames) as f64,
+                ),
+                (Some(("iseq", "unreadable")), ruby.unreadable_frames as f64),
+            ],
+        );
+        metric(
+            "parca_agent_ruby_frames_unplaced_total",
+            "counter",
+            "Ruby frames for which no native rb_vm_exec frame was found in the stack: placed \
+             below the last one found.",
+            &[(None, ruby.unplaced_frames as f64)],
         );
         metric(
             "parca_agent_samples_lost_total",

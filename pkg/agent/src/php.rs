@@ -357,7 +357,7 @@ impl PhpStacks {
         let bias = mapping
             .start
             .checked_sub(php.vaddr_of_file_offset(mapping.offset)?)?;
-        let globals = php.executor_globals.checked_add(bias)?;
+        let globals = php.state.checked_add(bias)?;
         let memory = match Memory::open(proc_root, info.pid) {
             Ok(memory) => memory,
             Err(e) => {
@@ -493,7 +493,7 @@ fn bpf_config(layout: &Layout, globals: u64) -> PyConfig {
         code_argcount: layout.function_num_args,
         code_firstlineno: layout.op_array_line_end,
         kind: VM_PHP,
-        pad: 0,
+        ..PyConfig::default()
     }
 }
 

@@ -13,7 +13,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parca_symbolize::{
-    BuildId, DebugFileQuery, ObjectKey, PhpRuntime, PythonRuntime, find_debug_file,
+    BuildId, DebugFileQuery, InterpreterRuntime, ObjectKey, PythonRuntime, find_debug_file,
     read_debug_needs,
 };
 use rustc_hash::FxHashMap;
@@ -51,11 +51,20 @@ impl ProcessInfo {
         self.python()
             .map(|(_, python)| ("python", python.version.as_str()))
             .or_else(|| self.php().map(|(_, php)| ("php", php.version.as_str())))
+            .or_else(|| self.ruby().map(|(_, ruby)| ("ruby", ruby.version.as_str())))
+    }
+
+    /// The Ruby interpreter it runs, and the mapping of its code (`libruby`'s, or the
+    /// executable's).
+    pub fn ruby(&self) -> Option<(&Mapping, &InterpreterRuntime)> {
+        self.mappings
+            .iter()
+            .find_map(|m| Some((m, m.object.as_ref()?.ruby.as_ref()?)))
     }
 
     /// The PHP interpreter it runs, and the mapping of its code (the executable's, or
     /// `libphp`'s).
-    pub fn php(&self) -> Option<(&Mapping, &PhpRuntime)> {
+    pub fn php(&self) -> Option<(&Mapping, &InterpreterRuntime)> {
         self.mappings
             .iter()
             .find_map(|m| Some((m, m.object.as_ref()?.php.as_ref()?)))
@@ -85,9 +94,9 @@ impl ProcessInfo {
                 .vaddr_of_file_offset(offset)
                 .is_some_and(|vaddr| python.in_eval_loop(vaddr));
         }
-        object.php.as_ref().is_some_and(|php| {
-            php.vaddr_of_file_offset(offset)
-                .is_some_and(|vaddr| php.in_eval_loop(vaddr))
+        [&object.php, &object.ruby].into_iter().flatten().any(|vm| {
+            vm.vaddr_of_file_offset(offset)
+                .is_some_and(|vaddr| vm.in_eval_loop(vaddr))
         })
     }
 }
@@ -199,7 +208,9 @@ pub struct MappedObject {
     /// What it holds of a CPython interpreter, when it is one (`python3.X` or `libpython3.X`).
     pub python: Option<PythonRuntime>,
     /// What it holds of a PHP interpreter, when it is one (`php8.X`, `php-fpm8.X`, `libphp`).
-    pub php: Option<PhpRuntime>,
+    pub php: Option<InterpreterRuntime>,
+    /// What it holds of a Ruby interpreter, when it is one (`libruby-3.X.so`, a static `ruby`).
+    pub ruby: Option<InterpreterRuntime>,
 }
 
 /// Processes seen, by pid.
@@ -510,6 +521,15 @@ impl ProcessTable {
                     .flatten()
             })
             .flatten();
+        let ruby = Path::new(path)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().contains("ruby"))
+            .then(|| {
+                parca_symbolize::read_ruby_runtime(&file, &opened_as)
+                    .ok()
+                    .flatten()
+            })
+            .flatten();
         let object = Arc::new(MappedObject {
             key,
             build_id,
@@ -519,6 +539,7 @@ impl ProcessTable {
             wants_debug_file: needs.wants_debug_file(),
             python,
             php,
+            ruby,
         });
         self.objects.insert(id, Arc::downgrade(&object));
         Some(object)
@@ -564,6 +585,7 @@ fn vdso_object() -> Option<Arc<MappedObject>> {
             wants_debug_file: false,
             python: None,
             php: None,
+            ruby: None,
         }))
     })
     .clone()

@@ -1,5 +1,5 @@
 //! The sampling thread's interpreters: each process goes to the runtime that recognizes it
-//! (CPython, PHP), above the runtimes' modules and what they share (`interp.rs`).
+//! (CPython, PHP, Ruby), above the runtimes' modules and what they share (`interp.rs`).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -9,6 +9,7 @@ use crate::interp::{FrameTable, InterpreterStats};
 use crate::php::PhpStacks;
 use crate::process::ProcessInfo;
 use crate::python::PythonStacks;
+use crate::ruby::RubyStacks;
 
 /// The counters of each runtime.
 #[derive(Debug, Clone, Copy, Default)]
@@ -17,6 +18,8 @@ pub struct RuntimeStats {
     pub python: InterpreterStats,
     /// PHP's.
     pub php: InterpreterStats,
+    /// Ruby's.
+    pub ruby: InterpreterStats,
 }
 
 /// The sampling thread's interpreters: per process, the runtime that recognized it.
@@ -24,6 +27,7 @@ pub struct RuntimeStats {
 pub(crate) struct Interpreters {
     python: PythonStacks,
     php: PhpStacks,
+    ruby: RubyStacks,
 }
 
 impl Interpreters {
@@ -32,7 +36,8 @@ impl Interpreters {
         let proc_root = proc_root.into();
         Interpreters {
             python: PythonStacks::new(proc_root.clone(), frames.clone()),
-            php: PhpStacks::new(proc_root, frames),
+            php: PhpStacks::new(proc_root.clone(), frames.clone()),
+            ruby: RubyStacks::new(proc_root, frames),
         }
     }
 
@@ -40,12 +45,19 @@ impl Interpreters {
     /// since it was last told (a new read of the process): `Some(Some(config))` to read them,
     /// `Some(None)` to stop; `None` when nothing changed.
     pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
-        let python = self.python.config_update(info);
-        let php = self.php.config_update(info);
-        match (python, php) {
-            (Some(Some(config)), _) | (_, Some(Some(config))) => Some(Some(config)),
-            (python, php) => python.or(php),
-        }
+        let updates = [
+            self.python.config_update(info),
+            self.php.config_update(info),
+            self.ruby.config_update(info),
+        ];
+        // A runtime that reads the process wins over one that stops (the process ran
+        // another before an exec).
+        updates
+            .iter()
+            .find(|u| matches!(u, Some(Some(_))))
+            .or_else(|| updates.iter().find(|u| u.is_some()))
+            .copied()
+            .flatten()
     }
 
     /// The user stack of a sample of `info` (native frames, leaf first) with its interpreted
@@ -58,6 +70,8 @@ impl Interpreters {
     ) -> Vec<u64> {
         if self.python.reads(info.pid) {
             self.python.interleave(info, native, frames)
+        } else if self.ruby.reads(info.pid) {
+            self.ruby.interleave(info, native, frames)
         } else {
             self.php.interleave(info, native, frames)
         }
@@ -67,6 +81,7 @@ impl Interpreters {
     pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
         self.python.trim(&alive);
         self.php.trim(&alive);
+        self.ruby.trim(&alive);
     }
 
     /// The counters so far.
@@ -74,6 +89,7 @@ impl Interpreters {
         RuntimeStats {
             python: self.python.stats(),
             php: self.php.stats(),
+            ruby: self.ruby.stats(),
         }
     }
 }

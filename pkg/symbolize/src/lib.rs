@@ -17,7 +17,8 @@
 //!   (`.eh_frame`, `.debug_frame`; frame pointers where there is none) and says how the walk
 //!   ended ([`unwind::StackEnd`]).
 //! - [`Kallsyms`] reads `/proc/kallsyms` for kernel frames.
-//! - [`read_python_runtime`] and [`read_php_runtime`] recognize a CPython or PHP interpreter:
+//! - [`read_python_runtime`], [`read_php_runtime`] and [`read_ruby_runtime`] recognize a
+//!   CPython, PHP or Ruby interpreter:
 //!   its version, global state and evaluation loop.
 //! - [`demangle`] turns Rust (legacy and v0) and C++ names into readable ones.
 //! - [`Symbolizer`] caches parsed objects per [`ObjectKey`] (build id, else device and inode)
@@ -74,7 +75,9 @@ pub use elf::{
 };
 pub use error::Error;
 pub use kallsyms::Kallsyms;
-pub use runtime::{PhpRuntime, PythonRuntime, read_php_runtime, read_python_runtime};
+pub use runtime::{
+    InterpreterRuntime, PythonRuntime, read_php_runtime, read_python_runtime, read_ruby_runtime,
+};
 pub use symbolizer::{ObjectKey, Options, Stats, Symbolizer};
 
 /// One frame of a symbolized address. An address gives several when functions were inlined

@@ -3,7 +3,9 @@
 //! 3.11, its exact version as `Py_Version`; its evaluation loop is `_PyEval_EvalFrameDefault`.
 //! A PHP interpreter built without thread safety (the `php` CLI, `php-fpm`, Apache's
 //! `libphp.so`) exports `executor_globals` and its evaluation loop `execute_ex`, and says its
-//! version in its `X-Powered-By: PHP/8.2.x` header text.
+//! version in its `X-Powered-By: PHP/8.2.x` header text. A Ruby interpreter (`libruby-3.X.so`,
+//! or a `ruby` built statically) exports `ruby_current_vm_ptr`, the thread-local
+//! `ruby_current_ec`, its evaluation entry `rb_vm_exec` and its version as `ruby_version`.
 
 use std::fs::File;
 use std::ops::Range;
@@ -46,24 +48,26 @@ impl PythonRuntime {
     }
 }
 
-/// What a profiler needs of a PHP interpreter's object (the `php8.2` executable, `php-fpm8.2`
-/// or `libphp8.2.so`) to read its PHP frames: its version, where its executor's globals are,
-/// and which code is the evaluation loop. Addresses are the object's virtual addresses.
+/// What a profiler needs of a PHP or Ruby interpreter's object (`php8.2`, `php-fpm8.2`,
+/// `libphp8.2.so`; `libruby-3.1.so`) to read its frames: its version, where its global state
+/// is, and which code runs the interpreted frames. Addresses are the object's virtual
+/// addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PhpRuntime {
-    /// The version: `8.2.36`.
+pub struct InterpreterRuntime {
+    /// The version: `8.2.36`, `3.1.2`.
     pub version: String,
     /// Major and minor version (`(8, 2)`).
     pub major_minor: (u8, u8),
-    /// `executor_globals`: the executor's state, whose `current_execute_data` is the innermost
-    /// PHP frame running.
-    pub executor_globals: u64,
-    /// `execute_ex`: a native frame here is running PHP frames.
+    /// The global state the frames hang from: PHP's `executor_globals` (whose
+    /// `current_execute_data` is the innermost PHP frame), Ruby's `ruby_current_vm_ptr`.
+    pub state: u64,
+    /// PHP's `execute_ex`, Ruby's `rb_vm_exec`: a native frame here is running interpreted
+    /// frames.
     pub eval_loop: Vec<Range<u64>>,
     segments: Segments,
 }
 
-impl PhpRuntime {
+impl InterpreterRuntime {
     /// The virtual address of file offset `offset`, when a loadable segment holds it.
     pub fn vaddr_of_file_offset(&self, offset: u64) -> Option<u64> {
         self.segments.vaddr_of_file_offset(offset)
@@ -180,7 +184,7 @@ const PHP_VERSION_MARK: &[u8] = b"X-Powered-By: PHP/";
 /// cannot be read. Reads the dynamic symbol table (where PHP exports its engine's API for
 /// extensions, even from Debian's stripped executable) and the read-only data section for the
 /// version.
-pub fn read_php_runtime(file: &File, path: &Path) -> Result<Option<PhpRuntime>, Error> {
+pub fn read_php_runtime(file: &File, path: &Path) -> Result<Option<InterpreterRuntime>, Error> {
     let cache = ReadCache::new(file);
     let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
     let mut executor_globals = None;
@@ -210,10 +214,53 @@ pub fn read_php_runtime(file: &File, path: &Path) -> Result<Option<PhpRuntime>, 
     let Some(major_minor) = major_minor_of(&version) else {
         return Ok(None);
     };
-    Ok(Some(PhpRuntime {
+    Ok(Some(InterpreterRuntime {
         version,
         major_minor,
-        executor_globals,
+        state: executor_globals,
+        eval_loop,
+        segments: Segments::of(&obj),
+    }))
+}
+
+/// The Ruby interpreter an object holds (3.0 and later: its execution context a thread-local
+/// `ruby_current_ec`), or `None` when it holds none or its version cannot be read.
+pub fn read_ruby_runtime(file: &File, path: &Path) -> Result<Option<InterpreterRuntime>, Error> {
+    let cache = ReadCache::new(file);
+    let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
+    let (mut vm, mut version_at, mut tls_ec) = (None, None, false);
+    let mut eval_loop = Vec::new();
+    for symbol in obj.dynamic_symbols().filter(|s| !s.is_undefined()) {
+        match symbol.name().unwrap_or("") {
+            "ruby_current_vm_ptr" => vm = Some(symbol.address()),
+            "ruby_version" => version_at = Some(symbol.address()),
+            "ruby_current_ec" => tls_ec = symbol.kind() == object::SymbolKind::Tls,
+            "rb_vm_exec" => {
+                eval_loop.push(symbol.address()..symbol.address() + symbol.size().max(1));
+            }
+            _ => {}
+        }
+    }
+    let (Some(vm), Some(version_at), true) = (vm, version_at, tls_ec) else {
+        return Ok(None);
+    };
+    let version = obj
+        .sections()
+        .find(|s| version_at >= s.address() && version_at < s.address() + s.size())
+        .and_then(|s| s.data().ok().map(|d| (s.address(), d)))
+        .and_then(|(start, data)| {
+            let text = data.get((version_at - start) as usize..)?;
+            let text = &text[..text.iter().position(|&b| b == 0)?.min(16)];
+            std::str::from_utf8(text).ok().map(str::to_owned)
+        });
+    let Some((version, major_minor)) = version.and_then(|v| major_minor_of(&v).map(|mm| (v, mm)))
+    else {
+        return Ok(None);
+    };
+    Ok(Some(InterpreterRuntime {
+        version,
+        major_minor,
+        state: vm,
         eval_loop,
         segments: Segments::of(&obj),
     }))
@@ -342,13 +389,27 @@ mod tests {
             let found = read_php_runtime(&file, php).unwrap().unwrap();
             assert!(found.version.starts_with("8.2."), "{found:?}");
             assert_eq!(found.major_minor, (8, 2));
-            assert!(found.executor_globals != 0);
+            assert!(found.state != 0);
             assert_eq!(found.eval_loop.len(), 1, "{found:?}");
             assert!(found.in_eval_loop(found.eval_loop[0].start + 1));
         }
         let exe = std::env::current_exe().unwrap();
         let file = File::open(&exe).unwrap();
         assert_eq!(read_php_runtime(&file, &exe).unwrap(), None);
+    }
+
+    #[test]
+    fn debians_ruby_is_recognized() {
+        let ruby = Path::new("/usr/lib/x86_64-linux-gnu/libruby-3.1.so.3.1");
+        if let Ok(file) = File::open(ruby) {
+            let found = read_ruby_runtime(&file, ruby).unwrap().unwrap();
+            assert!(found.version.starts_with("3.1."), "{found:?}");
+            assert_eq!(found.major_minor, (3, 1));
+            assert!(found.state != 0 && !found.eval_loop.is_empty(), "{found:?}");
+        }
+        let exe = std::env::current_exe().unwrap();
+        let file = File::open(&exe).unwrap();
+        assert_eq!(read_ruby_runtime(&file, &exe).unwrap(), None);
     }
 
     /// python3.11-dbg's debug file for Debian's python3.11 names the loop's `.cold` part.

@@ -307,7 +307,7 @@ fn bpf_config(layout: &Layout, tss: u64, tsd_offset: u32) -> PyConfig {
         code_argcount: layout.code_argcount,
         code_firstlineno: layout.code_firstlineno,
         kind: VM_CPYTHON,
-        pad: 0,
+        ..PyConfig::default()
     }
 }
 

@@ -1,0 +1,638 @@
+//! Ruby frames: for each process running a Ruby whose layout the agent knows (3.1, Debian 12's),
+//! the BPF program reads the sampled thread's control frames at sample time: the thread's
+//! execution context is `ruby_current_ec`, a thread-local in libruby's static TLS block (found
+//! here once per process, [`find_tls_offset`]), and its control frames are an array from the
+//! current one to the end of the thread's VM stack, each naming its instruction sequence, the
+//! instruction it runs and its environment's flags. Here each (iseq, pc) becomes a named frame
+//! (the iseq's label, as Ruby's backtraces name it: `inner_hot`, `block in run`, `<main>`; its
+//! file; the line of the pc), and the Ruby frames take the place of the native `rb_vm_exec`
+//! frames that run them, split where Ruby entered the VM from C again (`VM_FRAME_FLAG_FINISH`).
+//! The facts used are in `ebpf/ruby.md`.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashMap;
+
+use crate::bpf::{INSTR_IN_BODY, PY_NO_CFRAME, PY_WINDOW_BYTES, PyConfig, PyFrameSample, VM_RUBY};
+use crate::interp::{FrameTable, InterpreterStats, Memory, Told, frame_address, place_calls};
+use crate::process::ProcessInfo;
+
+/// The name of a frame whose instruction sequence could not be read.
+const UNREADABLE_ISEQ: &str = "[ruby: unreadable iseq]";
+/// Instruction sequences remembered per process, and (iseq, pc) lines.
+const MAX_ISEQS_PER_PROCESS: usize = 16_384;
+const MAX_LINES_PER_PROCESS: usize = 65_536;
+/// Longest label or path read, in bytes; a longer one is cut.
+const MAX_STRING_BYTES: u64 = 1024;
+/// Bytes below the main thread's thread pointer searched for its execution context (libruby's
+/// static TLS block lies there, among the other initially loaded objects' blocks).
+const TLS_SEARCH_BYTES: u64 = 64 * 1024;
+
+/// `VM_FRAME_FLAG_FINISH`: the frame was entered by a new native call of the VM.
+const FRAME_FINISH: u32 = 0x0020;
+/// `VM_FRAME_FLAG_CFRAME`: a C method's frame (no instruction sequence).
+const FRAME_CFRAME: u32 = 0x0080;
+/// `VM_FRAME_MAGIC_MASK` and `VM_FRAME_MAGIC_DUMMY`: the VM's own placeholder frames.
+const FRAME_MAGIC_MASK: u32 = 0x7fff_0001;
+const FRAME_MAGIC_DUMMY: u32 = 0x7999_0001;
+
+/// `RUBY_T_MASK`, `T_STRING`, `T_ARRAY`.
+const T_MASK: u64 = 0x1f;
+const T_STRING: u64 = 0x05;
+const T_ARRAY: u64 = 0x07;
+/// `T_IMEMO`, and `imemo_iseq` of `enum imemo_type`.
+const T_IMEMO: u64 = 0x1a;
+const IMEMO_ISEQ: u64 = 7;
+
+/// Where a Ruby version keeps what the agent reads, in bytes from the start of each structure;
+/// from the version's headers (`vm_core.h`, `iseq.h`, `include/ruby/internal/core/*.h`), as
+/// `ebpf/ruby.md` shows.
+#[derive(Debug, PartialEq, Eq)]
+struct Layout {
+    /// `rb_vm_t.ractor.main_thread`; `rb_thread_t.ec` and `.thread_id` (its pthread_t: the
+    /// thread pointer).
+    vm_main_thread: u64,
+    thread_ec: u64,
+    thread_id: u64,
+    /// `rb_execution_context_t.vm_stack`, `.vm_stack_size` (words), `.cfp`.
+    ec_stack: u32,
+    ec_stack_size: u32,
+    ec_cfp: u32,
+    /// `sizeof(rb_control_frame_t)`, and its `pc`, `iseq` and `ep`.
+    cfp_size: u32,
+    cfp_pc: u32,
+    cfp_iseq: u32,
+    cfp_ep: u32,
+    /// `rb_iseq_t.body`.
+    iseq_body: u32,
+    /// `rb_iseq_constant_body`: `iseq_size`, `iseq_encoded`, `location.pathobj`,
+    /// `location.label`, `location.first_lineno`, `insns_info.body`, `.size`,
+    /// `.succ_index_table`.
+    body_iseq_size: u64,
+    body_iseq_encoded: u32,
+    body_pathobj: u64,
+    body_label: u64,
+    body_first_lineno: u64,
+    body_insns_info: u64,
+    body_insns_info_size: u64,
+    body_succ_index_table: u64,
+    /// `sizeof(struct iseq_insn_info_entry)`, whose `line_no` comes first.
+    insn_info_size: u64,
+    /// `RString`: the no-embed flag, the embedded length's bits, where embedded text starts,
+    /// and a heap string's `len` and `ptr`.
+    string_noembed: u64,
+    string_embed_len_mask: u64,
+    string_embed_len_shift: u32,
+    string_embed: u64,
+    string_heap_len: u64,
+    string_heap_ptr: u64,
+    /// `RArray`: the embed flag, the embedded length's bits, where embedded elements start,
+    /// and a heap array's `ptr`.
+    array_embed: u64,
+    array_embed_len_mask: u64,
+    array_embed_len_shift: u32,
+    array_embedded: u64,
+    array_heap_ptr: u64,
+}
+
+/// Ruby 3.1 on x86_64 (Debian 12's `libruby-3.1`): `offsetof` against its source built with
+/// Debian's `config.h` (`ebpf/ruby-probe/`).
+const RUBY_3_1: Layout = Layout {
+    vm_main_thread: 40,
+    thread_ec: 40,
+    thread_id: 80,
+    ec_stack: 0,
+    ec_stack_size: 8,
+    ec_cfp: 16,
+    cfp_size: 64,
+    cfp_pc: 0,
+    cfp_iseq: 16,
+    cfp_ep: 32,
+    iseq_body: 16,
+    body_iseq_size: 4,
+    body_iseq_encoded: 8,
+    body_pathobj: 64,
+    body_label: 80,
+    body_first_lineno: 88,
+    body_insns_info: 120,
+    body_insns_info_size: 136,
+    body_succ_index_table: 144,
+    insn_info_size: 12,
+    string_noembed: 0x2000,
+    string_embed_len_mask: 0x7c000,
+    string_embed_len_shift: 14,
+    string_embed: 16,
+    string_heap_len: 16,
+    string_heap_ptr: 24,
+    array_embed: 0x2000,
+    array_embed_len_mask: 0x18000,
+    array_embed_len_shift: 15,
+    array_embedded: 16,
+    array_heap_ptr: 32,
+};
+
+impl Layout {
+    /// The layout of Ruby `major.minor`, when known.
+    fn of(major_minor: (u8, u8)) -> Option<&'static Layout> {
+        match major_minor {
+            (3, 1) => Some(&RUBY_3_1),
+            _ => None,
+        }
+    }
+}
+
+/// What tells one instruction sequence from another that later took its address: its body
+/// pointer and its flags, combined as the BPF program does (`py_fingerprint`).
+fn fingerprint(body: u64, flags: u64) -> u64 {
+    body ^ flags.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// `IMMEDIATE_TABLE_SIZE` of iseq.c's succinct index table, and the bytes of its
+/// `succ_dict_block` (rank, small block ranks, 512 bits).
+const IMMEDIATE_TABLE_SIZE: u64 = 54;
+const SUCC_BLOCK_BYTES: u64 = 80;
+
+/// An instruction sequence (a method, block, class body or file) as read from the process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Iseq {
+    /// Its label, as Ruby's backtraces name it.
+    label: String,
+    /// Its file.
+    path: String,
+    first_line: u32,
+    fingerprint: u64,
+    iseq_size: u32,
+    insns_info: u64,
+    insns_info_size: u32,
+    succ_index_table: u64,
+}
+
+impl Iseq {
+    /// Reads the instruction sequence at `addr`; `None` when it cannot be read.
+    fn read(memory: &Memory, layout: &Layout, addr: u64) -> Option<Iseq> {
+        let flags = memory.u64(addr)?;
+        // An iseq is an imemo (T_IMEMO), of type imemo_iseq (bits 12 to 15).
+        if flags & T_MASK != T_IMEMO || (flags >> 12) & 0xf != IMEMO_ISEQ {
+            return None;
+        }
+        let body = memory.u64(addr + u64::from(layout.iseq_body))?;
+        let bytes = memory.bytes(body, layout.body_succ_index_table as usize + 8)?;
+        let at = |off: u64| -> Option<u64> {
+            Some(u64::from_ne_bytes(
+                bytes.get(off as usize..off as usize + 8)?.try_into().ok()?,
+            ))
+        };
+        let label = read_string(memory, layout, at(layout.body_label)?)?;
+        let path = read_path(memory, layout, at(layout.body_pathobj)?)?;
+        // A Fixnum: the value shifted left by one, tagged with 1.
+        let first_line = (at(layout.body_first_lineno)? >> 1) as u32;
+        Some(Iseq {
+            label,
+            path,
+            first_line,
+            fingerprint: fingerprint(body, flags),
+            iseq_size: at(layout.body_iseq_size)? as u32,
+            insns_info: at(layout.body_insns_info)?,
+            insns_info_size: at(layout.body_insns_info_size)? as u32,
+            succ_index_table: at(layout.body_succ_index_table)?,
+        })
+    }
+
+    /// The line of the instruction before `index` (a pc points past the instruction it runs,
+    /// as Ruby's `calc_lineno` reads it); the first line when it cannot be read.
+    fn line(&self, memory: &Memory, layout: &Layout, index: i32) -> u32 {
+        let Ok(n) = u32::try_from(index) else {
+            return self.first_line;
+        };
+        if n > self.iseq_size {
+            return self.first_line;
+        }
+        let pos = u64::from(n.saturating_sub(1));
+        let entry = match self.insns_info_size {
+            0 => None,
+            1 => Some(0),
+            size => succ_index_lookup(memory, self.succ_index_table, pos)
+                .and_then(|i| i.checked_sub(1))
+                .filter(|&i| i < u64::from(size)),
+        };
+        entry
+            .and_then(|i| memory.u32(self.insns_info + i * layout.insn_info_size))
+            .filter(|&line| line > 0)
+            .unwrap_or(self.first_line)
+    }
+}
+
+/// iseq.c's `succ_index_lookup`: how many positions of the table are at most `x`.
+fn succ_index_lookup(memory: &Memory, table: u64, x: u64) -> Option<u64> {
+    if x < IMMEDIATE_TABLE_SIZE {
+        let word = memory.u64(table + (x / 9) * 8)?;
+        return Some((word >> ((x % 9) * 7)) & 0x7f);
+    }
+    let x = x - IMMEDIATE_TABLE_SIZE;
+    let block = table + (IMMEDIATE_TABLE_SIZE / 9) * 8 + (x / 512) * SUCC_BLOCK_BYTES;
+    let bytes = memory.bytes(block, SUCC_BLOCK_BYTES as usize)?;
+    let u64_at = |off: usize| u64::from_ne_bytes(bytes[off..off + 8].try_into().expect("8 bytes"));
+    let rank = u64::from(u32::from_ne_bytes(bytes[0..4].try_into().ok()?));
+    let bit = x % 512;
+    let small = bit / 64;
+    let small_rank = if small == 0 {
+        0
+    } else {
+        (u64_at(8) >> ((small - 1) * 9)) & 0x1ff
+    };
+    let bits = u64_at(16 + small as usize * 8) << (63 - bit % 64);
+    Some(rank + small_rank + u64::from(bits.count_ones()))
+}
+
+/// A `String`'s text, cut at [`MAX_STRING_BYTES`].
+fn read_string(memory: &Memory, layout: &Layout, addr: u64) -> Option<String> {
+    let flags = memory.u64(addr)?;
+    if flags & T_MASK != T_STRING {
+        return None;
+    }
+    let (ptr, len) = if flags & layout.string_noembed != 0 {
+        (
+            memory.u64(addr + layout.string_heap_ptr)?,
+            memory.u64(addr + layout.string_heap_len)?,
+        )
+    } else {
+        (
+            addr + layout.string_embed,
+            (flags & layout.string_embed_len_mask) >> layout.string_embed_len_shift,
+        )
+    };
+    let bytes = memory.bytes(ptr, len.min(MAX_STRING_BYTES) as usize)?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// An iseq's path: its `pathobj`, a `String`, or an `Array` `[path, realpath]`.
+fn read_path(memory: &Memory, layout: &Layout, addr: u64) -> Option<String> {
+    let flags = memory.u64(addr)?;
+    if flags & T_MASK != T_ARRAY {
+        return read_string(memory, layout, addr);
+    }
+    let first = if flags & layout.array_embed != 0 {
+        if (flags & layout.array_embed_len_mask) >> layout.array_embed_len_shift == 0 {
+            return None;
+        }
+        memory.u64(addr + layout.array_embedded)?
+    } else {
+        memory.u64(memory.u64(addr + layout.array_heap_ptr)?)?
+    };
+    read_string(memory, layout, first)
+}
+
+/// A sampled frame, named: its frame id, or `None` for a frame of no Ruby code (a C method's,
+/// the VM's placeholders), and whether it began a native call of the VM.
+type Named = (Option<u32>, bool);
+
+/// A Ruby process whose frames are read.
+#[derive(Debug)]
+struct Process {
+    layout: &'static Layout,
+    memory: Memory,
+    iseqs: FxHashMap<u64, Option<Arc<Iseq>>>,
+    lines: FxHashMap<(u64, u64, i32), u32>,
+}
+
+impl Process {
+    /// The frame id of a sampled Ruby frame (`None`: no Ruby code).
+    fn name(
+        &mut self,
+        frames: &mut FrameTable,
+        f: &PyFrameSample,
+        stats: &mut InterpreterStats,
+    ) -> Named {
+        let finish = f.marker & FRAME_FINISH != 0;
+        if f.code == 0
+            || f.marker & FRAME_CFRAME != 0
+            || f.marker & FRAME_MAGIC_MASK == FRAME_MAGIC_DUMMY
+        {
+            return (None, finish);
+        }
+        stats.frames += 1;
+        let key = (f.code, f.fingerprint, f.index);
+        if let Some(&id) = self.lines.get(&key) {
+            return (Some(id), finish);
+        }
+        let fresh = |iseq: &Option<Arc<Iseq>>| {
+            iseq.as_ref()
+                .is_some_and(|i| i.fingerprint == f.fingerprint)
+        };
+        if !self.iseqs.get(&f.code).is_some_and(fresh) {
+            if self.iseqs.len() >= MAX_ISEQS_PER_PROCESS {
+                self.iseqs.clear();
+            }
+            let iseq = Iseq::read(&self.memory, self.layout, f.code).map(Arc::new);
+            self.iseqs.insert(f.code, iseq);
+        }
+        let id = match &self.iseqs[&f.code] {
+            Some(iseq) if iseq.fingerprint == f.fingerprint => {
+                let line = iseq.line(&self.memory, self.layout, f.index);
+                frames.intern(&iseq.label, &iseq.path, line)
+            }
+            _ => {
+                stats.unreadable_frames += 1;
+                return (Some(frames.intern(UNREADABLE_ISEQ, "", 0)), finish);
+            }
+        };
+        if self.lines.len() >= MAX_LINES_PER_PROCESS {
+            self.lines.clear();
+        }
+        self.lines.insert(key, id);
+        (Some(id), finish)
+    }
+}
+
+/// The Ruby side of the sampling thread: per process, what the BPF program was told and the
+/// instruction sequences read.
+#[derive(Debug)]
+pub(crate) struct RubyStacks {
+    proc_root: PathBuf,
+    frames: Arc<Mutex<FrameTable>>,
+    processes: Told<Process>,
+    stats: InterpreterStats,
+}
+
+impl RubyStacks {
+    /// Reads processes under `proc_root` (normally `/proc`) and names frames into `frames`.
+    pub fn new(proc_root: impl Into<PathBuf>, frames: Arc<Mutex<FrameTable>>) -> RubyStacks {
+        RubyStacks {
+            proc_root: proc_root.into(),
+            frames,
+            processes: Told::default(),
+            stats: InterpreterStats::default(),
+        }
+    }
+
+    /// What the BPF program must be told of `info`'s Ruby frames, when that changed since it
+    /// was last told: `Some(Some(config))` to read them, `Some(None)` to stop; `None` when
+    /// nothing changed.
+    pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
+        let proc_root = &self.proc_root;
+        self.processes
+            .update(info, |info| Self::prepare(proc_root, info))
+    }
+
+    fn prepare(proc_root: &Path, info: &ProcessInfo) -> Option<(Process, PyConfig)> {
+        let (mapping, ruby) = info.ruby()?;
+        let Some(layout) = Layout::of(ruby.major_minor) else {
+            tracing::debug!(
+                pid = info.pid,
+                version = %ruby.version,
+                "no Ruby frames: this Ruby version's layout is not known (3.1 is)"
+            );
+            return None;
+        };
+        let bias = mapping
+            .start
+            .checked_sub(ruby.vaddr_of_file_offset(mapping.offset)?)?;
+        let vm_ptr = ruby.state.checked_add(bias)?;
+        let memory = match Memory::open(proc_root, info.pid) {
+            Ok(memory) => memory,
+            Err(e) => {
+                tracing::debug!(pid = info.pid, error = %e, "no Ruby frames: cannot read the process's memory");
+                return None;
+            }
+        };
+        let Some(tls_offset) = find_tls_offset(&memory, layout, vm_ptr) else {
+            tracing::debug!(
+                pid = info.pid,
+                version = %ruby.version,
+                "no Ruby frames: the main thread's execution context was not found below its \
+                 thread pointer (the VM not started yet, or another C library)"
+            );
+            return None;
+        };
+        let process = Process {
+            layout,
+            memory,
+            iseqs: FxHashMap::default(),
+            lines: FxHashMap::default(),
+        };
+        Some((process, bpf_config(layout, tls_offset)))
+    }
+
+    /// Whether it reads `pid`'s Ruby frames.
+    pub fn reads(&self, pid: u32) -> bool {
+        self.processes.reads(pid)
+    }
+
+    /// The user stack of a sample of `info` (native frames, leaf first) with its Ruby frames
+    /// (innermost first) in the place of the native `rb_vm_exec` frames that run them.
+    pub fn interleave(
+        &mut self,
+        info: &ProcessInfo,
+        native: Vec<u64>,
+        ruby: &[PyFrameSample],
+    ) -> Vec<u64> {
+        let Some(process) = self.processes.get_mut(info.pid) else {
+            return native;
+        };
+        self.stats.stacks += 1;
+        let mut frames = self.frames.lock().expect("frame table lock");
+        let named: Vec<Named> = ruby
+            .iter()
+            .map(|f| process.name(&mut frames, f, &mut self.stats))
+            .collect();
+        self.stats.frames_held = frames.len() as u64;
+        drop(frames);
+        let (out, unplaced) = place_calls(native, split_into_calls(&named), |i, addr| {
+            // A return address is one past its call instruction.
+            let pc = if i == 0 { addr } else { addr.wrapping_sub(1) };
+            info.in_eval_loop(pc)
+        });
+        self.stats.unplaced_frames += unplaced as u64;
+        out
+    }
+
+    /// Forgets processes `alive` says are gone.
+    pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
+        self.processes.trim(alive);
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> InterpreterStats {
+        InterpreterStats {
+            processes: self.processes.len() as u64,
+            ..self.stats
+        }
+    }
+}
+
+/// Where a thread's `ruby_current_ec` is, as bytes below its thread pointer: found by looking
+/// below the main thread's thread pointer (its `pthread_t`) for the main thread's execution
+/// context, whose address the VM also keeps (`ruby_current_vm_ptr` → main thread → `ec`). The
+/// offset is the same for every thread (static TLS). `None` when the VM has no main thread yet
+/// or the context is not there.
+fn find_tls_offset(memory: &Memory, layout: &Layout, vm_ptr: u64) -> Option<u32> {
+    let vm = memory.u64(vm_ptr).filter(|&v| v != 0)?;
+    let main_thread = memory.u64(vm + layout.vm_main_thread).filter(|&t| t != 0)?;
+    let ec = memory
+        .u64(main_thread + layout.thread_ec)
+        .filter(|&e| e != 0)?;
+    let tp = memory
+        .u64(main_thread + layout.thread_id)
+        .filter(|&t| t != 0)?;
+    // A page at a time, downwards: the first word that holds `ec` is the nearest block's.
+    let page = 4096u64;
+    let mut end = tp;
+    while tp - end < TLS_SEARCH_BYTES {
+        let start = (end - 1) & !(page - 1);
+        let bytes = memory.bytes(start, (end - start) as usize)?;
+        if let Some(i) = bytes
+            .chunks_exact(8)
+            .rposition(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")) == ec)
+        {
+            return u32::try_from(tp - (start + i as u64 * 8)).ok();
+        }
+        end = start;
+    }
+    None
+}
+
+/// The sampled Ruby frames (innermost first: frame id or none, whether it began a native call
+/// of the VM) as the frames of each native `rb_vm_exec` call, innermost call first.
+fn split_into_calls(frames: &[Named]) -> Vec<Vec<u64>> {
+    let mut calls: Vec<Vec<u64>> = Vec::new();
+    let mut call: Vec<u64> = Vec::new();
+    for &(id, finish) in frames {
+        if let Some(id) = id {
+            call.push(frame_address(id));
+        }
+        if finish && !call.is_empty() {
+            calls.push(std::mem::take(&mut call));
+        }
+    }
+    if !call.is_empty() {
+        calls.push(call);
+    }
+    calls
+}
+
+/// What the BPF program needs to read frames of `layout`'s version, each thread's execution
+/// context `tls_offset` bytes below its thread pointer.
+fn bpf_config(layout: &Layout, tls_offset: u32) -> PyConfig {
+    let window = layout.cfp_pc.min(layout.cfp_iseq).min(layout.cfp_ep);
+    let end = layout.cfp_pc.max(layout.cfp_iseq).max(layout.cfp_ep) + 8;
+    PyConfig {
+        tss: 0,
+        tsd_offset: tls_offset,
+        tstate_frame: layout.ec_cfp,
+        cframe_frame: PY_NO_CFRAME,
+        frame_window: window,
+        window_len: (end - window).next_multiple_of(8),
+        window_code: layout.cfp_iseq - window,
+        window_previous: PY_WINDOW_BYTES,
+        window_instr: layout.cfp_pc - window,
+        window_marker: layout.cfp_ep - window,
+        instr_mode: INSTR_IN_BODY,
+        // VALUE-sized instructions.
+        instr_shift: 3,
+        code_bytecode: layout.body_iseq_encoded,
+        // The fingerprint: the body pointer, and the 8 bytes of flags ending at 8.
+        code_argcount: layout.iseq_body,
+        code_firstlineno: 4,
+        kind: VM_RUBY,
+        frame_stride: layout.cfp_size,
+        code_body: layout.iseq_body,
+        ec_stack: layout.ec_stack,
+        ec_stack_size: layout.ec_stack_size,
+        marker_indirect: 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calls_end_where_ruby_entered_the_vm_from_c() {
+        // A block called back from C (`each`) ← the C method ← its caller ← <main>.
+        let frames = [
+            (Some(1), true),
+            (None, false),
+            (Some(2), false),
+            (Some(3), true),
+            (None, true),
+        ];
+        assert_eq!(
+            split_into_calls(&frames),
+            [
+                vec![frame_address(1)],
+                vec![frame_address(2), frame_address(3)]
+            ]
+        );
+    }
+
+    #[test]
+    fn the_config_reads_control_frames_as_an_array() {
+        let c = bpf_config(&RUBY_3_1, 0x48);
+        assert_eq!((c.frame_window, c.window_len), (0, 40));
+        assert_eq!(
+            (c.window_code, c.window_instr, c.window_marker),
+            (16, 0, 32)
+        );
+        assert_eq!((c.frame_stride, c.kind, c.tsd_offset), (64, VM_RUBY, 0x48));
+        assert!(c.window_len <= PY_WINDOW_BYTES);
+    }
+
+    /// A string, an array and a succinct index table forged in this process's own memory,
+    /// read through `/proc/self/mem` as a Ruby process's are.
+    #[test]
+    fn strings_paths_and_line_tables_read_as_ruby_lays_them_out() {
+        let memory = Memory::open(Path::new("/proc"), std::process::id()).unwrap();
+        let layout = &RUBY_3_1;
+        // An embedded string of 5 bytes.
+        let mut embedded = [0u64; 4];
+        embedded[0] = T_STRING | (5 << layout.string_embed_len_shift);
+        let text = b"hello\0\0\0";
+        embedded[2] = u64::from_ne_bytes(*text);
+        let addr = embedded.as_ptr() as u64;
+        assert_eq!(read_string(&memory, layout, addr).as_deref(), Some("hello"));
+        // A heap string claiming 2^40 bytes: cut.
+        let long = vec![b'x'; 2048];
+        let heap = [
+            T_STRING | layout.string_noembed,
+            0,
+            1 << 40,
+            long.as_ptr() as u64,
+        ];
+        let read = read_string(&memory, layout, heap.as_ptr() as u64).unwrap();
+        assert_eq!(read.len(), MAX_STRING_BYTES as usize);
+        // An array [path, realpath], embedded.
+        let array = [
+            T_ARRAY | layout.array_embed | (2 << layout.array_embed_len_shift),
+            0,
+            addr,
+            addr,
+        ];
+        assert_eq!(
+            read_path(&memory, layout, array.as_ptr() as u64).as_deref(),
+            Some("hello")
+        );
+        // Not a string: refused.
+        let other = [0x1au64, 0, 0, 0];
+        assert_eq!(read_string(&memory, layout, other.as_ptr() as u64), None);
+        // The succinct table of positions {0, 3, 60}: ranks in the immediate part, and a
+        // bit in the first block past it.
+        let mut table = vec![0u64; 6 + 10];
+        let imm = |x: u64, rank: u64, table: &mut Vec<u64>| {
+            table[(x / 9) as usize] |= rank << ((x % 9) * 7);
+        };
+        for x in 0..54u64 {
+            imm(x, 1 + u64::from(x >= 3), &mut table);
+        }
+        // Block 0: rank 2 before it, bit 6 (60 − 54) set.
+        table[6] = 2;
+        table[8] = 1 << 6;
+        let t = table.as_ptr() as u64;
+        assert_eq!(succ_index_lookup(&memory, t, 0), Some(1));
+        assert_eq!(succ_index_lookup(&memory, t, 2), Some(1));
+        assert_eq!(succ_index_lookup(&memory, t, 3), Some(2));
+        assert_eq!(succ_index_lookup(&memory, t, 59), Some(2));
+        assert_eq!(succ_index_lookup(&memory, t, 60), Some(3));
+        assert_eq!(succ_index_lookup(&memory, t, 100), Some(3));
+    }
+}

@@ -1,0 +1,108 @@
+//! The agent on Ruby programs (Debian's `ruby`, 3.1): Ruby frames (the iseq's label as Ruby's
+//! backtraces name it, file, line) read at sample time from each thread's execution context and
+//! placed among the native frames, for a long-running script and one that starts and exits
+//! inside the window; and the runtime labels. The programs are in `tests/targets/ruby/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::agent::{Agent, can_run, label};
+use crate::agent_php::share_holds;
+use crate::agent_python::{SampleFrame, window_with_a_short_process};
+use crate::server_harness::Process;
+
+/// Debian's Ruby (the `ruby3.1` executable beside `libruby-3.1.so`).
+const RUBY: &str = "/usr/bin/ruby";
+
+fn program(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("targets/ruby")
+        .join(name)
+}
+
+/// The line number of the first line of `program` that contains `text`.
+fn line_of(program_name: &str, text: &str) -> i64 {
+    let source = std::fs::read_to_string(program(program_name)).unwrap();
+    source
+        .lines()
+        .position(|l| l.contains(text))
+        .unwrap_or_else(|| panic!("no {text:?} in {program_name}")) as i64
+        + 1
+}
+
+/// A Ruby frame: no mapping (it is no machine code), a script's file.
+fn is_ruby(f: &SampleFrame) -> bool {
+    f.mapping.is_empty() && f.file.ends_with(".rb")
+}
+
+/// Whether a sample of `chain.rb` shows inner_hot ← middle_step ← outer_loop ← <main> of
+/// chain.rb with the lines of the calls, placed among native frames: the VM's own frames below
+/// <main>, and no `rb_vm_exec` frame left where Ruby frames should be.
+fn chain_shown(frames: &[SampleFrame]) -> bool {
+    let ruby: Vec<&SampleFrame> = frames.iter().filter(|f| is_ruby(f)).collect();
+    let names: Vec<&str> = ruby.iter().map(|f| f.function.as_str()).collect();
+    let inner = line_of("chain.rb", "def inner_hot")..=line_of("chain.rb", "i += 1") + 2;
+    let main = frames.iter().position(|f| f.function == "<main>");
+    names == ["inner_hot", "middle_step", "outer_loop", "<main>"]
+        && inner.contains(&ruby[0].line)
+        && ruby[1].line == line_of("chain.rb", "    inner_hot(n)")
+        && ruby[2].line == line_of("chain.rb", "worker.middle_step(20000)")
+        && ruby[3].line == line_of("chain.rb", "outer_loop(ARGV")
+        && main.is_some_and(|m| frames[m + 1..].iter().any(|f| !f.mapping.is_empty()))
+        && !frames.iter().any(|f| f.function == "rb_vm_exec")
+}
+
+/// Ruby frames in place of the VM's `rb_vm_exec`, with files and lines, on Debian's Ruby (at
+/// least 80% of samples show the whole chain right), also for a process that starts and exits
+/// inside the window; each sample labelled with the runtime and its version.
+#[test]
+fn agent_shows_ruby_frames_with_files_and_lines() {
+    let _exclusive = crate::support::exclusive();
+    let test = "agent_shows_ruby_frames_with_files_and_lines";
+    if !can_run(test) {
+        return;
+    }
+    if !Path::new(RUBY).exists() {
+        return crate::server_harness::skip(test, "no /usr/bin/ruby (apt-get install ruby)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(RUBY);
+    command.arg(program("chain.rb")).arg("240");
+    let long = Process::start("ruby chain.rb", command, &dir.path().join("ruby.log"));
+    let agent = Agent::start(dir.path(), &[]);
+    let version = Command::new(RUBY)
+        .args(["-e", "print RUBY_VERSION"])
+        .output()
+        .expect("ruby version");
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    window_with_a_short_process(
+        &agent,
+        "a window in which both Ruby processes show the chain",
+        || {
+            let mut short = Command::new(RUBY);
+            short.arg(program("chain.rb")).arg("3");
+            short
+        },
+        |p, short_pid| {
+            share_holds(p, "ruby chain.rb", long.pid(), 0.8, chain_shown)?;
+            let pid = long.pid().to_string();
+            for s in p
+                .sample
+                .iter()
+                .filter(|s| label(p, s, "pid") == Some(pid.as_str()))
+            {
+                assert_eq!(label(p, s, "runtime"), Some("ruby"));
+                assert_eq!(label(p, s, "runtime_version"), Some(version.as_str()));
+            }
+            // Its first samples come before the agent has read the process (no Ruby frames
+            // yet).
+            share_holds(
+                p,
+                "ruby exited within the window",
+                short_pid,
+                0.6,
+                chain_shown,
+            )
+        },
+    );
+}
