@@ -106,3 +106,56 @@ fn agent_shows_ruby_frames_with_files_and_lines() {
         },
     );
 }
+
+/// Ruby code called back from a C method: the block's frames sit above the native frames that
+/// called it (`rb_yield`, `rb_ary_each`), which sit above the Ruby method that called `each`.
+#[test]
+fn agent_places_ruby_blocks_above_the_c_methods_that_call_them() {
+    let _exclusive = crate::support::exclusive();
+    let test = "agent_places_ruby_blocks_above_the_c_methods_that_call_them";
+    if !can_run(test) {
+        return;
+    }
+    if !Path::new(RUBY).exists() {
+        return crate::server_harness::skip(test, "no /usr/bin/ruby (apt-get install ruby)");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = Command::new(RUBY);
+    command.arg(program("blocks.rb")).arg("120");
+    let target = Process::start("ruby blocks.rb", command, &dir.path().join("ruby.log"));
+    let agent = Agent::start(dir.path(), &[]);
+    let placed = |frames: &[SampleFrame]| {
+        let ruby: Vec<&str> = frames
+            .iter()
+            .filter(|f| is_ruby(f))
+            .map(|f| f.function.as_str())
+            .collect();
+        let outer = [
+            "hash_leaf",
+            "block in via_each",
+            "via_each",
+            "run",
+            "<main>",
+        ];
+        let at = |name: &str| frames.iter().position(|f| f.function == name);
+        ruby.ends_with(&outer)
+            && ruby.len() <= outer.len() + 1
+            && at("block in via_each")
+                .zip(at("via_each"))
+                .is_some_and(|(block, caller)| {
+                    frames[block + 1..caller]
+                        .iter()
+                        .any(|f| !f.mapping.is_empty())
+                })
+            && !frames.iter().any(|f| f.function == "rb_vm_exec")
+    };
+    crate::server_harness::poll(
+        "a window in which the blocks are placed",
+        std::time::Duration::from_secs(120),
+        std::time::Duration::ZERO,
+        || {
+            let p = agent.profile("seconds=5");
+            share_holds(&p, "ruby blocks.rb", target.pid(), 0.8, placed)
+        },
+    );
+}
