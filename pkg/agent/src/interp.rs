@@ -11,12 +11,13 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use parca_symbolize::Frame;
 use rustc_hash::FxHashMap;
 
-use crate::bpf::PyConfig;
+use crate::bpf::{PyConfig, PyFrameSample};
 use crate::process::ProcessInfo;
 
 /// Distinct interpreted frames (function, file, line) held; past it, new ones are named
@@ -96,10 +97,106 @@ pub struct InterpreterStats {
     pub frames_held: u64,
 }
 
+/// One interpreter's way of reading its processes' frames (`python::CPython`, `php::Php`,
+/// `ruby::Ruby`); [`Stacks`] does the rest the same way for each.
+pub(crate) trait Runtime {
+    /// What it keeps per process whose frames are read (its memory, what it has named).
+    type Process: std::fmt::Debug;
+
+    /// Whether `info` runs this interpreter, in a version it reads: its state, and what the
+    /// BPF program is told.
+    fn prepare(proc_root: &Path, info: &ProcessInfo) -> Option<(Self::Process, PyConfig)>;
+
+    /// The sampled frames (innermost first), named into `frames`, as the frames of each native
+    /// call of the evaluation loop, innermost call first (frames of no code left out).
+    fn calls(
+        process: &mut Self::Process,
+        frames: &mut FrameTable,
+        sampled: &[PyFrameSample],
+        stats: &mut InterpreterStats,
+    ) -> Vec<Vec<u64>>;
+}
+
+/// One runtime's side of the sampling thread: per process, what the BPF program was told and
+/// what the runtime read of it.
+#[derive(Debug)]
+pub(crate) struct Stacks<R: Runtime> {
+    proc_root: PathBuf,
+    frames: Arc<Mutex<FrameTable>>,
+    processes: Told<R::Process>,
+    stats: InterpreterStats,
+}
+
+impl<R: Runtime> Stacks<R> {
+    /// Reads processes under `proc_root` (normally `/proc`) and names frames into `frames`.
+    pub fn new(proc_root: impl Into<PathBuf>, frames: Arc<Mutex<FrameTable>>) -> Stacks<R> {
+        Stacks {
+            proc_root: proc_root.into(),
+            frames,
+            processes: Told::default(),
+            stats: InterpreterStats::default(),
+        }
+    }
+
+    /// What the BPF program must be told of `info`'s frames, when that changed since it was
+    /// last told (a new read of the process): `Some(Some(config))` to read them, `Some(None)`
+    /// to stop; `None` when nothing changed.
+    pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
+        let proc_root = &self.proc_root;
+        self.processes
+            .update(info, |info| R::prepare(proc_root, info))
+    }
+
+    /// Whether it reads `pid`'s frames.
+    pub fn reads(&self, pid: u32) -> bool {
+        self.processes.reads(pid)
+    }
+
+    /// The user stack of a sample of `info` (native frames, leaf first) with its interpreted
+    /// frames (`sampled`, innermost first) in the place of the native evaluation frames that
+    /// run them. Frames left over (the native walk ended early, or missed an evaluation frame)
+    /// go below the last evaluation frame found, or at the bottom.
+    pub fn interleave(
+        &mut self,
+        info: &ProcessInfo,
+        native: Vec<u64>,
+        sampled: &[PyFrameSample],
+    ) -> Vec<u64> {
+        let Some(process) = self.processes.get_mut(info.pid) else {
+            return native;
+        };
+        self.stats.stacks += 1;
+        let mut frames = self.frames.lock().expect("frame table lock");
+        let calls = R::calls(process, &mut frames, sampled, &mut self.stats);
+        self.stats.frames_held = frames.len() as u64;
+        drop(frames);
+        let (out, unplaced) = place_calls(native, calls, |i, addr| {
+            // A return address is one past its call instruction.
+            let pc = if i == 0 { addr } else { addr.wrapping_sub(1) };
+            info.in_eval_loop(pc)
+        });
+        self.stats.unplaced_frames += unplaced as u64;
+        out
+    }
+
+    /// Forgets processes `alive` says are gone.
+    pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
+        self.processes.trim(alive);
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> InterpreterStats {
+        InterpreterStats {
+            processes: self.processes.len() as u64,
+            ..self.stats
+        }
+    }
+}
+
 /// A runtime's processes: per process, the read of it ([`ProcessInfo::read_no`]) the BPF
 /// program was told about, and the runtime's own state `P` of those whose frames are read.
 #[derive(Debug)]
-pub(crate) struct Told<P> {
+struct Told<P> {
     told: FxHashMap<u32, u64>,
     processes: FxHashMap<u32, P>,
 }

@@ -7,13 +7,13 @@
 //! place of the native `execute_ex` frames that run them, as [`crate::python`] does for CPython.
 //! The facts used are in `ebpf/php.md`.
 
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
 use crate::bpf::{INSTR_IN_ARRAY, PY_NO_CFRAME, PyConfig, PyFrameSample, VM_PHP};
-use crate::interp::{FrameTable, InterpreterStats, Memory, Told, frame_address, place_calls};
+use crate::interp::{FrameTable, InterpreterStats, Memory, Runtime, Stacks, frame_address};
 use crate::process::ProcessInfo;
 
 /// The name of a frame whose function could not be read (the process exited, or the memory
@@ -252,7 +252,7 @@ fn read_string(memory: &Memory, layout: &Layout, addr: u64) -> Option<String> {
 
 /// A PHP process whose frames are read.
 #[derive(Debug)]
-struct Process {
+pub(crate) struct Process {
     layout: &'static Layout,
     memory: Memory,
     /// Functions by address (a user function checked against the sample's fingerprint:
@@ -314,37 +314,17 @@ impl Process {
     }
 }
 
-/// The PHP side of the sampling thread: per process, what the BPF program was told and the
-/// functions read.
+/// PHP's way of reading its processes' frames, for [`Stacks`].
 #[derive(Debug)]
-pub(crate) struct PhpStacks {
-    proc_root: PathBuf,
-    frames: Arc<Mutex<FrameTable>>,
-    processes: Told<Process>,
-    stats: InterpreterStats,
-}
+pub(crate) struct Php;
 
-impl PhpStacks {
-    /// Reads processes under `proc_root` (normally `/proc`) and names frames into `frames`.
-    pub fn new(proc_root: impl Into<PathBuf>, frames: Arc<Mutex<FrameTable>>) -> PhpStacks {
-        PhpStacks {
-            proc_root: proc_root.into(),
-            frames,
-            processes: Told::default(),
-            stats: InterpreterStats::default(),
-        }
-    }
+/// The PHP side of the sampling thread.
+pub(crate) type PhpStacks = Stacks<Php>;
 
-    /// What the BPF program must be told of `info`'s PHP frames, when that changed since it
-    /// was last told (a new read of the process): `Some(Some(config))` to read them,
-    /// `Some(None)` to stop; `None` when nothing changed.
-    pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
-        let proc_root = &self.proc_root;
-        self.processes
-            .update(info, |info| Self::prepare(proc_root, info))
-    }
+impl Runtime for Php {
+    type Process = Process;
 
-    fn prepare(proc_root: &std::path::Path, info: &ProcessInfo) -> Option<(Process, PyConfig)> {
+    fn prepare(proc_root: &Path, info: &ProcessInfo) -> Option<(Process, PyConfig)> {
         let (mapping, php) = info.php()?;
         let Some(layout) = Layout::of(php.major_minor) else {
             tracing::debug!(
@@ -383,49 +363,20 @@ impl PhpStacks {
         Some((process, bpf_config(layout, globals)))
     }
 
-    /// The user stack of a sample of `info` (native frames, leaf first) with its PHP frames
-    /// (`php`, innermost first) in the place of the native `execute_ex` frames that run them.
-    /// PHP frames left over go below the last `execute_ex` frame found, or at the bottom.
-    pub fn interleave(
-        &mut self,
-        info: &ProcessInfo,
-        native: Vec<u64>,
-        php: &[PyFrameSample],
-    ) -> Vec<u64> {
-        let Some(process) = self.processes.get_mut(info.pid) else {
-            return native;
-        };
-        self.stats.stacks += 1;
-        let mut frames = self.frames.lock().expect("frame table lock");
-        let named: Vec<(u64, bool, u32)> = php
+    fn calls(
+        process: &mut Process,
+        frames: &mut FrameTable,
+        sampled: &[PyFrameSample],
+        stats: &mut InterpreterStats,
+    ) -> Vec<Vec<u64>> {
+        let named: Vec<(u64, bool, u32)> = sampled
             .iter()
             .map(|f| {
-                let (id, user) = process.name(&mut frames, f, &mut self.stats);
+                let (id, user) = process.name(frames, f, stats);
                 (frame_address(id), user, f.marker)
             })
             .collect();
-        self.stats.frames_held = frames.len() as u64;
-        drop(frames);
-        let (out, unplaced) = place_calls(native, split_into_calls(&named), |i, addr| {
-            // A return address is one past its call instruction.
-            let pc = if i == 0 { addr } else { addr.wrapping_sub(1) };
-            info.in_eval_loop(pc)
-        });
-        self.stats.unplaced_frames += unplaced as u64;
-        out
-    }
-
-    /// Forgets processes `alive` says are gone.
-    pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
-        self.processes.trim(alive);
-    }
-
-    /// The counters so far.
-    pub fn stats(&self) -> InterpreterStats {
-        InterpreterStats {
-            processes: self.processes.len() as u64,
-            ..self.stats
-        }
+        split_into_calls(&named)
     }
 }
 

@@ -9,13 +9,13 @@
 //! frames that run them, split where Ruby entered the VM from C again (`VM_FRAME_FLAG_FINISH`).
 //! The facts used are in `ebpf/ruby.md`.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
 use crate::bpf::{INSTR_IN_BODY, PY_NO_CFRAME, PY_WINDOW_BYTES, PyConfig, PyFrameSample, VM_RUBY};
-use crate::interp::{FrameTable, InterpreterStats, Memory, Told, frame_address, place_calls};
+use crate::interp::{FrameTable, InterpreterStats, Memory, Runtime, Stacks, frame_address};
 use crate::process::ProcessInfo;
 
 /// The name of a frame whose instruction sequence could not be read.
@@ -289,7 +289,7 @@ type Named = (Option<u32>, bool);
 
 /// A Ruby process whose frames are read.
 #[derive(Debug)]
-struct Process {
+pub(crate) struct Process {
     layout: &'static Layout,
     memory: Memory,
     iseqs: FxHashMap<u64, Option<Arc<Iseq>>>,
@@ -345,35 +345,15 @@ impl Process {
     }
 }
 
-/// The Ruby side of the sampling thread: per process, what the BPF program was told and the
-/// instruction sequences read.
+/// Ruby's way of reading its processes' frames, for [`Stacks`].
 #[derive(Debug)]
-pub(crate) struct RubyStacks {
-    proc_root: PathBuf,
-    frames: Arc<Mutex<FrameTable>>,
-    processes: Told<Process>,
-    stats: InterpreterStats,
-}
+pub(crate) struct Ruby;
 
-impl RubyStacks {
-    /// Reads processes under `proc_root` (normally `/proc`) and names frames into `frames`.
-    pub fn new(proc_root: impl Into<PathBuf>, frames: Arc<Mutex<FrameTable>>) -> RubyStacks {
-        RubyStacks {
-            proc_root: proc_root.into(),
-            frames,
-            processes: Told::default(),
-            stats: InterpreterStats::default(),
-        }
-    }
+/// The Ruby side of the sampling thread.
+pub(crate) type RubyStacks = Stacks<Ruby>;
 
-    /// What the BPF program must be told of `info`'s Ruby frames, when that changed since it
-    /// was last told: `Some(Some(config))` to read them, `Some(None)` to stop; `None` when
-    /// nothing changed.
-    pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
-        let proc_root = &self.proc_root;
-        self.processes
-            .update(info, |info| Self::prepare(proc_root, info))
-    }
+impl Runtime for Ruby {
+    type Process = Process;
 
     fn prepare(proc_root: &Path, info: &ProcessInfo) -> Option<(Process, PyConfig)> {
         let (mapping, ruby) = info.ruby()?;
@@ -414,50 +394,17 @@ impl RubyStacks {
         Some((process, bpf_config(layout, tls_offset)))
     }
 
-    /// Whether it reads `pid`'s Ruby frames.
-    pub fn reads(&self, pid: u32) -> bool {
-        self.processes.reads(pid)
-    }
-
-    /// The user stack of a sample of `info` (native frames, leaf first) with its Ruby frames
-    /// (innermost first) in the place of the native `rb_vm_exec` frames that run them.
-    pub fn interleave(
-        &mut self,
-        info: &ProcessInfo,
-        native: Vec<u64>,
-        ruby: &[PyFrameSample],
-    ) -> Vec<u64> {
-        let Some(process) = self.processes.get_mut(info.pid) else {
-            return native;
-        };
-        self.stats.stacks += 1;
-        let mut frames = self.frames.lock().expect("frame table lock");
-        let named: Vec<Named> = ruby
+    fn calls(
+        process: &mut Process,
+        frames: &mut FrameTable,
+        sampled: &[PyFrameSample],
+        stats: &mut InterpreterStats,
+    ) -> Vec<Vec<u64>> {
+        let named: Vec<Named> = sampled
             .iter()
-            .map(|f| process.name(&mut frames, f, &mut self.stats))
+            .map(|f| process.name(frames, f, stats))
             .collect();
-        self.stats.frames_held = frames.len() as u64;
-        drop(frames);
-        let (out, unplaced) = place_calls(native, split_into_calls(&named), |i, addr| {
-            // A return address is one past its call instruction.
-            let pc = if i == 0 { addr } else { addr.wrapping_sub(1) };
-            info.in_eval_loop(pc)
-        });
-        self.stats.unplaced_frames += unplaced as u64;
-        out
-    }
-
-    /// Forgets processes `alive` says are gone.
-    pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
-        self.processes.trim(alive);
-    }
-
-    /// The counters so far.
-    pub fn stats(&self) -> InterpreterStats {
-        InterpreterStats {
-            processes: self.processes.len() as u64,
-            ..self.stats
-        }
+        split_into_calls(&named)
     }
 }
 

@@ -12,15 +12,15 @@
 mod code;
 mod layout;
 
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::path::Path;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
 use crate::bpf::{
     INSTR_IN_CODE, INSTR_INDEX, PY_NO_CFRAME, PY_WINDOW_BYTES, PyConfig, PyFrameSample, VM_CPYTHON,
 };
-use crate::interp::{FrameTable, InterpreterStats, Memory, Told, frame_address, place_calls};
+use crate::interp::{FrameTable, InterpreterStats, Memory, Runtime, Stacks, frame_address};
 use crate::process::ProcessInfo;
 use code::Code;
 use layout::{EntryRule, IS_ENTRY, Layout, OWNED_BY_CSTACK};
@@ -49,7 +49,7 @@ const MAX_LINES_PER_PROCESS: usize = 65_536;
 
 /// A CPython process whose frames are read.
 #[derive(Debug)]
-struct Process {
+pub(crate) struct Process {
     layout: &'static Layout,
     memory: Memory,
     /// Code objects by address (checked against the sample's fingerprint: addresses are
@@ -59,37 +59,17 @@ struct Process {
     lines: FxHashMap<(u64, u64, i32), u32>,
 }
 
-/// The Python side of the sampling thread: per process, what the BPF program was told and the
-/// code objects read.
+/// CPython's way of reading its processes' frames, for [`Stacks`].
 #[derive(Debug)]
-pub(crate) struct PythonStacks {
-    proc_root: PathBuf,
-    frames: Arc<Mutex<FrameTable>>,
-    processes: Told<Process>,
-    stats: InterpreterStats,
-}
+pub(crate) struct CPython;
 
-impl PythonStacks {
-    /// Reads processes under `proc_root` (normally `/proc`) and names frames into `frames`.
-    pub fn new(proc_root: impl Into<PathBuf>, frames: Arc<Mutex<FrameTable>>) -> PythonStacks {
-        PythonStacks {
-            proc_root: proc_root.into(),
-            frames,
-            processes: Told::default(),
-            stats: InterpreterStats::default(),
-        }
-    }
+/// The CPython side of the sampling thread.
+pub(crate) type PythonStacks = Stacks<CPython>;
 
-    /// What the BPF program must be told of `info`'s Python frames, when that changed since
-    /// it was last told (a new read of the process): `Some(Some(config))` to read them,
-    /// `Some(None)` to stop; `None` when nothing changed.
-    pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
-        let proc_root = &self.proc_root;
-        self.processes
-            .update(info, |info| Self::prepare(proc_root, info))
-    }
+impl Runtime for CPython {
+    type Process = Process;
 
-    fn prepare(proc_root: &std::path::Path, info: &ProcessInfo) -> Option<(Process, PyConfig)> {
+    fn prepare(proc_root: &Path, info: &ProcessInfo) -> Option<(Process, PyConfig)> {
         let (mapping, python) = info.python()?;
         let Some(layout) = python
             .major_minor
@@ -135,51 +115,15 @@ impl PythonStacks {
         Some((process, config))
     }
 
-    /// The user stack of a sample of `info` (native frames, leaf first) with its Python
-    /// frames (`python`, innermost first) in the place of the native evaluation frames that
-    /// run them. Python frames left over (the native walk ended early, or missed an evaluation
-    /// frame) go below the last evaluation frame found, or at the bottom.
-    pub fn interleave(
-        &mut self,
-        info: &ProcessInfo,
-        native: Vec<u64>,
-        python: &[PyFrameSample],
-    ) -> Vec<u64> {
-        let Some(process) = self.processes.get_mut(info.pid) else {
-            return native;
-        };
-        self.stats.stacks += 1;
-        let mut frames = self.frames.lock().expect("python frame table lock");
-        let calls = split_into_calls(process.layout.entry_rule, python, |f| {
-            frame_address(process.name(&mut frames, f, &mut self.stats))
-        });
-        self.stats.frames_held = frames.len() as u64;
-        drop(frames);
-        let (out, unplaced) = place_calls(native, calls, |i, addr| {
-            // A return address is one past its call instruction.
-            let pc = if i == 0 { addr } else { addr.wrapping_sub(1) };
-            info.in_eval_loop(pc)
-        });
-        self.stats.unplaced_frames += unplaced as u64;
-        out
-    }
-
-    /// Whether it reads `pid`'s Python frames.
-    pub fn reads(&self, pid: u32) -> bool {
-        self.processes.reads(pid)
-    }
-
-    /// Forgets processes `alive` says are gone.
-    pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
-        self.processes.trim(alive);
-    }
-
-    /// The counters so far.
-    pub fn stats(&self) -> InterpreterStats {
-        InterpreterStats {
-            processes: self.processes.len() as u64,
-            ..self.stats
-        }
+    fn calls(
+        process: &mut Process,
+        frames: &mut FrameTable,
+        sampled: &[PyFrameSample],
+        stats: &mut InterpreterStats,
+    ) -> Vec<Vec<u64>> {
+        split_into_calls(process.layout.entry_rule, sampled, |f| {
+            frame_address(process.name(frames, f, stats))
+        })
     }
 }
 
