@@ -30,6 +30,29 @@ fn line_of(program_name: &str, text: &str) -> i64 {
         + 1
 }
 
+/// Whether `test` can run here: BPF and Debian's Ruby (`apt-get install ruby`).
+fn ruby_present(test: &str) -> bool {
+    if !can_run(test) {
+        return false;
+    }
+    if !Path::new(RUBY).exists() {
+        crate::server_harness::skip(test, "no /usr/bin/ruby (apt-get install ruby)");
+        return false;
+    }
+    true
+}
+
+/// Starts `ruby program seconds`.
+fn start(name: &str, seconds: f64, dir: &Path) -> Process {
+    let mut command = Command::new(RUBY);
+    command.arg(program(name)).arg(seconds.to_string());
+    Process::start(
+        &format!("ruby {name}"),
+        command,
+        &dir.join(format!("{name}.log")),
+    )
+}
+
 /// A Ruby frame: no mapping (it is no machine code), a script's file.
 fn is_ruby(f: &SampleFrame) -> bool {
     f.mapping.is_empty() && f.file.ends_with(".rb")
@@ -59,16 +82,11 @@ fn chain_shown(frames: &[SampleFrame]) -> bool {
 fn agent_shows_ruby_frames_with_files_and_lines() {
     let _exclusive = crate::support::exclusive();
     let test = "agent_shows_ruby_frames_with_files_and_lines";
-    if !can_run(test) {
+    if !ruby_present(test) {
         return;
     }
-    if !Path::new(RUBY).exists() {
-        return crate::server_harness::skip(test, "no /usr/bin/ruby (apt-get install ruby)");
-    }
     let dir = tempfile::tempdir().unwrap();
-    let mut command = Command::new(RUBY);
-    command.arg(program("chain.rb")).arg("240");
-    let long = Process::start("ruby chain.rb", command, &dir.path().join("ruby.log"));
+    let long = start("chain.rb", 240.0, dir.path());
     let agent = Agent::start(dir.path(), &[]);
     let version = Command::new(RUBY)
         .args(["-e", "print RUBY_VERSION"])
@@ -113,16 +131,11 @@ fn agent_shows_ruby_frames_with_files_and_lines() {
 fn agent_places_ruby_blocks_above_the_c_methods_that_call_them() {
     let _exclusive = crate::support::exclusive();
     let test = "agent_places_ruby_blocks_above_the_c_methods_that_call_them";
-    if !can_run(test) {
+    if !ruby_present(test) {
         return;
     }
-    if !Path::new(RUBY).exists() {
-        return crate::server_harness::skip(test, "no /usr/bin/ruby (apt-get install ruby)");
-    }
     let dir = tempfile::tempdir().unwrap();
-    let mut command = Command::new(RUBY);
-    command.arg(program("blocks.rb")).arg("120");
-    let target = Process::start("ruby blocks.rb", command, &dir.path().join("ruby.log"));
+    let target = start("blocks.rb", 120.0, dir.path());
     let agent = Agent::start(dir.path(), &[]);
     let placed = |frames: &[SampleFrame]| {
         let ruby: Vec<&str> = frames

@@ -193,6 +193,28 @@ impl<R: Runtime> Stacks<R> {
     }
 }
 
+/// For a runtime's `prepare`: where the interpreter's global `state` (a virtual address of its
+/// object, whose file offset `mapping_offset` sits at `vaddr` and is mapped at `mapping_start`
+/// in `info`) is in the process, and the process's memory. `None` when the object's segments do
+/// not place the mapping, or the memory cannot be opened (logged, naming `runtime`).
+pub(crate) fn locate_state(
+    proc_root: &Path,
+    info: &ProcessInfo,
+    mapping_start: u64,
+    vaddr: Option<u64>,
+    state: u64,
+    runtime: &str,
+) -> Option<(u64, Memory)> {
+    let state = state.checked_add(mapping_start.checked_sub(vaddr?)?)?;
+    match Memory::open(proc_root, info.pid) {
+        Ok(memory) => Some((state, memory)),
+        Err(e) => {
+            tracing::debug!(pid = info.pid, runtime, error = %e, "no interpreted frames: cannot read the process's memory");
+            None
+        }
+    }
+}
+
 /// A runtime's processes: per process, the read of it ([`ProcessInfo::read_no`]) the BPF
 /// program was told about, and the runtime's own state `P` of those whose frames are read.
 #[derive(Debug)]

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::bpf::{INSTR_IN_ARRAY, PY_NO_CFRAME, PyConfig, PyFrameSample, VM_PHP};
-use crate::interp::{FrameTable, InterpreterStats, Memory, Runtime, Stacks, frame_address};
+use crate::interp::{
+    FrameTable, InterpreterStats, Memory, Runtime, Stacks, frame_address, locate_state,
+};
 use crate::process::ProcessInfo;
 
 /// The name of a frame whose function could not be read (the process exited, or the memory
@@ -334,17 +336,14 @@ impl Runtime for Php {
             );
             return None;
         };
-        let bias = mapping
-            .start
-            .checked_sub(php.vaddr_of_file_offset(mapping.offset)?)?;
-        let globals = php.state.checked_add(bias)?;
-        let memory = match Memory::open(proc_root, info.pid) {
-            Ok(memory) => memory,
-            Err(e) => {
-                tracing::debug!(pid = info.pid, error = %e, "no PHP frames: cannot read the process's memory");
-                return None;
-            }
-        };
+        let (globals, memory) = locate_state(
+            proc_root,
+            info,
+            mapping.start,
+            php.vaddr_of_file_offset(mapping.offset),
+            php.state,
+            "php",
+        )?;
         if !layout_fits(&memory, layout, globals) {
             tracing::warn!(
                 pid = info.pid,

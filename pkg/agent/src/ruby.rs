@@ -15,7 +15,9 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::bpf::{INSTR_IN_BODY, PY_NO_CFRAME, PY_WINDOW_BYTES, PyConfig, PyFrameSample, VM_RUBY};
-use crate::interp::{FrameTable, InterpreterStats, Memory, Runtime, Stacks, frame_address};
+use crate::interp::{
+    FrameTable, InterpreterStats, Memory, Runtime, Stacks, frame_address, locate_state,
+};
 use crate::process::ProcessInfo;
 
 /// The name of a frame whose instruction sequence could not be read.
@@ -365,17 +367,14 @@ impl Runtime for Ruby {
             );
             return None;
         };
-        let bias = mapping
-            .start
-            .checked_sub(ruby.vaddr_of_file_offset(mapping.offset)?)?;
-        let vm_ptr = ruby.state.checked_add(bias)?;
-        let memory = match Memory::open(proc_root, info.pid) {
-            Ok(memory) => memory,
-            Err(e) => {
-                tracing::debug!(pid = info.pid, error = %e, "no Ruby frames: cannot read the process's memory");
-                return None;
-            }
-        };
+        let (vm_ptr, memory) = locate_state(
+            proc_root,
+            info,
+            mapping.start,
+            ruby.vaddr_of_file_offset(mapping.offset),
+            ruby.state,
+            "ruby",
+        )?;
         let Some(tls_offset) = find_tls_offset(&memory, layout, vm_ptr) else {
             tracing::debug!(
                 pid = info.pid,

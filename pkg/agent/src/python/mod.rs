@@ -20,7 +20,9 @@ use rustc_hash::FxHashMap;
 use crate::bpf::{
     INSTR_IN_CODE, INSTR_INDEX, PY_NO_CFRAME, PY_WINDOW_BYTES, PyConfig, PyFrameSample, VM_CPYTHON,
 };
-use crate::interp::{FrameTable, InterpreterStats, Memory, Runtime, Stacks, frame_address};
+use crate::interp::{
+    FrameTable, InterpreterStats, Memory, Runtime, Stacks, frame_address, locate_state,
+};
 use crate::process::ProcessInfo;
 use code::Code;
 use layout::{EntryRule, IS_ENTRY, Layout, OWNED_BY_CSTACK};
@@ -82,17 +84,14 @@ impl Runtime for CPython {
             );
             return None;
         };
-        let bias = mapping
-            .start
-            .checked_sub(python.vaddr_of_file_offset(mapping.offset)?)?;
-        let runtime = python.runtime.checked_add(bias)?;
-        let memory = match Memory::open(proc_root, info.pid) {
-            Ok(memory) => memory,
-            Err(e) => {
-                tracing::debug!(pid = info.pid, error = %e, "no Python frames: cannot read the process's memory");
-                return None;
-            }
-        };
+        let (runtime, memory) = locate_state(
+            proc_root,
+            info,
+            mapping.start,
+            python.vaddr_of_file_offset(mapping.offset),
+            python.runtime,
+            "python",
+        )?;
         let tsd_offset = match find_tsd_offset(&memory, layout, runtime) {
             Ok(offset) => offset.unwrap_or(GLIBC_TSD_OFFSET),
             Err(()) => {
