@@ -123,7 +123,7 @@ const MAX_RAW_BYTES: u64 = 1 << 32;
 /// zstd level for blocks' profiles and index pages: on profiles of real programs level 9
 /// writes 6% fewer bytes than zstd's default 3, at about 120 MB/s. (Level 19 wrote 7% fewer
 /// still, but a day's merge of one series then ran 40% slower.)
-const ZSTD_LEVEL: i32 = 9;
+const ZSTD_LEVEL: i32 = 11;
 
 /// zstd level for a block's symbols, up to [`HIGH_LEVEL_BUDGET_BYTES`] of them: function
 /// names and paths compress 12% better than at level 9, at about 5 MB/s (at most about a
@@ -299,6 +299,10 @@ pub(crate) struct ChunkRef {
     /// Where the series' profiles start in the decompressed frame (format 4; 0 before, when
     /// every frame held one series' profiles alone).
     pub raw_offset: u64,
+    /// Bytes before `raw_offset` of the chunk's profiles that a chunk narrowed to later
+    /// profiles leaves out ([`chunks_of`]; 0 in the index): read again only when the first
+    /// profile left in is written as differences ([`crate::differences`]) and needs them.
+    pub lead: u64,
 }
 
 #[derive(Debug)]
@@ -356,6 +360,10 @@ pub(crate) struct BlockWriter {
     sums: crate::summary::StackSums,
     /// Whether the block gets summaries ([`crate::summary::summarizes`]).
     summarize: bool,
+    /// Writes each chunk's profiles whole or as differences ([`crate::differences`]).
+    differ: crate::differences::Differ,
+    /// Reused for a profile written as differences.
+    differences: Vec<u8>,
     min_time_ms: i64,
     max_time_ms: i64,
     stats: BlockStats,
@@ -396,6 +404,8 @@ impl BlockWriter {
                 .collect(),
             sums: Default::default(),
             summarize,
+            differ: Default::default(),
+            differences: Vec::new(),
             min_time_ms: i64::MAX,
             max_time_ms: i64::MIN,
             stats: BlockStats::default(),
@@ -531,7 +541,7 @@ impl BlockWriter {
             }
         };
         let mut chunk_open = false;
-        for (p, bytes) in profiles {
+        for (p, whole) in profiles {
             let frame = &mut self.frames[k];
             let series = &mut self.series[s];
             let (headers, chunks) = match list {
@@ -548,12 +558,25 @@ impl BlockWriter {
                     len: 0,
                     raw_len: 0,
                     raw_offset: frame.raw.len() as u64,
+                    lead: 0,
                 });
                 frame.pending.push((s, list, chunks.len() - 1));
                 chunk_open = true;
+                self.differ.start_chunk();
             }
+            let bytes = self
+                .differ
+                .next(whole, &mut self.differences)
+                .map_err(|e| Error::BlockCorrupt {
+                    block: self.name.clone(),
+                    file: "profiles",
+                    what: format!("gets a profile that does not decode: {e}"),
+                })?;
             frame.raw.extend_from_slice(bytes);
-            headers.push(*p);
+            headers.push(BlockProfile {
+                len: bytes.len() as u32,
+                ..*p
+            });
             if k > 0 {
                 self.stats.n_summary_samples += u64::from(p.n_samples);
             }
@@ -910,7 +933,10 @@ fn encode_profiles(profiles: &[BlockProfile], chunks: &[ChunkRef], out: &mut Vec
     }
     put_deltas(out, profiles, &|p| p.duration_nanos);
     put_deltas(out, profiles, &|p| p.period);
-    put_deltas(out, profiles, &|p| p.total);
+    // Totals in whole periods and the rest (format 6): a CPU profile's total is a multiple of
+    // its period, and the counts of periods are small.
+    put_deltas(out, profiles, &|p| p.total.div_euclid(total_divisor(p)));
+    put_deltas(out, profiles, &|p| p.total.rem_euclid(total_divisor(p)));
     put_deltas(out, profiles, &|p| i64::from(p.n_samples));
     put_deltas(out, profiles, &|p| i64::from(p.len));
     put_deltas(out, profiles, &|p| p.capture_id as i64);
@@ -922,6 +948,11 @@ fn encode_profiles(profiles: &[BlockProfile], chunks: &[ChunkRef], out: &mut Vec
         put_uvarint(out, c.raw_len);
         put_uvarint(out, c.raw_offset);
     }
+}
+
+/// What a profile's total is written as a multiple of (plus a rest): its period, or 1.
+fn total_divisor(p: &BlockProfile) -> i64 {
+    p.period.max(1)
 }
 
 /// Appends a column of `profiles`, each value as its difference from the one before.
@@ -993,6 +1024,7 @@ pub(crate) fn chunks_of(
             out.push(ChunkRef {
                 n_profiles: (hi - lo) as u32,
                 raw_offset: c.raw_offset + skipped,
+                lead: c.lead + skipped,
                 ..*c
             });
         }
@@ -1666,10 +1698,27 @@ impl Block {
             // Differences from the profile before.
             read_deltas(r, &mut profiles, |p, v| p.duration_nanos = v)?;
             read_deltas(r, &mut profiles, |p, v| p.period = v)?;
-            read_deltas(r, &mut profiles, |p, v| {
-                p.total = v;
-                p.latest_total = v;
-            })?;
+            read_deltas(r, &mut profiles, |p, v| p.total = v)?;
+            if self.meta.version >= 6 {
+                // Whole periods, then the rest.
+                let mut out_of_range = false;
+                read_deltas(r, &mut profiles, |p, rest| {
+                    match p
+                        .total
+                        .checked_mul(total_divisor(p))
+                        .and_then(|t| t.checked_add(rest))
+                    {
+                        Some(t) => p.total = t,
+                        None => out_of_range = true,
+                    }
+                })?;
+                if out_of_range {
+                    return r.fail("a profile's total is out of range");
+                }
+            }
+            for p in profiles.iter_mut() {
+                p.latest_total = p.total;
+            }
             let mut out_of_range = false;
             read_deltas(r, &mut profiles, |p, v| match u32::try_from(v) {
                 Ok(v) => p.n_samples = v,
@@ -1717,6 +1766,7 @@ impl Block {
                 len: r.uvarint()?,
                 raw_len: r.uvarint()?,
                 raw_offset: if self.paged() { r.uvarint()? } else { 0 },
+                lead: 0,
             });
         }
         Ok((profiles, chunks))
@@ -1871,7 +1921,7 @@ impl Block {
                 let mut tables = Tables::new();
                 let mut r = Reader::new(&raw);
                 if self.meta.version >= 4 {
-                    encoding::decode_block_tables(&mut r, &mut tables)
+                    encoding::decode_block_tables(&mut r, &mut tables, self.meta.version)
                 } else {
                     encoding::decode_tables(&mut r, &mut tables)
                 }
@@ -2073,8 +2123,8 @@ impl ChunkReader {
         })
     }
 
-    /// The raw bytes of `chunk` of `block` and those after it in its frame: its profiles, one
-    /// after another ([`split_chunk`]).
+    /// The raw bytes of `chunk` of `block` (from its lead) and those after it in its frame: its
+    /// profiles, one after another ([`split_chunk`]).
     pub fn read(&mut self, block: &Block, chunk: &ChunkRef) -> Result<&[u8], Error> {
         let key = (block.cache_id, chunk.offset);
         match self.frames.iter().rposition(|(b, o, _)| (*b, *o) == key) {
@@ -2093,7 +2143,10 @@ impl ChunkReader {
             }
         }
         let raw = &self.frames[self.frames.len() - 1].2;
-        raw.get(chunk.raw_offset as usize..)
+        chunk
+            .raw_offset
+            .checked_sub(chunk.lead)
+            .and_then(|start| raw.get(start as usize..))
             .ok_or_else(|| Error::BlockCorrupt {
                 block: block.name().to_owned(),
                 file: "profiles",
@@ -2106,19 +2159,45 @@ impl ChunkReader {
     }
 }
 
-/// Decodes the profiles of one chunk's raw bytes: calls `each` with each profile's header and
-/// encoded samples.
-pub(crate) fn split_chunk<'a>(
-    raw: &'a [u8],
+/// Decodes the profiles of one chunk's raw bytes (from its lead, as [`ChunkReader::read`]
+/// gives them): calls `each` with each profile's header and encoded samples, whole (those
+/// written as differences rebuilt: [`crate::differences`]).
+pub(crate) fn split_chunk(
+    raw: &[u8],
+    chunk: &ChunkRef,
     profiles: &[BlockProfile],
-    mut each: impl FnMut(&BlockProfile, &'a [u8]),
-) {
+    mut each: impl FnMut(&BlockProfile, &[u8]),
+) -> Result<(), encoding::DecodeError> {
+    use crate::differences::{depends, differs};
+    let mut undo = crate::differences::Undo::default();
+    let lead = chunk.lead as usize;
     let mut at = 0usize;
-    for p in profiles {
+    if raw.get(lead..).is_some_and(depends) {
+        // The profiles left out are the bases of the first one left in.
+        while at < lead {
+            let len = undo.stored_len(&raw[at..])?;
+            let end = at + len;
+            undo.next(&raw[at..end], raw.get(end..).is_some_and(differs))?;
+            at = end;
+        }
+        if at != lead {
+            return Err(encoding::DecodeError {
+                offset: at,
+                what: format!("the profiles before a chunk's part end at byte {at}, not {lead}"),
+            });
+        }
+    }
+    at = lead;
+    for (i, p) in profiles.iter().enumerate() {
         let end = at + p.len as usize;
-        each(p, &raw[at..end]);
+        let next_differs = profiles.get(i + 1).is_some_and(|n| {
+            raw.get(end..end + n.len as usize)
+                .is_some_and(crate::differences::differs)
+        });
+        each(p, undo.next(&raw[at..end], next_differs)?);
         at = end;
     }
+    Ok(())
 }
 
 impl From<&StoredProfile> for BlockProfile {
@@ -2249,6 +2328,75 @@ mod tests {
             .into_iter()
             .map(|s| (s.labels.to_string(), s.profiles.len()))
             .collect()
+    }
+
+    #[test]
+    fn cumulative_profiles_are_stored_as_differences_and_any_window_reads_them_whole() {
+        // A cumulative profile (Go's alloc_space): a fifth of its rows grow each time.
+        let base = crate::test_support::corpus("go/go-heap.pb.gz", "alloc_space");
+        let profiles: Vec<parca_profile::Profile> = (0..30i64)
+            .map(|t| {
+                let mut p = base.clone();
+                for (i, v) in p.samples.values.iter_mut().enumerate() {
+                    if i % 5 == 0 {
+                        *v += 4096 * t * (i as i64 + 1);
+                    }
+                }
+                p
+            })
+            .collect();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = Db::open(dir.path(), options()).expect("open");
+        let labels = series_labels("heap", "db", "b");
+        for (t, p) in profiles.iter().enumerate() {
+            let mut app = db.appender();
+            app.append(&labels, 100 * t as i64, p).expect("append");
+            app.commit().expect("commit");
+        }
+        db.compact().expect("compact");
+        // The blocks hold profiles written as differences.
+        let blocks = db.inner().block_set();
+        assert!(!blocks.is_empty());
+        let mut n_differences = 0;
+        for b in blocks.iter() {
+            let e = b.series_entry(0).expect("entry");
+            let mut chunks = ChunkReader::new(dir.path(), 1).expect("reader");
+            let mut first = 0usize;
+            for c in &e.chunks {
+                let raw = chunks.read(b, c).expect("chunk").to_vec();
+                let mut at = 0usize;
+                for p in &e.profiles[first..first + c.n_profiles as usize] {
+                    n_differences += usize::from(crate::differences::differs(&raw[at..]));
+                    at += p.len as usize;
+                }
+                first += c.n_profiles as usize;
+            }
+        }
+        assert!(
+            n_differences >= 10,
+            "{n_differences} profiles written as differences"
+        );
+        // Every window, whatever profile it starts at, reads each profile whole.
+        let m = [Matcher::new(MatchOp::Equal, "job", "db").expect("valid")];
+        for from in [0usize, 1, 3, 9, 10, 11, 17, 25] {
+            for to in [from, from + 1, from + 6, 29] {
+                let to = to.min(29);
+                let got = db
+                    .querier(100 * from as i64, 100 * to as i64)
+                    .select(&m)
+                    .expect("query");
+                assert_eq!(got.len(), 1);
+                let got: Vec<_> = got[0]
+                    .profiles
+                    .iter()
+                    .map(|(t, p)| (*t, crate::test_support::canonical(p)))
+                    .collect();
+                let want: Vec<_> = (from..=to)
+                    .map(|t| (100 * t as i64, crate::test_support::canonical(&profiles[t])))
+                    .collect();
+                assert_eq!(got, want, "window of profiles {from}..={to}");
+            }
+        }
     }
 
     #[test]

@@ -443,7 +443,7 @@ pub(crate) fn merge_blocks(dir: &Path, sources: &[Arc<Block>]) -> Result<PathBuf
                 let raw = chunks.read(b, c)?;
                 let mut failed = None;
                 let mut at = range.start;
-                block::split_chunk(raw, &e.profiles[range], |p, bytes| {
+                let failed = block::split_chunk(raw, c, &e.profiles[range], |p, bytes| {
                     let kept = keep[at];
                     at += 1;
                     if failed.is_some() || !kept {
@@ -462,7 +462,9 @@ pub(crate) fn merge_blocks(dir: &Path, sources: &[Arc<Block>]) -> Result<PathBuf
                         }
                         Err(e) => failed = Some(e),
                     }
-                });
+                })
+                .err()
+                .or(failed);
                 if let Some(e) = failed {
                     return Err(Error::BlockCorrupt {
                         block: b.name().to_owned(),

@@ -1366,6 +1366,12 @@ mod tests {
         opens_reads_whole_and_compacts_into_the_new_format("store-v4");
     }
 
+    #[test]
+    fn a_store_written_in_format_5_opens_reads_whole_and_compacts_into_the_new_format() {
+        // Written by the build before format 6 (`tests/testdata/tsdb/README.md`).
+        opens_reads_whole_and_compacts_into_the_new_format("store-v5");
+    }
+
     /// Opens the committed store `name` (blocks and a WAL, five profiles each of a CPU series
     /// and the four series of a heap profile), reads it whole, compacts it into today's format
     /// and reads it again, then once more after a reopen.

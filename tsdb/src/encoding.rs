@@ -6,9 +6,11 @@
 //! really there and returns a [`DecodeError`] naming the offset, never panics, and never
 //! allocates more than the input can justify.
 
+use std::collections::HashMap;
+
 use parca_profile::tables::{
-    Function, Label, LabelSetId, LabelValue, Line, LocationId, Mapping, MappingId, StackId,
-    StringId,
+    Function, FunctionId, Label, LabelSetId, LabelValue, Line, LocationId, Mapping, MappingId,
+    StackId, StringId,
 };
 use parca_profile::{SampleSpans, Samples, SpansBuilder, Tables};
 
@@ -179,10 +181,10 @@ impl<'a> Reader<'a> {
 // Samples
 
 /// `flags` bit: a label-set column follows the values.
-const SAMPLES_HAVE_LABELS: u8 = 1;
+pub(crate) const SAMPLES_HAVE_LABELS: u8 = 1;
 /// `flags` bit (format version 3): the rows are grouped by span, and a span section precedes the
 /// columns ([`encode_spans`]).
-const SAMPLES_HAVE_SPANS: u8 = 2;
+pub(crate) const SAMPLES_HAVE_SPANS: u8 = 2;
 
 /// Encodes the samples of one profile. Rows are sorted by (stack, labels) first, so stack ids
 /// are written as deltas; values are divided by their greatest common divisor (CPU profiles'
@@ -456,7 +458,7 @@ impl<'a> GroupCursor<'a> {
     }
 }
 
-fn gcd(mut a: u64, mut b: u64) -> u64 {
+pub(crate) fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
     }
@@ -564,6 +566,28 @@ pub(crate) fn for_each_sample_in(
     }
     let kept = select.is_none_or(SpanSelect::keeps_unspanned);
     columns(r, &header, limits, &mut each, || Ok((false, kept)))
+}
+
+/// Reads past the body of one profile's encoded samples ([`encode_samples`]): the span
+/// section and the columns, given what its header says (rows, flags, column lengths).
+pub(crate) fn skip_body(
+    r: &mut Reader<'_>,
+    n: usize,
+    flags: u8,
+    stacks_len: usize,
+    values_len: usize,
+) -> Result<()> {
+    if flags & SAMPLES_HAVE_SPANS != 0 {
+        SpanSection::read(r, n)?;
+    }
+    r.take(stacks_len)?;
+    r.take(values_len)?;
+    if flags & SAMPLES_HAVE_LABELS != 0 {
+        for _ in 0..n {
+            r.uvarint()?;
+        }
+    }
+    Ok(())
 }
 
 /// The header of one profile's encoded samples ([`encode_samples`]), up to the span section.
@@ -970,6 +994,11 @@ pub(crate) fn decode_tables(r: &mut Reader<'_>, t: &mut Tables) -> Result<()> {
 /// numbers (ivarint); stacks: a column of frame counts and one of frames (uvarint location
 /// ids); label sets: one column, rows as [`encode_tables`] writes them.
 pub(crate) fn encode_block_tables(t: &Tables, out: &mut Vec<u8>) {
+    encode_block_tables_in(t, out, None);
+}
+
+/// [`encode_block_tables`] with the strings' and the stacks' layouts given (tests), or chosen.
+fn encode_block_tables_in(t: &Tables, out: &mut Vec<u8>, layouts: Option<(u8, u8)>) {
     let from = TableCounts::empty();
     let to = TableCounts::of(t);
     for c in to.as_array() {
@@ -981,93 +1010,437 @@ pub(crate) fn encode_block_tables(t: &Tables, out: &mut Vec<u8>) {
         out.extend_from_slice(col);
         col.clear();
     };
-    let strings = || (from.strings..to.strings).map(|i| t.string(StringId(i)));
-    for s in strings() {
-        put_uvarint(&mut col, s.len() as u64);
+    // Strings sorted or in id order, whichever packs smaller with the functions' columns
+    // that refer to them, sorted only while they fit in a core's cache (`SORTED_STRINGS_MAX_BYTES`).
+    let sorted = SortedStrings::of(t, from.strings..to.strings, from.label_sets..to.label_sets);
+    let sorted_functions = function_columns(t, from.functions..to.functions, &sorted.rank);
+    let identity: Vec<u32> = (0..to.strings).collect();
+    let plain = plain_strings(t, from.strings..to.strings);
+    let plain_functions = function_columns(t, from.functions..to.functions, &identity);
+    let estimate_sorted = packed_size(&sorted.columns()) + packed_size(&sorted_functions);
+    let estimate_plain = packed_size(&plain) + packed_size(&plain_functions);
+    let small = plain[1].len() <= SORTED_STRINGS_MAX_BYTES;
+    let (layout, string_columns, function_columns, rank) =
+        if small && estimate_sorted < estimate_plain {
+            (
+                STRINGS_SORTED,
+                sorted.columns().map(<[u8]>::to_vec).to_vec(),
+                sorted_functions,
+                &sorted.rank,
+            )
+        } else {
+            (
+                STRINGS_IN_ID_ORDER,
+                plain.to_vec(),
+                plain_functions,
+                &identity,
+            )
+        };
+    out.push(layout);
+    for column in &string_columns {
+        col.extend_from_slice(column);
+        flush(&mut col, out);
     }
-    flush(&mut col, out);
-    for s in strings() {
-        col.extend_from_slice(s.as_bytes());
-    }
-    flush(&mut col, out);
-    let string = |id: StringId| i64::from(id.0);
+    let rank = |id: StringId| rank[id.0 as usize];
     // Mappings are few: rows.
     for i in from.mappings..to.mappings {
         let m = t.mapping(MappingId(i));
-        put_mapping(&mut col, m, m.file.0, m.build_id.0);
+        put_mapping(&mut col, m, rank(m.file), rank(m.build_id));
     }
     flush(&mut col, out);
-    let functions =
-        || (from.functions..to.functions).map(|i| t.function(parca_profile::tables::FunctionId(i)));
-    let mut prev = 0i64;
-    for f in functions() {
-        put_ivarint(&mut col, string(f.name) - prev);
-        prev = string(f.name);
+    for column in &function_columns {
+        col.extend_from_slice(column);
+        flush(&mut col, out);
     }
-    flush(&mut col, out);
-    for f in functions() {
-        put_ivarint(&mut col, string(f.system_name) - string(f.name));
-    }
-    flush(&mut col, out);
-    prev = 0;
-    for f in functions() {
-        put_ivarint(&mut col, string(f.filename) - prev);
-        prev = string(f.filename);
-    }
-    flush(&mut col, out);
-    prev = 0;
-    for f in functions() {
-        put_ivarint(&mut col, f.start_line.wrapping_sub(prev));
-        prev = f.start_line;
-    }
-    flush(&mut col, out);
     let locations = || (from.locations..to.locations).map(LocationId);
     for id in locations() {
         let m = t.location_address(id).mapping;
         put_uvarint(&mut col, m.map_or(0, |m| u64::from(m.0) + 1));
     }
     flush(&mut col, out);
-    let mut prev_address = 0u64;
+    let mut near = NearbyLocations::default();
     for id in locations() {
         let address = t.location_address(id).address;
-        put_ivarint(&mut col, address.wrapping_sub(prev_address) as i64);
-        prev_address = address;
+        let base = near.address_base(t, t.lines(id));
+        put_ivarint(&mut col, address.wrapping_sub(base) as i64);
+        near.saw_address(t, t.lines(id), address);
     }
     flush(&mut col, out);
     for id in locations() {
         put_uvarint(&mut col, t.lines(id).len() as u64);
     }
     flush(&mut col, out);
-    prev = 0;
+    let mut ids = InOrder::default();
     for id in locations() {
         for l in t.lines(id) {
-            let function = i64::from(l.function.0);
-            put_ivarint(&mut col, function - prev);
-            prev = function;
+            ids.put(&mut col, i64::from(l.function.0));
         }
     }
     flush(&mut col, out);
+    let mut near = NearbyLocations::default();
     for id in locations() {
         for l in t.lines(id) {
-            put_ivarint(&mut col, l.line);
+            let base = near.line_base(l.function, t.function(l.function));
+            put_ivarint(&mut col, l.line.wrapping_sub(base));
+            near.saw_line(l.function, t.function(l.function), l.line);
         }
     }
     flush(&mut col, out);
+    // Stacks as whole frame lists or as references, whichever packs smaller.
     let stacks = from.stacks..to.stacks;
-    for i in stacks.clone() {
-        put_uvarint(&mut col, t.stack(StackId(i)).len() as u64);
+    let candidates = [
+        (STACKS_WHOLE, whole_stacks(t, stacks.clone()).to_vec()),
+        (
+            STACKS_BY_REFERENCE,
+            StackReferences::of(t, stacks.clone(), false)
+                .columns()
+                .to_vec(),
+        ),
+        (
+            STACKS_BY_REFERENCE_IN_ORDER,
+            StackReferences::of(t, stacks, true).columns().to_vec(),
+        ),
+    ];
+    let (layout, columns) = candidates
+        .into_iter()
+        .filter(|(layout, _)| layouts.is_none_or(|(_, l)| l == *layout))
+        .min_by_key(|(_, columns)| packed_size(columns))
+        .expect("a candidate of each layout");
+    out.push(layout);
+    for column in &columns {
+        col.extend_from_slice(column);
+        flush(&mut col, out);
+    }
+    for i in from.label_sets..to.label_sets {
+        put_label_set(&mut col, t.label_set(LabelSetId(i)), &rank);
     }
     flush(&mut col, out);
-    for i in stacks {
-        for f in t.stack(StackId(i)) {
-            put_uvarint(&mut col, u64::from(f.0));
+}
+
+/// Layouts of the strings table (block format 6; a byte before it): whole, in id order, or
+/// sorted ([`SortedStrings`]), whichever packs smaller with the columns that refer to strings.
+const STRINGS_IN_ID_ORDER: u8 = 0;
+const STRINGS_SORTED: u8 = 1;
+
+/// Bytes of strings up to which they may be sorted. A merge names the frames it read through
+/// the functions, in their order; sorted strings are then read in no order, which costs
+/// nothing while they fit in a core's cache and cost the storage bench's day of `large.cpu`
+/// (600 KB of names) a tenth of its merge time.
+const SORTED_STRINGS_MAX_BYTES: usize = 256 << 10;
+
+/// Layouts of the stacks table (block format 6; a byte before it): whole frame lists, or
+/// references to the stacks they share callers with ([`StackReferences`]) with their own
+/// frames as location ids or [`InOrder`], whichever packs smaller. Programs whose stacks share
+/// little (or whose leaves repeat more than their callers) keep whole lists.
+const STACKS_WHOLE: u8 = 0;
+const STACKS_BY_REFERENCE: u8 = 1;
+const STACKS_BY_REFERENCE_IN_ORDER: u8 = 2;
+
+/// About how many bytes `columns` take compressed: the measure by which a layout is chosen
+/// (zstd's fast level 3 on each; the block's symbols are compressed harder, as a whole).
+fn packed_size<C: AsRef<[u8]>>(columns: &[C]) -> usize {
+    columns
+        .iter()
+        .map(|c| {
+            let c = c.as_ref();
+            zstd::bulk::compress(c, 3).map_or(c.len(), |z| z.len())
+        })
+        .sum()
+}
+
+/// The strings `ids` whole, in id order: a column of lengths and one of their bytes.
+fn plain_strings(t: &Tables, ids: std::ops::Range<u32>) -> [Vec<u8>; 2] {
+    let (mut lens, mut bytes) = (Vec::new(), Vec::new());
+    for i in ids {
+        let s = t.string(StringId(i));
+        put_uvarint(&mut lens, s.len() as u64);
+        bytes.extend_from_slice(s.as_bytes());
+    }
+    [lens, bytes]
+}
+
+/// The functions' columns with strings numbered by `rank`: name (difference from the name
+/// before), system name (difference from its own name), filename (difference from the
+/// filename before), start line (difference from the one before).
+fn function_columns(t: &Tables, ids: std::ops::Range<u32>, rank: &[u32]) -> [Vec<u8>; 4] {
+    let mut columns: [Vec<u8>; 4] = Default::default();
+    let string = |id: StringId| i64::from(rank[id.0 as usize]);
+    let (mut name, mut filename, mut start_line) = (0i64, 0i64, 0i64);
+    for i in ids {
+        let f = t.function(FunctionId(i));
+        put_ivarint(&mut columns[0], string(f.name) - name);
+        name = string(f.name);
+        put_ivarint(&mut columns[1], string(f.system_name) - name);
+        put_ivarint(&mut columns[2], string(f.filename) - filename);
+        filename = string(f.filename);
+        put_ivarint(&mut columns[3], f.start_line.wrapping_sub(start_line));
+        start_line = f.start_line;
+    }
+    columns
+}
+
+/// The stacks `ids` as whole frame lists: a column of frame counts and one of location ids,
+/// leaf first.
+fn whole_stacks(t: &Tables, ids: std::ops::Range<u32>) -> [Vec<u8>; 2] {
+    let (mut counts, mut frames) = (Vec::new(), Vec::new());
+    for i in ids {
+        let stack = t.stack(StackId(i));
+        put_uvarint(&mut counts, stack.len() as u64);
+        for f in stack {
+            put_uvarint(&mut frames, u64::from(f.0));
         }
     }
-    flush(&mut col, out);
-    for i in from.label_sets..to.label_sets {
-        put_label_set(&mut col, t.label_set(LabelSetId(i)), &|s| s.0);
+    [counts, frames]
+}
+
+/// The strings table sorted (block format 6), so that neighbours share their beginnings
+/// (`net/http.(*conn).serve`, `net/http.(*conn).readRequest`): each string as how many bytes it
+/// shares with the one before and the rest. Only the symbols refer to strings, so the new order
+/// costs nothing elsewhere; the strings of labels come first in the order they had, which
+/// keeps each label set's order.
+struct SortedStrings {
+    /// Each string's id in the sorted table, by its id in the tables written.
+    rank: Vec<u32>,
+    shared: Vec<u8>,
+    lens: Vec<u8>,
+    bytes: Vec<u8>,
+}
+
+impl SortedStrings {
+    fn of(t: &Tables, ids: std::ops::Range<u32>, label_sets: std::ops::Range<u32>) -> Self {
+        // The strings of labels keep their order, first: a label set's labels are kept in the
+        // order of their strings' ids (`Tables::intern_labels`), which readers show.
+        let mut in_labels = vec![false; ids.end as usize];
+        for i in label_sets {
+            for l in t.label_set(LabelSetId(i)) {
+                in_labels[l.key.0 as usize] = true;
+                match l.value {
+                    LabelValue::Str(s) => in_labels[s.0 as usize] = true,
+                    LabelValue::Num { unit, .. } => in_labels[unit.0 as usize] = true,
+                }
+            }
+        }
+        let mut sorted: Vec<u32> = ids.clone().collect();
+        sorted.sort_unstable_by(|&a, &b| {
+            let key = |id: u32| {
+                (
+                    !in_labels[id as usize],
+                    (!in_labels[id as usize]).then(|| t.string(StringId(id))),
+                    id,
+                )
+            };
+            key(a).cmp(&key(b))
+        });
+        let mut out = SortedStrings {
+            rank: (0..ids.end).collect(),
+            shared: Vec::new(),
+            lens: Vec::new(),
+            bytes: Vec::new(),
+        };
+        let mut prev: &[u8] = b"";
+        for (k, &id) in sorted.iter().enumerate() {
+            out.rank[id as usize] = ids.start + k as u32;
+            let s = t.string(StringId(id)).as_bytes();
+            let keep = s.iter().zip(prev).take_while(|(a, b)| a == b).count();
+            put_uvarint(&mut out.shared, keep as u64);
+            put_uvarint(&mut out.lens, (s.len() - keep) as u64);
+            out.bytes.extend_from_slice(&s[keep..]);
+            prev = s;
+        }
+        out
     }
-    flush(&mut col, out);
+
+    /// The three columns in the order they are written.
+    fn columns(&self) -> [&[u8]; 3] {
+        [&self.shared, &self.lens, &self.bytes]
+    }
+}
+
+/// Ids that mostly come in the order their entries were added (block format 6: the functions
+/// of locations' lines, the frames of stacks): 0 for the next id not yet written, else the
+/// zigzag difference from the id before, plus one.
+#[derive(Default)]
+struct InOrder {
+    prev: i64,
+    next_new: i64,
+}
+
+impl InOrder {
+    fn put(&mut self, out: &mut Vec<u8>, id: i64) {
+        if id == self.next_new {
+            put_uvarint(out, 0);
+        } else {
+            let d = id.wrapping_sub(self.prev);
+            put_uvarint(out, ((d << 1) ^ (d >> 63)) as u64 + 1);
+        }
+        self.saw(id);
+    }
+
+    fn read(&mut self, r: &mut Reader<'_>) -> Result<i64> {
+        let v = r.uvarint()?;
+        let id = if v == 0 {
+            self.next_new
+        } else {
+            let z = v - 1;
+            self.prev.wrapping_add((z >> 1) as i64 ^ -((z & 1) as i64))
+        };
+        self.saw(id);
+        Ok(id)
+    }
+
+    fn saw(&mut self, id: i64) {
+        if id >= self.next_new {
+            self.next_new = id.saturating_add(1);
+        }
+        self.prev = id;
+    }
+}
+
+/// What a location's address and line numbers are written relative to (block format 6): the
+/// last location in the same function, whose code lies near, else the location before; the
+/// function's last line written, else its start line.
+#[derive(Default)]
+struct NearbyLocations {
+    /// The last address seen per outermost function of a location.
+    address_in: HashMap<FunctionId, u64>,
+    /// The last address seen per file of a location's outermost function.
+    address_in_file: HashMap<StringId, u64>,
+    /// The last address seen.
+    address: u64,
+    /// The last line number seen per function.
+    line_in: HashMap<FunctionId, i64>,
+    /// The last line number seen per file.
+    line_in_file: HashMap<StringId, i64>,
+}
+
+impl NearbyLocations {
+    /// The function whose code holds a location's address: its outermost line's (lines are
+    /// innermost first).
+    fn outermost(lines: &[Line]) -> Option<FunctionId> {
+        lines.last().map(|l| l.function)
+    }
+
+    fn address_base(&self, t: &Tables, lines: &[Line]) -> u64 {
+        let Some(f) = Self::outermost(lines) else {
+            return self.address;
+        };
+        self.address_in
+            .get(&f)
+            .or_else(|| self.address_in_file.get(&t.function(f).filename))
+            .copied()
+            .unwrap_or(self.address)
+    }
+
+    fn saw_address(&mut self, t: &Tables, lines: &[Line], address: u64) {
+        if let Some(f) = Self::outermost(lines) {
+            self.address_in.insert(f, address);
+            self.address_in_file.insert(t.function(f).filename, address);
+        }
+        self.address = address;
+    }
+
+    fn line_base(&self, id: FunctionId, function: &Function) -> i64 {
+        match (self.line_in.get(&id), function.start_line) {
+            (Some(&line), _) => line,
+            (None, 0) => self
+                .line_in_file
+                .get(&function.filename)
+                .copied()
+                .unwrap_or(0),
+            (None, start) => start,
+        }
+    }
+
+    fn saw_line(&mut self, id: FunctionId, function: &Function, line: i64) {
+        self.line_in.insert(id, line);
+        self.line_in_file.insert(function.filename, line);
+    }
+}
+
+/// The stacks table written as references (block format 6): each stack as the root-side frames
+/// it shares with an earlier stack (which one, as how many stacks back, and how many frames)
+/// and its own frames, leaf first. Stacks of one program share their callers, so most of a
+/// stack is a reference: on real profiles the table takes a third of the bytes it took as whole
+/// frame lists.
+struct StackReferences {
+    /// Per stack: how many stacks back the one it shares frames with is (0: none).
+    refs: Vec<u8>,
+    /// Per stack with a reference: how many root-side frames it shares.
+    commons: Vec<u8>,
+    /// Per stack: how many frames of its own.
+    n_frames: Vec<u8>,
+    /// The frames of their own, leaf first, as location ids.
+    frames: Vec<u8>,
+}
+
+impl StackReferences {
+    /// Each stack of `stacks` referring to the earlier stack that shares most of its root-side
+    /// frames (the latest of those, to keep references short), found in a tree of the
+    /// stacks' frames from the root.
+    fn of(t: &Tables, stacks: std::ops::Range<u32>, in_order: bool) -> Self {
+        let mut out = StackReferences {
+            refs: Vec::new(),
+            commons: Vec::new(),
+            n_frames: Vec::new(),
+            frames: Vec::new(),
+        };
+        // Tree nodes by (parent, location), and the latest stack through each node.
+        let mut children: HashMap<(u32, LocationId), u32> = HashMap::new();
+        let mut latest: Vec<u32> = vec![0];
+        let mut frame_ids = InOrder::default();
+        for i in stacks {
+            let frames = t.stack(StackId(i));
+            let mut node = 0u32;
+            let mut common = 0usize;
+            for f in frames.iter().rev() {
+                match children.get(&(node, *f)) {
+                    Some(&child) => {
+                        node = child;
+                        common += 1;
+                    }
+                    None => break,
+                }
+            }
+            let back = if common == 0 {
+                0
+            } else {
+                i - latest[node as usize]
+            };
+            put_uvarint(&mut out.refs, u64::from(back));
+            if back > 0 {
+                // The frames of the stack referred to that are not shared: mostly a few leaves.
+                let shared = t.stack(StackId(i - back)).len();
+                put_uvarint(&mut out.commons, (shared - common) as u64);
+            }
+            let own = &frames[..frames.len() - common];
+            put_uvarint(&mut out.n_frames, own.len() as u64);
+            for f in own {
+                if in_order {
+                    frame_ids.put(&mut out.frames, i64::from(f.0));
+                } else {
+                    put_uvarint(&mut out.frames, u64::from(f.0));
+                }
+            }
+            // Record the stack on its path, adding the nodes of its own frames.
+            let mut node = 0u32;
+            latest[0] = i;
+            for f in frames.iter().rev() {
+                let next = latest.len() as u32;
+                node = *children.entry((node, *f)).or_insert(next);
+                if node == next {
+                    latest.push(i);
+                } else {
+                    latest[node as usize] = i;
+                }
+            }
+        }
+        out
+    }
+
+    /// The four columns in the order they are written.
+    fn columns(self) -> [Vec<u8>; 4] {
+        [self.refs, self.commons, self.n_frames, self.frames]
+    }
 }
 
 /// Appends a mapping as [`encode_tables`] writes it, with its strings' ids given.
@@ -1106,7 +1479,11 @@ fn put_label_set(out: &mut Vec<u8>, labels: &[Label], string: &dyn Fn(StringId) 
 
 /// Interns into the empty `t` the tables written by [`encode_block_tables`], with the checks
 /// of [`decode_tables`]: every reference to an earlier entry, each entry new.
-pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Result<()> {
+pub(crate) fn decode_block_tables<'a>(
+    r: &mut Reader<'a>,
+    t: &mut Tables,
+    version: u32,
+) -> Result<()> {
     let from = TableCounts::empty().as_array();
     if TableCounts::of(t).as_array() != from {
         return r.fail("block symbols are read into empty tables only");
@@ -1121,14 +1498,40 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
         Ok(Reader::new(r.take(len)?))
     };
     let n_strings = u64::from(to[0]);
+    // Version 6 writes a layout byte, then the strings in id order or sorted, each as the
+    // bytes it shares with the one before and the rest (`SortedStrings`); 4 and 5 in id order.
+    let strings_layout = if version >= 6 {
+        r.u8()?
+    } else {
+        STRINGS_IN_ID_ORDER
+    };
+    let sorted = match strings_layout {
+        STRINGS_IN_ID_ORDER => false,
+        STRINGS_SORTED => true,
+        other => return r.fail(format!("unknown strings layout {other}")),
+    };
+    let mut shared = if sorted { column(r)? } else { Reader::new(&[]) };
     let (mut lens, mut bytes) = (column(r)?, column(r)?);
+    let mut string = Vec::new();
     for want in from[0]..to[0] {
+        if sorted {
+            let keep = shared.uvarint()?;
+            if keep > string.len() as u64 {
+                return shared.fail(format!(
+                    "a string shares {keep} bytes with one of {}",
+                    string.len()
+                ));
+            }
+            string.truncate(keep as usize);
+        } else {
+            string.clear();
+        }
         let n = lens.uvarint()?;
         if n > bytes.remaining() as u64 {
             return lens.fail(format!("a string of {n} bytes cannot fit in what remains"));
         }
-        let s = std::str::from_utf8(bytes.take(n as usize)?)
-            .or_else(|_| bytes.fail("string is not UTF-8"))?;
+        string.extend_from_slice(bytes.take(n as usize)?);
+        let s = std::str::from_utf8(&string).or_else(|_| bytes.fail("string is not UTF-8"))?;
         let got = t.intern_string(s).0;
         check_interned(&bytes, got, want, "string")?;
     }
@@ -1167,6 +1570,11 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
     }
     let (mut maps, mut addresses, mut n_lines, mut functions, mut line_numbers) =
         (column(r)?, column(r)?, column(r)?, column(r)?, column(r)?);
+    // Version 6 writes addresses and lines relative to nearby locations (`NearbyLocations`);
+    // 4 and 5 addresses relative to the address before, lines as they are.
+    let nearby = version >= 6;
+    let mut near = NearbyLocations::default();
+    let mut function_ids = InOrder::default();
     let (mut address, mut function) = (0u64, 0i64);
     let mut lines = Vec::new();
     for want in from[3]..to[3] {
@@ -1174,42 +1582,92 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
             0 => None,
             m => Some(MappingId(m as u32 - 1)),
         };
-        address = address.wrapping_add(addresses.ivarint()? as u64);
+        let address_delta = addresses.ivarint()? as u64;
         let n = n_lines.uvarint()?;
         if n > functions.remaining() as u64 {
             return functions.fail(format!("{n} lines cannot fit in what remains"));
         }
         lines.clear();
         for _ in 0..n {
-            function = function.wrapping_add(functions.ivarint()?);
+            function = if nearby {
+                function_ids.read(&mut functions)?
+            } else {
+                function.wrapping_add(functions.ivarint()?)
+            };
             if !(0..i64::from(to[2])).contains(&function) {
                 return functions.fail(format!(
                     "function id {function} is out of range (limit {})",
                     to[2]
                 ));
             }
-            lines.push(Line {
-                function: parca_profile::tables::FunctionId(function as u32),
-                line: line_numbers.ivarint()?,
-            });
+            let function = FunctionId(function as u32);
+            let mut line = line_numbers.ivarint()?;
+            if nearby {
+                line = line.wrapping_add(near.line_base(function, t.function(function)));
+                near.saw_line(function, t.function(function), line);
+            }
+            lines.push(Line { function, line });
+        }
+        if nearby {
+            address = near.address_base(t, &lines).wrapping_add(address_delta);
+            near.saw_address(t, &lines, address);
+        } else {
+            address = address.wrapping_add(address_delta);
         }
         let got = t
             .intern_location(mapping, address, lines.as_slice().into())
             .0;
         check_interned(&maps, got, want, "location")?;
     }
+    // Version 6 writes a layout byte, then the stacks as whole frame lists or as references
+    // (`StackReferences`); 4 and 5 as whole frame lists.
+    let stacks_layout = if version >= 6 { r.u8()? } else { STACKS_WHOLE };
+    let (by_reference, in_order) = match stacks_layout {
+        STACKS_WHOLE => (false, false),
+        STACKS_BY_REFERENCE => (true, false),
+        STACKS_BY_REFERENCE_IN_ORDER => (true, true),
+        other => return r.fail(format!("unknown stacks layout {other}")),
+    };
+    let none = || Reader::new(&[]);
+    let (mut refs, mut commons) = if by_reference {
+        (column(r)?, column(r)?)
+    } else {
+        (none(), none())
+    };
     let (mut n_frames, mut frames_col) = (column(r)?, column(r)?);
     let mut frames = Vec::new();
+    let mut frame_ids = InOrder::default();
     for want in from[4]..to[4] {
+        frames.clear();
+        // The frames of its own, leaf first, then the root-side frames it shares.
+        let back = if by_reference {
+            refs.below(u64::from(want), "stack reference")? as u32
+        } else {
+            0
+        };
         let n = n_frames.uvarint()?;
         if n > frames_col.remaining() as u64 {
             return frames_col.fail(format!("{n} frames cannot fit in what remains"));
         }
-        frames.clear();
         for _ in 0..n {
-            frames.push(LocationId(
-                frames_col.below(u64::from(to[3]), "location id")? as u32,
-            ));
+            let id = if in_order {
+                frame_ids.read(&mut frames_col)?
+            } else {
+                frames_col.uvarint()? as i64
+            };
+            if !(0..i64::from(to[3])).contains(&id) {
+                return frames_col.fail(format!(
+                    "location id {id} is out of range (limit {})",
+                    to[3]
+                ));
+            }
+            frames.push(LocationId(id as u32));
+        }
+        if back > 0 {
+            let shared = t.stack(StackId(want - back));
+            let common = shared.len()
+                - commons.below(shared.len() as u64 + 1, "unshared frame count")? as usize;
+            frames.extend_from_slice(&shared[shared.len() - common..]);
         }
         let got = t.intern_stack(&frames).0;
         check_interned(&frames_col, got, want, "stack")?;
@@ -1221,6 +1679,7 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
         check_interned(&label_sets, got, want, "label set")?;
     }
     for (c, name) in [
+        (&shared, "shared string prefixes"),
         (&lens, "string lengths"),
         (&bytes, "strings"),
         (&mappings, "mappings"),
@@ -1233,6 +1692,8 @@ pub(crate) fn decode_block_tables<'a>(r: &mut Reader<'a>, t: &mut Tables) -> Res
         (&n_lines, "line counts"),
         (&functions, "line functions"),
         (&line_numbers, "line numbers"),
+        (&refs, "stack references"),
+        (&commons, "shared frame counts"),
         (&n_frames, "frame counts"),
         (&frames_col, "frames"),
         (&label_sets, "label sets"),
@@ -1301,8 +1762,9 @@ pub(crate) const FOOTER_BYTES: usize = 12;
 /// of `profiles` shared by consecutive series and the index's series entries in compressed
 /// pages, their columns as differences; version 5 the summaries of 5-minute and hour windows
 /// (`crate::summary`), their profiles in frames of their own and their entries in a section
-/// of the index after the postings.
-pub(crate) const FORMAT_VERSION: u32 = 5;
+/// of the index after the postings; version 6 the stacks table as references to the stacks
+/// they share callers with ([`encode_block_tables`]).
+pub(crate) const FORMAT_VERSION: u32 = 6;
 
 /// The oldest version this build reads.
 pub(crate) const OLDEST_FORMAT_VERSION: u32 = 1;
@@ -1452,13 +1914,28 @@ mod tests {
     #[test]
     fn block_tables_round_trip_as_columns_and_refuse_damage_without_panicking() {
         let (t, _) = tables_with_symbols();
-        let mut bytes = Vec::new();
-        encode_block_tables(&t, &mut bytes);
+        // Each layout of strings and stacks, then the one the writer picks.
+        let forced = [
+            (STRINGS_IN_ID_ORDER, STACKS_WHOLE),
+            (STRINGS_SORTED, STACKS_BY_REFERENCE),
+            (STRINGS_SORTED, STACKS_BY_REFERENCE_IN_ORDER),
+            (STRINGS_IN_ID_ORDER, STACKS_BY_REFERENCE_IN_ORDER),
+        ];
+        for layouts in forced.map(Some).into_iter().chain([None]) {
+            let mut bytes = Vec::new();
+            encode_block_tables_in(&t, &mut bytes, layouts);
+            round_trips(&t, &bytes, layouts);
+        }
+    }
+
+    /// Decodes `bytes`, block tables encoded from `t`, and checks that every stack and label
+    /// set resolves as in `t`; with the chosen layouts, that damage is an error, not a panic.
+    fn round_trips(t: &Tables, bytes: &[u8], layouts: Option<(u8, u8)>) {
         let mut back = Tables::new();
-        let mut r = Reader::new(&bytes);
-        decode_block_tables(&mut r, &mut back).expect("decodes");
-        assert!(r.is_empty());
-        assert_eq!(TableCounts::of(&back), TableCounts::of(&t));
+        let mut r = Reader::new(bytes);
+        decode_block_tables(&mut r, &mut back, FORMAT_VERSION).expect("decodes");
+        assert!(r.is_empty(), "{layouts:?}");
+        assert_eq!(TableCounts::of(&back), TableCounts::of(t));
         // Every stack and label set resolves to the same frames and labels.
         /// A frame resolved: its object, address, and lines (function, file, start, line).
         type Frame = (Option<String>, u64, Vec<(String, String, i64, i64)>);
@@ -1486,7 +1963,11 @@ mod tests {
                 .collect()
         }
         for i in 0..t.n_stacks() as u32 {
-            assert_eq!(frames(&back, StackId(i)), frames(&t, StackId(i)));
+            assert_eq!(
+                frames(&back, StackId(i)),
+                frames(t, StackId(i)),
+                "{layouts:?}"
+            );
         }
         let labels = |t: &Tables| {
             t.label_set(LabelSetId(1))
@@ -1499,17 +1980,27 @@ mod tests {
                 })
                 .collect::<Vec<_>>()
         };
-        assert_eq!(labels(&back), labels(&t));
+        assert_eq!(labels(&back), labels(t), "{layouts:?}");
+        if layouts.is_some() {
+            return;
+        }
         // Every cut and every flipped byte is an error or other tables, never a panic.
         for cut in 0..bytes.len() {
             let mut t = Tables::new();
-            assert!(decode_block_tables(&mut Reader::new(&bytes[..cut]), &mut t).is_err());
+            assert!(
+                decode_block_tables(&mut Reader::new(&bytes[..cut]), &mut t, FORMAT_VERSION)
+                    .is_err()
+            );
         }
         for i in 0..bytes.len() {
             for flip in [0x01u8, 0x80, 0xff] {
-                let mut damaged = bytes.clone();
+                let mut damaged = bytes.to_vec();
                 damaged[i] ^= flip;
-                let _ = decode_block_tables(&mut Reader::new(&damaged), &mut Tables::new());
+                let _ = decode_block_tables(
+                    &mut Reader::new(&damaged),
+                    &mut Tables::new(),
+                    FORMAT_VERSION,
+                );
             }
         }
     }

@@ -57,6 +57,7 @@ mod block;
 mod commit;
 mod compact;
 mod db;
+mod differences;
 mod encoding;
 mod error;
 mod head;

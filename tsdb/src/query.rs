@@ -982,11 +982,16 @@ impl Read<'_> {
             }
             let raw = chunks.read(b, c)?;
             let mut result = Ok(());
-            block::split_chunk(raw, profiles, |p, bytes| {
+            block::split_chunk(raw, c, profiles, |p, bytes| {
                 if result.is_ok() && wanted(p.timestamp_ms) {
                     result = each(p, bytes);
                 }
-            });
+            })
+            .map_err(|e| Error::BlockCorrupt {
+                block: b.name().to_owned(),
+                file: "profiles",
+                what: e.to_string(),
+            })?;
             result?;
         }
         Ok(())
