@@ -937,7 +937,14 @@ fn encode_profiles(profiles: &[BlockProfile], chunks: &[ChunkRef], out: &mut Vec
     // Totals in whole periods and the rest (format 6): a CPU profile's total is a multiple of
     // its period, and the counts of periods are small.
     put_deltas(out, profiles, &|p| p.total.div_euclid(total_divisor(p)));
-    put_deltas(out, profiles, &|p| p.total.rem_euclid(total_divisor(p)));
+    // The rests only where some is not 0 (a byte says which): reading totals of CPU series
+    // then costs one column, as before.
+    let rest = |p: &BlockProfile| p.total.rem_euclid(total_divisor(p));
+    let has_rest = profiles.iter().any(|p| rest(p) != 0);
+    out.push(u8::from(has_rest));
+    if has_rest {
+        put_deltas(out, profiles, &rest);
+    }
     put_deltas(out, profiles, &|p| i64::from(p.n_samples));
     put_deltas(out, profiles, &|p| i64::from(p.len));
     put_deltas(out, profiles, &|p| p.capture_id as i64);
@@ -1701,20 +1708,21 @@ impl Block {
             read_deltas(r, &mut profiles, |p, v| p.period = v)?;
             read_deltas(r, &mut profiles, |p, v| p.total = v)?;
             if self.meta.version >= 6 {
-                // Whole periods, then the rest.
-                let mut out_of_range = false;
-                read_deltas(r, &mut profiles, |p, rest| {
+                // Whole periods, then the rests if any (kept in `latest_total` meanwhile).
+                match r.u8()? {
+                    0 => {}
+                    1 => read_deltas(r, &mut profiles, |p, rest| p.latest_total = rest)?,
+                    other => return r.fail(format!("bad rest flag {other}")),
+                }
+                for p in profiles.iter_mut() {
                     match p
                         .total
                         .checked_mul(total_divisor(p))
-                        .and_then(|t| t.checked_add(rest))
+                        .and_then(|t| t.checked_add(p.latest_total))
                     {
                         Some(t) => p.total = t,
-                        None => out_of_range = true,
+                        None => return r.fail("a profile's total is out of range"),
                     }
-                })?;
-                if out_of_range {
-                    return r.fail("a profile's total is out of range");
                 }
             }
             for p in profiles.iter_mut() {
