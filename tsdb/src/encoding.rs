@@ -1012,30 +1012,38 @@ fn encode_block_tables_in(t: &Tables, out: &mut Vec<u8>, layouts: Option<(u8, u8
     };
     // Strings sorted or in id order, whichever packs smaller with the functions' columns
     // that refer to them, sorted only while they fit in a core's cache (`SORTED_STRINGS_MAX_BYTES`).
-    let sorted = SortedStrings::of(t, from.strings..to.strings, from.label_sets..to.label_sets);
-    let sorted_functions = function_columns(t, from.functions..to.functions, &sorted.rank);
     let identity: Vec<u32> = (0..to.strings).collect();
     let plain = plain_strings(t, from.strings..to.strings);
     let plain_functions = function_columns(t, from.functions..to.functions, &identity);
-    let estimate_sorted = packed_size(&sorted.columns()) + packed_size(&sorted_functions);
-    let estimate_plain = packed_size(&plain) + packed_size(&plain_functions);
-    let small = plain[1].len() <= SORTED_STRINGS_MAX_BYTES;
-    let (layout, string_columns, function_columns, rank) =
-        if small && estimate_sorted < estimate_plain {
-            (
-                STRINGS_SORTED,
-                sorted.columns().map(<[u8]>::to_vec).to_vec(),
-                sorted_functions,
-                &sorted.rank,
-            )
-        } else {
-            (
-                STRINGS_IN_ID_ORDER,
-                plain.to_vec(),
-                plain_functions,
-                &identity,
-            )
-        };
+    // Sorted only where it may be chosen: strings that fit, and tests that ask for it.
+    let sorted = match layouts {
+        Some((strings, _)) => strings == STRINGS_SORTED,
+        None => plain[1].len() <= SORTED_STRINGS_MAX_BYTES,
+    }
+    .then(|| {
+        let sorted = SortedStrings::of(t, from.strings..to.strings, from.label_sets..to.label_sets);
+        let functions = function_columns(t, from.functions..to.functions, &sorted.rank);
+        (sorted, functions)
+    })
+    .filter(|(sorted, functions)| {
+        layouts.is_some()
+            || packed_size(&sorted.columns()) + packed_size(functions)
+                < packed_size(&plain) + packed_size(&plain_functions)
+    });
+    let (layout, string_columns, function_columns, rank) = match sorted {
+        Some((sorted, functions)) => (
+            STRINGS_SORTED,
+            sorted.columns().map(<[u8]>::to_vec).to_vec(),
+            functions,
+            sorted.rank,
+        ),
+        None => (
+            STRINGS_IN_ID_ORDER,
+            plain.to_vec(),
+            plain_functions,
+            identity,
+        ),
+    };
     out.push(layout);
     for column in &string_columns {
         col.extend_from_slice(column);
