@@ -128,12 +128,30 @@ pub fn parca_binary(release: bool) -> PathBuf {
         .expect("cargo build reported the parca executable")
 }
 
-/// A free port on 127.0.0.1 (free when asked; the caller binds it soon after).
+/// A free port on 127.0.0.1 for a process the test starts, which binds it soon after.
+///
+/// Ports come from below the kernel's ephemeral range (`ip_local_port_range`), never from
+/// binding port 0: a port of that range, free when asked, may be handed to one of the many
+/// outgoing connections the tests make before the child binds it (the agent once failed with
+/// "Address already in use" so). Within this process each port is handed out once; a port some
+/// other program listens on is skipped.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("bind 127.0.0.1:0")
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (low, high) = (10_000u32, ephemeral_low.max(10_001));
+    let span = high - low;
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let port = (low + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 between {low} and {high}")
 }
 
 /// A child process that is killed (SIGKILL) and reaped when this is dropped, its output in a log
