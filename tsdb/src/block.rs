@@ -565,9 +565,13 @@ impl BlockWriter {
                 chunk_open = true;
                 self.differ.start_chunk();
             }
+            let values = match list {
+                ChunkList::Profiles => crate::differences::ValuesAs::DifferencesWhereShorter,
+                ChunkList::Level(_) => crate::differences::ValuesAs::Whole,
+            };
             let bytes = self
                 .differ
-                .next(whole, &mut self.differences)
+                .next(whole, values, &mut self.differences)
                 .map_err(|e| Error::BlockCorrupt {
                     block: self.name.clone(),
                     file: "profiles",

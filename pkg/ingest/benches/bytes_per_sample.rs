@@ -174,7 +174,8 @@ fn main() {
     let all = weigh(&set, &targets, keep.as_deref(), TWO_HOURS_MS);
     println!("{}", all.row("all"));
     // The same in one block of 6 hours, which holds summaries (of 5-minute windows here).
-    let summarized = weigh(&set, &targets, None, 3 * TWO_HOURS_MS);
+    let keep6 = std::env::var_os("STORE_DIR_6H").map(PathBuf::from);
+    let summarized = weigh(&set, &targets, keep6.as_deref(), 3 * TWO_HOURS_MS);
     println!("{}", summarized.row("all, 6h"));
     println!(
         "all: {} series; bytes per sample by file kind after compaction (columns 6–9), their sum, \
