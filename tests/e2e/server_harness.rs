@@ -130,20 +130,29 @@ pub fn parca_binary(release: bool) -> PathBuf {
 
 /// A free port on 127.0.0.1 for a process the test starts, which binds it soon after.
 ///
-/// Ports come from below the kernel's ephemeral range (`ip_local_port_range`), never from
-/// binding port 0: a port of that range, free when asked, may be handed to one of the many
-/// outgoing connections the tests make before the child binds it (the agent once failed with
-/// "Address already in use" so). Within this process each port is handed out once; a port some
-/// other program listens on is skipped.
+/// Ports come from outside the kernel's ephemeral range (`ip_local_port_range`: below it, or
+/// above it where it starts low), never from binding port 0: a port of that range, free when
+/// asked, may be handed to one of the many outgoing connections the tests make before the
+/// child binds it (the agent once failed with "Address already in use" so). Within this
+/// process each port is handed out once; a port some other program listens on is skipped.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32768);
-    let (low, high) = (10_000u32, ephemeral_low.max(10_001));
-    let span = high - low;
+    let ephemeral: Vec<u32> = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|s| s.parse().ok())
+        .collect();
+    let (first, last) = match ephemeral[..] {
+        [first, last] => (first, last),
+        _ => (32768, 60999),
+    };
+    let (low, high) = if first >= 11_000 {
+        (10_000, first)
+    } else {
+        (last.saturating_add(1).min(65_535), 65_536)
+    };
+    let span = high.saturating_sub(low).max(1);
     let start = std::process::id().wrapping_mul(7919) % span;
     for _ in 0..span {
         let port = (low + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span) as u16;

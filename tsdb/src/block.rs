@@ -541,6 +541,10 @@ impl BlockWriter {
                     .expect("a level of a known resolution")
             }
         };
+        let values = match list {
+            ChunkList::Profiles => crate::differences::ValuesAs::DifferencesWhereShorter,
+            ChunkList::Level(_) => crate::differences::ValuesAs::Whole,
+        };
         let mut chunk_open = false;
         for (p, whole) in profiles {
             let frame = &mut self.frames[k];
@@ -565,10 +569,6 @@ impl BlockWriter {
                 chunk_open = true;
                 self.differ.start_chunk();
             }
-            let values = match list {
-                ChunkList::Profiles => crate::differences::ValuesAs::DifferencesWhereShorter,
-                ChunkList::Level(_) => crate::differences::ValuesAs::Whole,
-            };
             let bytes = self
                 .differ
                 .next(whole, values, &mut self.differences)
