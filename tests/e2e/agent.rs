@@ -285,6 +285,23 @@ impl Agent {
             .to_proto()
     }
 
+    /// The agent's unwind-table and stack-end metrics, for a failure message: whether tables
+    /// were missing, evicted or refused when stacks were cut.
+    pub(crate) fn unwind_metrics(&self) -> String {
+        match http_get(self.addr, "/metrics", Duration::from_secs(5)) {
+            Ok(r) => r
+                .text()
+                .lines()
+                .filter(|l| {
+                    l.starts_with("parca_agent_unwind")
+                        || l.starts_with("parca_agent_samples_before_tables")
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Err(e) => format!("(no metrics: {e})"),
+        }
+    }
+
     /// A profile of a `seconds` window in which each of `pids` has at least `min` samples:
     /// windows are taken again (within a minute) until one has them. Busy targets share two
     /// CPUs with whatever else the machine runs, so a window of fixed length may fall short;

@@ -111,7 +111,17 @@ fn agent_records_off_cpu_time_where_threads_wait_and_pushes_it() {
     ));
     assert!(
         slept * 10 >= wall * 8 && slept * 10 <= wall * 12,
-        "off-CPU time under sleeping_function is {slept} ns in a {wall} ns window: {sleeping:?}"
+        "off-CPU time under sleeping_function is {slept} ns in a {wall} ns window: {sleeping:?}\n\
+         the target's stacks: {:?}\n{}",
+        stacks_of(&p, pid)
+            .iter()
+            .map(|(frames, _)| frames
+                .iter()
+                .map(|(name, _)| name.as_str())
+                .collect::<Vec<_>>()
+                .join(";"))
+            .collect::<std::collections::BTreeSet<_>>(),
+        agent.unwind_metrics()
     );
     assert!(
         sleeping.get("wait").copied().unwrap_or(0) * 10 >= slept * 9,

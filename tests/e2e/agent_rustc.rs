@@ -118,22 +118,36 @@ fn agent_unwinds_the_rust_compiler_whole() {
             let mut whole = 0i64;
             let mut total = 0i64;
             let mut cut: std::collections::BTreeMap<String, i64> = Default::default();
+            // Where stacks were cut (the frame below the cut, in which process), for a failure.
+            let mut cut_where: std::collections::BTreeMap<String, i64> = Default::default();
             for pid in pids {
                 for (frames, n) in stacks_of(&p, pid) {
                     total += n;
                     match frames
                         .iter()
-                        .find(|(name, _)| name.starts_with("[truncated"))
+                        .position(|(name, _)| name.starts_with("[truncated"))
                     {
                         None => whole += n,
-                        Some((name, _)) => *cut.entry(name.clone()).or_default() += n,
+                        Some(i) => {
+                            *cut.entry(frames[i].0.clone()).or_default() += n;
+                            let below = i.checked_sub(1).map_or("", |b| frames[b].0.as_str());
+                            *cut_where
+                                .entry(format!("pid {pid}: {} after {below}", frames[i].0))
+                                .or_default() += n;
+                        }
                     }
                 }
             }
             if total >= 300 && whole * 100 >= total * 95 {
                 Ok((whole, total, cut))
             } else {
-                Err(format!("{whole} of {total} whole; cut: {cut:?}"))
+                let mut cut_where: Vec<(String, i64)> = cut_where.into_iter().collect();
+                cut_where.sort_by_key(|(_, n)| -n);
+                cut_where.truncate(12);
+                Err(format!(
+                    "{whole} of {total} whole; cut: {cut:?}\nwhere: {cut_where:#?}\n{}",
+                    agent.unwind_metrics()
+                ))
             }
         },
     );

@@ -4,9 +4,10 @@
 //! and each process's executable mappings told to the program with their tables and load biases.
 //!
 //! Memory is bounded by construction: the tables take at most the budget given at start
-//! (`--unwind-tables-max-bytes`, in chunks of [`ROWS_PER_CHUNK`] rows); when a table does not
-//! fit, the least recently used objects' tables are evicted (a mapping naming an evicted table
-//! finds no rows, and the sample says so, so its process is told again and the table reloaded).
+//! (`--unwind-tables-max-bytes`, in chunks of [`ROWS_PER_CHUNK`] rows); a table takes a run of
+//! chunks, and when no free run holds it, the run whose tables were least recently used is
+//! emptied for it (a mapping naming an evicted table finds no rows, and the sample says so, so
+//! its process is told again and the table reloaded).
 //! At most [`MAX_PROCESSES`] processes are held (the least recently sampled go first), and an
 //! object whose CFI is larger than [`compact::Limits`] allow is refused and counted.
 //!
@@ -39,6 +40,11 @@ pub const DEFAULT_TABLE_BYTES: u64 = 64 << 20;
 
 /// Lazily read CFI indexes (for checking the kernel's frame-pointer walks) held at most.
 const MAX_LAZY_TABLES: usize = 64;
+
+/// How long an object that could not be read goes without a table before it is tried again: a
+/// read can fail for a while (a file being replaced, an I/O error) and a process that maps the
+/// object must not go without its table for the agent's whole life.
+const RETRY_UNREADABLE_AFTER: Duration = Duration::from_secs(60);
 
 /// Objects whose table failed remembered at most (they are not compiled again meanwhile).
 const MAX_FAILED: usize = 4096;
@@ -120,7 +126,9 @@ pub(crate) struct Unwinder {
     /// Objects sent to be compiled and not back yet.
     compiling: FxHashSet<ObjectKey>,
     objects: FxHashMap<ObjectKey, Loaded>,
-    failed: FxHashSet<ObjectKey>,
+    /// Objects that got no table, and whether they are too large (never tried again while
+    /// remembered) or could not be read then (tried again after [`RETRY_UNREADABLE_AFTER`]).
+    failed: FxHashMap<ObjectKey, (Instant, bool)>,
     /// What the compilers accept (an object past them is refused before it is queued).
     limits: Limits,
     /// Free runs of chunks: (first, count), sorted by first, neighbours merged.
@@ -159,7 +167,7 @@ impl Unwinder {
             compiled,
             compiling: FxHashSet::default(),
             objects: FxHashMap::default(),
-            failed: FxHashSet::default(),
+            failed: FxHashMap::default(),
             free: vec![(0, budget_chunks)],
             next_id: 1,
             processes: FxHashMap::default(),
@@ -222,7 +230,7 @@ impl Unwinder {
             };
             if let Some(object) = &mapping.object
                 && !self.objects.contains_key(&object.key)
-                && !self.failed.contains(&object.key)
+                && !self.gave_up_on(&object.key)
                 && !self.compiling.contains(&object.key)
             {
                 let sizes = compact::cfi_sizes(&object.file);
@@ -238,7 +246,7 @@ impl Unwinder {
             }
             if let Some(object) = &mapping.object
                 && !self.objects.contains_key(&object.key)
-                && !self.failed.contains(&object.key)
+                && !self.gave_up_on(&object.key)
             {
                 let large =
                     compact::cfi_sizes(&object.file).is_none_or(|s| s.total() > LARGE_CFI_BYTES);
@@ -325,8 +333,16 @@ impl Unwinder {
         }
     }
 
-    /// Notes that `key`'s object gets no table (`too_large`: refused for its size; else it could
-    /// not be read); it is not tried again while remembered.
+    /// Whether `key`'s object is not to be compiled (again) now: it was refused for its size,
+    /// or could not be read a short while ago.
+    fn gave_up_on(&self, key: &ObjectKey) -> bool {
+        self.failed
+            .get(key)
+            .is_some_and(|&(at, too_large)| too_large || at.elapsed() < RETRY_UNREADABLE_AFTER)
+    }
+
+    /// Notes that `key`'s object gets no table (`too_large`: refused for its size, and not tried
+    /// again while remembered; else it could not be read, and is tried again a while later).
     fn refuse(&mut self, key: &ObjectKey, too_large: bool) {
         if too_large {
             self.stats.tables_too_large += 1;
@@ -336,7 +352,7 @@ impl Unwinder {
         if self.failed.len() >= MAX_FAILED {
             self.failed.clear();
         }
-        self.failed.insert(key.clone());
+        self.failed.insert(key.clone(), (Instant::now(), too_large));
     }
 
     /// Loads a compiled table into the program (evicting the least recently used tables when
@@ -398,33 +414,150 @@ impl Unwinder {
         );
     }
 
-    /// `n` free chunks in a row, evicting the least recently used tables (but those of `keep`)
-    /// until they are there.
+    /// `n` free chunks in a row: the smallest free run that holds them, or else the run of `n`
+    /// chunks [`Unwinder::cheapest_run`] picks, its tables evicted. Never fails for `n` within
+    /// the budget: a table must not be refused because the others left the space fragmented.
     fn allocate(
         &mut self,
         sampler: &mut Sampler,
         n: u32,
         keep: &FxHashSet<ObjectKey>,
     ) -> Option<u32> {
-        loop {
-            if self.objects.len() < MAX_OBJECTS
-                && let Some(i) = self.free.iter().position(|&(_, len)| len >= n)
-            {
-                let (first, len) = self.free[i];
-                if len == n {
-                    self.free.remove(i);
-                } else {
-                    self.free[i] = (first + n, len - n);
-                }
-                return Some(first);
-            }
+        if n > self.budget_chunks {
+            return None;
+        }
+        while self.objects.len() >= MAX_OBJECTS {
             let victim = self
                 .objects
                 .iter()
-                .filter(|(k, _)| !keep.contains(*k))
-                .min_by_key(|(_, l)| l.last_used)
+                .min_by_key(|(k, l)| (keep.contains(*k), l.last_used))
                 .map(|(k, _)| k.clone())?;
-            let loaded = self.objects.remove(&victim)?;
+            self.evict(sampler, &victim);
+        }
+        let best_fit = self
+            .free
+            .iter()
+            .filter(|&&(_, len)| len >= n)
+            .min_by_key(|&&(_, len)| len)
+            .map(|&(first, _)| first);
+        let first = match best_fit {
+            Some(first) => first,
+            None => {
+                let first = self.cheapest_run(n, keep);
+                let victims: Vec<ObjectKey> = self
+                    .objects
+                    .iter()
+                    .filter(|(_, l)| {
+                        l.first_chunk < first + n && l.first_chunk + l.n_chunks > first
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for victim in victims {
+                    self.evict(sampler, &victim);
+                }
+                first
+            }
+        };
+        self.take(first, n);
+        Some(first)
+    }
+
+    /// Where a table of `n` chunks goes when no free run holds it: the start of the run of `n`
+    /// chunks whose tables cost least to evict. Cost is, in order: how many tables of `keep`
+    /// (those of the processes waiting for the new one) it holds, how recently the most
+    /// recently used table in it was used, and how many chunks of tables it holds. Evicting
+    /// whole least-recently-used tables until a run happened to be free could empty the
+    /// budget for one large table, or find no run at all when a kept table sat in the middle.
+    fn cheapest_run(&self, n: u32, keep: &FxHashSet<ObjectKey>) -> u32 {
+        // (first chunk, end, last used, kept), in the order of the chunks.
+        let mut tables: Vec<(u32, u32, u64, bool)> = self
+            .objects
+            .iter()
+            .map(|(k, l)| {
+                (
+                    l.first_chunk,
+                    l.first_chunk + l.n_chunks,
+                    l.last_used,
+                    keep.contains(k),
+                )
+            })
+            .collect();
+        tables.sort_unstable_by_key(|t| t.0);
+        let mut kept_before = Vec::with_capacity(tables.len() + 1);
+        let mut chunks_before = Vec::with_capacity(tables.len() + 1);
+        let (mut kept, mut chunks) = (0u32, 0u32);
+        for t in &tables {
+            kept_before.push(kept);
+            chunks_before.push(chunks);
+            kept += u32::from(t.3);
+            chunks += t.1 - t.0;
+        }
+        kept_before.push(kept);
+        chunks_before.push(chunks);
+        // A cheapest run can be moved down until it starts at 0 or where a table ends without
+        // holding more tables: those are the only starts tried. The tables a run holds are
+        // tables[i..j]; `recent` keeps the indexes in it whose last use no later one beats,
+        // so its front is the run's most recent use.
+        let starts = std::iter::once(0)
+            .chain(tables.iter().map(|t| t.1))
+            .filter(|&s| s + n <= self.budget_chunks);
+        let mut recent: std::collections::VecDeque<usize> = Default::default();
+        let (mut i, mut j) = (0, 0);
+        let mut best: Option<((u32, u64, u32), u32)> = None;
+        for s in starts {
+            while j < tables.len() && tables[j].0 < s + n {
+                while recent.back().is_some_and(|&k| tables[k].2 <= tables[j].2) {
+                    recent.pop_back();
+                }
+                recent.push_back(j);
+                j += 1;
+            }
+            while i < j && tables[i].1 <= s {
+                if recent.front() == Some(&i) {
+                    recent.pop_front();
+                }
+                i += 1;
+            }
+            let cost = (
+                kept_before[j] - kept_before[i],
+                recent.front().map_or(0, |&k| tables[k].2),
+                chunks_before[j] - chunks_before[i],
+            );
+            if best.is_none_or(|(c, _)| cost < c) {
+                best = Some((cost, s));
+            }
+        }
+        best.map_or(0, |(_, s)| s)
+    }
+
+    /// Takes chunks `first..first + n`, which lie in one free run, out of the free runs.
+    fn take(&mut self, first: u32, n: u32) {
+        let Some(i) = self
+            .free
+            .iter()
+            .position(|&(f, len)| f <= first && first + n <= f + len)
+        else {
+            debug_assert!(false, "chunks {first}+{n} are not free");
+            return;
+        };
+        let (f, len) = self.free[i];
+        let after = (first + n, f + len - first - n);
+        match (first > f, after.1 > 0) {
+            (true, true) => {
+                self.free[i] = (f, first - f);
+                self.free.insert(i + 1, after);
+            }
+            (true, false) => self.free[i] = (f, first - f),
+            (false, true) => self.free[i] = after,
+            (false, false) => {
+                self.free.remove(i);
+            }
+        }
+    }
+
+    /// Drops `key`'s table from the program and gives its chunks back.
+    fn evict(&mut self, sampler: &mut Sampler, key: &ObjectKey) {
+        if let Some(loaded) = self.objects.remove(key) {
             sampler.drop_table(loaded.id);
             self.release(loaded.first_chunk, loaded.n_chunks);
             self.stats.tables_evicted += 1;
@@ -512,6 +645,7 @@ impl Unwinder {
         for pid in gone {
             self.forget(sampler, pid);
         }
+        self.retry_unreadable(sampler);
         if self.lazy.len() > MAX_LAZY_TABLES {
             let mut by_age: Vec<(u64, ObjectKey)> = self
                 .lazy
@@ -521,6 +655,37 @@ impl Unwinder {
             by_age.sort_by_key(|e| e.0);
             for (_, key) in by_age.into_iter().take(self.lazy.len() - MAX_LAZY_TABLES) {
                 self.lazy.remove(&key);
+            }
+        }
+    }
+
+    /// Objects that could not be read [`RETRY_UNREADABLE_AFTER`] ago are compiled again: the
+    /// processes that map them are told again (which sends them to be compiled).
+    fn retry_unreadable(&mut self, sampler: &mut Sampler) {
+        let due: FxHashSet<ObjectKey> = self
+            .failed
+            .iter()
+            .filter(|&(_, &(at, too_large))| !too_large && at.elapsed() >= RETRY_UNREADABLE_AFTER)
+            .map(|(k, _)| k.clone())
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        self.failed.retain(|k, _| !due.contains(k));
+        let again: Vec<Arc<ProcessInfo>> = self
+            .processes
+            .values()
+            .filter(|t| {
+                t.info
+                    .mappings
+                    .iter()
+                    .any(|m| m.object.as_ref().is_some_and(|o| due.contains(&o.key)))
+            })
+            .map(|t| t.info.clone())
+            .collect();
+        for info in again {
+            if let Err(e) = self.tell(sampler, &info) {
+                tracing::debug!(pid = info.pid, error = %e, "cannot tell the program a process");
             }
         }
     }
@@ -697,6 +862,84 @@ mod tests {
         assert_eq!(u.free, [(0, 10), (30, 70)]);
         u.release(10, 20);
         assert_eq!(u.free, [(0, 100)]);
+    }
+
+    /// A manager of `budget` chunks holding tables at `(first chunk, chunks, last used)`, keyed
+    /// by inode 0, 1, …
+    fn holding(budget: u32, tables: &[(u32, u32, u64)]) -> Unwinder {
+        let mut u = Unwinder::new(budget);
+        u.free = vec![(0, budget)];
+        for (inode, &(first, n, last_used)) in tables.iter().enumerate() {
+            u.take(first, n);
+            u.objects.insert(
+                key(inode),
+                Loaded {
+                    id: inode as u32 + 1,
+                    first_chunk: first,
+                    n_chunks: n,
+                    n_rows: n * ROWS_PER_CHUNK as u32,
+                    census: FramePointerCensus::default(),
+                    segments: Vec::new(),
+                    last_used,
+                },
+            );
+        }
+        u
+    }
+
+    fn key(inode: usize) -> ObjectKey {
+        ObjectKey::File {
+            dev: 0,
+            inode: inode as u64,
+        }
+    }
+
+    #[test]
+    fn taken_chunks_leave_the_rest_of_their_run_free() {
+        let mut u = Unwinder::new(100);
+        u.take(0, 10);
+        assert_eq!(u.free, [(10, 90)]);
+        u.take(40, 10);
+        assert_eq!(u.free, [(10, 30), (50, 50)]);
+        u.take(90, 10);
+        assert_eq!(u.free, [(10, 30), (50, 40)]);
+        u.take(10, 30);
+        assert_eq!(u.free, [(50, 40)]);
+    }
+
+    #[test]
+    fn a_large_table_goes_where_the_least_recently_used_tables_were() {
+        // Budget 100: tables at 0..20 (used at 5), 20..30 (used at 9), 40..60 (used at 1),
+        // 60..70 (used at 2), 80..90 (used at 8); free 30..40, 70..80, 90..100.
+        let u = holding(
+            100,
+            &[
+                (0, 20, 5),
+                (20, 10, 9),
+                (40, 20, 1),
+                (60, 10, 2),
+                (80, 10, 8),
+            ],
+        );
+        // 40 chunks: 30..70 holds only the two oldest tables.
+        assert_eq!(u.cheapest_run(40, &FxHashSet::default()), 30);
+        // 20 chunks: 30..50 holds only the oldest table (60..80 would evict fewer chunks, but
+        // of a table used later).
+        assert_eq!(u.cheapest_run(20, &FxHashSet::default()), 30);
+        // A table a waiting process needs is evicted only when no run avoids it.
+        let keep: FxHashSet<ObjectKey> = [key(2)].into_iter().collect();
+        assert_eq!(u.cheapest_run(40, &keep), 60);
+        let keep: FxHashSet<ObjectKey> = [key(1), key(3)].into_iter().collect();
+        assert_eq!(u.cheapest_run(90, &keep), 0);
+    }
+
+    #[test]
+    fn a_kept_table_in_the_middle_does_not_stop_a_large_one_from_loading() {
+        // The only table sits in the middle and is kept: no run of 60 avoids it.
+        let u = holding(100, &[(45, 10, 1)]);
+        let keep: FxHashSet<ObjectKey> = [key(0)].into_iter().collect();
+        let first = u.cheapest_run(60, &keep);
+        assert!(first + 60 <= 100 && first <= 45, "{first}");
     }
 
     #[test]

@@ -7,7 +7,6 @@
 //! one, else the CRC32 that `.gnu_debuglink` records.
 
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::{BuildId, DebugNeeds, read_build_id};
@@ -78,13 +77,20 @@ fn matches(needs: &DebugNeeds, file: &File, path: &Path) -> bool {
     crc32_of(file).is_some_and(|crc| crc == link.crc)
 }
 
-fn crc32_of(mut file: &File) -> Option<u32> {
+/// The CRC-32 of the whole of `file`, read by position (whatever its offset, which other
+/// readers may share).
+fn crc32_of(file: &File) -> Option<u32> {
+    use std::os::unix::fs::FileExt;
     let mut hasher = crc32fast::Hasher::new();
     let mut buf = vec![0u8; 1 << 16];
+    let mut at = 0u64;
     loop {
-        match file.read(&mut buf) {
+        match file.read_at(&mut buf, at) {
             Ok(0) => return Some(hasher.finalize()),
-            Ok(n) => hasher.update(&buf[..n]),
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                at += n as u64;
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return None,
         }

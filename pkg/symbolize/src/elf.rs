@@ -1,8 +1,9 @@
 //! One ELF object: its build id, load segments, symbol table and DWARF.
 //!
-//! Objects are read through [`object::ReadCache`] over an open file: only the headers, the
-//! symbol tables and the DWARF sections are read, never the whole file, so a large binary costs
-//! what its symbols and debug info cost, not its size.
+//! Objects are read through [`object::ReadCache`] over an open file, by positional reads
+//! (`crate::read_at`, so that threads reading one file do not move each other's offset): only
+//! the headers, the symbol tables and the DWARF sections are read, never the whole file, so a
+//! large binary costs what its symbols and debug info cost, not its size.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -10,7 +11,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use object::read::ReadCache;
+use crate::read_at::read_cache;
 use object::{Object, ObjectSection, ObjectSegment, SegmentFlags};
 
 use crate::dwarf_cache::{CachedDwarf, DwarfCache};
@@ -102,7 +103,7 @@ pub fn read_build_id(file: &File, path: &Path) -> Result<Option<BuildId>, Error>
     use object::read::elf::{FileHeader, ProgramHeader};
     // Only the ELF header and the PT_NOTE segments are read: parsing the whole object would
     // read its symbol tables too, which for large binaries costs megabytes per new process.
-    let cache = ReadCache::new(file);
+    let cache = read_cache(file);
     let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache)
         .map_err(|source| elf_error(path, source))?;
     let endian = header.endian().map_err(|source| elf_error(path, source))?;
@@ -335,7 +336,7 @@ impl ElfObject {
         debug: Option<(&File, &Path)>,
         load: DwarfLoad,
     ) -> Result<ElfObject, Error> {
-        let cache = ReadCache::new(file);
+        let cache = read_cache(file);
         let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
         let build_id = obj
             .build_id()
@@ -360,7 +361,7 @@ impl ElfObject {
         let is_go = obj.section_by_name(".gopclntab").is_some()
             || obj.section_by_name(".note.go.buildid").is_some();
 
-        let debug_cache = debug.map(|(f, _)| ReadCache::new(f));
+        let debug_cache = debug.map(|(f, _)| read_cache(f));
         let debug_obj = debug_cache
             .as_ref()
             .and_then(|c| object::File::parse(c).ok());
@@ -878,7 +879,7 @@ impl std::io::Write for Bounded {
 /// (the rest of the file is not read).
 pub fn read_debug_needs(file: &File, path: &Path) -> Result<DebugNeeds, Error> {
     use object::read::elf::{FileHeader, SectionHeader};
-    let cache = ReadCache::new(file);
+    let cache = read_cache(file);
     let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache)
         .map_err(|source| elf_error(path, source))?;
     let endian = header.endian().map_err(|source| elf_error(path, source))?;

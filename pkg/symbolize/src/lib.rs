@@ -62,6 +62,7 @@ mod dwarf_cache;
 mod elf;
 mod error;
 mod kallsyms;
+mod read_at;
 mod runtime;
 mod symbolizer;
 pub mod unwind;

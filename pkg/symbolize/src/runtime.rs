@@ -11,7 +11,7 @@ use std::fs::File;
 use std::ops::Range;
 use std::path::Path;
 
-use object::read::ReadCache;
+use crate::read_at::read_cache;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ObjectSymbolTable};
 
 use crate::Error;
@@ -108,7 +108,7 @@ impl Segments {
 /// Debian's stripped executable), eight bytes for `Py_Version`, and the symbol table when the
 /// object has one (for the evaluation loop's `.cold` part).
 pub fn read_python_runtime(file: &File, path: &Path) -> Result<Option<PythonRuntime>, Error> {
-    let cache = ReadCache::new(file);
+    let cache = read_cache(file);
     let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
     let mut runtime = None;
     let mut version_at = None;
@@ -185,7 +185,7 @@ const PHP_VERSION_MARK: &[u8] = b"X-Powered-By: PHP/";
 /// extensions, even from Debian's stripped executable) and the read-only data section for the
 /// version.
 pub fn read_php_runtime(file: &File, path: &Path) -> Result<Option<InterpreterRuntime>, Error> {
-    let cache = ReadCache::new(file);
+    let cache = read_cache(file);
     let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
     let mut executor_globals = None;
     let mut eval_loop = Vec::new();
@@ -226,7 +226,7 @@ pub fn read_php_runtime(file: &File, path: &Path) -> Result<Option<InterpreterRu
 /// The Ruby interpreter an object holds (3.0 and later: its execution context a thread-local
 /// `ruby_current_ec`), or `None` when it holds none or its version cannot be read.
 pub fn read_ruby_runtime(file: &File, path: &Path) -> Result<Option<InterpreterRuntime>, Error> {
-    let cache = ReadCache::new(file);
+    let cache = read_cache(file);
     let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
     let (mut vm, mut version_at, mut tls_ec) = (None, None, false);
     let mut eval_loop = Vec::new();

@@ -22,11 +22,11 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use crate::read_at::read_cache;
 use gimli::{
     BaseAddresses, CfaRule, DebugFrame, EhFrame, EndianSlice, LittleEndian, Register, RegisterRule,
     UnwindContext, UnwindSection,
 };
-use object::read::ReadCache;
 use rustc_hash::FxHashMap;
 
 use crate::Error;
@@ -258,7 +258,7 @@ impl UnwindTable {
         use std::os::unix::fs::FileExt;
         // Headers only, through the low-level reader: `object::File::parse` would read the
         // symbol tables too (40 ms for curl, 150 ms for libLLVM), on the sampling thread.
-        let cache = ReadCache::new(file);
+        let cache = read_cache(file);
         let elf_error = |source| Error::Elf {
             path: path.to_owned(),
             source,

@@ -18,11 +18,11 @@
 use std::fs::File;
 use std::path::Path;
 
+use crate::read_at::read_cache;
 use gimli::{
     BaseAddresses, CfaRule, DebugFrame, EhFrame, LittleEndian, RegisterRule, UnwindContext,
     UnwindSection,
 };
-use object::read::ReadCache;
 use rustc_hash::FxHashMap;
 
 use super::{CENSUS_FUNCTIONS, FramePointerCensus, RA, RBP, RSP, inflate_section};
@@ -338,7 +338,7 @@ impl CfiSizes {
 /// when they cannot be read.
 pub fn cfi_sizes(file: &File) -> Option<CfiSizes> {
     use object::read::elf::{FileHeader, SectionHeader};
-    let cache = ReadCache::new(file);
+    let cache = read_cache(file);
     let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
     let endian = header.endian().ok()?;
     let sections = header.sections(endian, &cache).ok()?;
@@ -357,7 +357,7 @@ pub fn cfi_sizes(file: &File) -> Option<CfiSizes> {
 fn read_sections(file: &File, path: &Path, limits: &Limits) -> Result<Sections, CompileError> {
     use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
     use std::os::unix::fs::FileExt;
-    let cache = ReadCache::new(file);
+    let cache = read_cache(file);
     let elf_error = |source| crate::Error::Elf {
         path: path.to_owned(),
         source,
