@@ -13,10 +13,11 @@
 // by the agent's budget); each object's table (by build id, shared by every process that maps the
 // object) is a run of rows in it, named by an id in `unwind_objects`. `proc_maps` holds, per
 // process, its executable mappings sorted by address, each with its object's table id and load
-// bias. A walk step binary-searches the process's mappings, then the object's rows, and applies
-// the row: CFA = rsp or rbp + offset (or a PLT stub's expression, or a signal frame's saved
-// registers), return address at CFA - 8, saved rbp at CFA + offset. `bpf_loop` runs the steps:
-// the verifier checks one step, whatever the depth (MAX_USER_FRAMES).
+// bias. A walk step binary-searches the process's mappings, then finds the row (from a per-CPU
+// cache of rows found lately, else by a binary search of the object's rows), and applies it:
+// CFA = rsp or rbp + offset (or a PLT stub's expression, or a signal frame's saved registers),
+// return address at CFA - 8, saved rbp at CFA + offset. `bpf_loop` runs the steps: the verifier
+// checks one step, whatever the depth (MAX_USER_FRAMES).
 //
 // Frame pointers are the fast path where they are valid: in a mapping whose object keeps them
 // (userspace's census, MAP_FP), every frame but the leaf is left by its frame pointer; the leaf
@@ -384,8 +385,9 @@ struct {
 
 // Rows found lately, per CPU: (table id, address) → row, direct-mapped. A stack's frames mostly
 // return into call sites sampled before (a recursion's one call site hundreds of times), each
-// of which the binary search over the table would find again. Table ids are never reused, so
-// an entry stays true for as long as it can match.
+// of which the binary search over the table would find again. An address no row covers is kept
+// too (kind ROW_END). Table ids are never reused, so an entry stays true for as long as it can
+// match.
 struct row_cache_entry {
 	__u32 object;
 	__u32 pc;
@@ -599,11 +601,6 @@ static __always_inline int find_row(struct stack_sample *s, struct mapping *m, _
 {
 	if (m->object == 0)
 		return 0;
-	struct object_table *t = bpf_map_lookup_elem(&unwind_objects, &m->object);
-	if (!t) {
-		s->flags |= SAMPLE_TABLE_MISSING;
-		return 0;
-	}
 	__u64 rel = addr - m->bias;
 	if (rel >> 32)
 		return 0;
@@ -614,9 +611,20 @@ static __always_inline int find_row(struct stack_sample *s, struct mapping *m, _
 	if (cache) {
 		struct row_cache_entry *e = &cache->e[slot];
 		if (e->object == m->object && e->pc == pc) {
+			// ROW_END: no row covers the address (code without CFI, as a JIT's
+			// builtins), which the search would find again as slowly.
+			if (e->row.kind == ROW_END)
+				return 0;
 			*out = e->row;
 			return 1;
 		}
+	}
+	// A cached row stays true after its table is evicted (the same object, the same
+	// address), so the table is looked up only when the cache misses.
+	struct object_table *t = bpf_map_lookup_elem(&unwind_objects, &m->object);
+	if (!t) {
+		s->flags |= SAMPLE_TABLE_MISSING;
+		return 0;
 	}
 	__u32 first = t->first_row;
 	struct search r = {
@@ -629,18 +637,21 @@ static __always_inline int find_row(struct stack_sample *s, struct mapping *m, _
 	__u32 lo = r.lo;
 	if (r.failed || r.lo < r.hi)
 		return 0;
-	if (lo <= first)
+	struct unwind_row *row = lo > first ? row_at(lo - 1) : 0;
+	if (lo > first && !row)
 		return 0;
-	struct unwind_row *row = row_at(lo - 1);
-	if (!row || row->kind == ROW_END)
-		return 0;
-	*out = *row;
+	struct unwind_row found = {};
+	if (row)
+		found = *row;
 	if (cache) {
 		struct row_cache_entry *e = &cache->e[slot];
 		e->object = m->object;
 		e->pc = pc;
-		e->row = *row;
+		e->row = found;
 	}
+	if (found.kind == ROW_END)
+		return 0;
+	*out = found;
 	return 1;
 }
 
@@ -758,7 +769,20 @@ static long walk_step(__u32 index, void *data)
 			w->end = WALK_BAD_INFO;
 			return 1;
 		}
-		if (row.kind != ROW_SIGNAL) {
+		if (row.kind != ROW_SIGNAL && row.rbp_rule == RBP_AT && row.rbp_offset == -16) {
+			// rbp saved just below the return address (`push rbp` first, the common
+			// prologue): one read for both, each costing about as much as the walk's
+			// other work on a frame.
+			__u64 pair[2];
+			if (bpf_probe_read_user(pair, sizeof(pair), (void *)(cfa - 16)) != 0) {
+				w->end = WALK_UNREADABLE;
+				return 1;
+			}
+			bp = pair[0];
+			ip = pair[1];
+			sp = cfa;
+			bp_known = 1;
+		} else if (row.kind != ROW_SIGNAL) {
 			if (!read_u64(&ip, cfa - 8)) {
 				w->end = WALK_UNREADABLE;
 				return 1;
@@ -1082,7 +1106,9 @@ static __always_inline int send_user_stack(void *ctx, __u32 pid, int user_mode, 
 	asm volatile("" : "+r"(len));
 	if (len > SAMPLE_DATA_BYTES)
 		return 0;
-	if (bpf_ringbuf_output(&stack_samples, s, SAMPLE_HEADER_BYTES + len, 0) != 0) {
+	// No wakeup: nothing waits on this ring; userspace empties it on a timer
+	// (SAMPLE_POLL_INTERVAL), and a wakeup (an irq_work per sample) cost more than the copy.
+	if (bpf_ringbuf_output(&stack_samples, s, SAMPLE_HEADER_BYTES + len, BPF_RB_NO_WAKEUP) != 0) {
 		if (kind == KIND_CPU)
 			bump(STAT_SAMPLES_LOST);
 		return 0;
@@ -1212,7 +1238,7 @@ int on_switch(struct bpf_raw_tracepoint_args *ctx)
 			.kind = KIND_OFF_CPU_END,
 		};
 		bpf_map_delete_elem(&off_cpu_start, &next_tid);
-		if (bpf_ringbuf_output(&stack_samples, &end, sizeof(end), 0) != 0)
+		if (bpf_ringbuf_output(&stack_samples, &end, sizeof(end), BPF_RB_NO_WAKEUP) != 0)
 			bump(STAT_OFF_CPU_LOST);
 	}
 

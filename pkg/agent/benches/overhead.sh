@@ -11,6 +11,8 @@
 # interrupted tasks, not to the agent). Then the same load under `perf record -F 19 -a -g` and
 # `perf record -F 19 -a --call-graph dwarf` (which copies 8 KiB of stack per sample into its
 # file; `perf report` unwinds them afterwards, reported as its own line).
+# WARMUP=60 lengthens the warm-up profile (seconds; LOAD=mix compiles ~100 tables, 15-30 s on a
+# loaded machine, which the default 10 s leaves in the measurement).
 # AGENT_HZ="19" limits the frequencies tried. AGENT_BIN runs that agent binary instead of
 # building this tree's (to compare builds), with AGENT_ARGS added to its flags; PERF=0 skips perf.
 # LOAD=go runs the Go program tests/targets/agent/hot.go instead (it keeps frame pointers: its stacks take the fast path,
@@ -91,7 +93,7 @@ for hz in ${AGENT_HZ:-19 99}; do
   "$agent" --http-address "127.0.0.1:$port" --profiling-cpu-sampling-frequency "$hz" \
     --log-level warn ${AGENT_ARGS:-} & apid=$!; pids+=($apid)
   for _ in $(seq 100); do curl -sf "127.0.0.1:$port/healthy" >/dev/null && break; sleep 0.1; done
-  curl -sf -o /dev/null "127.0.0.1:$port/debug/pprof/profile?seconds=10"   # warm-up
+  curl -sf -o /dev/null "127.0.0.1:$port/debug/pprof/profile?seconds=${WARMUP:-10}"   # warm-up
   t0=$(cpu_ticks "$apid"); b0=$(bpf_ns); w0=$(date +%s.%N)
   end=$(( $(date +%s) + seconds ))
   while [ "$(date +%s)" -lt "$end" ]; do

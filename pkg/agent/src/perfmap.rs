@@ -7,6 +7,7 @@
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
@@ -14,6 +15,13 @@ use rustc_hash::FxHashMap;
 const MAX_ENTRIES_PER_PROCESS: usize = 1 << 20;
 /// Processes whose maps are held; beyond it the least recently used is forgotten.
 const MAX_PROCESSES: usize = 256;
+/// A process that writes no perf map is looked at again after this (it may start one).
+const LOOK_AGAIN_AFTER: Duration = Duration::from_secs(10);
+/// An address not found reads what the process appended, at most this often.
+const REREAD_AFTER: Duration = Duration::from_millis(100);
+/// What the process appended is read at least this often (code recompiled at an address
+/// already named).
+const REFRESH_AFTER: Duration = Duration::from_secs(1);
 
 /// The perf maps of the processes seen, read as they grow.
 #[derive(Debug, Default)]
@@ -25,7 +33,8 @@ pub(crate) struct PerfMaps {
 
 #[derive(Debug)]
 struct PerfMap {
-    path: PathBuf,
+    /// None while the process writes no perf map.
+    path: Option<PathBuf>,
     /// Bytes of the file already read (whole lines only).
     read_len: u64,
     /// The file's inode: another file at the path (the pid reused) starts over.
@@ -34,16 +43,22 @@ struct PerfMap {
     entries: Vec<(u64, u64, String)>,
     sorted: bool,
     last_used: u64,
+    /// When the file was last read (or, without one, looked for).
+    checked: Option<Instant>,
 }
 
 impl PerfMaps {
     /// The JIT function holding `addr` in process `pid`, if the process writes a perf map that
     /// names it.
+    ///
+    /// A profile looks up every JIT address of a window: the file is read again only when an
+    /// address is not found in what was read (at most every [`REREAD_AFTER`], and at least
+    /// every [`REFRESH_AFTER`] for code recompiled in place), and a process that writes no map
+    /// is looked at again only after [`LOOK_AGAIN_AFTER`].
     pub(crate) fn lookup(&mut self, pid: u32, addr: u64) -> Option<&str> {
         self.clock += 1;
         let clock = self.clock;
         if !self.maps.contains_key(&pid) {
-            let path = map_path(pid)?;
             if self.maps.len() >= MAX_PROCESSES
                 && let Some(oldest) = self
                     .maps
@@ -56,18 +71,37 @@ impl PerfMaps {
             self.maps.insert(
                 pid,
                 PerfMap {
-                    path,
+                    path: None,
                     read_len: 0,
                     inode: 0,
                     entries: Vec::new(),
                     sorted: true,
                     last_used: clock,
+                    checked: None,
                 },
             );
         }
         let map = self.maps.get_mut(&pid)?;
         map.last_used = clock;
-        map.read_new_lines();
+        if map.path.is_none() {
+            if map
+                .checked
+                .is_some_and(|at| at.elapsed() < LOOK_AGAIN_AFTER)
+            {
+                return None;
+            }
+            map.path = map_path(pid);
+            if map.path.is_none() {
+                map.checked = Some(Instant::now());
+                return None;
+            }
+            map.checked = None;
+        }
+        let stale =
+            |map: &PerfMap, after: Duration| map.checked.is_none_or(|at| at.elapsed() >= after);
+        if stale(map, REFRESH_AFTER) || (map.find(addr).is_none() && stale(map, REREAD_AFTER)) {
+            map.read_new_lines();
+        }
         map.find(addr)
     }
 }
@@ -89,7 +123,11 @@ fn map_path(pid: u32) -> Option<PathBuf> {
 impl PerfMap {
     /// Reads the whole lines appended since the last read.
     fn read_new_lines(&mut self) {
-        let Ok(mut file) = std::fs::File::open(&self.path) else {
+        self.checked = Some(Instant::now());
+        let Some(path) = &self.path else {
+            return;
+        };
+        let Ok(mut file) = std::fs::File::open(path) else {
             return;
         };
         let Ok(metadata) = file.metadata() else {
@@ -178,12 +216,13 @@ mod tests {
         writeln!(file, "1000 100 LazyCompile:*hot /app/x.js:3").unwrap();
         write!(file, "3000 10 half-written").unwrap();
         let mut map = PerfMap {
-            path: path.clone(),
+            path: Some(path.clone()),
             read_len: 0,
             inode: 0,
             entries: Vec::new(),
             sorted: true,
             last_used: 0,
+            checked: None,
         };
         map.read_new_lines();
         assert_eq!(map.find(0x1010), Some("LazyCompile:*hot /app/x.js:3"));
@@ -196,5 +235,26 @@ mod tests {
         assert_eq!(map.find(0x2010), Some("Builtin:ArrayPush"));
         assert_eq!(parse_line("zz 10 x"), None);
         assert_eq!(parse_line("10 0 x"), None);
+    }
+
+    #[test]
+    fn a_process_map_is_found_and_read_again_for_an_address_it_did_not_name() {
+        // This process's own map, where a JIT would write it.
+        let pid = std::process::id();
+        let path = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        let mut file = std::fs::File::create(&path).unwrap();
+        writeln!(file, "1000 100 first").unwrap();
+        let mut maps = PerfMaps::default();
+        assert_eq!(maps.lookup(pid, 0x1010), Some("first"));
+        writeln!(file, "2000 100 compiled later").unwrap();
+        std::thread::sleep(REREAD_AFTER);
+        let found = maps.lookup(pid, 0x2010).map(str::to_owned);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(found.as_deref(), Some("compiled later"));
+        assert_eq!(
+            maps.lookup(pid, 0x1010),
+            Some("first"),
+            "what was read stays"
+        );
     }
 }

@@ -187,15 +187,23 @@ impl Unwinder {
             .is_none_or(|t| t.read_no != process.read_no)
     }
 
-    /// Notes a sample of `pid`: its objects' tables are in use.
+    /// Notes a sample of `pid`: its objects' tables are in use. Per sample only the process's
+    /// recency is set (a JVM maps fifty objects); its objects' follows before a table is
+    /// evicted ([`Unwinder::note_recent_use`]).
     pub fn sampled(&mut self, pid: u32) {
         self.tick += 1;
         let tick = self.tick;
         if let Some(told) = self.processes.get_mut(&pid) {
             told.last_sampled = tick;
+        }
+    }
+
+    /// Marks each loaded table used as recently as the last sample of a process that maps it.
+    fn note_recent_use(&mut self) {
+        for told in self.processes.values() {
             for key in &told.objects {
                 if let Some(loaded) = self.objects.get_mut(key) {
-                    loaded.last_used = tick;
+                    loaded.last_used = loaded.last_used.max(told.last_sampled);
                 }
             }
         }
@@ -398,6 +406,7 @@ impl Unwinder {
             fail(self, false);
             return;
         }
+        tracing::debug!(object = %object.opened_as.display(), rows = table.len(), "unwind table loaded");
         self.stats.tables_loaded += 1;
         self.tick += 1;
         self.objects.insert(
@@ -425,6 +434,10 @@ impl Unwinder {
     ) -> Option<u32> {
         if n > self.budget_chunks {
             return None;
+        }
+        let fits = self.free.iter().any(|&(_, len)| len >= n);
+        if !fits || self.objects.len() >= MAX_OBJECTS {
+            self.note_recent_use();
         }
         while self.objects.len() >= MAX_OBJECTS {
             let victim = self
@@ -636,6 +649,8 @@ impl Unwinder {
     /// Forgets processes gone (`alive` says which are kept) and drops the least recently used
     /// lazy CFI indexes beyond their bound. Call once per window.
     pub fn trim(&mut self, sampler: &mut Sampler, alive: impl Fn(u32) -> bool) {
+        // Before the processes gone take their last samples' recency with them.
+        self.note_recent_use();
         let gone: Vec<u32> = self
             .processes
             .keys()
