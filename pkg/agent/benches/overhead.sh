@@ -11,8 +11,9 @@
 # interrupted tasks, not to the agent). Then the same load under `perf record -F 19 -a -g` and
 # `perf record -F 19 -a --call-graph dwarf` (which copies 8 KiB of stack per sample into its
 # file; `perf report` unwinds them afterwards, reported as its own line).
-# WARMUP=60 lengthens the warm-up profile (seconds; LOAD=mix compiles ~100 tables, 15-30 s on a
-# loaded machine, which the default 10 s leaves in the measurement).
+# WARMUP=150 lengthens the warm-up profile (seconds; under LOAD=mix the agent compiles ~100
+# unwind tables on a loaded machine for up to two minutes, which the default 10 s leaves in the
+# measurement).
 # AGENT_HZ="19" limits the frequencies tried. AGENT_BIN runs that agent binary instead of
 # building this tree's (to compare builds), with AGENT_ARGS added to its flags; PERF=0 skips perf.
 # LOAD=go runs the Go program tests/targets/agent/hot.go instead (it keeps frame pointers: its stacks take the fast path,

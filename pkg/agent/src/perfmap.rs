@@ -247,8 +247,13 @@ mod tests {
         let mut maps = PerfMaps::default();
         assert_eq!(maps.lookup(pid, 0x1010), Some("first"));
         writeln!(file, "2000 100 compiled later").unwrap();
-        std::thread::sleep(REREAD_AFTER);
-        let found = maps.lookup(pid, 0x2010).map(str::to_owned);
+        // Read again once REREAD_AFTER has passed since the last read.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut found = None;
+        while found.is_none() && Instant::now() < deadline {
+            found = maps.lookup(pid, 0x2010).map(str::to_owned);
+            std::thread::sleep(Duration::from_millis(10));
+        }
         std::fs::remove_file(&path).unwrap();
         assert_eq!(found.as_deref(), Some("compiled later"));
         assert_eq!(

@@ -187,9 +187,9 @@ impl Unwinder {
             .is_none_or(|t| t.read_no != process.read_no)
     }
 
-    /// Notes a sample of `pid`: its objects' tables are in use. Per sample only the process's
-    /// recency is set (a JVM maps fifty objects); its objects' follows before a table is
-    /// evicted ([`Unwinder::note_recent_use`]).
+    /// Notes a sample of `pid`: its objects' tables are in use. Only the process's recency is
+    /// set here (a JVM maps fifty objects); its tables are marked from it before one is evicted
+    /// and once per window ([`Unwinder::note_recent_use`]).
     pub fn sampled(&mut self, pid: u32) {
         self.tick += 1;
         let tick = self.tick;
