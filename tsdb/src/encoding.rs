@@ -108,14 +108,19 @@ impl<'a> Reader<'a> {
 
     #[inline(always)]
     pub fn uvarint(&mut self) -> Result<u64> {
-        // Most stack deltas and scaled values fit one byte.
-        if let Some(&b) = self.bytes.get(self.pos)
-            && b < 0x80
-        {
-            self.pos += 1;
-            return Ok(u64::from(b));
+        // Most stack deltas and scaled values fit one byte, and most others two (the sums
+        // of summaries): both without a call.
+        match self.bytes.get(self.pos..) {
+            Some(&[b, ..]) if b < 0x80 => {
+                self.pos += 1;
+                Ok(u64::from(b))
+            }
+            Some(&[b0, b1, ..]) if b1 < 0x80 => {
+                self.pos += 2;
+                Ok(u64::from(b0 & 0x7f) | u64::from(b1) << 7)
+            }
+            _ => self.uvarint_long(),
         }
-        self.uvarint_long()
     }
 
     #[inline(never)]
