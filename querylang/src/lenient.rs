@@ -2,9 +2,21 @@
 //! for autocomplete, which repairs a half-typed query by cutting and closing it.
 
 use crate::ast::{Expr, ExprKind};
+use crate::check;
 use crate::error::{ParseError, Span};
 use crate::parser::{self, MAX_DEPTH};
-use crate::{LenientParse, check};
+
+/// What [`crate::parse_lenient`] made of a query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LenientParse {
+    /// The AST, when there is one: the whole query's if its syntax is right (even with type
+    /// errors), else the AST of a repaired version (cut back and closed), whose spans stay
+    /// within the query. `None` when no repair parsed.
+    pub expr: Option<Expr>,
+    /// Every error found, in query order: at most one syntax error (the first), or every
+    /// literal, type and semantic error of a syntactically correct query.
+    pub errors: Vec<ParseError>,
+}
 
 /// What a cheap left-to-right scan of the text knows: brackets and strings, ignoring grammar.
 #[derive(Debug, Default)]

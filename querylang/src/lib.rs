@@ -87,7 +87,9 @@ pub use ast::{
     StackFilterOp, ValueType, VectorMatching,
 };
 pub use error::{Expected, ParseError, Span};
+pub use lenient::LenientParse;
 pub use parca_vocab::{MatchOp, duration, is_valid_label_name, sanitize_label_name};
+pub use parser::is_recorded_series_name;
 
 /// Parses and checks a query: the AST, or the first error (by position in the query).
 ///
@@ -105,17 +107,6 @@ pub fn parse(query: &str) -> Result<Expr, ParseError> {
 /// parts) are checked as profile types, so a mistyped one is still an error.
 pub fn parse_rule_query(query: &str) -> Result<Expr, ParseError> {
     parse_with(query, true)
-}
-
-/// Whether `name` may name a recorded series in a rule's query: a Prometheus metric name
-/// (`[a-zA-Z_:][a-zA-Z0-9_:]*`) that is not shaped like a profile type (5 or 6 parts).
-pub fn is_recorded_series_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    bytes
-        .next()
-        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
-        && !(5..=6).contains(&name.split(':').count())
 }
 
 fn parse_with(query: &str, metric_names: bool) -> Result<Expr, ParseError> {
@@ -184,18 +175,6 @@ fn build_with(
         }
         _ => e,
     })
-}
-
-/// What [`parse_lenient`] made of a query.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LenientParse {
-    /// The AST, when there is one: the whole query's if its syntax is right (even with type
-    /// errors), else the AST of a repaired version (cut back and closed), whose spans stay
-    /// within the query. `None` when no repair parsed.
-    pub expr: Option<Expr>,
-    /// Every error found, in query order: at most one syntax error (the first), or every
-    /// literal, type and semantic error of a syntactically correct query.
-    pub errors: Vec<ParseError>,
 }
 
 /// Parses as much of a query as it can, for autocomplete while typing.

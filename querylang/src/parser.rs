@@ -15,6 +15,17 @@ use crate::error::{Expected, ParseError, Span};
 use crate::literal;
 use parca_vocab::sanitize_label_name;
 
+/// Whether `name` may name a recorded series in a rule's query: a Prometheus metric name
+/// (`[a-zA-Z_:][a-zA-Z0-9_:]*`) that is not shaped like a profile type (5 or 6 parts).
+pub fn is_recorded_series_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_' || b == b':')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b':')
+        && !(5..=6).contains(&name.split(':').count())
+}
+
 #[derive(pest_derive::Parser)]
 #[grammar = "grammar.pest"]
 struct Grammar;
@@ -521,7 +532,7 @@ impl Builder<'_> {
             match p.as_rule() {
                 Rule::profile_type => {
                     let text = p.as_str();
-                    let recorded = self.metric_names && crate::is_recorded_series_name(text);
+                    let recorded = self.metric_names && is_recorded_series_name(text);
                     if let Some(problem) = ProfileTypeName::problem(text).filter(|_| !recorded) {
                         self.error(span_of(&p), problem);
                     }

@@ -774,15 +774,22 @@ impl Sampler {
     }
 }
 
+/// How often the collector empties the ring buffer of walked samples (sized for four times what
+/// arrives meanwhile: [`stack_samples_bytes`]), loads compiled tables and tells again the
+/// processes whose samples say so (new processes are told as soon as they are announced). Each
+/// wakeup costs the agent tens of microseconds of scheduling
+/// whatever there is to do: at 100 ms that was half of its CPU on a busy node.
+pub(crate) const SAMPLE_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Size of the ring buffer of walked samples: four times what `n_cpus` at `frequency_hz` send
-/// between two reads of it (`collector::SAMPLE_POLL_INTERVAL`, 250 ms) when every stack is
+/// between two reads of it ([`SAMPLE_POLL_INTERVAL`], 250 ms) when every stack is
 /// 1,024 frames deep (about 9 KiB a sample), as a power of two from 2 to 64 MiB (2 MiB holds
 /// five seconds of such samples from two CPUs at 19 Hz). Mapped into
 /// the agent, it counts in its RSS twice (the kernel maps the data pages twice), so it is not
 /// made larger than needed. A sample that does not fit is counted with frame-pointer stacks
 /// instead (`parca_agent_samples_lost_total`).
 fn stack_samples_bytes(n_cpus: usize, frequency_hz: u64) -> u32 {
-    let poll_ms = crate::collector::SAMPLE_POLL_INTERVAL.as_millis() as u64;
+    let poll_ms = SAMPLE_POLL_INTERVAL.as_millis() as u64;
     let per_poll =
         n_cpus as u64 * frequency_hz * (SAMPLE_DATA_AT + MAX_USER_FRAMES * 8) as u64 * poll_ms
             / 1000;

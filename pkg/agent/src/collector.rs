@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
 use crate::Error;
-use crate::bpf::{DrainedStack, ProcEvents, PyConfig, RingRecord, Sampler};
+use crate::bpf::{DrainedStack, ProcEvents, PyConfig, RingRecord, SAMPLE_POLL_INTERVAL, Sampler};
 use crate::interp::FrameTable;
 use crate::metrics::Metrics;
 use crate::process::{ProcessInfo, ProcessTable};
@@ -59,13 +59,6 @@ pub(crate) struct Shared {
     /// time is divided by it, so that totals estimate all of the time off CPU.
     pub off_cpu_threshold: f64,
 }
-
-/// How often the ring buffer of walked samples is emptied (it is sized for four times what
-/// arrives meanwhile: `bpf::stack_samples_bytes`), compiled tables loaded, and processes whose
-/// samples say so told again. New processes are told as soon as they are announced
-/// ([`Command::Announced`]). Each wakeup costs the agent tens of microseconds of scheduling
-/// whatever there is to do: at 100 ms that was half of its CPU on a busy node.
-pub(crate) const SAMPLE_POLL_INTERVAL: Duration = Duration::from_millis(250);
 
 /// What the ring buffer gave since the last drain.
 #[derive(Default)]

@@ -12,7 +12,7 @@ use parca_tsdb::{Labels, NAME_LABEL};
 use rustc_hash::FxHashMap;
 
 use crate::Error;
-use crate::range::{Point, RangeQuery, RangeSeries};
+use crate::series::{Point, RangeQuery, RangeSeries};
 
 /// What one side of an operator evaluated to.
 pub(crate) enum Side {

@@ -40,6 +40,7 @@ mod exemplars;
 mod instant;
 mod range;
 mod select;
+mod series;
 mod shared;
 #[cfg(test)]
 mod tests;
@@ -51,8 +52,9 @@ use parca_tsdb::{Db, Matcher};
 pub use error::Error;
 pub use exemplars::{DEFAULT_EXEMPLARS_PER_SERIES, MAX_EXEMPLARS_PER_SERIES, SeriesExemplars};
 pub use instant::{InstantQuery, ProfileGroup};
-pub use range::{Omitted, Point, RangeQuery, RangeSeries, top_series};
+pub use range::{Omitted, top_series};
 pub use select::{ProfileType, profile_types, selector_matchers};
+pub use series::{Point, RangeQuery, RangeSeries};
 
 /// What a query may cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -219,8 +219,7 @@ impl Insights {
                 })
             };
             let me = Arc::clone(&self);
-            let ticked =
-                tokio::task::spawn_blocking(move || me.tick(crate::manager::now_ms())).await;
+            let ticked = tokio::task::spawn_blocking(move || me.tick(crate::clock::now_ms())).await;
             match ticked {
                 Ok(Err(error)) => tracing::warn!(%error, "deploy insights"),
                 Err(error) => tracing::error!(%error, "deploy insights task failed"),

@@ -50,6 +50,7 @@
 //! # }
 //! ```
 
+mod clock;
 pub mod for_state;
 mod group;
 pub mod insights;

@@ -10,6 +10,7 @@ use parca_query::Engine;
 use tokio::task::JoinHandle;
 
 use crate::Error;
+use crate::clock::now_ms;
 use crate::for_state::{ForStateStore, RestoreOptions};
 use crate::group::{Environment, Group};
 use crate::notifier::Notifier;
@@ -287,13 +288,6 @@ async fn run_group(
         }
         last_ms = next_ms;
     }
-}
-
-/// Now, in milliseconds since the epoch.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]

@@ -255,8 +255,7 @@ impl Queue {
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(q.max_backoff);
                     if !q.sample_age_limit.is_zero() {
-                        let oldest =
-                            crate::manager::now_ms() - q.sample_age_limit.as_millis() as i64;
+                        let oldest = crate::clock::now_ms() - q.sample_age_limit.as_millis() as i64;
                         let before = batch.len();
                         batch.retain(|s| s.timestamp_ms >= oldest);
                         let aged = before - batch.len();

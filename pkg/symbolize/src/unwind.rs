@@ -243,9 +243,12 @@ impl std::fmt::Debug for UnwindTable {
     }
 }
 
-/// CFI sections larger than this are not indexed (the object is walked with frame pointers):
-/// the compiler's bound, so that a hostile object costs no more memory here than there.
-const MAX_CFI_BYTES: u64 = compact::MAX_SECTION_BYTES;
+/// CFI sections larger than this (decompressed) are not read: larger ones come from hostile or
+/// broken objects (the largest real ones here, LLVM's and `librustc_driver`'s, are under
+/// 10 MB). [`UnwindTable::read`] keeps to it (the object is then walked with frame pointers),
+/// and so does [`compact`] by default, so that a hostile object costs no more memory in one than
+/// in the other.
+pub const MAX_SECTION_BYTES: u64 = 64 << 20;
 
 /// One CIE or FDE larger than this is not read.
 const MAX_ENTRY_BYTES: u64 = 1 << 20;
@@ -275,7 +278,7 @@ impl UnwindTable {
                 .then(|| (s.sh_offset(endian), s.sh_size(endian), s.sh_addr(endian)))
         };
         let read_bytes = |offset: u64, size: u64| -> Option<Vec<u8>> {
-            if size > MAX_CFI_BYTES {
+            if size > MAX_SECTION_BYTES {
                 return None;
             }
             let mut bytes = vec![0u8; size as usize];
@@ -289,7 +292,7 @@ impl UnwindTable {
         };
         // The linker's sorted table of `.eh_frame`'s FDEs (8 bytes each) is the index when it
         // is there: `.eh_frame` itself is then never read whole.
-        let eh = find(b".eh_frame").filter(|e| e.1 <= MAX_CFI_BYTES);
+        let eh = find(b".eh_frame").filter(|e| e.1 <= MAX_SECTION_BYTES);
         let hdr_index = find(b".eh_frame_hdr").and_then(|(offset, size, address)| {
             eh_frame_hdr_index(&read_bytes(offset, size)?, address)
         });
@@ -678,7 +681,7 @@ impl UnwindTable {
     }
 }
 
-/// The bytes of an `SHF_COMPRESSED` section, inflated (at most [`MAX_CFI_BYTES`]).
+/// The bytes of an `SHF_COMPRESSED` section, inflated (at most [`MAX_SECTION_BYTES`]).
 fn inflate_section<'data, R: object::ReadRef<'data>>(
     section: &object::elf::SectionHeader64<object::Endianness>,
     endian: object::Endianness,
@@ -692,7 +695,7 @@ fn inflate_section<'data, R: object::ReadRef<'data>>(
         _ => return None,
     };
     let uncompressed_size = header.ch_size(endian);
-    if uncompressed_size > MAX_CFI_BYTES || size > MAX_CFI_BYTES {
+    if uncompressed_size > MAX_SECTION_BYTES || size > MAX_SECTION_BYTES {
         return None;
     }
     let compressed = data.read_bytes_at(offset, size).ok()?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::Error;
+use crate::error::Error;
 
 /// The whole file. Unknown keys are refused, as exporter-toolkit refuses them.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]

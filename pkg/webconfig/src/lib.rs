@@ -36,6 +36,7 @@
 
 mod auth;
 mod conn;
+mod error;
 mod file;
 mod tls;
 
@@ -45,29 +46,8 @@ use std::time::{Instant, SystemTime};
 
 pub use auth::Denied;
 pub use conn::{AcceptError, Connection};
+pub use error::Error;
 pub use file::{HttpServerConfig, RateLimit, TlsServerConfig, WebConfigFile};
-
-/// Why a web configuration cannot be used.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A file could not be read.
-    #[error("cannot read `{path}`")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file is not a valid web configuration.
-    #[error("web configuration `{path}`: {message}")]
-    Invalid {
-        /// The web configuration file (or the token file).
-        path: PathBuf,
-        /// What is wrong, in the file's own terms.
-        message: String,
-    },
-}
 
 /// The web configuration in force, reloaded when its files change.
 pub struct Security {

@@ -15,7 +15,7 @@ use tokio_rustls::rustls::{
     SignatureScheme, SupportedCipherSuite, SupportedProtocolVersion,
 };
 
-use crate::Error;
+use crate::error::Error;
 use crate::file::TlsServerConfig;
 
 /// The server configuration for `tls`, whose relative file names are under `dir`; `config` is

@@ -17,8 +17,9 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::mappings;
+use super::model::{Format, LegacyProfile, ValueType, malformed};
 use super::text::{Lines, go_regex, hex_addresses, is_space_or_comment, parse_int_base0, quote};
-use super::{Format, LegacyProfile, ValueType, malformed, mappings};
 use crate::Error;
 
 const FORMAT: Format = "contention";

@@ -10,9 +10,10 @@
 
 use rustc_hash::FxHashMap;
 
+use super::java;
 use super::mappings;
+use super::model::{Format, LegacyProfile, ValueType, malformed};
 use super::text::Lines;
-use super::{Format, LegacyProfile, ValueType, java, malformed};
 use crate::Error;
 
 /// Reads one word; the four variants are tried in this order to detect the word format.

@@ -15,10 +15,11 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::mappings;
+use super::model::{Format, LegacyProfile, ValueType, malformed, scale_heap_sample};
 use super::text::{
     Lines, go_regex, hex_addresses, is_memory_map_sentinel, is_space_or_comment, quote,
 };
-use super::{Format, LegacyProfile, ValueType, malformed, mappings, scale_heap_sample};
 use crate::Error;
 
 // google/pprof's patterns, verbatim.

@@ -20,8 +20,10 @@ use regex::Regex;
 use rustc_hash::FxHashMap;
 
 use super::mappings::{self, Steps};
+use super::model::{
+    Format, Function, LegacyProfile, ValueType, cost, malformed, scale_heap_sample,
+};
 use super::text::{Lines, go_base, go_regex, hex_addresses, parse_int_base0, quote};
-use super::{Format, Function, LegacyProfile, ValueType, cost, malformed, scale_heap_sample};
 use crate::Error;
 
 // google/pprof's patterns, verbatim.

@@ -8,8 +8,8 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::model::{Format, LegacyProfile, Mapping, cost, malformed};
 use super::text::{Lines, go_regex};
-use super::{Format, LegacyProfile, Mapping, cost, malformed};
 use crate::Error;
 
 // The pieces of google/pprof's mapping patterns, verbatim.

@@ -18,10 +18,11 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::mappings;
+use super::model::{Format, LegacyProfile, ValueType, cost, malformed};
 use super::text::{
     Lines, go_regex, hex_addresses, is_memory_map_sentinel, is_space_or_comment, quote,
 };
-use super::{Format, LegacyProfile, ValueType, cost, malformed, mappings};
 use crate::Error;
 
 const FORMAT: Format = "thread";

@@ -138,10 +138,7 @@ impl CompactRow {
     }
 }
 
-/// CFI sections larger than this (decompressed) are not read by default: larger ones come from
-/// hostile or broken objects (the largest real ones here, LLVM's and `librustc_driver`'s, are
-/// under 10 MB). [`crate::unwind::UnwindTable::read`] keeps to it too.
-pub const MAX_SECTION_BYTES: u64 = 64 << 20;
+pub use super::MAX_SECTION_BYTES;
 
 /// The bounds of one compilation.
 #[derive(Debug, Clone, Copy)]
