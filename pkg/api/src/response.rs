@@ -237,3 +237,10 @@ pub fn with_type(bytes: impl Into<Bytes>, content_type: &'static str) -> Respons
 pub fn text(body: impl Into<String>) -> Response<Body> {
     with_type(body.into(), "text/plain; charset=utf-8")
 }
+
+/// The body of every answer as served: our own answers and gRPC's (which end with trailers)
+/// share it.
+pub type ServedBody = http_body_util::combinators::UnsyncBoxBody<
+    bytes::Bytes,
+    Box<dyn std::error::Error + Send + Sync + 'static>,
+>;

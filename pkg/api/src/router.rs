@@ -7,23 +7,17 @@ use hyper::body::Incoming;
 use hyper::header::{
     ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
     ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE,
-    ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, AUTHORIZATION, CONTENT_LENGTH,
-    CONTENT_TYPE, HeaderName, HeaderValue, ORIGIN, WWW_AUTHENTICATE,
+    ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, HeaderName, HeaderValue, ORIGIN,
+    WWW_AUTHENTICATE,
 };
 use hyper::{Method, Request, Response};
 
-use crate::query::Metadata;
+use crate::Api;
+use crate::call::{Call, admit, read};
+use crate::handlers::query::Metadata;
+use crate::handlers::{ingest, ops, query, selfprof};
+use crate::protocols::parca_rest;
 use crate::response::{ApiError, Body, ErrorType};
-use crate::{Api, Params, ingest, ops, parca_rest, query, selfprof};
-
-/// A request taken apart: what handlers need, with the body read (within the size limit).
-pub(crate) struct Call {
-    pub method: Method,
-    pub path: String,
-    pub params: Params,
-    pub headers: hyper::HeaderMap,
-    pub body: bytes::Bytes,
-}
 
 pub(crate) async fn route(api: &Arc<Api>, request: Request<Incoming>) -> Response<Body> {
     let started = Instant::now();
@@ -136,141 +130,6 @@ fn preflight(
     response
 }
 
-/// [`admit`] for a caller that answers refusals its own way (gRPC: a status, no challenge).
-pub(crate) async fn admit_parts(
-    api: &Api,
-    parts: &hyper::http::request::Parts,
-) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
-    let mut challenge = None;
-    admit(api, parts, &mut challenge).await
-}
-
-/// Paths that answer however busy the server is: orchestrators' probes must not fail for load.
-const PROBES: &[&str] = &["/-/healthy", "/-/ready"];
-
-/// The checks before a request is read: the web configuration's rate limit and credentials,
-/// the concurrency limit, and the endpoints turned off by flags. On success, the request's
-/// place among those answered at once.
-async fn admit(
-    api: &Api,
-    parts: &hyper::http::request::Parts,
-    challenge: &mut Option<&'static str>,
-) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
-    let security = &api.options.security;
-    if security.rate_limited() {
-        return Err(ApiError::new(
-            ErrorType::TooManyRequests,
-            "over the request rate allowed by rate_limit in the web configuration file",
-        ));
-    }
-    let authorization = parts.headers.get(AUTHORIZATION).map(HeaderValue::as_bytes);
-    if let Err(denied) = security.authorize(authorization).await {
-        *challenge = Some(denied.challenge);
-        return Err(ApiError::new(ErrorType::Unauthorized, "Unauthorized"));
-    }
-    let path = parts.uri.path();
-    let permit = if PROBES.contains(&path) {
-        None
-    } else {
-        let permit = Arc::clone(&api.requests).try_acquire_owned().map_err(|_| {
-            ApiError::limit(
-                ErrorType::TooManyRequests,
-                format_args!(
-                    "{} requests are being answered already; retry shortly",
-                    api.options.max_concurrent_requests
-                ),
-                "--web-max-concurrent-requests",
-            )
-        })?;
-        Some(permit)
-    };
-    let options = &api.options;
-    if matches!(path, "/-/reload" | "/-/quit") && !options.lifecycle {
-        return Err(ApiError::new(
-            ErrorType::Forbidden,
-            format!("{path} is off: start the server with --web-enable-lifecycle to allow it"),
-        ));
-    }
-    if is_push(path) && !options.push {
-        return Err(ApiError::new(
-            ErrorType::Forbidden,
-            format!("{path} is off: this server takes no pushes (--web-enable-push=false)"),
-        ));
-    }
-    if path.starts_with("/debug/pprof") && !options.self_pprof {
-        return Err(ApiError::new(
-            ErrorType::Forbidden,
-            format!(
-                "{path} is off: the server's own profiles are not served (--web-enable-pprof=false)"
-            ),
-        ));
-    }
-    let declared = parts
-        .headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > options.max_body_bytes as u64) {
-        return Err(body_too_large(options.max_body_bytes));
-    }
-    Ok(permit)
-}
-
-fn body_too_large(limit: usize) -> ApiError {
-    ApiError::limit(
-        ErrorType::PayloadTooLarge,
-        format_args!("the request body is over {limit} bytes"),
-        "--web-max-request-body-size",
-    )
-}
-
-/// Paths that write profiles.
-fn is_push(path: &str) -> bool {
-    matches!(
-        path,
-        "/api/v1/write"
-            | "/ingest"
-            | "/push.v1.PusherService/Push"
-            | "/v1development/profiles"
-            | crate::grpc::OTLP_EXPORT
-    )
-}
-
-async fn read(
-    api: &Api,
-    parts: hyper::http::request::Parts,
-    body: &mut Incoming,
-) -> Result<Call, ApiError> {
-    let limit = api.options.max_body_bytes;
-    let body = crate::body::read_limited(body, limit)
-        .await
-        .map_err(|e| match e {
-            crate::body::ReadError::TooLarge => body_too_large(limit),
-            crate::body::ReadError::Failed(e) => {
-                ApiError::bad_data(format!("cannot read the request body: {e}"))
-            }
-        })?;
-    let mut params = Params::default();
-    if let Some(query) = parts.uri.query() {
-        params.add_encoded(query.as_bytes());
-    }
-    let is_form = parts
-        .headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
-    // Push bodies are profiles whatever their client calls them (curl says form by default).
-    if parts.method == Method::POST && is_form && !is_push(parts.uri.path()) {
-        params.add_encoded(&body);
-    }
-    Ok(Call {
-        method: parts.method,
-        path: parts.uri.path().to_owned(),
-        params,
-        headers: parts.headers,
-        body,
-    })
-}
-
 /// A low-cardinality name for metrics: the route, not the raw path.
 fn handler_name(path: &str) -> &'static str {
     match path {
@@ -333,8 +192,8 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
             ),
         ));
     }
-    if crate::connect::is_connect(&call) {
-        return Ok(crate::connect::handle(api, call).await);
+    if crate::protocols::connect::is_connect(&call) {
+        return Ok(crate::protocols::connect::handle(api, call).await);
     }
     if let Some(name) = call
         .path
@@ -347,9 +206,9 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
     match call.path.as_str() {
         "/api/v1/query" => query::instant(api, call).await,
         "/api/v1/query_range" => query::range(api, call).await,
-        "/api/v1/query_exemplars" => crate::exemplars::query_exemplars(api, call).await,
+        "/api/v1/query_exemplars" => crate::handlers::exemplars::query_exemplars(api, call).await,
         "/api/v1/profile_types" => query::profile_types(api, call).await,
-        "/api/v1/parse_query" => crate::parse_query::parse_query(&call),
+        "/api/v1/parse_query" => crate::handlers::parse_query::parse_query(&call),
         "/api/v1/labels" => query::metadata(api, call, Metadata::Names).await,
         "/api/v1/series" => query::metadata(api, call, Metadata::Series).await,
         "/api/v1/write" => ingest::write(api, call).await,
@@ -357,16 +216,16 @@ async fn dispatch(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError
         "/push.v1.PusherService/Push" => Ok(ingest::pyroscope_push(api, call).await),
         "/v1development/profiles" => Ok(ingest::otlp_export(api, call).await),
         "/api/v1/targets" => ops::targets(api, &call),
-        "/api/v1/rules" => crate::rules::rules(api, &call),
-        "/api/v1/alerts" => Ok(crate::rules::alerts(api)),
-        "/api/v1/insights" => Ok(crate::rules::insights(api)),
-        "/federate" => crate::rules::federate(api, &call),
+        "/api/v1/rules" => crate::handlers::rules::rules(api, &call),
+        "/api/v1/alerts" => Ok(crate::handlers::rules::alerts(api)),
+        "/api/v1/insights" => Ok(crate::handlers::rules::insights(api)),
+        "/federate" => crate::handlers::rules::federate(api, &call),
         "/api/v1/status/config" => Ok(ops::config(api)),
         "/api/v1/status/tsdb" => ops::tsdb_status(api).await,
         "/api/v1/status/buildinfo" => Ok(ops::buildinfo(api)),
         "/api/v1/status/flags" => Ok(ops::flags(api)),
-        "/api/v1/status/store" => crate::store::status(api).await,
-        "/api/v1/store/read" => crate::store::read(api, call).await,
+        "/api/v1/status/store" => crate::handlers::store::status(api).await,
+        "/api/v1/store/read" => crate::handlers::store::read(api, call).await,
         "/-/healthy" => Ok(crate::response::text("Parca is Healthy.\n")),
         "/-/ready" => ops::ready(api),
         "/-/reload" => ops::reload(api).await,

@@ -14,11 +14,12 @@ use parca_grpc_proto::profilestore::profile_store_service_server::ProfileStoreSe
 use parca_grpc_proto::query::query_service_server::QueryService as _;
 use prost::Message;
 
-use crate::grpc::{PARCA_QUERY, PARCA_STORE};
-use crate::parca_grpc::{ParcaProfileStore, ParcaQueries};
+use crate::Api;
+use crate::call::Call;
+use crate::handlers::ingest;
+use crate::protocols::grpc::{PARCA_QUERY, PARCA_STORE};
+use crate::protocols::parca_grpc::{ParcaProfileStore, ParcaQueries};
 use crate::response::{Body, with_type};
-use crate::router::Call;
-use crate::{Api, ingest};
 
 /// Whether `call` is a Connect request for one of Parca's services (a prefix before the
 /// package is allowed, as for gRPC-web).

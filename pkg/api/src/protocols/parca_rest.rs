@@ -20,10 +20,10 @@ use prost::Message as _;
 use prost_reflect::{DynamicMessage, Kind, ReflectMessage as _, Value};
 
 use crate::Api;
-use crate::connect;
-use crate::grpc::PARCA_QUERY;
+use crate::call::Call;
+use crate::protocols::connect;
+use crate::protocols::grpc::PARCA_QUERY;
 use crate::response::{Body, json_response, with_type};
-use crate::router::Call;
 
 /// The service whose methods the routes map.
 const SERVICE: &str = "parca.query.v1alpha1.QueryService";

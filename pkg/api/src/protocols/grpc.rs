@@ -22,12 +22,10 @@ use parca_grpc_proto::query::query_service_server::QueryServiceServer;
 use tower_layer::Layer as _;
 use tower_service::Service as _;
 
-use crate::parca_grpc::{ParcaProfileStore, ParcaQueries, status_of};
-use crate::{Api, ServedBody, ingest};
-
-/// The path of OTLP's profiles export.
-pub(crate) const OTLP_EXPORT: &str =
-    "/opentelemetry.proto.collector.profiles.v1development.ProfilesService/Export";
+use crate::call::OTLP_EXPORT;
+use crate::handlers::ingest;
+use crate::protocols::parca_grpc::{ParcaProfileStore, ParcaQueries, status_of};
+use crate::{Api, ServedBody};
 
 /// Which of the gRPC protocols a request speaks, by its content type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,7 +90,7 @@ pub(crate) async fn handle(
     } else {
         "grpc other"
     };
-    let response = match crate::router::admit_parts(api, &parts).await {
+    let response = match crate::call::admit_parts(api, &parts).await {
         Err(e) => {
             // As the router does: the refusal is read as a status, not a reset stream.
             crate::body::drain(&mut body).await;
@@ -188,7 +186,7 @@ impl ProfilesService for OtlpProfiles {
         request: tonic::Request<ExportProfilesServiceRequest>,
     ) -> Result<tonic::Response<ExportProfilesServiceResponse>, tonic::Status> {
         let request = request.into_inner();
-        let batch = parca_ingest::export_request_series(&request, ingest::now_ms())
+        let batch = parca_ingest::export_request_series(&request, crate::clock::now_ms())
             .map_err(|e| tonic::Status::invalid_argument(e.to_string()))?;
         let outcome = ingest::write_batch(&self.api, "otlp_grpc", batch)
             .await

@@ -8,8 +8,8 @@
 use parca_querylang::{Expr, ExprKind, ParseError, Selector, Span, ValueType};
 use serde::Serialize;
 
+use crate::call::Call;
 use crate::response::{ApiError, Body, success};
-use crate::router::Call;
 
 /// What the answer says of a query.
 #[derive(Serialize)]

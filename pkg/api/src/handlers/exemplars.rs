@@ -9,9 +9,9 @@ use hyper::Response;
 use serde::Serialize;
 
 use crate::Api;
-use crate::query::{evaluate, labels_map, parse, prom_float, query_error, seconds};
+use crate::call::Call;
+use crate::handlers::query::{evaluate, labels_map, parse, prom_float, query_error, seconds};
 use crate::response::{ApiError, Body, success};
-use crate::router::Call;
 
 /// `GET/POST /api/v1/query_exemplars?query=…&start=…&end=…[&limit=N]`: `limit` is exemplars per
 /// series (default [`parca_query::DEFAULT_EXEMPLARS_PER_SERIES`], at most

@@ -17,9 +17,9 @@ use parca_tsdb::{Labels, Matcher};
 use serde::Serialize;
 
 use crate::Api;
-use crate::ingest::now_ms;
+use crate::call::Call;
+use crate::clock::now_ms;
 use crate::response::{ApiError, Body, ErrorType, success, with_type};
-use crate::router::Call;
 
 /// Parses a query; a syntax error answers 400 with the caret picture.
 pub(crate) fn parse(query: &str) -> Result<Expr, ApiError> {

@@ -7,8 +7,8 @@ use std::time::Duration;
 use hyper::Response;
 
 use crate::Api;
+use crate::call::Call;
 use crate::response::{ApiError, Body, ErrorType, text, with_type};
-use crate::router::Call;
 
 /// Longest profile a request may ask for.
 const MAX_SECONDS: u64 = 300;

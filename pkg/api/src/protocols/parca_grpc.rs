@@ -23,9 +23,10 @@ use parca_query::InstantQuery;
 use parca_tsdb::{Labels, MatchOp, Matcher, NAME_LABEL};
 use tonic::{Request, Response, Status};
 
-use crate::query::{self, Metadata};
+use crate::Api;
+use crate::handlers::ingest;
+use crate::handlers::query::{self, Metadata};
 use crate::response::ApiError;
-use crate::{Api, ingest};
 
 /// Our error as a gRPC status: the code from the one mapping, the message as it is.
 pub(crate) fn status_of(error: &ApiError) -> Status {
@@ -240,14 +241,16 @@ impl pq::query_service_server::QueryService for ParcaQueries {
                 total,
             ),
             ReportType::FlamegraphArrow => {
-                let groups: Vec<crate::parca_arrow::FlameGroup<'_>> = shaped
+                let groups: Vec<crate::protocols::parca_arrow::FlameGroup<'_>> = shaped
                     .iter()
-                    .map(|(labels, profile)| crate::parca_arrow::FlameGroup {
-                        labels: labels.clone(),
-                        profile,
-                    })
+                    .map(
+                        |(labels, profile)| crate::protocols::parca_arrow::FlameGroup {
+                            labels: labels.clone(),
+                            profile,
+                        },
+                    )
                     .collect();
-                let (record, height, trimmed) = crate::parca_arrow::flamegraph(
+                let (record, height, trimmed) = crate::protocols::parca_arrow::flamegraph(
                     &groups,
                     &group_by.labels,
                     group_by.frames,
@@ -267,7 +270,7 @@ impl pq::query_service_server::QueryService for ParcaQueries {
                 total,
             ),
             ReportType::TableArrow => {
-                let record = crate::parca_arrow::table(profile)
+                let record = crate::protocols::parca_arrow::table(profile)
                     .map_err(|e| Status::internal(format!("cannot write the Arrow record: {e}")))?;
                 let report = pq::TableArrow {
                     record,
@@ -1042,9 +1045,10 @@ impl ps::profile_store_service_server::ProfileStoreService for ParcaProfileStore
                         ))
                     })?;
                 batch.extend(
-                    parca_ingest::to_series(name, &labels, profiles, ingest::now_ms()).map_err(
-                        |e| Status::invalid_argument(format!("series {i}, sample {j}: {e}")),
-                    )?,
+                    parca_ingest::to_series(name, &labels, profiles, crate::clock::now_ms())
+                        .map_err(|e| {
+                            Status::invalid_argument(format!("series {i}, sample {j}: {e}"))
+                        })?,
                 );
             }
         }
@@ -1094,7 +1098,8 @@ impl ps::profile_store_service_server::ProfileStoreService for ParcaProfileStore
                     )
                 })?;
                 let batch =
-                    blocking(move || samples.series(&second.record, ingest::now_ms())).await?;
+                    blocking(move || samples.series(&second.record, crate::clock::now_ms()))
+                        .await?;
                 store(&api, "parca_write", batch).await
             };
             if let Err(status) = exchange.await {
@@ -1113,9 +1118,10 @@ impl ps::profile_store_service_server::ProfileStoreService for ParcaProfileStore
         request: Request<ps::WriteArrowRequest>,
     ) -> Result<Response<ps::WriteArrowResponse>, Status> {
         let ipc = request.into_inner().ipc_buffer;
-        let batch =
-            blocking(move || parca_ingest::parca_arrow::write_arrow_series(&ipc, ingest::now_ms()))
-                .await?;
+        let batch = blocking(move || {
+            parca_ingest::parca_arrow::write_arrow_series(&ipc, crate::clock::now_ms())
+        })
+        .await?;
         store(&self.api, "parca_write_arrow", batch).await?;
         Ok(Response::new(ps::WriteArrowResponse {}))
     }

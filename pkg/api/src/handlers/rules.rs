@@ -11,8 +11,8 @@ use parca_rules::{Alert, Group, RuleState};
 use serde::Serialize;
 
 use crate::Api;
+use crate::call::Call;
 use crate::response::{ApiError, Body, success};
-use crate::router::Call;
 
 /// A time as Prometheus writes it in these answers: RFC 3339 with nanoseconds, UTC; Go's zero
 /// time for "never".
@@ -271,8 +271,8 @@ pub(crate) fn federate(api: &Arc<Api>, call: &Call) -> Result<Response<Body>, Ap
         ));
     }
     let selectors: Vec<String> = texts.iter().map(|t| metric_selector(t)).collect();
-    let selectors = crate::query::selectors_matchers(&selectors, "match[]")?;
-    let now_ms = crate::ingest::now_ms();
+    let selectors = crate::handlers::query::selectors_matchers(&selectors, "match[]")?;
+    let now_ms = crate::clock::now_ms();
     let oldest_ms = now_ms - api.options.limits.lookback_ms;
     let mut samples: Vec<parca_rules::Sample> = api
         .rules
@@ -343,7 +343,7 @@ pub(crate) fn federate(api: &Arc<Api>, call: &Call) -> Result<Response<Body>, Ap
         }
         out.push_str(&format!(
             " {} {}\n",
-            crate::query::prom_float(s.value),
+            crate::handlers::query::prom_float(s.value),
             s.timestamp_ms
         ));
     }

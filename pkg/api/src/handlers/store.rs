@@ -11,9 +11,9 @@ use hyper::Response;
 use parca_tsdb::PeerRequest;
 
 use crate::Api;
-use crate::query::with_engine;
+use crate::call::Call;
+use crate::handlers::query::with_engine;
 use crate::response::{ApiError, Body, success, with_type};
-use crate::router::Call;
 
 /// `GET /api/v1/status/store`.
 pub(crate) async fn status(api: &Arc<Api>) -> Result<Response<Body>, ApiError> {

@@ -10,15 +10,9 @@ use parca_ingest::{Durability, IngestBody, LegacyIngest, Series, Sink};
 use parca_tsdb::{Labels, NAME_LABEL};
 
 use crate::Api;
+use crate::call::Call;
+use crate::clock::now_ms;
 use crate::response::{ApiError, Body, success, with_type};
-use crate::router::Call;
-
-/// The time now, milliseconds since the epoch.
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
 
 /// The body with its `Content-Encoding: gzip` removed (bounded like a pprof).
 pub(crate) fn content_decoded<'a>(api: &Api, call: &'a Call) -> Result<Cow<'a, [u8]>, ApiError> {
