@@ -19,9 +19,9 @@ use parca_profile::{Importer, Meta, Profile, Tables};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::block::{BlockMeta, BlockWriter, Compaction, SealedBlock};
-use crate::db::series_meta;
 use crate::head::{ExtractedSeries, StoredProfile};
 use crate::labels::{Labels, NAME_LABEL};
+use crate::state::series_meta;
 use crate::{Error, Options};
 
 /// Buffered bytes (encoded samples and an estimate of the symbols) past which the largest

@@ -17,6 +17,7 @@ use roaring::RoaringBitmap;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::block_profile::BlockProfile;
 use crate::encoding::{self, Reader, put_ivarint, put_uvarint};
 use crate::head::{ExtractedSeries, StoredProfile};
 use crate::labels::Labels;
@@ -268,24 +269,6 @@ pub(crate) fn new_ulid() -> String {
 
 // ---------------------------------------------------------------------------------------------
 // Writing
-
-/// A profile as the index records it; its samples lie in a chunk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct BlockProfile {
-    pub timestamp_ms: i64,
-    pub duration_nanos: i64,
-    pub period: i64,
-    /// The capture it came from (0 in version 1 blocks: unknown).
-    pub capture_id: u64,
-    pub total: i64,
-    pub n_samples: u32,
-    /// Bytes of its encoded samples in the chunk's raw data.
-    pub len: u32,
-    /// The stored profiles it stands for: 1, or those a summary sums ([`crate::summary`]).
-    pub merged: u32,
-    /// The total of the latest profile it stands for (its own `total` when it stands for one).
-    pub latest_total: i64,
-}
 
 /// Consecutive profiles of a series in one zstd frame of the `profiles` file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1049,7 +1032,7 @@ pub(crate) fn chunks_of(
 #[derive(Debug)]
 enum ProfileData {
     Mapped(MappedFile),
-    Ranges(Arc<dyn crate::remote::RangeRead>),
+    Ranges(Arc<dyn crate::range_read::RangeRead>),
 }
 
 /// An open, verified block.
@@ -1105,7 +1088,7 @@ impl Block {
     /// chunk is checked as it is read).
     pub fn open_with(
         dir: &Path,
-        profiles: Option<Arc<dyn crate::remote::RangeRead>>,
+        profiles: Option<Arc<dyn crate::range_read::RangeRead>>,
     ) -> Result<Block, Error> {
         let name = dir
             .file_name()

@@ -14,9 +14,10 @@ use std::sync::Arc;
 use parca_profile::{Extractor, Tables};
 
 use crate::block::{self, Block, BlockWriter};
-use crate::db::{Inner, Quarantined};
 use crate::encoding::{IdLimits, Reader};
 use crate::head::{self, ExtractedSeries, Remainder, StoredProfile};
+use crate::remote::RemoteBlock;
+use crate::state::{Inner, Quarantined};
 use crate::{Error, encoding};
 
 /// Compacted blocks never span more than this (Prometheus' cap too).
@@ -207,7 +208,7 @@ fn quarantine(dir: &Path, name: &str, why: &Error) -> Result<Quarantined, Error>
 /// Cuts what is due, compacts what can be, applies retention; returns when nothing is left.
 pub(crate) fn maintain(inner: &Inner) -> Result<(), Error> {
     let _one_at_a_time = inner.maintenance.lock().expect("maintenance lock poisoned");
-    crate::db::heal_wal(inner)?;
+    crate::state::heal_wal(inner)?;
     scan_new_blocks(inner)?;
     while cut_head(inner)? {}
     while let Some(plan) = plan_compaction(inner) {
@@ -270,7 +271,7 @@ pub(crate) fn cut_head(inner: &Inner) -> Result<bool, Error> {
         // old segments and skips what the block holds.
         inner
             .wal
-            .checkpoint(|sink| crate::db::write_checkpoint(&head, sink))
+            .checkpoint(|sink| crate::state::write_checkpoint(&head, sink))
     };
     let (segment, end_seq) = checkpoint?;
     inner.wal.sync_through(end_seq)?;
@@ -631,6 +632,16 @@ fn apply_retention(inner: &Inner) -> Result<(), Error> {
         );
     }
     replace_blocks(inner, &doomed, None)
+}
+
+/// Merges `sources` (blocks of an object store, read by ranges) into one new block in `dir`, as
+/// the store compacts its own blocks: series joined by labels, symbols and stacks deduplicated,
+/// a profile held by several sources kept once, the new block's `compaction.sources` the union
+/// of theirs (so readers that see it ignore them). Returns the new block's directory.
+pub fn compact_remote(dir: &Path, sources: &[RemoteBlock]) -> Result<std::path::PathBuf, Error> {
+    let mut blocks: Vec<Arc<Block>> = sources.iter().map(|b| Arc::clone(&b.block)).collect();
+    blocks.sort_by(|a, b| (a.meta.min_time_ms, a.name()).cmp(&(b.meta.min_time_ms, b.name())));
+    merge_blocks(dir, &blocks)
 }
 
 #[cfg(test)]

@@ -54,6 +54,7 @@
 
 mod backfill;
 mod block;
+mod block_profile;
 mod commit;
 mod compact;
 mod db;
@@ -66,10 +67,12 @@ mod mmap;
 mod peer;
 pub mod postings;
 mod query;
+mod range_read;
 mod record;
 mod remote;
 mod retention;
 mod spans;
+mod state;
 mod summary;
 pub mod wal;
 
@@ -79,7 +82,8 @@ mod test_support;
 pub use backfill::{Backfill, WrittenBlock};
 pub use block::meta_for_upload;
 pub use commit::Commit;
-pub use db::{Appender, BlockInfo, Db, Options, Quarantined, StagedBlocks, Stats};
+pub use compact::compact_remote;
+pub use db::{Appender, BlockInfo, Db, StagedBlocks, Stats};
 pub use error::{Error, ErrorClass, with_causes};
 pub use labels::{Label, Labels, MatchOp, Matcher, NAME_LABEL};
 pub use peer::{
@@ -89,7 +93,9 @@ pub use postings::MemPostings;
 pub use query::{
     MergedGroup, Querier, SeriesProfiles, SeriesSpans, SeriesTotals, SpanTotal, TotalPoint,
 };
-pub use remote::{LazyBlock, OpenBlock, RangeRead, RemoteBlock, compact_remote};
+pub use range_read::RangeRead;
+pub use remote::{LazyBlock, OpenBlock, RemoteBlock};
 pub use retention::RetentionHorizon;
 pub use spans::{DEFAULT_SPAN_LABELS, set_span_labels, span_labels};
+pub use state::{Options, Quarantined};
 pub use summary::SUMMARY_RESOLUTIONS_MS;

@@ -16,9 +16,10 @@ use std::sync::Arc;
 
 use parca_profile::{Meta, Samples, Tables, ValueType};
 
+use crate::Error;
 use crate::encoding::{self, IdLimits, Reader, TableCounts, put_ivarint, put_str, put_uvarint};
 use crate::labels::{Labels, MatchOp, Matcher};
-use crate::{Error, TotalPoint};
+use crate::query::TotalPoint;
 
 /// What a shard says of itself, polled by a querier.
 #[derive(Debug, Clone, PartialEq, Eq)]

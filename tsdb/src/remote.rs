@@ -7,24 +7,7 @@ use std::sync::Arc;
 
 use crate::Error;
 use crate::block::{Block, BlockMeta};
-
-/// Byte ranges of one immutable file kept elsewhere (an object in a bucket).
-pub trait RangeRead: Send + Sync + std::fmt::Debug {
-    /// The file's length in bytes.
-    fn len(&self) -> u64;
-
-    /// Whether the file is empty.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Bytes `offset..offset + len` of the file. Called from threads that may block (queries
-    /// run off the async workers).
-    fn read(&self, offset: u64, len: u64) -> std::io::Result<Vec<u8>>;
-
-    /// Where the file is, for errors (`s3://bucket/prefix/01…/profiles`).
-    fn describe(&self) -> String;
-}
+use crate::range_read::RangeRead;
 
 /// A block read from a local copy of its index and symbols and a [`RangeRead`] of its
 /// profile data, for [`crate::Db::set_remote_blocks`].
@@ -149,14 +132,4 @@ impl From<RemoteBlock> for LazyBlock {
             opener: Arc::new(block),
         }
     }
-}
-
-/// Merges `sources` (blocks of an object store, read by ranges) into one new block in `dir`, as
-/// the store compacts its own blocks: series joined by labels, symbols and stacks deduplicated,
-/// a profile held by several sources kept once, the new block's `compaction.sources` the union
-/// of theirs (so readers that see it ignore them). Returns the new block's directory.
-pub fn compact_remote(dir: &Path, sources: &[RemoteBlock]) -> Result<std::path::PathBuf, Error> {
-    let mut blocks: Vec<Arc<Block>> = sources.iter().map(|b| Arc::clone(&b.block)).collect();
-    blocks.sort_by(|a, b| (a.meta.min_time_ms, a.name()).cmp(&(b.meta.min_time_ms, b.name())));
-    crate::compact::merge_blocks(dir, &blocks)
 }

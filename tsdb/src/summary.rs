@@ -20,7 +20,7 @@ use parca_profile::Samples;
 use parca_profile::tables::{LabelSetId, StackId};
 use rustc_hash::FxHashMap;
 
-use crate::block::BlockProfile;
+use crate::block_profile::BlockProfile;
 use crate::encoding::{self, IdLimits, NoSelect, Reader, SpanSelect};
 
 /// The resolutions of the summaries, finest first: 5 minutes, 1 hour and 1 day (days for the
