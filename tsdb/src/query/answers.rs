@@ -75,3 +75,35 @@ impl From<&BlockProfile> for TotalPoint {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::TotalPoint;
+    use crate::block_profile::BlockProfile;
+
+    #[test]
+    fn a_point_keeps_what_a_graph_shows_of_a_profile() {
+        let p = BlockProfile {
+            timestamp_ms: 1_000,
+            duration_nanos: 10_000_000_000,
+            period: 10_000_000,
+            capture_id: 7,
+            total: 420,
+            n_samples: 12,
+            len: 96,
+            merged: 3,
+            latest_total: 150,
+        };
+        let point = TotalPoint::from(&p);
+        assert_eq!(
+            point,
+            TotalPoint {
+                timestamp_ms: 1_000,
+                total: 420,
+                period: 10_000_000,
+                duration_nanos: 10_000_000_000,
+                latest_total: 150,
+            }
+        );
+    }
+}
