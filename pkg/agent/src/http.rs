@@ -1,7 +1,6 @@
 //! The agent's HTTP endpoints on hyper: `/debug/pprof/profile`, `/debug/pprof/off_cpu`, `/`,
 //! `/metrics`, `/healthy`.
 
-use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::Sender;
@@ -14,9 +13,7 @@ use hyper::body::Incoming;
 use hyper::header::{
     AUTHORIZATION, CONTENT_DISPOSITION, CONTENT_TYPE, HeaderName, HeaderValue, WWW_AUTHENTICATE,
 };
-use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use parca_symbolize::Symbolizer;
 use parca_webconfig::Security;
 use tokio::net::TcpListener;
@@ -59,51 +56,29 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
         .expect("static response parts are valid")
 }
 
-/// Serves until `shutdown` completes; every connection and request goes through `security`
-/// (TLS, credentials, rate limit and headers of `--web-config-file`).
+/// Serves until `shutdown` completes, then lets open requests finish for up to 5 seconds;
+/// every connection and request goes through `security` (TLS, credentials, rate limit and
+/// headers of `--web-config-file`).
 pub(crate) async fn serve(
     listener: TcpListener,
     state: Arc<HttpState>,
     security: Arc<Security>,
     shutdown: impl std::future::Future<Output = ()>,
 ) {
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((stream, peer)) = accepted else {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                };
-                let state = state.clone();
-                let security = security.clone();
-                tokio::spawn(async move {
-                    let stream = match security.accept(stream).await {
-                        Ok(stream) => stream,
-                        Err(error) => {
-                            tracing::debug!(%peer, %error, "connection refused");
-                            return;
-                        }
-                    };
-                    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                    if !security.http2_enabled() {
-                        builder = builder.http1_only();
-                    } else if stream.negotiated_h2() {
-                        builder = builder.http2_only();
-                    }
-                    let service = service_fn(move |request| {
-                        let state = state.clone();
-                        let security = security.clone();
-                        async move { Ok::<_, Infallible>(answer(&state, &security, request).await) }
-                    });
-                    if let Err(error) = builder.serve_connection(TokioIo::new(stream), service).await {
-                        tracing::debug!(%error, "connection ended with an error");
-                    }
-                });
-            }
-            () = &mut shutdown => return,
-        }
-    }
+    let checks = Arc::clone(&security);
+    let answer_request = move |request| {
+        let state = Arc::clone(&state);
+        let security = Arc::clone(&checks);
+        async move { answer(&state, &security, request).await }
+    };
+    parca_httpserve::serve(
+        listener,
+        security,
+        answer_request,
+        shutdown,
+        Duration::from_secs(5),
+    )
+    .await;
 }
 
 /// A request after the web configuration's checks, with its headers on the answer.

@@ -49,15 +49,12 @@ mod state;
 mod trace_link;
 mod warnings;
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::{Request, Response};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 
 pub use control::{ActiveTarget, BuildInfo, Control, DroppedTarget, ProfileHealth, TargetsReport};
@@ -91,55 +88,17 @@ impl Api {
 /// up to 30 seconds. Each connection goes through [`Options::security`] first (TLS when
 /// configured); a failed handshake is logged at debug level and the connection dropped.
 pub async fn serve(listener: TcpListener, api: Arc<Api>, shutdown: impl Future<Output = ()>) {
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    tokio::pin!(shutdown);
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(conn) => conn,
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot accept a connection");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let api = Arc::clone(&api);
-                let watcher = graceful.watcher();
-                tokio::spawn(async move {
-                    let security = Arc::clone(&api.options.security);
-                    let stream = match security.accept(stream).await {
-                        Ok(stream) => stream,
-                        Err(error) => {
-                            tracing::debug!(%peer, %error, "connection refused");
-                            return;
-                        }
-                    };
-                    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                    if !security.http2_enabled() {
-                        builder = builder.http1_only();
-                    } else if stream.negotiated_h2() {
-                        builder = builder.http2_only();
-                    }
-                    let service = service_fn(move |request| {
-                        let api = Arc::clone(&api);
-                        async move { Ok::<_, Infallible>(api.serve_request(request).await) }
-                    });
-                    let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                    let connection = watcher.watch(connection.into_owned());
-                    if let Err(error) = connection.await {
-                        tracing::debug!(%error, "connection ended with an error");
-                    }
-                });
-            }
-            () = &mut shutdown => break,
-        }
-    }
-    drop(listener);
-    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("open HTTP requests did not finish within 30 s of shutdown");
-    }
+    let security = Arc::clone(&api.options.security);
+    let answer = move |request| {
+        let api = Arc::clone(&api);
+        async move { api.serve_request(request).await }
+    };
+    parca_httpserve::serve(
+        listener,
+        security,
+        answer,
+        shutdown,
+        Duration::from_secs(30),
+    )
+    .await;
 }
