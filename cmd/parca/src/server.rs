@@ -231,8 +231,9 @@ impl ObjstoreArgs {
     }
 }
 
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, parca_api::ParamError> {
-    parca_api::parse_duration_ms(text).map(|ms| Duration::from_millis(ms as u64))
+/// A duration flag as Prometheus writes them (`15d`, `1h30m`, `0`).
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, parca_vocab::duration::DurationError> {
+    parca_vocab::duration::parse(text)
 }
 
 /// A lookback: a duration of at least 1 ms (a zero window would hold no profile).
@@ -321,6 +322,40 @@ struct ServerControl {
 }
 
 impl ServerControl {
+    /// The control of a server started with `config` (read from `config_path`), its reload
+    /// metrics registered.
+    fn new(config_path: &Path, config: parca_config::Config, registry: &mut Registry) -> Arc<Self> {
+        let control = Arc::new(ServerControl {
+            config_path: config_path.to_owned(),
+            config: Mutex::new(config),
+            scrape: OnceLock::new(),
+            shards: OnceLock::new(),
+            rules: OnceLock::new(),
+            insights: OnceLock::new(),
+            reloads: Default::default(),
+            last_reload_ok: Default::default(),
+            last_reload_error: Mutex::new(None),
+            quit: tokio::sync::Notify::new(),
+        });
+        control.last_reload_ok.set(1);
+        registry.register(
+            "parca_config_reloads",
+            "Configuration reloads by result",
+            control.reloads.clone(),
+        );
+        registry.register(
+            "parca_config_last_reload_successful",
+            "Whether the last configuration reload succeeded (1) or failed (0)",
+            control.last_reload_ok.clone(),
+        );
+        control
+    }
+
+    /// The configuration in force.
+    fn config(&self) -> std::sync::MutexGuard<'_, parca_config::Config> {
+        self.config.lock().expect("config lock")
+    }
+
     /// Uses a reloaded parca.yaml's `query_stores`, when they changed; an error names a group
     /// whose client cannot be built (the reload then fails and nothing of it is applied).
     fn take_query_stores(&self, config: &parca_config::Config) -> Result<(), String> {
@@ -508,37 +543,96 @@ async fn serve(
         .await
         .with_context(|| format!("cannot listen on {address}"))?;
     let mut registry = Registry::default();
-    let control = Arc::new(ServerControl {
-        config_path: args.config_path.clone(),
-        config: Mutex::new(config),
-        scrape: OnceLock::new(),
-        shards: OnceLock::new(),
-        rules: OnceLock::new(),
-        insights: OnceLock::new(),
-        reloads: Default::default(),
-        last_reload_ok: Default::default(),
-        last_reload_error: Mutex::new(None),
-        quit: tokio::sync::Notify::new(),
+    let control = ServerControl::new(&args.config_path, config, &mut registry);
+    let limits = query_limits(&args);
+    let options = api_options(&args, &control, limits, security);
+    let scrape_metrics = parca_scrape::ScrapeMetrics::register(&mut registry);
+    let rule_metrics = parca_rules::RuleMetrics::register(&mut registry);
+    let bucket = parca_objstore::shipping_bucket(&control.config(), &args.storage_path)
+        .context("cannot set up object_storage")?;
+    let query_mode = args.mode == "query";
+    if args.objstore_compactor && bucket.is_none() {
+        tracing::warn!(
+            "--objstore-compactor has no bucket to compact: parca.yaml has no object_storage (or it names the store's own directory)"
+        );
+    }
+    let shards = start_shards(&args, &control, bucket.is_some(), &mut registry).await?;
+    let bucket_metrics = bucket.as_ref().map(|_| {
+        (
+            parca_objstore::ShipperMetrics::register(&mut registry),
+            parca_objstore::ReaderMetrics::register(&mut registry),
+        )
     });
-    control.last_reload_ok.set(1);
-    registry.register(
-        "parca_config_reloads",
-        "Configuration reloads by result",
-        control.reloads.clone(),
+    let (api_tls, api_auth) = (
+        options.security.tls_enabled(),
+        options.security.auth_required(),
     );
-    registry.register(
-        "parca_config_last_reload_successful",
-        "Whether the last configuration reload succeeded (1) or failed (0)",
-        control.last_reload_ok.clone(),
-    );
-    let limits = parca_query::Limits {
+    let api = Arc::new(Api::new(options, control.clone(), registry));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut http_stop = stop_rx.clone();
+    let http = tokio::spawn(parca_api::serve(listener, Arc::clone(&api), async move {
+        let _ = http_stop.wait_for(|stop| *stop).await;
+    }));
+    tracing::info!(%address, tls = api_tls, auth = api_auth, "listening");
+
+    let db = open_store(&args, bucket.is_some()).await?;
+    if let Some(shards) = shards {
+        db.set_peers(Arc::clone(&shards) as Arc<dyn parca_tsdb::Peers>);
+        let _ = control.shards.set(shards);
+    }
+    api.set_store(Arc::clone(&db));
+    tracing::info!(path = %args.storage_path.display(), "store ready");
+    let rules = start_rules(&args, &control, &db, limits, address, rule_metrics)?;
+    api.set_rules(Arc::clone(&rules));
+    let insights = start_insights(&args, &control, &db, limits).await?;
+    api.set_insights(Arc::clone(&insights));
+    if let (Some(bucket), Some((shipper_metrics, reader_metrics))) = (bucket, bucket_metrics) {
+        start_object_store(
+            &args,
+            &control,
+            &db,
+            bucket,
+            shipper_metrics,
+            reader_metrics,
+        )?;
+    }
+    let scrape = parca_scrape::Manager::new(db.clone(), Default::default(), scrape_metrics);
+    if !query_mode {
+        scrape.apply(&control.config());
+        let _ = control.scrape.set(Arc::clone(&scrape));
+    }
+
+    wait_for_signals(&control).await?;
+    tracing::info!("shutting down: stopping scrapes, then the HTTP server");
+    scrape.stop().await;
+    rules.stop();
+    insights.stop();
+    let _ = stop_tx.send(true);
+    let _ = http.await;
+    drop(api);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// What one query may cost, from the `--query-*` flags.
+fn query_limits(args: &ServerArgs) -> parca_query::Limits {
+    parca_query::Limits {
         max_series: args.query_max_series,
         max_samples: args.query_max_samples,
         max_points: args.query_max_points,
         max_steps: args.query_max_steps,
         lookback_ms: i64::try_from(args.query_lookback_delta.as_millis()).unwrap_or(i64::MAX),
-    };
-    let options = parca_api::Options {
+    }
+}
+
+/// The API's options, from the flags and the configuration in force.
+fn api_options(
+    args: &ServerArgs,
+    control: &ServerControl,
+    limits: parca_query::Limits,
+    security: parca_webconfig::Security,
+) -> parca_api::Options {
+    parca_api::Options {
         build: parca_api::BuildInfo {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             revision: option_env!("PARCA_REVISION")
@@ -562,38 +656,25 @@ async fn serve(
         query_timeout: args.query_timeout,
         limits,
         cors_allowed_origins: args.cors_allowed_origins.clone(),
-        external_labels: control
-            .config
-            .lock()
-            .expect("config lock")
-            .global
-            .external_labels
-            .clone(),
+        external_labels: control.config().global.external_labels.clone(),
         flags: args.flag_values.clone(),
         ..Default::default()
-    };
-    let scrape_metrics = parca_scrape::ScrapeMetrics::register(&mut registry);
-    let rule_metrics = parca_rules::RuleMetrics::register(&mut registry);
-    let bucket = {
-        let config = control.config.lock().expect("config lock");
-        shipping_bucket(&config, &args.storage_path)?
-    };
-    let query_mode = args.mode == "query";
-    if args.objstore_compactor && bucket.is_none() {
-        tracing::warn!(
-            "--objstore-compactor has no bucket to compact: parca.yaml has no object_storage (or it names the store's own directory)"
-        );
     }
-    let query_stores = control
-        .config
-        .lock()
-        .expect("config lock")
-        .query_stores
-        .clone();
+}
+
+/// The shards of `--query-store`, `--query-store-file` and `query_stores`, started, or none;
+/// `--mode=query` refuses to start with neither shards nor a bucket to serve.
+async fn start_shards(
+    args: &ServerArgs,
+    control: &ServerControl,
+    has_bucket: bool,
+    registry: &mut Registry,
+) -> anyhow::Result<Option<Arc<parca_fanout::Shards>>> {
+    let query_stores = control.config().query_stores.clone();
     let has_shards = !args.query_store.is_empty()
         || !args.query_store_file.is_empty()
         || !query_stores.is_empty();
-    if query_mode && bucket.is_none() && !has_shards {
+    if args.mode == "query" && !has_bucket && !has_shards {
         anyhow::bail!(
             "--mode=query serves the blocks of object_storage and the shards of --query-store, and `{}` names no object_storage (or names the store's own directory) and there is no --query-store nor query_stores",
             args.config_path.display()
@@ -606,49 +687,29 @@ async fn serve(
             );
         }
     }
-    let shards = if has_shards {
-        let shards = parca_fanout::Shards::start(
-            parca_fanout::Options {
-                urls: args.query_store.clone(),
-                files: args.query_store_file.clone(),
-                reads_bucket: bucket.is_some(),
-                timeout: args.query_store_timeout,
-                ..Default::default()
-            },
-            &query_stores,
-            &mut registry,
-        )
-        .await
-        .map_err(anyhow::Error::msg)
-        .context("cannot read the shards")?;
-        tracing::info!(shards = ?shards.addresses(), "reading shards beside the object store");
-        Some(shards)
-    } else {
-        None
-    };
-    let shipper_metrics = bucket
-        .as_ref()
-        .map(|_| parca_objstore::ShipperMetrics::register(&mut registry));
-    let reader_metrics = bucket
-        .as_ref()
-        .map(|_| parca_objstore::ReaderMetrics::register(&mut registry));
-    let (api_tls, api_auth) = (
-        options.security.tls_enabled(),
-        options.security.auth_required(),
-    );
-    let api = Arc::new(Api::new(options, control.clone(), registry));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut http_stop = stop_rx.clone();
-    let http = tokio::spawn(parca_api::serve(listener, Arc::clone(&api), async move {
-        let _ = http_stop.wait_for(|stop| *stop).await;
-    }));
-    tracing::info!(
-        %address,
-        tls = api_tls,
-        auth = api_auth,
-        "listening"
-    );
+    if !has_shards {
+        return Ok(None);
+    }
+    let shards = parca_fanout::Shards::start(
+        parca_fanout::Options {
+            urls: args.query_store.clone(),
+            files: args.query_store_file.clone(),
+            reads_bucket: has_bucket,
+            timeout: args.query_store_timeout,
+            ..Default::default()
+        },
+        &query_stores,
+        registry,
+    )
+    .await
+    .map_err(anyhow::Error::msg)
+    .context("cannot read the shards")?;
+    tracing::info!(shards = ?shards.addresses(), "reading shards beside the object store");
+    Ok(Some(shards))
+}
 
+/// The store in `--storage-path`, opened (its WAL replayed) off the async workers.
+async fn open_store(args: &ServerArgs, ship_blocks: bool) -> anyhow::Result<Arc<parca_tsdb::Db>> {
     let storage_path = args.storage_path.clone();
     let storage_options = parca_tsdb::Options {
         block_duration_ms: args.storage_block_duration.as_millis() as i64,
@@ -656,7 +717,7 @@ async fn serve(
         retention_bytes: args.storage_retention_size,
         wal_repair: args.storage_wal_repair,
         out_of_order_window_ms: args.storage_out_of_order_window.as_millis() as i64,
-        ship_blocks: bucket.is_some(),
+        ship_blocks,
         ..Default::default()
     };
     let db =
@@ -666,20 +727,25 @@ async fn serve(
             .with_context(|| {
                 format!("cannot open the store in `{}`", args.storage_path.display())
             })?;
-    let db = Arc::new(db);
-    if let Some(shards) = shards {
-        db.set_peers(Arc::clone(&shards) as Arc<dyn parca_tsdb::Peers>);
-        let _ = control.shards.set(shards);
-    }
-    api.set_store(Arc::clone(&db));
-    tracing::info!(path = %args.storage_path.display(), "store ready");
+    Ok(Arc::new(db))
+}
+
+/// The rule groups of the configuration in force, evaluating over `db`.
+fn start_rules(
+    args: &ServerArgs,
+    control: &ServerControl,
+    db: &Arc<parca_tsdb::Db>,
+    limits: parca_query::Limits,
+    address: SocketAddr,
+    metrics: parca_rules::RuleMetrics,
+) -> anyhow::Result<Arc<parca_rules::Manager>> {
     let rules = parca_rules::Manager::new(
-        parca_query::Engine::new(Arc::clone(&db), limits),
+        parca_query::Engine::new(Arc::clone(db), limits),
         parca_rules::Options {
             external_url: external_url(args.web_external_url.as_deref(), address),
             notifier: Some(parca_rules::Notifier::start()),
             remote_writer: Some(parca_rules::RemoteWriter::new()),
-            metrics: rule_metrics,
+            metrics,
             resend_delay: args.rules_alert_resend_delay,
             state_dir: Some(args.storage_path.clone()),
             restore: parca_rules::RestoreOptions {
@@ -688,96 +754,93 @@ async fn serve(
             },
         },
     );
-    {
-        let config = control.config.lock().expect("config lock");
-        rules
-            .update(&config)
-            .map_err(anyhow::Error::msg)
-            .context("cannot evaluate the rules")?;
-        if !config.rules.is_empty() {
-            tracing::info!(
-                groups = rules.groups().len(),
-                rules = config.rules.iter().map(|(_, f)| f.n_rules()).sum::<usize>(),
-                "evaluating rules"
-            );
-        }
-    }
-    api.set_rules(Arc::clone(&rules));
-    let _ = control.rules.set(Arc::clone(&rules));
-    let insights = {
-        let (engine, path) = (
-            parca_query::Engine::new(Arc::clone(&db), limits),
-            args.storage_path.clone(),
+    let config = control.config();
+    rules
+        .update(&config)
+        .map_err(anyhow::Error::msg)
+        .context("cannot evaluate the rules")?;
+    if !config.rules.is_empty() {
+        tracing::info!(
+            groups = rules.groups().len(),
+            rules = config.rules.iter().map(|(_, f)| f.n_rules()).sum::<usize>(),
+            "evaluating rules"
         );
-        tokio::task::spawn_blocking(move || parca_rules::Insights::open(engine, &path))
-            .await
-            .context("insights task failed")?
-            .map_err(anyhow::Error::msg)?
-    };
-    insights.update(&control.config.lock().expect("config lock").insights);
-    api.set_insights(Arc::clone(&insights));
-    let _ = control.insights.set(Arc::clone(&insights));
-    if let (Some(bucket), Some(metrics)) = (bucket, shipper_metrics) {
-        let labels = control
-            .config
-            .lock()
-            .expect("config lock")
-            .global
-            .external_labels
-            .clone();
-        if let Some(reader_metrics) = reader_metrics {
-            let reader = parca_objstore::BucketReader::new(
-                bucket.clone(),
-                args.storage_path.join(BUCKET_CACHE_DIR),
-                args.objstore_cache_size,
-                reader_metrics,
-            )
-            .context("cannot start reading the object store")?;
-            let compactor = args.objstore_compactor.then(|| Compacting {
-                bucket: bucket.clone(),
-                scratch: parca_objstore::scratch_dir(&args.storage_path),
-                options: args.objstore.compactor_options(),
-                every: args.objstore_compaction_interval,
-            });
-            if compactor.is_some() {
-                tracing::info!(
-                    bucket = bucket.description,
-                    "compacting the object store and applying its retention"
-                );
-            }
-            tokio::spawn(read_bucket(reader, Arc::clone(&db), compactor));
-        }
-        if query_mode {
-            tracing::info!(
-                bucket = bucket.description,
-                "query mode: serving the object store's blocks; no scrapes, pushes or shipping"
-            );
-        } else {
-            let shipper = parca_objstore::Shipper::new(bucket, &args.storage_path, labels, metrics)
-                .context("cannot start shipping blocks")?;
-            tracing::info!(
-                bucket = shipper.bucket().description,
-                shipped_before = shipper.shipped().count(),
-                "shipping blocks to the object store; local compaction is off"
-            );
-            tokio::spawn(ship_blocks(shipper, Arc::clone(&db)));
-        }
     }
-    let scrape = parca_scrape::Manager::new(db.clone(), Default::default(), scrape_metrics);
-    if !query_mode {
-        scrape.apply(&control.config.lock().expect("config lock"));
-        let _ = control.scrape.set(Arc::clone(&scrape));
-    }
+    drop(config);
+    let _ = control.rules.set(Arc::clone(&rules));
+    Ok(rules)
+}
 
-    wait_for_signals(&control).await?;
-    tracing::info!("shutting down: stopping scrapes, then the HTTP server");
-    scrape.stop().await;
-    rules.stop();
-    insights.stop();
-    let _ = stop_tx.send(true);
-    let _ = http.await;
-    drop(api);
-    tracing::info!("stopped");
+/// The deploy insights of the configuration in force, their state kept under the store.
+async fn start_insights(
+    args: &ServerArgs,
+    control: &ServerControl,
+    db: &Arc<parca_tsdb::Db>,
+    limits: parca_query::Limits,
+) -> anyhow::Result<Arc<parca_rules::Insights>> {
+    let (engine, path) = (
+        parca_query::Engine::new(Arc::clone(db), limits),
+        args.storage_path.clone(),
+    );
+    let insights = tokio::task::spawn_blocking(move || parca_rules::Insights::open(engine, &path))
+        .await
+        .context("insights task failed")?
+        .map_err(anyhow::Error::msg)?;
+    insights.update(&control.config().insights);
+    let _ = control.insights.set(Arc::clone(&insights));
+    Ok(insights)
+}
+
+/// The object store's loops: its blocks served beside the local ones (and compacted, with
+/// `--objstore-compactor`), and, unless in query mode, the store's blocks shipped to it.
+fn start_object_store(
+    args: &ServerArgs,
+    control: &ServerControl,
+    db: &Arc<parca_tsdb::Db>,
+    bucket: parca_objstore::Bucket,
+    shipper_metrics: Arc<parca_objstore::ShipperMetrics>,
+    reader_metrics: Arc<parca_objstore::ReaderMetrics>,
+) -> anyhow::Result<()> {
+    let reader = parca_objstore::BucketReader::new(
+        bucket.clone(),
+        parca_objstore::cache_dir(&args.storage_path),
+        args.objstore_cache_size,
+        reader_metrics,
+    )
+    .context("cannot start reading the object store")?;
+    let compactor = args.objstore_compactor.then(|| parca_objstore::Compacting {
+        bucket: bucket.clone(),
+        scratch: parca_objstore::scratch_dir(&args.storage_path),
+        options: args.objstore.compactor_options(),
+        every: args.objstore_compaction_interval,
+    });
+    if compactor.is_some() {
+        tracing::info!(
+            bucket = bucket.description,
+            "compacting the object store and applying its retention"
+        );
+    }
+    tokio::spawn(parca_objstore::serve_bucket(
+        reader,
+        Arc::clone(db),
+        compactor,
+    ));
+    if args.mode == "query" {
+        tracing::info!(
+            bucket = bucket.description,
+            "query mode: serving the object store's blocks; no scrapes, pushes or shipping"
+        );
+        return Ok(());
+    }
+    let labels = control.config().global.external_labels.clone();
+    let shipper = parca_objstore::Shipper::new(bucket, &args.storage_path, labels, shipper_metrics)
+        .context("cannot start shipping blocks")?;
+    tracing::info!(
+        bucket = shipper.bucket().description,
+        shipped_before = shipper.shipped().count(),
+        "shipping blocks to the object store; local compaction is off"
+    );
+    tokio::spawn(parca_objstore::ship_blocks(shipper, Arc::clone(db)));
     Ok(())
 }
 
@@ -793,112 +856,6 @@ fn external_url(flag: Option<&str>, address: SocketAddr) -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".to_owned());
     format!("http://{host}:{}/", address.port())
-}
-
-/// How often the shipper looks for blocks to upload.
-const SHIP_EVERY: Duration = Duration::from_secs(10);
-
-/// How often the object store is listed for blocks to serve.
-const READ_BUCKET_EVERY: Duration = Duration::from_secs(15);
-
-/// The folder under the storage path where the object store's blocks' indexes are cached.
-const BUCKET_CACHE_DIR: &str = "bucket-cache";
-
-/// The bucket to ship blocks to: `object_storage`'s, unless it is a `FILESYSTEM` bucket in the
-/// store's own directory (Parca's default `parca.yaml` names `./data`, where the blocks already
-/// are: nothing to ship).
-fn shipping_bucket(
-    config: &parca_config::Config,
-    storage_path: &Path,
-) -> anyhow::Result<Option<parca_objstore::Bucket>> {
-    let Some(storage) = &config.object_storage else {
-        return Ok(None);
-    };
-    if storage.bucket.kind == parca_config::BucketType::Filesystem {
-        let directory = Path::new(storage.bucket.get_str("directory").unwrap_or("."));
-        let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
-            (Ok(a), Ok(b)) => a == b,
-            _ => std::path::absolute(a).ok() == std::path::absolute(b).ok(),
-        };
-        if same(directory, storage_path) {
-            tracing::info!(
-                directory = %directory.display(),
-                "object_storage is a FILESYSTEM bucket in the store's own directory: the blocks are already there, nothing is shipped"
-            );
-            return Ok(None);
-        }
-    }
-    parca_objstore::Bucket::open(&storage.bucket)
-        .map(Some)
-        .context("cannot set up object_storage")
-}
-
-/// Uploads new blocks every [`SHIP_EVERY`], for the life of the server.
-async fn ship_blocks(mut shipper: parca_objstore::Shipper, db: Arc<parca_tsdb::Db>) {
-    db.mark_shipped(shipper.shipped().cloned());
-    loop {
-        let shipped = shipper.ship(&db.blocks()).await;
-        db.mark_shipped(shipped);
-        tokio::time::sleep(SHIP_EVERY).await;
-    }
-}
-
-/// The compactor's part of the bucket loop.
-struct Compacting {
-    bucket: parca_objstore::Bucket,
-    scratch: PathBuf,
-    options: parca_objstore::CompactorOptions,
-    every: Duration,
-}
-
-/// Serves the object store's blocks beside the local ones, listing it every
-/// [`READ_BUCKET_EVERY`], for the life of the server.
-async fn read_bucket(
-    mut reader: parca_objstore::BucketReader,
-    db: Arc<parca_tsdb::Db>,
-    compactor: Option<Compacting>,
-) {
-    let mut last_compaction: Option<std::time::Instant> = None;
-    loop {
-        if let Some(c) = &compactor
-            && last_compaction.is_none_or(|at| at.elapsed() >= c.every)
-        {
-            last_compaction = Some(std::time::Instant::now());
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as i64);
-            match parca_objstore::compact_bucket(
-                &c.bucket,
-                &mut reader,
-                &c.scratch,
-                &c.options,
-                now_ms,
-            )
-            .await
-            {
-                Ok(report) if !report.is_empty() => tracing::info!(
-                    compacted = report.compacted.len(),
-                    marked = report.marked.len(),
-                    deleted = report.deleted.len(),
-                    "object store compaction pass"
-                ),
-                Ok(_) => {}
-                Err(error) => {
-                    tracing::warn!(%error, "object store compaction pass failed; it runs again later")
-                }
-            }
-        }
-        match reader.sync().await {
-            Ok(blocks) => {
-                db.set_remote_blocks(blocks);
-            }
-            Err(error) => tracing::warn!(
-                %error,
-                "cannot list the object store; its blocks known so far stay served"
-            ),
-        }
-        tokio::time::sleep(READ_BUCKET_EVERY).await;
-    }
 }
 
 /// Reloads on SIGHUP; returns on SIGTERM or SIGINT.

@@ -6,10 +6,13 @@
 //! What was shipped is recorded beside the store (`shipper.json`), so a restart ships what is
 //! missing and nothing twice. [`BucketReader`] serves every block of the bucket beside the
 //! local ones: their indexes cached on local disk, their profile data read by byte ranges.
+//! The loops a server runs with them ([`ship_blocks`], [`serve_bucket`]) live here too, so the
+//! binary only wires them.
 
 mod bucket;
 mod compactor;
 mod reader;
+mod service;
 mod shipper;
 
 pub use bucket::Bucket;
@@ -17,6 +20,10 @@ pub use compactor::{
     CompactionReport, CompactorOptions, DELETION_MARK, compact_bucket, scratch_dir,
 };
 pub use reader::{BucketReader, ReaderMetrics};
+pub use service::{
+    Compacting, READ_BUCKET_EVERY, SHIP_EVERY, cache_dir, serve_bucket, ship_blocks,
+    shipping_bucket,
+};
 pub use shipper::{SHIPPER_STATE_FILE, Shipper, ShipperMetrics};
 
 /// Why a bucket cannot be opened, a block not shipped, or the bucket not read or kept.
