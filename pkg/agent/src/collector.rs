@@ -6,6 +6,7 @@
 //! its own), waits N seconds, and finishes (which drains again): it gets exactly the samples
 //! taken in between, whatever the window length.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -114,28 +115,84 @@ fn off_cpu_estimate(nanos: u64, threshold: f64) -> u64 {
 /// Runs until every command sender is gone. Finished windows go to `windows` (dropped when
 /// the receiver lags: the next one has the news).
 pub(crate) fn run(
-    mut sampler: Sampler,
+    sampler: Sampler,
     commands: Receiver<Command>,
     shared: Arc<Shared>,
     window_length: Duration,
     windows: tokio::sync::mpsc::Sender<RawProfile>,
 ) -> Result<(), Error> {
-    use std::sync::atomic::Ordering::Relaxed;
+    let mut collector = Collector {
+        window: RawProfile::new(SystemTime::now()),
+        deadline: Instant::now() + window_length,
+        requests: FxHashMap::default(),
+        next_id: 0,
+        unwinder: Unwinder::new(sampler.table_chunks()),
+        interpreters: Interpreters::new("/proc", shared.interpreted_frames.clone()),
+        pending: Pending::default(),
+        sampler,
+        shared,
+        window_length,
+        windows,
+    };
+    loop {
+        // The window ends first, however busy the channel is.
+        if Instant::now() >= collector.deadline {
+            collector.end_window()?;
+        }
+        let timeout = collector
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .min(SAMPLE_POLL_INTERVAL);
+        match commands.recv_timeout(timeout) {
+            Ok(Command::Subscribe(reply)) => collector.subscribe(reply)?,
+            Ok(Command::Finish(id, reply)) => collector.finish(id, reply)?,
+            Ok(Command::Cancel(id)) => {
+                collector.requests.remove(&id);
+            }
+            Ok(Command::Announced) => collector.read_samples(),
+            // At the deadline the window's end, above, reads them.
+            Err(RecvTimeoutError::Timeout) => {
+                if Instant::now() < collector.deadline {
+                    collector.read_samples();
+                }
+            }
+            Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+        }
+    }
+}
 
-    let mut window = RawProfile::new(SystemTime::now());
-    let mut deadline = Instant::now() + window_length;
-    let mut requests: FxHashMap<u64, RawProfile> = FxHashMap::default();
-    let mut next_id = 0u64;
-    let mut unwinder = Unwinder::new(sampler.table_chunks());
-    let mut interpreters = Interpreters::new("/proc", shared.interpreted_frames.clone());
-    let mut pending = Pending::default();
+/// The sampling thread's state: the sampler and what it has gathered for the window and for
+/// each request in progress.
+struct Collector {
+    sampler: Sampler,
+    shared: Arc<Shared>,
+    unwinder: Unwinder,
+    interpreters: Interpreters,
+    /// What the ring buffer gave since the last drain.
+    pending: Pending,
+    /// The window being gathered, and when it ends.
+    window: RawProfile,
+    deadline: Instant,
+    window_length: Duration,
+    /// Where finished windows go.
+    windows: tokio::sync::mpsc::Sender<RawProfile>,
+    /// Requests in progress, by id.
+    requests: FxHashMap<u64, RawProfile>,
+    next_id: u64,
+}
 
-    // Empties the ring buffer of walked samples into `pending`, and tells the program the
-    // mappings (and loads the unwind tables) of processes new or changed.
-    let read_samples = |sampler: &mut Sampler,
-                        unwinder: &mut Unwinder,
-                        interpreters: &mut Interpreters,
-                        pending: &mut Pending| {
+impl Collector {
+    /// Empties the ring buffer of walked samples into `pending`, and tells the program the
+    /// mappings (and loads the unwind tables) of processes new or changed.
+    fn read_samples(&mut self) {
+        let Collector {
+            sampler,
+            shared,
+            unwinder,
+            interpreters,
+            pending,
+            ..
+        } = self;
         let window_no = shared.window.load(Relaxed);
         // Announcements first: a new process is read, and told, before its next samples.
         let events = shared.events.get_ref().read();
@@ -230,20 +287,17 @@ pub(crate) fn run(
         shared
             .metrics
             .record_unwind(unwinder.stats(), interpreters.stats());
-    };
+    }
 
-    let drain = |sampler: &mut Sampler,
-                 unwinder: &mut Unwinder,
-                 interpreters: &mut Interpreters,
-                 pending: &mut Pending,
-                 window: &mut RawProfile,
-                 requests: &mut FxHashMap<u64, RawProfile>|
-     -> Result<(), Error> {
+    /// Takes every sample so far (the BPF program's counts and the ring buffer's stacks) into
+    /// the window and every request in progress.
+    fn drain(&mut self) -> Result<(), Error> {
         let started = Instant::now();
-        let mut drained = sampler.drain()?;
+        let mut drained = self.sampler.drain()?;
         // After the switch: every sample taken before it is in the ring buffer by now.
-        read_samples(sampler, unwinder, interpreters, pending);
-        drained.append(&mut pending.stacks);
+        self.read_samples();
+        drained.append(&mut self.pending.stacks);
+        let shared = &self.shared;
         let window_no = shared.window.load(Relaxed);
         let mut processes: FxHashMap<u32, Arc<ProcessInfo>> = FxHashMap::default();
         {
@@ -261,12 +315,12 @@ pub(crate) fn run(
             .iter_mut()
             .filter(|d| d.end.is_none() && !d.user.is_empty())
         {
-            let (keep, end) = unwinder.check_kernel_walk(&d.user, &processes[&d.pid]);
+            let (keep, end) = self.unwinder.check_kernel_walk(&d.user, &processes[&d.pid]);
             if keep < d.user.len() {
                 d.user = Arc::from(&d.user[..keep]);
             }
             d.end = Some(end);
-            unwinder.count(end);
+            self.unwinder.count(end);
         }
         if !shared.filter.admits_all() {
             let mut left_out = 0;
@@ -279,99 +333,69 @@ pub(crate) fn run(
             });
             shared.metrics.filtered_samples.fetch_add(left_out, Relaxed);
         }
-        window.add(&drained, &processes);
-        for request in requests.values_mut() {
+        self.window.add(&drained, &processes);
+        for request in self.requests.values_mut() {
             request.add(&drained, &processes);
         }
         shared.metrics.record_drain(
             started.elapsed(),
             drained.len(),
-            sampler.stats().unwrap_or_default(),
+            self.sampler.stats().unwrap_or_default(),
         );
         Ok(())
-    };
+    }
 
-    loop {
-        // The window ends first, however busy the channel is.
-        if Instant::now() >= deadline {
-            drain(
-                &mut sampler,
-                &mut unwinder,
-                &mut interpreters,
-                &mut pending,
-                &mut window,
-                &mut requests,
-            )?;
-            let now = SystemTime::now();
-            let mut done = std::mem::replace(&mut window, RawProfile::new(now));
-            done.end = now;
-            let window_no = shared.window.fetch_add(1, Relaxed) + 1;
-            shared
-                .processes
-                .lock()
-                .expect("process table lock")
-                .expire(window_no, KEEP_PROCESS_WINDOWS);
-            {
-                let table = shared.processes.lock().expect("process table lock");
-                unwinder.trim(&mut sampler, |pid| table.contains(pid));
-                interpreters.trim(|pid| table.contains(pid));
-            }
-            shared.metrics.record_window(&done);
-            windows.try_send(done).ok();
-            deadline += window_length;
-            if deadline < Instant::now() {
-                deadline = Instant::now() + window_length;
-            }
+    /// Ends the window: drains, sends it on, expires the processes gone quiet and the unwind
+    /// tables and interpreter state of processes gone, and sets the next deadline.
+    fn end_window(&mut self) -> Result<(), Error> {
+        self.drain()?;
+        let now = SystemTime::now();
+        let mut done = std::mem::replace(&mut self.window, RawProfile::new(now));
+        done.end = now;
+        let shared = &self.shared;
+        let window_no = shared.window.fetch_add(1, Relaxed) + 1;
+        shared
+            .processes
+            .lock()
+            .expect("process table lock")
+            .expire(window_no, KEEP_PROCESS_WINDOWS);
+        {
+            let table = shared.processes.lock().expect("process table lock");
+            self.unwinder
+                .trim(&mut self.sampler, |pid| table.contains(pid));
+            self.interpreters.trim(|pid| table.contains(pid));
         }
-        let now = Instant::now();
-        let timeout = deadline
-            .saturating_duration_since(now)
-            .min(SAMPLE_POLL_INTERVAL);
-        match commands.recv_timeout(timeout) {
-            Ok(Command::Subscribe(reply)) => {
-                drain(
-                    &mut sampler,
-                    &mut unwinder,
-                    &mut interpreters,
-                    &mut pending,
-                    &mut window,
-                    &mut requests,
-                )?;
-                next_id += 1;
-                requests.insert(next_id, RawProfile::new(SystemTime::now()));
-                // A client gone before it got its id can never finish or cancel: drop it now.
-                if reply.send(next_id).is_err() {
-                    requests.remove(&next_id);
-                }
-            }
-            Ok(Command::Finish(id, reply)) => {
-                drain(
-                    &mut sampler,
-                    &mut unwinder,
-                    &mut interpreters,
-                    &mut pending,
-                    &mut window,
-                    &mut requests,
-                )?;
-                if let Some(mut raw) = requests.remove(&id) {
-                    raw.end = SystemTime::now();
-                    reply.send(raw).ok();
-                }
-            }
-            Ok(Command::Cancel(id)) => {
-                requests.remove(&id);
-            }
-            Ok(Command::Announced) => {
-                read_samples(&mut sampler, &mut unwinder, &mut interpreters, &mut pending);
-            }
-            // At the deadline the window's end, above, reads them.
-            Err(RecvTimeoutError::Timeout) => {
-                if Instant::now() < deadline {
-                    read_samples(&mut sampler, &mut unwinder, &mut interpreters, &mut pending);
-                }
-            }
-            Ok(Command::Stop) | Err(RecvTimeoutError::Disconnected) => return Ok(()),
+        shared.metrics.record_window(&done);
+        self.windows.try_send(done).ok();
+        self.deadline += self.window_length;
+        if self.deadline < Instant::now() {
+            self.deadline = Instant::now() + self.window_length;
         }
+        Ok(())
+    }
+
+    /// Starts a request (after a drain, so that earlier samples are not its own) and replies
+    /// with its id.
+    fn subscribe(&mut self, reply: oneshot::Sender<u64>) -> Result<(), Error> {
+        self.drain()?;
+        self.next_id += 1;
+        let id = self.next_id;
+        self.requests.insert(id, RawProfile::new(SystemTime::now()));
+        // A client gone before it got its id can never finish or cancel: drop it now.
+        if reply.send(id).is_err() {
+            self.requests.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// Ends request `id` (after a drain) and sends its samples.
+    fn finish(&mut self, id: u64, reply: oneshot::Sender<RawProfile>) -> Result<(), Error> {
+        self.drain()?;
+        if let Some(mut raw) = self.requests.remove(&id) {
+            raw.end = SystemTime::now();
+            reply.send(raw).ok();
+        }
+        Ok(())
     }
 }
 

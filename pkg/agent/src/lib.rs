@@ -239,14 +239,7 @@ fn limit_malloc_arenas() {
 /// without the capabilities or without kernel BTF. Everything attached is detached before it
 /// returns (and by the kernel if the process dies).
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
-    config.validate()?;
-    let caps = effective_capabilities();
-    check_capabilities(caps)?;
-    check_btf(&config.btf_path)?;
-    for limitation in limitations(caps) {
-        tracing::warn!("{limitation}");
-    }
-    limit_malloc_arenas();
+    check_host(&config)?;
     let pusher = config
         .remote_store
         .as_ref()
@@ -263,132 +256,22 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         })?;
     let local = listener.local_addr().unwrap_or(config.http_address);
 
-    let (sampler, events) = bpf::Sampler::start(
-        config.frequency_hz,
-        config.unwind_tables_max_bytes,
-        config.off_cpu_threshold,
-    )?;
-    // SAFETY: `ProcEvents` returns the descriptor of the ring buffer it owns (aya's `MapData`
-    // holds it as an `OwnedFd`), which stays open and the same for as long as the `AsyncFd`
-    // owns the `ProcEvents`; aya's docs poll ring buffers exactly this way.
-    let events = unsafe { AsyncFd::register_with_interest(events, tokio::io::Interest::READABLE) }
-        .map_err(|e| Error::Stopped(format!("cannot poll the process ring buffer: {e}")))?;
-    let events = Arc::new(events);
-    let n_cpus = sampler.n_cpus();
-    tracing::info!(
-        cpus = n_cpus,
-        frequency_hz = config.frequency_hz,
-        window = ?config.profiling_duration,
-        address = %local,
-        "sampling"
-    );
-
-    let mut symbolizer = Symbolizer::new(Options::default());
-    match symbolizer.load_kallsyms() {
-        Ok(n) => tracing::debug!(symbols = n, "read kallsyms"),
-        Err(error) => tracing::warn!(%error, "kernel frames will stay unsymbolized"),
-    }
-    let symbolizer = Arc::new(Mutex::new(symbolizer));
-    let shared = Arc::new(collector::Shared {
-        processes: Mutex::new(
-            ProcessTable::new("/proc").with_debug_dirs(config.debug_dirs.clone()),
-        ),
-        events: events.clone(),
-        metrics: metrics::Metrics::default(),
-        window: Default::default(),
-        filter: config.process_filter.clone(),
-        interpreted_frames: Default::default(),
-        announced: Default::default(),
-        off_cpu_threshold: config.off_cpu_threshold,
-    });
-    let (commands, command_rx) = std::sync::mpsc::channel();
-    let (window_tx, mut window_rx) = tokio::sync::mpsc::channel::<profile::RawProfile>(2);
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    let thread_shared = shared.clone();
+    let Sampling {
+        shared,
+        commands,
+        window_rx,
+        done_rx,
+        thread: sampler_thread,
+        n_cpus,
+    } = start_sampling(&config, local)?;
     let window_length = config.profiling_duration;
-    let sampler_thread = std::thread::Builder::new()
-        .name("sampler".into())
-        .spawn(move || {
-            let result =
-                collector::run(sampler, command_rx, thread_shared, window_length, window_tx);
-            done_tx.send(result).ok();
-        })
-        .map_err(|e| Error::Stopped(format!("cannot start the sampling thread: {e}")))?;
+    let events = tokio::spawn(watch_new_processes(shared.clone(), commands.clone()));
 
-    // New processes: read them while they run, then wake the sampling thread to tell the
-    // program.
-    let event_shared = shared.clone();
-    let wake = commands.clone();
-    let events = tokio::spawn(async move {
-        loop {
-            let Ok(mut guard) = event_shared.events.readable().await else {
-                return;
-            };
-            guard.clear_ready();
-            let shared = event_shared.clone();
-            let wake = wake.clone();
-            tokio::task::spawn_blocking(move || {
-                let batch = shared.events.get_ref().read();
-                if batch.is_empty() {
-                    return;
-                }
-                shared
-                    .metrics
-                    .process_events
-                    .fetch_add(batch.len() as u64, Relaxed);
-                let window = shared.window.load(Relaxed);
-                let mut table = shared.processes.lock().expect("process table lock");
-                let mut announced = shared.announced.lock().expect("announced lock");
-                for event in batch {
-                    table.announce(event.pid, &event.comm, window);
-                    announced.push(event.pid);
-                }
-                wake.send(collector::Command::Announced).ok();
-            })
-            .await
-            .ok();
-        }
-    });
-
-    let debuginfod = if config.debuginfod_urls.is_empty() {
-        None
-    } else {
-        tracing::info!(urls = ?config.debuginfod_urls, "debuginfod");
-        Some(Arc::new(Debuginfod::new(DebuginfodConfig {
-            urls: config.debuginfod_urls.clone(),
-            cache_dir: config.debuginfod_cache_dir.clone(),
-            max_cache_bytes: config.debuginfod_cache_max_bytes,
-            timeout: Duration::from_secs(30),
-        })?))
-    };
-    let dwarf_cache = if config.dwarf_cache_max_bytes == 0 {
-        None
-    } else {
-        match parca_symbolize::DwarfCache::new(
-            &config.dwarf_cache_dir,
-            config.dwarf_cache_max_bytes,
-        ) {
-            Ok(cache) => Some(Arc::new(cache)),
-            // Symbolizing goes on, with DWARF copied into memory.
-            Err(error) => {
-                tracing::warn!(%error, "no DWARF cache: DWARF is held in memory, within its budget");
-                None
-            }
-        }
-    };
-    let build_options = profile::BuildOptions {
-        period_ns: 1_000_000_000 / config.frequency_hz as i64,
-        node: config.node.clone(),
-        external_labels: config.external_labels.clone(),
-        debuginfod,
-        dwarf_cache,
-        perf_maps: Default::default(),
-        interpreted_frames: shared.interpreted_frames.clone(),
-    };
+    let build_options = build_options(&config, &shared)?;
     let state = Arc::new(http::HttpState {
         shared: shared.clone(),
         commands: Mutex::new(commands.clone()),
-        symbolizer: symbolizer.clone(),
+        symbolizer: kernel_symbolizer(),
         symbolizer_stats: Mutex::default(),
         build: build_options.clone(),
         last_window: Mutex::new(None),
@@ -405,54 +288,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
         let shared = shared.clone();
         tokio::spawn(async move { pusher.run(push_rx, &shared.metrics).await })
     });
-    let pushing = push_task.is_some();
-    let window_state = state.clone();
-    let windows = tokio::spawn(async move {
-        while let Some(window) = window_rx.recv().await {
-            let window = Arc::new(window);
-            *window_state.last_window.lock().expect("last window lock") = Some(window.clone());
-            let symbolizer = window_state.symbolizer.clone();
-            if !pushing {
-                tokio::task::spawn_blocking(move || {
-                    symbolizer.lock().expect("symbolizer lock").trim();
-                })
-                .await
-                .ok();
-                continue;
-            }
-            let options = build_options.clone();
-            // The CPU profile, and beside it the off-CPU one when there is off-CPU time.
-            let bodies = tokio::task::spawn_blocking(move || {
-                let mut symbolizer = symbolizer.lock().expect("symbolizer lock");
-                let mut kinds = vec![profile::ProfileKind::Cpu];
-                if window.has_off_cpu() {
-                    kinds.push(profile::ProfileKind::OffCpu);
-                }
-                let bodies: Vec<push::Push> = kinds
-                    .into_iter()
-                    .map(|kind| {
-                        let p = profile::build(
-                            &window,
-                            kind,
-                            &Filter::default(),
-                            &mut symbolizer,
-                            &options,
-                        );
-                        push::Push {
-                            name: kind.name(),
-                            body: parca_pprof::encode(&p, true),
-                        }
-                    })
-                    .collect();
-                symbolizer.trim();
-                bodies
-            })
-            .await;
-            for body in bodies.into_iter().flatten() {
-                push_tx.send(body).ok();
-            }
-        }
-    });
+    let push_tx = push_task.is_some().then_some(push_tx);
+    let windows = tokio::spawn(take_windows(
+        window_rx,
+        state.clone(),
+        build_options,
+        push_tx,
+    ));
 
     let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(http::serve(
@@ -486,4 +328,234 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(
     }
     tracing::info!("stopped; BPF programs detached");
     result
+}
+
+/// The sampling side, started: the BPF programs attached and the sampling thread running.
+struct Sampling {
+    shared: Arc<collector::Shared>,
+    /// Commands to the sampling thread.
+    commands: std::sync::mpsc::Sender<collector::Command>,
+    /// Its finished windows.
+    window_rx: tokio::sync::mpsc::Receiver<profile::RawProfile>,
+    /// Its result, when it stops.
+    done_rx: tokio::sync::oneshot::Receiver<Result<(), Error>>,
+    thread: std::thread::JoinHandle<()>,
+    n_cpus: usize,
+}
+
+/// Attaches the BPF programs and starts the sampling thread (`collector::run`), which owns
+/// them from then on.
+fn start_sampling(config: &Config, local: std::net::SocketAddr) -> Result<Sampling, Error> {
+    let (sampler, events) = bpf::Sampler::start(
+        config.frequency_hz,
+        config.unwind_tables_max_bytes,
+        config.off_cpu_threshold,
+    )?;
+    // SAFETY: `ProcEvents` returns the descriptor of the ring buffer it owns (aya's `MapData`
+    // holds it as an `OwnedFd`), which stays open and the same for as long as the `AsyncFd`
+    // owns the `ProcEvents`; aya's docs poll ring buffers exactly this way.
+    let events = unsafe { AsyncFd::register_with_interest(events, tokio::io::Interest::READABLE) }
+        .map_err(|e| Error::Stopped(format!("cannot poll the process ring buffer: {e}")))?;
+    let n_cpus = sampler.n_cpus();
+    tracing::info!(
+        cpus = n_cpus,
+        frequency_hz = config.frequency_hz,
+        window = ?config.profiling_duration,
+        address = %local,
+        "sampling"
+    );
+    let shared = Arc::new(collector::Shared {
+        processes: Mutex::new(
+            ProcessTable::new("/proc").with_debug_dirs(config.debug_dirs.clone()),
+        ),
+        events: Arc::new(events),
+        metrics: metrics::Metrics::default(),
+        window: Default::default(),
+        filter: config.process_filter.clone(),
+        interpreted_frames: Default::default(),
+        announced: Default::default(),
+        off_cpu_threshold: config.off_cpu_threshold,
+    });
+    let (commands, command_rx) = std::sync::mpsc::channel();
+    let (window_tx, window_rx) = tokio::sync::mpsc::channel::<profile::RawProfile>(2);
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let thread_shared = shared.clone();
+    let window_length = config.profiling_duration;
+    let thread = std::thread::Builder::new()
+        .name("sampler".into())
+        .spawn(move || {
+            let result =
+                collector::run(sampler, command_rx, thread_shared, window_length, window_tx);
+            done_tx.send(result).ok();
+        })
+        .map_err(|e| Error::Stopped(format!("cannot start the sampling thread: {e}")))?;
+    Ok(Sampling {
+        shared,
+        commands,
+        window_rx,
+        done_rx,
+        thread,
+        n_cpus,
+    })
+}
+
+/// The checks before anything is attached: the configuration, the capabilities and kernel
+/// BTF (refused at once, saying why); what the host's limits leave out is logged.
+fn check_host(config: &Config) -> Result<(), Error> {
+    config.validate()?;
+    let caps = effective_capabilities();
+    check_capabilities(caps)?;
+    check_btf(&config.btf_path)?;
+    for limitation in limitations(caps) {
+        tracing::warn!("{limitation}");
+    }
+    limit_malloc_arenas();
+    Ok(())
+}
+
+/// The symbolizer, with the kernel's symbols read (without them kernel frames stay
+/// addresses).
+fn kernel_symbolizer() -> Arc<Mutex<Symbolizer>> {
+    let mut symbolizer = Symbolizer::new(Options::default());
+    match symbolizer.load_kallsyms() {
+        Ok(n) => tracing::debug!(symbols = n, "read kallsyms"),
+        Err(error) => tracing::warn!(%error, "kernel frames will stay unsymbolized"),
+    }
+    Arc::new(Mutex::new(symbolizer))
+}
+
+/// New processes: read them while they run (off the async workers), then wake the sampling
+/// thread to tell the program. Runs until the ring buffer cannot be polled.
+async fn watch_new_processes(
+    shared: Arc<collector::Shared>,
+    wake: std::sync::mpsc::Sender<collector::Command>,
+) {
+    loop {
+        let Ok(mut guard) = shared.events.readable().await else {
+            return;
+        };
+        guard.clear_ready();
+        let shared = shared.clone();
+        let wake = wake.clone();
+        tokio::task::spawn_blocking(move || {
+            let batch = shared.events.get_ref().read();
+            if batch.is_empty() {
+                return;
+            }
+            shared
+                .metrics
+                .process_events
+                .fetch_add(batch.len() as u64, Relaxed);
+            let window = shared.window.load(Relaxed);
+            let mut table = shared.processes.lock().expect("process table lock");
+            let mut announced = shared.announced.lock().expect("announced lock");
+            for event in batch {
+                table.announce(event.pid, &event.comm, window);
+                announced.push(event.pid);
+            }
+            wake.send(collector::Command::Announced).ok();
+        })
+        .await
+        .ok();
+    }
+}
+
+/// How profiles are built from windows: the period, the labels, and where symbols come from
+/// beside the objects themselves (debuginfod, the DWARF cache, perf maps, interpreters).
+fn build_options(
+    config: &Config,
+    shared: &collector::Shared,
+) -> Result<profile::BuildOptions, Error> {
+    let debuginfod = if config.debuginfod_urls.is_empty() {
+        None
+    } else {
+        tracing::info!(urls = ?config.debuginfod_urls, "debuginfod");
+        Some(Arc::new(Debuginfod::new(DebuginfodConfig {
+            urls: config.debuginfod_urls.clone(),
+            cache_dir: config.debuginfod_cache_dir.clone(),
+            max_cache_bytes: config.debuginfod_cache_max_bytes,
+            timeout: Duration::from_secs(30),
+        })?))
+    };
+    let dwarf_cache = if config.dwarf_cache_max_bytes == 0 {
+        None
+    } else {
+        match parca_symbolize::DwarfCache::new(
+            &config.dwarf_cache_dir,
+            config.dwarf_cache_max_bytes,
+        ) {
+            Ok(cache) => Some(Arc::new(cache)),
+            // Symbolizing goes on, with DWARF copied into memory.
+            Err(error) => {
+                tracing::warn!(%error, "no DWARF cache: DWARF is held in memory, within its budget");
+                None
+            }
+        }
+    };
+    Ok(profile::BuildOptions {
+        period_ns: 1_000_000_000 / config.frequency_hz as i64,
+        node: config.node.clone(),
+        external_labels: config.external_labels.clone(),
+        debuginfod,
+        dwarf_cache,
+        perf_maps: Default::default(),
+        interpreted_frames: shared.interpreted_frames.clone(),
+    })
+}
+
+/// Takes each finished window: kept as the last (shown at `/`) and, when pushing (`push`),
+/// built into its profiles and queued for the pusher. The symbolizer's caches are trimmed
+/// after each.
+async fn take_windows(
+    mut windows: tokio::sync::mpsc::Receiver<profile::RawProfile>,
+    state: Arc<http::HttpState>,
+    options: profile::BuildOptions,
+    push: Option<tokio::sync::mpsc::UnboundedSender<push::Push>>,
+) {
+    while let Some(window) = windows.recv().await {
+        let window = Arc::new(window);
+        *state.last_window.lock().expect("last window lock") = Some(window.clone());
+        let symbolizer = state.symbolizer.clone();
+        let Some(push) = &push else {
+            tokio::task::spawn_blocking(move || {
+                symbolizer.lock().expect("symbolizer lock").trim();
+            })
+            .await
+            .ok();
+            continue;
+        };
+        let options = options.clone();
+        let bodies =
+            tokio::task::spawn_blocking(move || window_pushes(&window, &symbolizer, &options))
+                .await;
+        for body in bodies.into_iter().flatten() {
+            push.send(body).ok();
+        }
+    }
+}
+
+/// A window's pushes: the CPU profile, and beside it the off-CPU one when there is off-CPU
+/// time.
+fn window_pushes(
+    window: &profile::RawProfile,
+    symbolizer: &Mutex<Symbolizer>,
+    options: &profile::BuildOptions,
+) -> Vec<push::Push> {
+    let mut symbolizer = symbolizer.lock().expect("symbolizer lock");
+    let mut kinds = vec![profile::ProfileKind::Cpu];
+    if window.has_off_cpu() {
+        kinds.push(profile::ProfileKind::OffCpu);
+    }
+    let bodies = kinds
+        .into_iter()
+        .map(|kind| {
+            let p = profile::build(window, kind, &Filter::default(), &mut symbolizer, options);
+            push::Push {
+                name: kind.name(),
+                body: parca_pprof::encode(&p, true),
+            }
+        })
+        .collect();
+    symbolizer.trim();
+    bodies
 }
