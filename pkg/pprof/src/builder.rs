@@ -1,10 +1,11 @@
-//! Building pprof messages: the one interner of strings, functions, mappings and locations that
-//! everything writing pprof uses (the server's own profiles, Pyroscope's folded pushes, the
-//! agent).
+//! Building pprof messages: the interner of functions, mappings and locations (of strings
+//! through [`StringTable`]) that writers of pprof use (the server's own profiles, Pyroscope's
+//! folded pushes, the agent).
 
 use rustc_hash::FxHashMap;
 
 use crate::proto;
+use crate::strings::StringTable;
 
 /// A `proto::Profile` under construction: strings and functions are interned, mappings,
 /// locations and samples appended, ids assigned as pprof wants them (from 1, in order).
@@ -25,7 +26,7 @@ use crate::proto;
 #[derive(Debug, Default)]
 pub struct ProfileBuilder {
     profile: proto::Profile,
-    string_ids: FxHashMap<String, i64>,
+    strings: StringTable<'static>,
     function_ids: FxHashMap<(i64, i64, i64, i64), u64>,
     location_ids: FxHashMap<LocationKey, u64>,
 }
@@ -36,19 +37,17 @@ type LocationKey = (u64, u64, Vec<(u64, i64)>);
 impl ProfileBuilder {
     /// An empty profile: its string table holds only `""`, as pprof requires.
     pub fn new() -> ProfileBuilder {
-        let mut b = ProfileBuilder::default();
-        b.string("");
-        b
+        ProfileBuilder::default()
     }
 
     /// Resumes building `profile`: its strings, functions and locations are found by later
     /// calls as if this builder had added them (to add what a decoded profile lacks, such as
     /// the lines of its unsymbolized locations: [`ProfileBuilder::location_mut`]).
-    pub fn from_profile(profile: proto::Profile) -> ProfileBuilder {
-        let mut b = ProfileBuilder::default();
-        for (id, s) in profile.string_table.iter().enumerate() {
-            b.string_ids.entry(s.clone()).or_insert(id as i64);
-        }
+    pub fn from_profile(mut profile: proto::Profile) -> ProfileBuilder {
+        let mut b = ProfileBuilder {
+            strings: StringTable::from_strings(std::mem::take(&mut profile.string_table)),
+            ..ProfileBuilder::default()
+        };
         for f in &profile.function {
             let key = (f.name, f.system_name, f.filename, f.start_line);
             b.function_ids.entry(key).or_insert(f.id);
@@ -60,21 +59,12 @@ impl ProfileBuilder {
                 .or_insert(l.id);
         }
         b.profile = profile;
-        if b.profile.string_table.is_empty() {
-            b.string("");
-        }
         b
     }
 
     /// The index of `s` in the string table, added on first use.
     pub fn string(&mut self, s: &str) -> i64 {
-        if let Some(&id) = self.string_ids.get(s) {
-            return id;
-        }
-        let id = self.profile.string_table.len() as i64;
-        self.profile.string_table.push(s.to_owned());
-        self.string_ids.insert(s.to_owned(), id);
-        id
+        self.strings.id(s)
     }
 
     /// A value type (`samples`/`count`, `cpu`/`nanoseconds`) with its strings interned.
@@ -184,7 +174,8 @@ impl ProfileBuilder {
     }
 
     /// The profile: tables and samples; the caller sets the header (sample types, period, times).
-    pub fn finish(self) -> proto::Profile {
+    pub fn finish(mut self) -> proto::Profile {
+        self.profile.string_table = self.strings.into_strings();
         self.profile
     }
 }

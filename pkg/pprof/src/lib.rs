@@ -40,9 +40,11 @@ mod encode;
 mod error;
 mod legacy;
 pub mod proto;
+mod strings;
 mod wire;
 
 pub use builder::ProfileBuilder;
 pub use decode::{DecodeOptions, Header, Line, Location, Pprof, decode, decompress};
 pub use encode::encode;
 pub use error::Error;
+pub use strings::StringTable;

@@ -131,6 +131,11 @@ fn views(c: &mut Criterion) {
     group.bench_function("top/large.cpu", |b| {
         b.iter(|| TopTable::build(&large).rows.len())
     });
+    // A query's answer as pprof (`format=pprof`, gRPC): the export's interning of strings,
+    // functions and locations.
+    group.bench_function("to_pprof/large.cpu", |b| {
+        b.iter(|| parca_profile::to_pprof(&large).string_table.len())
+    });
     group.finish();
 }
 

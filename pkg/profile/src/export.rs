@@ -1,9 +1,8 @@
 //! Export to the pprof wire model, so that `go tool pprof` and every pprof consumer can open
 //! what we store and compute.
 
-use indexmap::IndexSet;
-use parca_pprof::proto;
-use rustc_hash::{FxBuildHasher, FxHashMap};
+use parca_pprof::{StringTable, proto};
+use rustc_hash::FxHashMap;
 
 use crate::profile::Profile;
 use crate::tables::{FunctionId, LabelValue, LocationId, MappingId, StackId};
@@ -11,7 +10,7 @@ use crate::tables::{FunctionId, LabelValue, LocationId, MappingId, StackId};
 /// Builds the string table and id spaces of the exported message.
 struct Exporter<'a> {
     profile: &'a Profile,
-    strings: IndexSet<&'a str, FxBuildHasher>,
+    strings: StringTable<'a>,
     mappings: FxHashMap<MappingId, u64>,
     functions: FxHashMap<FunctionId, u64>,
     locations: FxHashMap<LocationId, u64>,
@@ -20,7 +19,7 @@ struct Exporter<'a> {
 
 impl<'a> Exporter<'a> {
     fn string(&mut self, s: &'a str) -> i64 {
-        self.strings.insert_full(s).0 as i64
+        self.strings.id_borrowed(s)
     }
 
     fn mapping(&mut self, id: MappingId) -> u64 {
@@ -112,13 +111,12 @@ pub fn to_pprof(profile: &Profile) -> proto::Profile {
     let meta = &profile.meta;
     let mut e = Exporter {
         profile,
-        strings: IndexSet::default(),
+        strings: StringTable::new(),
         mappings: FxHashMap::default(),
         functions: FxHashMap::default(),
         locations: FxHashMap::default(),
         out: proto::Profile::default(),
     };
-    e.string("");
     let sample_type = proto::ValueType {
         r#type: e.string(&meta.sample_type.kind),
         unit: e.string(&meta.sample_type.unit),
@@ -179,6 +177,6 @@ pub fn to_pprof(profile: &Profile) -> proto::Profile {
             label,
         });
     }
-    e.out.string_table = e.strings.iter().map(|s| (*s).to_owned()).collect();
+    e.out.string_table = e.strings.into_strings();
     e.out
 }

@@ -3,7 +3,7 @@
 
 use rustc_hash::FxHashMap;
 
-use crate::{Error, proto};
+use crate::{Error, StringTable, proto};
 
 /// A legacy format's name in errors, e.g. `Go CPU`, `heap`, `Java contention`.
 pub(crate) type Format = &'static str;
@@ -275,9 +275,9 @@ impl LegacyProfile {
     pub(crate) fn into_proto(self) -> proto::Profile {
         let (drop_frames, keep_frames) = self.frame_info();
         let mut strings = StringTable::default();
-        let value_type = |t: &ValueType, strings: &mut StringTable| proto::ValueType {
-            r#type: strings.intern(&t.r#type),
-            unit: strings.intern(&t.unit),
+        let value_type = |t: &ValueType, strings: &mut StringTable<'_>| proto::ValueType {
+            r#type: strings.id(&t.r#type),
+            unit: strings.id(&t.unit),
         };
         let sample_type = self
             .sample_types
@@ -285,7 +285,7 @@ impl LegacyProfile {
             .map(|t| value_type(t, &mut strings))
             .collect();
         let period_type = Some(value_type(&self.period_type, &mut strings));
-        let bytes = strings.intern("bytes");
+        let bytes = strings.id("bytes");
         let n_values = self.sample_types.len();
         let sample = self
             .samples
@@ -313,8 +313,8 @@ impl LegacyProfile {
                 memory_start: m.start,
                 memory_limit: m.limit,
                 file_offset: m.offset,
-                filename: strings.intern(&m.file),
-                build_id: strings.intern(&m.build_id),
+                filename: strings.id(&m.file),
+                build_id: strings.id(&m.build_id),
                 ..Default::default()
             })
             .collect();
@@ -343,12 +343,12 @@ impl LegacyProfile {
             .iter()
             .enumerate()
             .map(|(i, f)| {
-                let name = strings.intern(&f.name);
+                let name = strings.id(&f.name);
                 proto::Function {
                     id: i as u64 + 1,
                     name,
                     system_name: name,
-                    filename: strings.intern(&f.filename),
+                    filename: strings.id(&f.filename),
                     start_line: 0,
                 }
             })
@@ -359,41 +359,14 @@ impl LegacyProfile {
             mapping,
             location,
             function,
-            drop_frames: strings.intern(&drop_frames),
-            keep_frames: strings.intern(&keep_frames),
+            drop_frames: strings.id(&drop_frames),
+            keep_frames: strings.id(&keep_frames),
             duration_nanos: self.duration_nanos,
             period_type,
             period: self.period,
-            string_table: strings.strings,
+            string_table: strings.into_strings(),
             ..Default::default()
         }
-    }
-}
-
-/// Strings interned into a pprof string table (entry 0 is `""`).
-pub(crate) struct StringTable {
-    pub(crate) strings: Vec<String>,
-    pub(crate) index: FxHashMap<String, i64>,
-}
-
-impl Default for StringTable {
-    fn default() -> Self {
-        StringTable {
-            strings: vec![String::new()],
-            index: FxHashMap::from_iter([(String::new(), 0)]),
-        }
-    }
-}
-
-impl StringTable {
-    pub(crate) fn intern(&mut self, s: &str) -> i64 {
-        if let Some(&i) = self.index.get(s) {
-            return i;
-        }
-        let i = self.strings.len() as i64;
-        self.strings.push(s.to_owned());
-        self.index.insert(s.to_owned(), i);
-        i
     }
 }
 
