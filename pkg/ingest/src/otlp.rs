@@ -142,17 +142,13 @@ fn to_pprof(profile: &Profile, d: &ProfilesDictionary) -> Result<proto::Profile,
             .map(|i| i as i64)
             .ok_or_else(|| format!("{what} refers to string {i}, outside the string table"))
     };
-    let mut out = proto::Profile {
-        string_table: if d.string_table.is_empty() {
-            vec![String::new()]
-        } else {
-            d.string_table.clone()
-        },
-        ..Default::default()
-    };
-    if !out.string_table[0].is_empty() {
+    if d.string_table.first().is_some_and(|s| !s.is_empty()) {
         return Err("the string table's first entry must be the empty string".into());
     }
+    // The dictionary's strings keep their ids; labels made here (attribute values as text,
+    // span ids) are added once each.
+    let mut strings = parca_pprof::StringTable::from_strings(d.string_table.clone());
+    let mut out = proto::Profile::default();
     let value_type =
         |vt: &Option<opentelemetry_proto::tonic::profiles::v1development::ValueType>,
          what: &str|
@@ -294,10 +290,9 @@ fn to_pprof(profile: &Profile, d: &ProfilesDictionary) -> Result<proto::Profile,
                 },
                 Some(v) => {
                     let text = any_to_string(v, &d.string_table);
-                    out.string_table.push(text);
                     proto::Label {
                         key,
-                        str: out.string_table.len() as i64 - 1,
+                        str: strings.id(&text),
                         ..Default::default()
                     }
                 }
@@ -322,12 +317,9 @@ fn to_pprof(profile: &Profile, d: &ProfilesDictionary) -> Result<proto::Profile,
                     continue;
                 }
                 let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-                out.string_table.push(name.to_owned());
-                out.string_table.push(hex);
-                let n = out.string_table.len() as i64;
                 label.push(proto::Label {
-                    key: n - 2,
-                    str: n - 1,
+                    key: strings.id(name),
+                    str: strings.id(&hex),
                     ..Default::default()
                 });
             }
@@ -338,6 +330,7 @@ fn to_pprof(profile: &Profile, d: &ProfilesDictionary) -> Result<proto::Profile,
             label,
         });
     }
+    out.string_table = strings.into_strings();
     Ok(out)
 }
 
