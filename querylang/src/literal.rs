@@ -25,6 +25,10 @@ impl LiteralError {
 /// (`\a \b \f \n \r \t \v \\`, the string's own quote, `\xHH`, `\OOO`, `\uHHHH`,
 /// `\UHHHHHHHH`; the other quote needs no escape and refuses one), or a raw `` `…` `` taken as it
 /// is. The token is complete (the grammar checked the quotes).
+#[expect(
+    clippy::too_many_lines,
+    reason = "one match over PromQL's escape sequences, as Go's strconv.Unquote has them"
+)]
 pub(crate) fn unquote(token: &str) -> Result<String, LiteralError> {
     let inner = &token[1..token.len() - 1];
     if token.starts_with('`') || !inner.contains('\\') {

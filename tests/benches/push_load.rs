@@ -13,6 +13,10 @@
 //! install wrk`). `PARCA_BIN` picks a server binary; otherwise a release one is built.
 
 #![allow(clippy::print_stdout)] // A bench binary: its figures are its output.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a bench or test target is one scenario read top to bottom; the line budget is for product code"
+)]
 
 #[path = "../e2e/server_harness.rs"]
 mod server_harness;

@@ -1,6 +1,10 @@
 //! End-to-end tests, one module per area. They use the corpus in `tests/testdata/` and, where
 //! present, real outside tools (google/pprof); a test that needs a missing tool says so and
 //! passes without checking, and CI installs every such tool so that nothing is skipped there.
+#![allow(
+    clippy::too_many_lines,
+    reason = "tests are scenarios read top to bottom; the line budget is for product code"
+)]
 
 mod agent;
 mod agent_hostile;

@@ -1086,6 +1086,10 @@ impl Block {
     /// Opens the block in `dir`, its profile data from `profiles` when given (then only the
     /// `profiles` footer is checked here: its format and the length the index refers to; each
     /// chunk is checked as it is read).
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the checks of opening a block (meta, footers, checksums, index) in the order the files depend on each other"
+    )]
     pub fn open_with(
         dir: &Path,
         profiles: Option<Arc<dyn crate::range_read::RangeRead>>,
@@ -1660,6 +1664,10 @@ impl Block {
     }
 
     /// Decodes the profiles' columns and chunks of a series or summary entry.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "reads the index's per-profile columns in the order each format version writes them"
+    )]
     fn decode_profiles(
         &self,
         r: &mut Reader<'_>,

@@ -370,6 +370,10 @@ pub(crate) fn compact(inner: &Inner, sources: &[Arc<Block>]) -> Result<(), Error
 
 /// Merges `sources` into one new block in `dir` (see [`compact`]) and returns its directory;
 /// the sources are left as they are.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the merge of blocks series by series shares the writer, the readers and the extractors across its steps"
+)]
 pub(crate) fn merge_blocks(dir: &Path, sources: &[Arc<Block>]) -> Result<PathBuf, Error> {
     let tables: Vec<Arc<Tables>> = sources
         .iter()
@@ -645,6 +649,10 @@ pub fn compact_remote(dir: &Path, sources: &[RemoteBlock]) -> Result<std::path::
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "tests are scenarios read top to bottom; the line budget is for product code"
+)]
 mod tests {
     use super::*;
     use std::path::PathBuf;

@@ -335,6 +335,10 @@ fn plan_into(after: i64, until: i64, levels: &[(usize, i64)], out: &mut Vec<Part
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "tests are scenarios read top to bottom; the line budget is for product code"
+)]
 mod tests {
     use super::*;
 

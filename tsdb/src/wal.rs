@@ -720,6 +720,10 @@ impl Wal {
     /// again. The caller holds the head's write lock, so the checkpoint and the head agree.
     /// Returns `Ok(false)` when the log was not failed; on error it stays failed (any
     /// half-written new segment is removed) and is tried again later.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the steps of healing a failed log (reopen, rewrite, swap, sync) must run under one lock in this order"
+    )]
     pub fn heal(
         &self,
         rewrite: impl FnOnce(&[ProfileRef], &mut RecordSink<'_>) -> Result<(), Error>,

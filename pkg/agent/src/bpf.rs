@@ -483,6 +483,10 @@ impl Sampler {
     /// recorded) it also attaches to the `sched_switch` raw tracepoint: off-CPU intervals then
     /// arrive as walked samples (their start) and [`RingRecord::OffCpuEnd`]s. At 0 that program
     /// is not loaded at all.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "loads and attaches the BPF programs and maps in the order the verifier needs them"
+    )]
     pub fn start(
         frequency_hz: u64,
         table_bytes: u64,

@@ -184,6 +184,10 @@ struct Collector {
 impl Collector {
     /// Empties the ring buffer of walked samples into `pending`, and tells the program the
     /// mappings (and loads the unwind tables) of processes new or changed.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one pass over the ring buffer, telling the program new processes before their next samples"
+    )]
     fn read_samples(&mut self) {
         let Collector {
             sampler,

@@ -238,6 +238,10 @@ fn limit_malloc_arenas() {
 /// Runs the agent until `shutdown` completes or sampling fails. Refuses at once, saying why,
 /// without the capabilities or without kernel BTF. Everything attached is detached before it
 /// returns (and by the kernel if the process dies).
+#[expect(
+    clippy::too_many_lines,
+    reason = "the agent's life in order: start, serve, wait, then stop everything in reverse"
+)]
 pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
     check_host(&config)?;
     let pusher = config

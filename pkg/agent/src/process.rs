@@ -437,6 +437,10 @@ impl ProcessTable {
     }
 
     /// The object of a file mapping, opened once per (device, inode) while mapped anywhere.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "reads one mapped object's identity (build id, debug link, runtimes) once, sharing the open file"
+    )]
     fn object(&mut self, dir: &Path, line: &MapsLine<'_>) -> Option<Arc<MappedObject>> {
         let id = (line.dev.to_owned(), line.inode);
         if let Some(object) = self.objects.get(&id).and_then(Weak::upgrade) {

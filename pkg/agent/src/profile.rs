@@ -192,6 +192,10 @@ pub(crate) struct BuildOptions {
 /// Location addresses are the frames' addresses, less one for return addresses (every frame
 /// but the first of each stack), so that they point into the call instruction and a later
 /// symbolizer finds the caller's line, as this one did.
+#[expect(
+    clippy::too_many_lines,
+    reason = "builds one pprof from a window: locations, functions and samples share the builder and the symbolizer's caches"
+)]
 pub(crate) fn build(
     raw: &RawProfile,
     kind: ProfileKind,

@@ -212,6 +212,10 @@ impl Unwinder {
     /// Tells the program `process`'s executable mappings, with the tables of its objects that
     /// have one loaded; the others are sent to be compiled, and the process is told again when
     /// they are loaded ([`Unwinder::load_compiled`]).
+    #[expect(
+        clippy::too_many_lines,
+        reason = "tells the BPF program one process's mappings and tables in the order the program reads them"
+    )]
     pub fn tell(&mut self, sampler: &mut Sampler, process: &Arc<ProcessInfo>) -> Result<(), Error> {
         self.tick += 1;
         if !self.processes.contains_key(&process.pid) && self.processes.len() >= MAX_PROCESSES {

@@ -140,6 +140,10 @@ impl std::fmt::Debug for StoreCollector {
 }
 
 impl Collector for StoreCollector {
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a table of the store's metric families with their help texts, read under one lock"
+    )]
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let Some(db) = self.store.get() else {
             return Ok(());

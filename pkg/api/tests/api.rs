@@ -1,4 +1,8 @@
 //! The API served for real on a loopback port, over a real store, asked with a real HTTP client.
+#![allow(
+    clippy::too_many_lines,
+    reason = "tests are scenarios read top to bottom; the line budget is for product code"
+)]
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

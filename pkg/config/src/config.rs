@@ -283,6 +283,10 @@ enum TopKey {
 impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
     type Value = Config;
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "serde's visitor of parca.yaml's top level: one arm per key"
+    )]
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Config, D::Error> {
         struct V<'a>(&'a JobDefaults);
         impl<'de> Visitor<'de> for V<'_> {
@@ -301,6 +305,10 @@ impl<'de> DeserializeSeed<'de> for ConfigSeed<'_> {
             fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Config, D::Error> {
                 d.deserialize_map(self)
             }
+            #[expect(
+                clippy::too_many_lines,
+                reason = "one arm per top-level key of parca.yaml"
+            )]
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Config, A::Error> {
                 let mut global: Option<GlobalConfig> = None;
                 let mut scrape_configs: Option<Vec<ScrapeConfig>> = None;

@@ -574,6 +574,10 @@ impl ScrapeConfig {
 
     /// Applies the defaults and checks the rules that concern the job as a whole. `earlier`:
     /// the jobs before this one, for unique names.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "applies Prometheus' defaults to a scrape config key by key"
+    )]
     fn resolve(
         raw: RawScrapeConfig,
         defaults: &JobDefaults,

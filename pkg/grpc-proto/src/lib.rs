@@ -5,7 +5,7 @@
 //! `.proto` files vendored in `proto/` (their source commit and licenses are in
 //! `proto/README.md`).
 
-#![allow(missing_docs, clippy::all)] // Generated code: documented by the .proto files.
+#![allow(missing_docs, clippy::all, clippy::too_many_lines)] // Generated code: documented by the .proto files.
 
 // The modules follow the packages: `parca::query::v1alpha1`, `parca::profilestore::v1alpha1`,
 // `parca::metastore::v1alpha1`, `google::api`.

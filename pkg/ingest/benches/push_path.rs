@@ -9,6 +9,10 @@
 //! Run: `cargo bench -p parca-ingest --bench push_path` (`-- --pushes N`, default 2,000 a round).
 
 #![allow(clippy::print_stdout)] // A bench binary: its figures are its output.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a bench or test target is one scenario read top to bottom; the line budget is for product code"
+)]
 
 use parca_ingest::to_series;
 use parca_tsdb::{Db, Labels, Options};

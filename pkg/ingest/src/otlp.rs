@@ -133,6 +133,10 @@ fn profile_name(meta: Option<&parca_profile::Meta>) -> String {
 
 /// One OTLP profile as a pprof over the request's dictionary: table entry `i` gets id `i + 1`,
 /// and index 0 of the mapping table (the dictionary's zero element) means "no mapping".
+#[expect(
+    clippy::too_many_lines,
+    reason = "one pass mapping OTLP's dictionary and samples to pprof's tables in the order of the messages' fields"
+)]
 fn to_pprof(profile: &Profile, d: &ProfilesDictionary) -> Result<proto::Profile, String> {
     let n_strings = d.string_table.len();
     let string = |i: i32, what: &str| -> Result<i64, String> {
@@ -449,6 +453,10 @@ mod tests {
 
     /// What the OpenTelemetry eBPF profiler sends, in small: CPU samples of two threads, the
     /// service in the resource.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one function per OTLP message kind would each need the whole dictionary; this walks the request's nesting once"
+    )]
     fn request() -> ExportProfilesServiceRequest {
         let strings = [
             "",

@@ -245,6 +245,10 @@ impl<'a> SampleColumns<'a> {
     }
 
     /// One pprof per profile type, its samples labelled, then series.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "reads Parca's Arrow record column by column as its schema lists them"
+    )]
     fn series(&self, stacks: &Stacks<'_>, now_ms: i64) -> Result<Vec<Series>, Error> {
         let value = self.column("value")?;
         let type_columns = [

@@ -197,6 +197,10 @@ fn unix_nanos(t: i64) -> i64 {
 /// its tags series labels; each sample type is named by the name's suffix (`app.cpu`), else by
 /// `sample_type_config`, else by the type itself, as Pyroscope does. Snapshot types (in-use
 /// memory, goroutines) are stored at `until`, the others over the window `from`..`until`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one match over the formats Pyroscope's /ingest takes (folded, pprof, JFR, trie), each arm short"
+)]
 pub fn legacy_ingest(
     request: &LegacyIngest,
     body: IngestBody<'_>,

@@ -9,6 +9,10 @@
 //! `cargo bench -p parca-objstore --bench bucket [-- DAYS SERIES]` (default 7 100).
 
 #![allow(clippy::print_stdout)] // A bench binary: its figures are its output.
+#![allow(
+    clippy::too_many_lines,
+    reason = "a bench or test target is one scenario read top to bottom; the line budget is for product code"
+)]
 
 use std::sync::Arc;
 use std::time::Instant;

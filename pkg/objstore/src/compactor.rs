@@ -76,6 +76,10 @@ struct DeletionMark {
 /// One pass over the bucket: deletes blocks whose mark is older than the delay, marks blocks
 /// past retention, and compacts what is due (each merge uploaded whole, its sources marked).
 /// `scratch` holds the merged blocks while they are uploaded. `now_ms` is the time to judge by.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one pass of the bucket's compactor (plan, merge, upload, mark, delete) over one listing"
+)]
 pub async fn compact_bucket(
     bucket: &Bucket,
     reader: &mut BucketReader,

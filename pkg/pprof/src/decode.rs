@@ -234,6 +234,10 @@ pub struct Pprof {
 
 impl Pprof {
     /// Parses and validates a (decompressed) protobuf message.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the hot one-pass wire reader: one match over profile.proto's fields, kept in one loop for speed"
+    )]
     pub fn parse(raw: &[u8]) -> Result<Pprof, Error> {
         let mut p = Pprof::default();
         let mut sample_location_ids: Vec<u64> = Vec::new();
@@ -395,6 +399,10 @@ impl Pprof {
     }
 
     /// Checks every reference and turns ids into positions.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "checks every reference of the decoded profile in one pass, naming the field of each fault"
+    )]
     fn resolve(
         &mut self,
         sample_location_ids: &[u64],

@@ -183,6 +183,10 @@ impl<'a> FlameGraph<'a> {
     /// The tree of `profile` with function frames also kept apart by address or by object file
     /// (Parca's `group_by` of `location_address` and `mapping_file`): two calls of one
     /// function from different addresses are two nodes when grouped by address.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one walk over the stacks building the tree and its groups together"
+    )]
     pub fn build_grouped(profile: &'a Profile, grouping: FlameGrouping) -> Self {
         let tables = &*profile.tables;
         let samples = &profile.samples;

@@ -29,6 +29,10 @@ pub struct LabelGroup {
 /// # Panics
 ///
 /// When the profiles do not all share one `Tables`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one walk over the samples splitting tables and samples together"
+)]
 pub fn split_by_string_labels(profiles: Vec<Profile>) -> Vec<LabelGroup> {
     let Some(first) = profiles.first() else {
         return Vec::new();

@@ -251,6 +251,10 @@ fn result_labels(many: &Labels, one: &Labels, operator: Operator<'_>, one_to_one
 }
 
 /// Two series sets, matched per step.
+#[expect(
+    clippy::too_many_lines,
+    reason = "PromQL's vector matching (one-to-one, group_left, group_right) as Prometheus writes it, in one place"
+)]
 fn vectors(
     operator: Operator<'_>,
     lhs: Vec<RangeSeries>,

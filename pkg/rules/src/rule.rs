@@ -271,6 +271,10 @@ pub fn record(
 /// longer seen is resolved (unless `keep_firing_for` holds it), a pending one is dropped, and a
 /// resolved one is forgotten after [`RESOLVED_RETENTION`]. More than `limit` active alerts (when
 /// not 0) drop them all and are an error.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one evaluation of an alerting rule follows Prometheus' state machine (inactive, pending, firing, resolved) step by step"
+)]
 pub fn alert(
     rule: &CompiledRule,
     state: &mut RuleState,

@@ -254,6 +254,10 @@ impl TokenSource {
         Ok(header)
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one scrape: request, status, size limit, decompression and timing share the client's state"
+    )]
     async fn fetch(&self, auth: ClientAuth) -> Result<Token, FetchError> {
         let c = &self.config;
         let secret = match (&c.client_secret, &c.client_secret_file) {

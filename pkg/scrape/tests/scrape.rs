@@ -1,4 +1,8 @@
 //! The scrape manager against real HTTP targets on loopback, storing into a real store.
+#![allow(
+    clippy::too_many_lines,
+    reason = "tests are scenarios read top to bottom; the line budget is for product code"
+)]
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -330,6 +330,10 @@ impl ElfObject {
         ElfObject::read_object(&file, path, None, DwarfLoad::Map)
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the steps of opening one object (sections, symbols, debug link, build id, bounds) share the reader and the limits checked at each"
+    )]
     fn read_object(
         file: &File,
         path: &Path,

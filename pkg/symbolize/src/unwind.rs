@@ -256,6 +256,10 @@ const MAX_ENTRY_BYTES: u64 = 1 << 20;
 impl UnwindTable {
     /// Reads the CFI of the object open as `file` (`path` names it in messages). An object
     /// without any gives an empty table (every frame in it is walked with frame pointers).
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one pass over an object's CFI, the limits checked at each entry"
+    )]
     pub fn read(file: &File, path: &Path) -> Result<UnwindTable, Error> {
         use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
         use std::os::unix::fs::FileExt;
@@ -527,6 +531,10 @@ impl UnwindTable {
         self.bytes(which, offset, 4 + u64::from(len))
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one match over the CFA and register rules of DWARF's CFI, as gimli gives them"
+    )]
     fn compute_row(&self, vaddr: u64) -> Option<Row> {
         let i = self
             .fdes

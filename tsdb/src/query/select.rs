@@ -17,6 +17,10 @@ use crate::labels::{Labels, Matcher};
 use crate::peer::PeerAnswer;
 
 impl Read<'_> {
+    #[expect(
+        clippy::too_many_lines,
+        reason = "reads each source of each series into the query's tables, head and blocks alike"
+    )]
     pub(super) fn select(
         &self,
         matchers: &[Matcher],

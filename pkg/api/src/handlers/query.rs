@@ -141,6 +141,10 @@ pub(crate) fn labels_map(labels: &Labels) -> BTreeMap<&str, &str> {
 pub(crate) const COLUMNS_CONTENT_TYPE: &str = "application/vnd.parca.flamegraph-columns";
 
 /// `GET/POST /api/v1/query`: a profile in the asked format.
+#[expect(
+    clippy::too_many_lines,
+    reason = "reads the parameters of /api/v1/query in Prometheus' order and evaluates"
+)]
 pub(crate) async fn instant(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
     let p = &call.params;
     let text = p.required("query")?.to_owned();
@@ -454,6 +458,10 @@ impl View {
     }
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one match over the answer formats (JSON, pprof, top, folded, SVG, call graph, columns), each arm short"
+)]
 fn render(
     groups: &[ProfileGroup],
     grouped: bool,
@@ -583,6 +591,10 @@ fn render(
 }
 
 /// `GET/POST /api/v1/query_range`: Prometheus' matrix of totals per step.
+#[expect(
+    clippy::too_many_lines,
+    reason = "reads the parameters of /api/v1/query_range in Prometheus' order and evaluates"
+)]
 pub(crate) async fn range(api: &Arc<Api>, call: Call) -> Result<Response<Body>, ApiError> {
     let step = call
         .params

@@ -263,6 +263,10 @@ const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// another's `/federate`. `global.external_labels` are added where a series lacks them.
 /// Samples older than the lookback (`--query-lookback-delta`) are left out, as Prometheus
 /// leaves out stale series. Without `match[]`: 400, as Prometheus.
+#[expect(
+    clippy::too_many_lines,
+    reason = "Prometheus' /federate: matchers, rule series and insights in its text format"
+)]
 pub(crate) fn federate(api: &Arc<Api>, call: &Call) -> Result<Response<Body>, ApiError> {
     let texts = call.params.all("match[]");
     if texts.is_empty() {

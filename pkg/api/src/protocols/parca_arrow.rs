@@ -88,6 +88,10 @@ enum Item {
 /// value per name in each group), each group is a `labels_only` row under the root with its
 /// stacks below it, and every row carries its group's values in `labels.<name>` columns, as
 /// Parca writes them.
+#[expect(
+    clippy::too_many_lines,
+    reason = "builds Parca's Arrow record column by column as its schema lists them"
+)]
 pub(crate) fn flamegraph(
     groups: &[FlameGroup<'_>],
     label_names: &[String],
@@ -279,6 +283,10 @@ pub(crate) fn flamegraph(
 
 /// `TABLE_ARROW`: one row per function (our top table's rows, largest flat first), with the
 /// rows of the functions that call it and that it calls.
+#[expect(
+    clippy::too_many_lines,
+    reason = "builds Parca's Arrow table column by column as its schema lists them"
+)]
 pub(crate) fn table(profile: &Profile) -> Result<Vec<u8>, ArrowError> {
     let top = TopTable::build(profile);
     let row_of: HashMap<&str, usize> = top

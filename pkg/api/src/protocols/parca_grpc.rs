@@ -112,6 +112,10 @@ pub(crate) struct ParcaQueries {
     pub(crate) api: Arc<Api>,
 }
 
+#[allow(
+    clippy::too_many_lines,
+    reason = "async_trait reports its methods at the impl: QueryRange reads its parameters, evaluates and answers as its message lists them"
+)]
 #[tonic::async_trait]
 impl pq::query_service_server::QueryService for ParcaQueries {
     async fn query_range(

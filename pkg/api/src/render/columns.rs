@@ -64,6 +64,10 @@ impl<'a> ColumnsWriter<'a> {
     /// is below `min_share` of the root's (0 keeps every node). What is left out stays counted
     /// in its ancestors' values, so totals are exact. Returns the graph's header entry, for the
     /// caller to add fields (labels of a group, say). Graphs of one answer are all diffs or none.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the pre-order walk writing every column of a node at once: split, each column would walk again"
+    )]
     pub fn add(
         &mut self,
         graph: &FlameGraph<'a>,

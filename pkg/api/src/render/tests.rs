@@ -1,5 +1,9 @@
 //! The wire formats against each other: a `columns` answer read back as a script would gives
 //! the JSON tree byte for byte.
+#![allow(
+    clippy::too_many_lines,
+    reason = "tests are scenarios read top to bottom; the line budget is for product code"
+)]
 
 use std::sync::Arc;
 

@@ -1,4 +1,8 @@
 //! Tests of parsing, defaults and error messages.
+#![allow(
+    clippy::too_many_lines,
+    reason = "tests are scenarios read top to bottom; the line budget is for product code"
+)]
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,5 +1,9 @@
 //! Tests of relabeling: Prometheus' own cases (`model/relabel/relabel_test.go`), validation,
 //! and `hashmod` values checked against an independent MD5.
+#![allow(
+    clippy::too_many_lines,
+    reason = "tests are scenarios read top to bottom; the line budget is for product code"
+)]
 
 use std::collections::BTreeMap;
 

@@ -31,6 +31,10 @@ static CONTENTION_SAMPLE: LazyLock<Regex> =
 /// `Ok(None)` unless the first line is a contention header. Java's contention profiles have the
 /// same header: their `format = java` attribute is an error here, and the caller tries Java's
 /// parser next.
+#[expect(
+    clippy::too_many_lines,
+    reason = "google/pprof's contention profile parser, kept in its shape for comparison"
+)]
 pub(super) fn parse(bytes: &[u8], limit_bytes: usize) -> Result<Option<LegacyProfile>, Error> {
     let mut lines = Lines::new(bytes);
     if !lines.scan() {

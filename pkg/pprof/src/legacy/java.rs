@@ -47,6 +47,10 @@ enum Kind {
 
 /// `Ok(None)` unless the first line is `--- heapz 1 ---` or `--- contentionz 1 ---` and, for
 /// the latter, the attributes are Java's (gperftools' profiles have the same header).
+#[expect(
+    clippy::too_many_lines,
+    reason = "google/pprof's Java profile parser, line by line, kept in its shape for comparison"
+)]
 pub(super) fn parse(bytes: &[u8], limit_bytes: usize) -> Result<Option<LegacyProfile>, Error> {
     let mut lines = Lines::new(bytes);
     // The header and the samples are read only from lines that end with `\n`: a last line

@@ -414,6 +414,10 @@ impl Finder {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::too_many_lines,
+    reason = "tests are scenarios read top to bottom; the line budget is for product code"
+)]
 mod tests {
     use super::*;
 

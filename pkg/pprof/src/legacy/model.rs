@@ -272,6 +272,10 @@ impl LegacyProfile {
         }
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "builds the pprof message field by field from the legacy model"
+    )]
     pub(crate) fn into_proto(self) -> proto::Profile {
         let (drop_frames, keep_frames) = self.frame_info();
         let mut strings = StringTable::default();

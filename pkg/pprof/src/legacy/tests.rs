@@ -2,6 +2,10 @@
 //! own reading of them: the `Profile.String()` its `TestParse` keeps in `*.string` (samples'
 //! values and stacks, locations' addresses, functions and mappings, mappings, period), printed
 //! here from our [`Pprof`] in the same layout. Then frame patterns, errors and hostile input.
+#![allow(
+    clippy::too_many_lines,
+    reason = "tests are scenarios read top to bottom; the line budget is for product code"
+)]
 
 use std::fmt::Write;
 use std::path::PathBuf;
