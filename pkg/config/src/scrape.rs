@@ -576,7 +576,7 @@ impl ScrapeConfig {
     /// the jobs before this one, for unique names.
     #[expect(
         clippy::too_many_lines,
-        reason = "applies Prometheus' defaults to a scrape config key by key"
+        reason = "checks a scrape config and applies Prometheus' defaults to it key by key"
     )]
     fn resolve(
         raw: RawScrapeConfig,

@@ -199,7 +199,7 @@ fn unix_nanos(t: i64) -> i64 {
 /// memory, goroutines) are stored at `until`, the others over the window `from`..`until`.
 #[expect(
     clippy::too_many_lines,
-    reason = "one match over the formats Pyroscope's /ingest takes (folded, pprof, JFR, trie), each arm short"
+    reason = "the request forms Pyroscope's /ingest takes (a raw body of folded or pprof, multipart with a previous profile and sample type config) read in one place"
 )]
 pub fn legacy_ingest(
     request: &LegacyIngest,

@@ -197,7 +197,7 @@ fn versions(tls: &TlsServerConfig) -> Result<Vec<&'static SupportedProtocolVersi
 /// The client-certificate policy of `client_auth_type`, with exporter-toolkit's checks.
 #[expect(
     clippy::too_many_lines,
-    reason = "exporter-toolkit's client_auth_type values mapped one by one onto rustc's verifiers"
+    reason = "exporter-toolkit's client_auth_type values mapped one by one onto rustls' verifiers"
 )]
 fn client_verifier(
     tls: &TlsServerConfig,
