@@ -15,8 +15,8 @@ use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfil
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::profiles::v1development::{Profile, ProfilesDictionary};
 use parca_pprof::proto;
-use parca_querylang::sanitize_label_name;
 use parca_tsdb::Labels;
+use parca_vocab::sanitize_label_name;
 use prost::Message as _;
 
 use crate::{Error, Series, to_series};

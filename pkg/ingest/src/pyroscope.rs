@@ -7,7 +7,7 @@ use parca_pprof::proto;
 use parca_profile::Profile;
 use parca_tsdb::Labels;
 
-use parca_querylang::sanitize_label_name;
+use parca_vocab::sanitize_label_name;
 
 use crate::{Error, Series, to_series};
 

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use parca_profile::{Meta, Profile, Samples, SpansBuilder, split_by_string_labels};
-use parca_querylang::{is_valid_label_name, sanitize_label_name};
 use parca_tsdb::{Labels, NAME_LABEL, span_labels};
+use parca_vocab::{is_valid_label_name, sanitize_label_name};
 
 use crate::Error;
 
@@ -22,7 +22,7 @@ pub struct Series {
 /// Parca's profile-type string: `name:sample_type:sample_unit:period_type:period_unit`, with
 /// `:delta` appended when the profile covers a window (a non-zero duration).
 pub fn profile_type_name(name: &str, meta: &Meta) -> String {
-    parca_querylang::ProfileTypeName::from_parts(
+    parca_vocab::ProfileTypeName::from_parts(
         name,
         &meta.sample_type.kind,
         &meta.sample_type.unit,
