@@ -2274,20 +2274,12 @@ mod tests {
     use std::path::PathBuf;
 
     use super::*;
-    use crate::test_support::{Lcg, corpus, series_labels, vary};
-    use crate::{Db, MatchOp, Matcher, Options};
-
-    fn options() -> Options {
-        Options {
-            block_duration_ms: 1000,
-            retention_ms: 0,
-            ..Options::default()
-        }
-    }
+    use crate::test_support::{Lcg, corpus, series_labels, store_options, vary};
+    use crate::{Db, MatchOp, Matcher};
 
     /// A store with two blocks (`[0, 1000)` and `[1000, 2000)`) and a head, closed.
     fn store_with_two_blocks(dir: &Path) -> Vec<String> {
-        let db = Db::open(dir, options()).expect("open");
+        let db = Db::open(dir, store_options(1000)).expect("open");
         let cpu = corpus("go/go-cpu.pb.gz", "cpu");
         let heap = corpus("go/go-heap.pb.gz", "alloc_space");
         let mut rng = Lcg(7);
@@ -2350,7 +2342,7 @@ mod tests {
             })
             .collect();
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(dir.path(), options()).expect("open");
+        let db = Db::open(dir.path(), store_options(1000)).expect("open");
         let labels = series_labels("heap", "db", "b");
         for (t, p) in profiles.iter().enumerate() {
             let mut app = db.appender();
@@ -2409,7 +2401,7 @@ mod tests {
         let names = store_with_two_blocks(pristine.path());
         let bad = &names[0];
         let full = {
-            let db = Db::open(pristine.path(), options()).expect("open");
+            let db = Db::open(pristine.path(), store_options(1000)).expect("open");
             let c = counts(&db);
             assert_eq!(c.iter().map(|(_, n)| n).sum::<usize>(), 52);
             c
@@ -2427,7 +2419,8 @@ mod tests {
                 bytes[at] ^= 0x5a;
                 fs::write(&path, &bytes).expect("write");
 
-                let db = Db::open(dir.path(), options()).expect("opens despite the damage");
+                let db =
+                    Db::open(dir.path(), store_options(1000)).expect("opens despite the damage");
                 let q = db.quarantined();
                 assert_eq!(q.len(), 1, "{file}@{at}: {q:?}");
                 assert_eq!(&q[0].block, bad);
@@ -2484,7 +2477,7 @@ mod tests {
         // Only the blocks' time: the head stays with the first store.
         let ranges = [(0, 1999), (500, 1500), (1000, 1000)];
         let expected = {
-            let db = Db::open(pristine.path(), options()).expect("open");
+            let db = Db::open(pristine.path(), store_options(1000)).expect("open");
             crate::test_support::answers(&db, &ranges)
         };
         let cache = tempfile::tempdir().expect("cache");
@@ -2504,7 +2497,7 @@ mod tests {
             remote.push(crate::RemoteBlock::open(&dir, ranges).expect("opens"));
         }
         let empty = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(empty.path(), options()).expect("open");
+        let db = Db::open(empty.path(), store_options(1000)).expect("open");
         assert_eq!(
             db.set_remote_blocks(remote.iter().cloned().map(crate::LazyBlock::from).collect()),
             2
@@ -2541,7 +2534,7 @@ mod tests {
         drop(db);
         let both = tempfile::tempdir().expect("tempdir");
         copy_dir(pristine.path(), both.path());
-        let db = Db::open(both.path(), options()).expect("open");
+        let db = Db::open(both.path(), store_options(1000)).expect("open");
         db.set_remote_blocks(remote.into_iter().map(crate::LazyBlock::from).collect());
         let view = crate::query::View::of(db.inner(), false);
         assert_eq!(
@@ -2589,7 +2582,8 @@ mod tests {
                 copy_dir(pristine.path(), dir.path());
                 let path: PathBuf = dir.path().join(bad).join(file);
                 damage_behind_the_checksum(&path, at, magic);
-                let db = Db::open(dir.path(), options()).expect("opens despite the damage");
+                let db =
+                    Db::open(dir.path(), store_options(1000)).expect("opens despite the damage");
                 // Whatever opened must answer every kind of query without panicking: with
                 // the data, or with an error naming the damaged block.
                 let q = db.querier(i64::MIN, i64::MAX);

@@ -657,7 +657,7 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    use crate::test_support::{Lcg, answers, corpus, fill, series_labels, vary};
+    use crate::test_support::{Lcg, answers, corpus, fill, series_labels, store_options, vary};
     use crate::{Db, Options};
 
     /// Ranges the comparisons query: everything, one block's worth, ranges across block edges,
@@ -670,14 +670,6 @@ mod tests {
         (11_000, i64::MAX),
     ];
 
-    fn options(block_duration_ms: i64) -> Options {
-        Options {
-            block_duration_ms,
-            retention_ms: 0,
-            ..Options::default()
-        }
-    }
-
     fn blocks_of(db: &Db) -> Vec<Arc<Block>> {
         db.inner().block_set().to_vec()
     }
@@ -686,13 +678,13 @@ mod tests {
     fn queries_agree_before_and_after_cut_compaction_and_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");
         // A block duration nothing reaches: everything stays in the head for the baseline.
-        let db = Db::open(dir.path(), options(i64::MAX / 4)).expect("open");
+        let db = Db::open(dir.path(), store_options(i64::MAX / 4)).expect("open");
         fill(&db, 1, 0, 12_000);
         let baseline = answers(&db, &RANGES);
         assert!(baseline.len() > 100);
         drop(db);
 
-        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        let db = Db::open(dir.path(), store_options(1000)).expect("reopen");
         db.compact().expect("compact");
         let blocks = blocks_of(&db);
         assert!(blocks.len() >= 2, "{} blocks", blocks.len());
@@ -710,7 +702,7 @@ mod tests {
         assert_eq!(baseline.len(), after.len());
         drop(db);
 
-        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        let db = Db::open(dir.path(), store_options(1000)).expect("reopen");
         assert_eq!(answers(&db, &RANGES), baseline, "after reopen");
 
         // The cut time range is closed to appends; newer times are open.
@@ -754,7 +746,7 @@ mod tests {
         let mut rng = Lcg(3);
         let mut want_span = 0i64; // span 1 of time 500
         let mut want_trace = 0i64; // every span of time 500
-        let db = Db::open(dir.path(), options(i64::MAX / 4)).expect("open");
+        let db = Db::open(dir.path(), store_options(i64::MAX / 4)).expect("open");
         for t in (0..6000).step_by(100) {
             let p = with_spans(&vary(&cpu, &mut rng), t);
             if t == 500 {
@@ -836,22 +828,22 @@ mod tests {
         };
         check(&db, "in the head");
         drop(db);
-        let db = Db::open(dir.path(), options(i64::MAX / 4)).expect("reopen");
+        let db = Db::open(dir.path(), store_options(i64::MAX / 4)).expect("reopen");
         check(&db, "after WAL replay");
         drop(db);
-        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        let db = Db::open(dir.path(), store_options(1000)).expect("reopen");
         db.compact().expect("compact");
         assert!(blocks_of(&db).iter().any(|b| b.meta.compaction.level >= 2));
         check(&db, "in blocks");
         drop(db);
-        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        let db = Db::open(dir.path(), store_options(1000)).expect("reopen");
         check(&db, "after reopen");
     }
 
     #[test]
     fn a_cut_truncates_the_wal_and_keeps_head_memory_small() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(dir.path(), options(i64::MAX / 4)).expect("open");
+        let db = Db::open(dir.path(), store_options(i64::MAX / 4)).expect("open");
         fill(&db, 2, 0, 6_000);
         let before = db.stats();
         assert!(
@@ -861,7 +853,7 @@ mod tests {
             before.n_head_samples
         );
         drop(db);
-        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        let db = Db::open(dir.path(), store_options(1000)).expect("reopen");
         db.compact().expect("compact");
         let after = db.stats();
         assert!(after.n_blocks > 0);
@@ -877,7 +869,7 @@ mod tests {
     #[test]
     fn a_cut_interrupted_before_its_checkpoint_loses_and_doubles_nothing() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(dir.path(), options(i64::MAX / 4)).expect("open");
+        let db = Db::open(dir.path(), store_options(i64::MAX / 4)).expect("open");
         fill(&db, 3, 0, 5_000);
         let baseline = answers(&db, &RANGES);
         drop(db);
@@ -890,7 +882,7 @@ mod tests {
                 (p, bytes)
             })
             .collect();
-        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        let db = Db::open(dir.path(), store_options(1000)).expect("reopen");
         db.compact().expect("compact");
         assert!(db.stats().n_blocks > 0);
         drop(db);
@@ -900,7 +892,7 @@ mod tests {
         for (p, bytes) in saved {
             fs::write(p, bytes).expect("restore");
         }
-        let db = Db::open(dir.path(), options(1000)).expect("reopen after crash");
+        let db = Db::open(dir.path(), store_options(1000)).expect("reopen after crash");
         db.compact().expect("compact");
         assert_eq!(answers(&db, &RANGES), baseline);
     }
@@ -912,7 +904,7 @@ mod tests {
             dir.path(),
             Options {
                 retention_ms: 3_000,
-                ..options(1000)
+                ..store_options(1000)
             },
         )
         .expect("open");
@@ -936,7 +928,7 @@ mod tests {
             dir.path(),
             Options {
                 retention_bytes: 1,
-                ..options(1000)
+                ..store_options(1000)
             },
         )
         .expect("reopen");
@@ -954,7 +946,7 @@ mod tests {
     #[test]
     fn appends_and_queries_go_on_while_blocks_are_cut_and_compacted() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(dir.path(), options(200)).expect("open");
+        let db = Db::open(dir.path(), store_options(200)).expect("open");
         let p = corpus("prometheus/prometheus-cpu.pb.gz", "cpu");
         let done = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
@@ -1043,7 +1035,7 @@ mod tests {
 
         // What the store must answer: every distinct profile, all in one head.
         let baseline_dir = tempfile::tempdir().expect("tempdir");
-        let baseline = Db::open(baseline_dir.path(), options(i64::MAX / 4)).expect("open");
+        let baseline = Db::open(baseline_dir.path(), store_options(i64::MAX / 4)).expect("open");
         let mut app = baseline.appender();
         for &(w, t) in scraped.iter().chain(&imported) {
             match app.append(&Profiles::series(w), t, &profiles.at(w, t)) {
@@ -1056,7 +1048,7 @@ mod tests {
         let want = answers(&baseline, &RANGES);
 
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(dir.path(), options(1000)).expect("open");
+        let db = Db::open(dir.path(), store_options(1000)).expect("open");
         let mut app = db.appender();
         for &(w, t) in &scraped {
             app.append(&Profiles::series(w), t, &profiles.at(w, t))
@@ -1069,7 +1061,7 @@ mod tests {
         // Imported as another process would: two imports, one of them repeating a profile.
         let (first, second) = imported.split_at(imported.len() - 1);
         for part in [first, second] {
-            let mut backfill = crate::Backfill::new(dir.path(), &options(1000));
+            let mut backfill = crate::Backfill::new(dir.path(), &store_options(1000));
             for &(w, t) in part {
                 backfill
                     .add(&Profiles::series(w), t, &profiles.at(w, t))
@@ -1112,11 +1104,11 @@ mod tests {
             .expect("cut blocks");
         assert_eq!(last_cut, min_valid);
         drop(db);
-        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        let db = Db::open(dir.path(), store_options(1000)).expect("reopen");
         assert_eq!(answers(&db, &RANGES), want, "after reopen");
         // Cut and compacted to the end: still the same profiles.
         drop(db);
-        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        let db = Db::open(dir.path(), store_options(1000)).expect("reopen");
         let mut app = db.appender();
         app.append(&Profiles::series(0), 20_000, &profiles.at(0, 20_000))
             .expect("append");
@@ -1130,12 +1122,12 @@ mod tests {
     fn of_two_blocks_holding_one_profile_differently_the_first_written_counts() {
         let profiles = Profiles::new();
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(dir.path(), options(1000)).expect("open");
+        let db = Db::open(dir.path(), store_options(1000)).expect("open");
         let labels = Profiles::series(0);
         let (one, other) = (profiles.at(0, 1), profiles.at(0, 2));
         assert_ne!(one.total(), other.total());
         for p in [&one, &other] {
-            let mut backfill = crate::Backfill::new(dir.path(), &options(1000));
+            let mut backfill = crate::Backfill::new(dir.path(), &store_options(1000));
             backfill.add(&labels, 500, p).expect("add");
             backfill.write().expect("write");
             // Names sort by time to the millisecond.

@@ -7,7 +7,16 @@ use parca_profile::Profile;
 
 use parca_profile::tables::LabelValue;
 
-use crate::{Db, Labels, MatchOp, Matcher, NAME_LABEL};
+use crate::{Db, Labels, MatchOp, Matcher, NAME_LABEL, Options};
+
+/// A store's options for tests: blocks of `block_duration_ms`, nothing deleted by retention.
+pub(crate) fn store_options(block_duration_ms: i64) -> Options {
+    Options {
+        block_duration_ms,
+        retention_ms: 0,
+        ..Options::default()
+    }
+}
 
 /// The profile of `sample_type` in corpus file `rel`.
 pub(crate) fn corpus(rel: &str, sample_type: &str) -> Profile {

@@ -603,8 +603,8 @@ fn add_peer_groups<K: Eq + std::hash::Hash + Clone>(
 
 #[cfg(test)]
 mod tests {
-    use crate::test_support::{canonical, fill};
-    use crate::{Db, Labels, MatchOp, Matcher, NAME_LABEL, Options};
+    use crate::test_support::{canonical, fill, store_options};
+    use crate::{Db, Labels, MatchOp, Matcher, NAME_LABEL};
 
     type GroupAnswer = (String, usize, i64, Vec<(Vec<String>, String, i64)>);
 
@@ -624,25 +624,17 @@ mod tests {
             .collect()
     }
 
-    fn options(block_duration_ms: i64) -> Options {
-        Options {
-            block_duration_ms,
-            retention_ms: 0,
-            ..Options::default()
-        }
-    }
-
     #[test]
     fn merges_of_blocks_shared_among_threads_equal_the_heads() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(dir.path(), options(i64::MAX / 4)).expect("open");
+        let db = Db::open(dir.path(), store_options(i64::MAX / 4)).expect("open");
         fill(&db, 7, 0, 12_000);
         let baseline = merged_per_instance(&db);
         assert_eq!(baseline.len(), 3, "instances a, b and c");
         drop(db);
 
         // Blocks of a second (the unit tests share every merge of several blocks among threads).
-        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        let db = Db::open(dir.path(), store_options(1000)).expect("reopen");
         db.compact().expect("compact");
         assert!(db.stats().n_blocks >= 3, "{:?}", db.stats());
         assert_eq!(merged_per_instance(&db), baseline);

@@ -603,16 +603,8 @@ pub(super) fn head_corrupt(labels: &Labels, timestamp_ms: i64, e: encoding::Deco
 #[cfg(test)]
 mod tests {
     use super::Hidden;
-    use crate::test_support::{corpus, series_labels};
-    use crate::{Backfill, Db, Options};
-
-    fn options() -> Options {
-        Options {
-            block_duration_ms: 1000,
-            retention_ms: 0,
-            ..Options::default()
-        }
-    }
+    use crate::test_support::{corpus, series_labels, store_options};
+    use crate::{Backfill, Db};
 
     #[test]
     fn hidden_times_are_the_ones_listed() {
@@ -625,7 +617,7 @@ mod tests {
     #[test]
     fn a_profile_held_by_two_blocks_and_the_head_is_read_once() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(dir.path(), options()).expect("open");
+        let db = Db::open(dir.path(), store_options(1000)).expect("open");
         let cpu = corpus("go/go-cpu.pb.gz", "cpu");
         let labels = series_labels("cpu", "api", "a");
         let mut app = db.appender();
@@ -641,7 +633,7 @@ mod tests {
         db.compact().expect("cut");
         // The same profiles again, imported as another process would: one in each cut block
         // and one still in the head.
-        let mut backfill = Backfill::new(dir.path(), &options());
+        let mut backfill = Backfill::new(dir.path(), &store_options(1000));
         for t in [500, 1_500, 2_900] {
             backfill.add(&labels, t, &cpu).expect("add");
         }

@@ -222,22 +222,14 @@ impl Read<'_> {
 
 #[cfg(test)]
 mod tests {
-    use crate::test_support::{answers, fill};
-    use crate::{Db, Options};
-
-    fn options(block_duration_ms: i64) -> Options {
-        Options {
-            block_duration_ms,
-            retention_ms: 0,
-            ..Options::default()
-        }
-    }
+    use crate::Db;
+    use crate::test_support::{answers, fill, store_options};
 
     /// Profiles, totals, label names and values read from blocks are those the head gave.
     #[test]
     fn blocks_answer_what_the_head_answered() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let db = Db::open(dir.path(), options(i64::MAX / 4)).expect("open");
+        let db = Db::open(dir.path(), store_options(i64::MAX / 4)).expect("open");
         fill(&db, 11, 0, 3_000);
         let ranges = [
             (i64::MIN, i64::MAX),
@@ -248,7 +240,7 @@ mod tests {
         let from_head = answers(&db, &ranges);
         drop(db);
 
-        let db = Db::open(dir.path(), options(1000)).expect("reopen");
+        let db = Db::open(dir.path(), store_options(1000)).expect("reopen");
         db.compact().expect("cut");
         assert!(db.stats().n_blocks >= 2, "{:?}", db.stats());
         assert_eq!(answers(&db, &ranges), from_head);

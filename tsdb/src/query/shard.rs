@@ -139,18 +139,13 @@ impl Read<'_> {
 #[cfg(test)]
 mod tests {
     use crate::peer::PeerRead;
-    use crate::test_support::fill;
-    use crate::{Db, MatchOp, Matcher, Options};
+    use crate::test_support::{fill, store_options};
+    use crate::{Db, MatchOp, Matcher};
 
     #[test]
     fn a_shards_answer_holds_what_the_querier_reads_itself() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let options = Options {
-            block_duration_ms: 1000,
-            retention_ms: 0,
-            ..Options::default()
-        };
-        let db = Db::open(dir.path(), options).expect("open");
+        let db = Db::open(dir.path(), store_options(1000)).expect("open");
         fill(&db, 5, 0, 2_500);
         db.compact().expect("cut");
         let api = [Matcher::new(MatchOp::Equal, "job", "api").expect("valid")];
