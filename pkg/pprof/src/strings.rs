@@ -66,9 +66,16 @@ impl<'a> StringTable<'a> {
 
     /// The id of `s`, borrowed by the table on first use.
     pub fn id_borrowed(&mut self, s: &'a str) -> i64 {
-        match self.ids.get(s) {
-            Some(&id) => id,
-            None => self.push(Cow::Borrowed(s)),
+        // A borrowed key costs nothing to make: one lookup finds or places it (the export's
+        // path, once per string of every answer).
+        let next = self.strings.len() as i64;
+        match self.ids.entry(Cow::Borrowed(s)) {
+            std::collections::hash_map::Entry::Occupied(e) => *e.get(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(next);
+                self.strings.push(Cow::Borrowed(s));
+                next
+            }
         }
     }
 
