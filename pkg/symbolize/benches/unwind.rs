@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use parca_symbolize::unwind::{Registers, StackCopy, UnwindTable, unwind};
+use parca_symbolize::unwind::{Registers, StackCopy, UnwindTable, compact, unwind};
 
 #[inline(never)]
 fn capture(depth: u32, out: &mut (Registers, Vec<u8>)) -> u32 {
@@ -97,6 +97,34 @@ fn bench(c: &mut Criterion) {
     group.bench_function("build_table_of_this_binary", |b| {
         b.iter(|| black_box(UnwindTable::read(&file, &exe).expect("table").n_fdes()))
     });
+    // The agent's tables (rows for the BPF program), of this binary, of glibc, and of any
+    // objects named in PARCA_BENCH_CFI_OBJECTS (colon-separated paths; e.g. the toolchain's
+    // librustc_driver, whose C++ and Rust code remembers and restores CFI states often).
+    let mut objects = vec![
+        ("this_binary".to_owned(), exe.clone()),
+        ("libc".to_owned(), "/lib/x86_64-linux-gnu/libc.so.6".into()),
+    ];
+    for path in std::env::var("PARCA_BENCH_CFI_OBJECTS")
+        .unwrap_or_default()
+        .split(':')
+    {
+        let path = std::path::PathBuf::from(path);
+        if let Some(name) = path.file_name() {
+            objects.push((name.to_string_lossy().into_owned(), path));
+        }
+    }
+    for (name, path) in &objects {
+        let path = path.as_path();
+        let Ok(object) = std::fs::File::open(path) else {
+            continue;
+        };
+        let limits = compact::Limits::default();
+        let table = compact::compile(&object, path, &limits).expect("compiles");
+        group.throughput(Throughput::Elements(table.fdes));
+        group.bench_function(format!("compile_compact_table_of_{name}"), |b| {
+            b.iter(|| black_box(compact::compile(&object, path, &limits).expect("compiles")))
+        });
+    }
     group.finish();
 }
 

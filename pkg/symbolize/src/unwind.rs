@@ -35,6 +35,24 @@ const RBP: Register = Register(6);
 const RSP: Register = Register(7);
 const RA: Register = Register(16);
 
+/// gimli's evaluation context with room for [`MAX_REGISTER_RULES`] register rules a row instead of
+/// its default 192. The context copies a whole row at every `DW_CFA_remember_state` (common in
+/// glibc and optimized code, which have several epilogues per function) and keeps up to four;
+/// at 192 rules that copy was most of the time spent compiling a table. An FDE that sets more
+/// rules than this is refused by gimli and marked as one the tables cannot unwind, as any FDE
+/// gimli refuses.
+#[derive(Debug)]
+pub(crate) struct FewRules;
+
+/// x86-64 has 17 general registers and the return address; CFI names at most those (and, rarely,
+/// vector registers, which unwinding never reads).
+const MAX_REGISTER_RULES: usize = 32;
+
+impl gimli::UnwindContextStorage<usize> for FewRules {
+    type Rules = [(Register, RegisterRule<usize>); MAX_REGISTER_RULES];
+    type Stack = Box<[gimli::UnwindTableRow<usize, Self>; 4]>;
+}
+
 /// Rows memoized per table before the memo is cleared (each is a few dozen bytes).
 const MAX_MEMO_ROWS: usize = 1 << 16;
 
@@ -589,7 +607,7 @@ impl UnwindTable {
         buf.extend_from_slice(&fde_bytes);
         let eh_base = (self.eh_frame_address + u64::from(fde.offset)).wrapping_sub(cie_len as u64);
         let bases = self.bases(eh_base);
-        let mut ctx = UnwindContext::new();
+        let mut ctx = UnwindContext::<usize, FewRules>::new_in();
         // Expression offsets in `buf` back to offsets in the section.
         let to_section = |off: usize| -> usize {
             if off >= cie_len {

@@ -25,7 +25,7 @@ use gimli::{
 };
 use rustc_hash::FxHashMap;
 
-use super::{CENSUS_FUNCTIONS, FramePointerCensus, RA, RBP, RSP, inflate_section};
+use super::{CENSUS_FUNCTIONS, FewRules, FramePointerCensus, RA, RBP, RSP, inflate_section};
 
 /// How a row finds the caller's frame (the CFA).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -487,7 +487,7 @@ impl Compiler<'_> {
     where
         S::Offset: gimli::UnwindOffset<usize>,
     {
-        let mut ctx = Box::new(UnwindContext::new());
+        let mut ctx = Box::new(UnwindContext::<usize, FewRules>::new_in());
         let mut entries = section.entries(bases);
         // A malformed entry ends the scan: what was compiled before it stays usable.
         loop {
