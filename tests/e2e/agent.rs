@@ -1725,6 +1725,19 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
         "/api/v1/query?format=top&limit=50&query={}",
         encode(query)
     ));
+    // What the agent says of its pushes, for a failure's message.
+    let push_state = || {
+        let metrics = curl(d, &["-u", "ops:agent-pw", &agent_metrics]).body;
+        let pushes: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("parca_agent_push"))
+            .collect();
+        let log = std::fs::read_to_string(d.join("agent.log")).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        format!(
+            "the agent's push metrics: {pushes:#?}\nits log's last lines (newest first): {tail:#?}"
+        )
+    };
     let top = poll(
         "pushed windows over TLS",
         Duration::from_secs(60),
@@ -1735,7 +1748,7 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
             if got.status == 200 && got.body.contains("hot_leaf") {
                 Ok(got.body)
             } else {
-                Err(format!("{got:?}"))
+                Err(format!("{got:?}\n{}", push_state()))
             }
         },
     );
