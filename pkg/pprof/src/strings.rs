@@ -68,15 +68,11 @@ impl<'a> StringTable<'a> {
     pub fn id_borrowed(&mut self, s: &'a str) -> i64 {
         // A borrowed key costs nothing to make: one lookup finds or places it (the export's
         // path, once per string of every answer).
-        let next = self.strings.len() as i64;
-        match self.ids.entry(Cow::Borrowed(s)) {
-            std::collections::hash_map::Entry::Occupied(e) => *e.get(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(next);
-                self.strings.push(Cow::Borrowed(s));
-                next
-            }
-        }
+        let strings = &mut self.strings;
+        *self.ids.entry(Cow::Borrowed(s)).or_insert_with(|| {
+            strings.push(Cow::Borrowed(s));
+            strings.len() as i64 - 1
+        })
     }
 
     fn push(&mut self, s: Cow<'a, str>) -> i64 {
