@@ -159,7 +159,9 @@ enum stat {
 	STAT_PHP_CUT = 17,         // of which the PHP frame chain was cut (depth or an unreadable frame)
 	STAT_RUBY_WALKED = 18,     // samples of a Ruby thread sent with its Ruby frames
 	STAT_RUBY_CUT = 19,        // of which the Ruby frame chain was cut (depth or an unreadable frame)
-	STAT_LEN = 20,
+	STAT_V8_WALKED = 20,       // samples of a V8 (Node.js) process sent with its JavaScript frames
+	STAT_V8_CUT = 21,          // of which some JavaScript frames were left out (more than MAX_PY_FRAMES)
+	STAT_LEN = 22,
 };
 
 struct count_key {
@@ -280,6 +282,7 @@ enum vm_kind {
 	VM_CPYTHON = 0,      // per thread: the thread state in glibc's thread-specific data
 	VM_PHP = 1,          // the main thread's only: a global pointer (`executor_globals.current_execute_data`)
 	VM_RUBY = 2,         // per thread: the execution context in static TLS (`ruby_current_ec`), its control frames an array
+	VM_V8 = 3,           // V8 (Node.js): JavaScript frames are native frames with frame pointers, read during the walk
 };
 
 // How a frame's instruction is sampled (`py_config.instr_mode`), in units from the start of its code.
@@ -318,6 +321,21 @@ struct py_config {
 	__u32 ec_stack;         // Ruby: offsets in the execution context of the VM stack
 	__u32 ec_stack_size;    // and of its size in words (the frames end at stack + 8 * size)
 	__u32 marker_indirect;  // 1: `window_marker` holds a pointer to the u32 marker (Ruby's ep → flags)
+	__u64 code_end;         // V8: the end of the embedded builtins' code, which starts at `tss` (the
+	                        // interpreter's frames run there); V8's frame slots are `window_*`
+	                        // bytes into the V8_WINDOW_BYTES below the frame pointer
+	__u64 code2_start;      // V8: the copy of the builtins it maps beside its compiled code (0..0: none)
+	__u64 code2_end;
+};
+
+// The bytes below a V8 frame's frame pointer read for its slots (function, context or frame
+// type marker, bytecode offset).
+#define V8_WINDOW_BYTES 64
+
+// The frame pointers (rbp) of one sample's native frames, by position, kept by the walk (per
+// CPU) for `walk_v8`.
+struct v8_fps {
+	__u64 fp[MAX_USER_FRAMES];
 };
 
 // The bytes after the kernel frames: the user frames (8 bytes each, the sampled address first),
@@ -432,6 +450,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct py_window);
 } py_scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct v8_fps);
+} v8_scratch SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -673,6 +698,7 @@ struct walk {
 	__u8 exact;          // `ip` is exact (the leaf, or interrupted by a signal), not a return address
 	__u8 after_fp;       // this frame was reached through a frame pointer without a row
 	__u8 pad;
+	struct v8_fps *fps;  // the frames' frame pointers
 };
 
 // One frame-pointer step: the caller's rbp at [rbp], its return address at [rbp + 8]. Returns
@@ -711,6 +737,7 @@ static long walk_step(__u32 index, void *data)
 	__u8 bp_known = w->bp_known, exact = 0, after_fp = 0;
 	int stepped = 0;
 
+
 	// The fast path: frame-pointer code, past the leaf.
 	if (m && (m->flags & MAP_FP) && !leaf && !w->exact && w->bp_known && w->bp >= w->sp &&
 	    (w->bp & 7) == 0 && w->bp != 0) {
@@ -727,6 +754,7 @@ static long walk_step(__u32 index, void *data)
 				bp_known = 1;
 				stepped = 1;
 				s->flags |= SAMPLE_FP;
+
 			} else {
 				bump(STAT_FP_FALLBACK);
 			}
@@ -846,6 +874,10 @@ static long walk_step(__u32 index, void *data)
 		return 1;
 	}
 	*(__u64 *)&s->data[off] = ip;
+	// The frame's rbp, for `walk_v8` (V8's frames keep frame pointers). Stored for every
+	// process, at the address's bounded offset: a branch here, or a store with its own index,
+	// made the verifier's paths multiply past its limit.
+	*(__u64 *)((__u8 *)w->fps->fp + off) = bp;
 	w->n++;
 	w->ip = ip;
 	w->sp = sp;
@@ -985,13 +1017,96 @@ static __always_inline __u32 walk_frames(struct stack_sample *s, const struct py
 	return n * sizeof(struct py_frame);
 }
 
+// The state of a pass over a V8 sample's native frames (`v8_step`).
+struct v8_walk {
+	struct stack_sample *s;
+	struct proc_maps *maps;
+	const struct py_config *c;
+	struct v8_fps *fps;
+	__u32 at;            // where in `s->data` the frames go
+	__u32 n;             // frames written
+	__u32 cut;           // frames were left out (more than MAX_PY_FRAMES)
+	__u32 pad;
+};
+
+// Writes native frame `index` as a `py_frame` when it is one of V8's JavaScript frames: its
+// function, and the bytecode array and offset an interpreted frame keeps; its `index` is the
+// native frame's position. A JavaScript frame holds its context (a heap object, tagged 1)
+// where V8's other frames hold a frame type marker (a Smi, tagged 0), and its function (a
+// heap object) below; userspace checks what the function slot points at before naming it.
+static long v8_step(__u32 index, void *data)
+{
+	struct v8_walk *v = data;
+	__u32 i = index & (MAX_USER_FRAMES - 1);
+	__u64 fp = v->fps->fp[i];
+	if (fp < V8_WINDOW_BYTES || (fp & 7) != 0)
+		return 0;
+	// V8's JavaScript frames run in anonymous code (compiled code: a mapping without an
+	// object) or in its embedded builtins (the interpreter's bytecode handlers), in the
+	// executable or in the copy of them V8 maps beside its compiled code.
+	__u64 ip = *(__u64 *)&v->s->data[i * 8];
+	__u64 at = i == 0 ? ip : ip - 1;
+	const struct py_config *c = v->c;
+	if (!(at >= c->tss && at < c->code_end) && !(at >= c->code2_start && at < c->code2_end)) {
+		struct mapping *m = find_mapping(v->maps, at);
+		if (m && m->object != 0)
+			return 0;
+	}
+	__u64 window[V8_WINDOW_BYTES / 8];
+	if (bpf_probe_read_user(window, sizeof(window), (void *)(fp - V8_WINDOW_BYTES)) != 0)
+		return 0;
+	__u64 function = window[(c->window_code / 8) & 7];
+	__u64 context = window[(c->window_marker / 8) & 7];
+	if (!(function & 1) || !(context & 1))
+		return 0;
+	__u32 off = v->at + v->n * sizeof(struct py_frame);
+	asm volatile("" : "+r"(off));
+	if (v->n >= MAX_PY_FRAMES || off > SAMPLE_DATA_BYTES - sizeof(struct py_frame)) {
+		v->cut = 1;
+		return 1;
+	}
+	struct py_frame *f = (struct py_frame *)&v->s->data[off];
+	f->code = function;
+	f->fingerprint = window[(c->window_previous / 8) & 7];
+	f->index = (__s32)index;
+	// An interpreted frame's bytecode offset is a Smi, whose value is its upper 32 bits (no
+	// pointer compression); other frames hold a heap object there.
+	__u64 offset = window[(c->window_instr / 8) & 7];
+	f->marker = offset & 1 ? 0 : (__u32)(offset >> 32);
+	v->n++;
+	return 0;
+}
+
+// Writes the JavaScript frames among a V8 sample's `n` native frames into `s->data` at `at`,
+// innermost first, from the frame pointers the walk kept. Returns the bytes written; sets
+// `s->py_end`.
+static __always_inline __u32 walk_v8(struct stack_sample *s, struct proc_maps *maps,
+				     const struct py_config *c, struct v8_fps *fps, __u32 at, __u32 n)
+{
+	struct v8_walk v = {
+		.s = s, .maps = maps, .c = c, .fps = fps, .at = at, .n = 0, .cut = 0, .pad = 0,
+	};
+	bpf_loop(n, v8_step, &v, 0);
+	if (v.n == 0) {
+		s->py_end = PY_NONE;
+		return 0;
+	}
+	s->py_end = v.cut ? PY_DEPTH : PY_COMPLETE;
+	if (s->kind == KIND_CPU) {
+		bump(STAT_V8_WALKED);
+		if (v.cut)
+			bump(STAT_V8_CUT);
+	}
+	return v.n * sizeof(struct py_frame);
+}
+
 // Reads the Python (PHP, Ruby) frames of the current thread into `s->data` at `at`, innermost
 // first, when its process runs an interpreter that userspace described (`py_configs`) and the
 // thread runs its code. Returns the bytes written; sets `s->py_end`.
-static __always_inline __u32 walk_interpreter(struct stack_sample *s, __u32 at)
+static __always_inline __u32 walk_interpreter(struct stack_sample *s, const struct py_config *c,
+					       __u32 at)
 {
 	s->py_end = PY_NONE;
-	struct py_config *c = bpf_map_lookup_elem(&py_configs, &s->pid);
 	if (!c)
 		return 0;
 	__u64 tstate = 0, frame = 0;
@@ -1081,6 +1196,12 @@ static __always_inline int send_user_stack(void *ctx, __u32 pid, int user_mode, 
 	s->kernel_len = k > 0 ? (__u32)k : 0;
 
 	*(__u64 *)&s->data[0] = ip;
+	const struct py_config *vm = bpf_map_lookup_elem(&py_configs, &pid);
+	__u32 zero = 0;
+	struct v8_fps *fps = bpf_map_lookup_elem(&v8_scratch, &zero);
+	if (!fps)
+		return 0;
+	fps->fp[0] = bp;
 	struct walk w = {
 		.s = s,
 		.maps = maps,
@@ -1092,6 +1213,8 @@ static __always_inline int send_user_stack(void *ctx, __u32 pid, int user_mode, 
 		.bp_known = 1,
 		.exact = 1,
 		.after_fp = 0,
+		.pad = 0,
+		.fps = fps,
 	};
 	// bpf_loop: the verifier checks one step, not MAX_USER_FRAMES unrolled ones.
 	bpf_loop(MAX_USER_FRAMES, walk_step, &w, 0);
@@ -1101,7 +1224,10 @@ static __always_inline int send_user_stack(void *ctx, __u32 pid, int user_mode, 
 	if (at > MAX_USER_FRAMES * 8)
 		return 0;
 	s->user_len = at;
-	s->py_len = walk_interpreter(s, at);
+	if (vm && vm->kind == VM_V8)
+		s->py_len = walk_v8(s, maps, vm, fps, at, w.n);
+	else
+		s->py_len = walk_interpreter(s, vm, at);
 	__u64 len = at + s->py_len;
 	asm volatile("" : "+r"(len));
 	if (len > SAMPLE_DATA_BYTES)

@@ -1734,8 +1734,30 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
             .collect();
         let log = std::fs::read_to_string(d.join("agent.log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(20).collect();
+        // What the server holds of this node, and what the agent sampled.
+        let series = curl(
+            d,
+            &[
+                "--cacert",
+                &ca_arg,
+                "-H",
+                auth,
+                &server_url(&format!(
+                    "/api/v1/series?match[]={}",
+                    encode("{node=\"tls-node\"}")
+                )),
+            ],
+        )
+        .body;
+        let sampled: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("parca_agent_samples") || l.starts_with("parca_agent_bpf"))
+            .take(20)
+            .collect();
         format!(
-            "the agent's push metrics: {pushes:#?}\nits log's last lines (newest first): {tail:#?}"
+            "the agent's push metrics: {pushes:#?}\nits sample counters: {sampled:#?}\n\
+             the server's series of node tls-node: {series}\n\
+             its log's last lines (newest first): {tail:#?}"
         )
     };
     let top = poll(
@@ -1827,62 +1849,59 @@ fn unix_now_s() -> u64 {
         .as_secs()
 }
 
-/// JIT code named from its perf map: Node.js with `--perf-basic-prof` writes
-/// `/tmp/perf-PID.map`, and the agent names the samples in its compiled code after the
-/// JavaScript function (`JS:*hotLoop …`) instead of leaving bare addresses.
+/// JIT code named from its perf map: a program of ours that compiles a function into
+/// anonymous executable memory and names it in `/tmp/perf-PID.map` (as the JVM's perf-map
+/// agent, LuaJIT or Node's `--perf-basic-prof` do) is shown with that name in a `[jit]`
+/// mapping, between its native callers. (Node's JavaScript frames are read from V8 itself:
+/// `agent_node.rs`.)
 #[test]
 fn agent_names_jit_frames_from_perf_maps() {
     let _exclusive = crate::support::exclusive();
-    if !can_run("agent_names_jit_frames_from_perf_maps") {
+    let test = "agent_names_jit_frames_from_perf_maps";
+    if !can_run(test) || !unwind_tools_present(test) {
         return;
     }
-    let Ok(node) = which("node") else {
-        return crate::server_harness::skip("agent_names_jit_frames_from_perf_maps", "no node");
-    };
     let dir = tempfile::tempdir().unwrap();
-    let mut command = Command::new(node);
-    // V8 writes its logs (`isolate-*-v8.log`) to the working directory: the test's own.
-    command.current_dir(dir.path());
-    command.args([
-        "--perf-basic-prof",
-        "-e",
-        // The loop inside the function, so that V8 compiles the function itself (on-stack
-        // replacement) rather than inlining it into a caller.
-        "function hotLoop(){const end=Date.now()+120000;let s=0;\
-         while(Date.now()<end){for(let i=0;i<100000;i++){s+=Math.sqrt(i)*Math.sin(i)}}return s}\
-         hotLoop()",
-    ]);
-    let js = Process::start("node", command, &dir.path().join("node.log"));
-    let agent = Agent::start(dir.path(), &[]);
-    // Let V8 compile the loop first.
-    std::thread::sleep(Duration::from_secs(3));
-    let p = agent.profile(&format!("seconds=5&pid={}", js.pid()));
-    let total: i64 = p.sample.iter().map(|s| s.value[0]).sum();
-    let named: i64 = p
-        .sample
-        .iter()
-        .filter(|s| {
-            s.location_id.iter().any(|&l| {
-                p.location[l as usize - 1].line.iter().any(|line| {
-                    string(&p, p.function[line.function_id as usize - 1].name).contains("hotLoop")
-                })
-            })
-        })
-        .map(|s| s.value[0])
-        .sum();
-    say(&format!("node: {named} of {total} samples name hotLoop"));
-    assert!(total > 50, "too few samples of node: {total}");
-    assert!(
-        named * 2 >= total,
-        "{named} of {total} samples name hotLoop; some stacks: {:?}",
-        some_stacks(&p, js.pid())
+    let jit = dir.path().join("agent-jit");
+    tool(
+        Command::new("gcc")
+            .args(["-O2", "-fno-omit-frame-pointer", "-o"])
+            .arg(&jit)
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("targets/agent/jit.c")),
+        "gcc builds the C targets (apt-get install gcc)",
     );
-    let jit = p.mapping.iter().any(|m| string(&p, m.filename) == "[jit]");
-    assert!(jit, "JIT frames sit in the `[jit]` mapping");
+    let mut command = Command::new(&jit);
+    command.arg("120");
+    let target = Process::start("agent-jit", command, &dir.path().join("jit.log"));
+    let agent = Agent::start(dir.path(), &[]);
+    // A window for the process to be told to the BPF program.
+    let _ = agent.profile(&format!("seconds=1&pid={}", target.pid()));
+    let p = agent.profile(&format!("seconds=5&pid={}", target.pid()));
+    let stacks = stacks_of(&p, target.pid());
+    let total: i64 = stacks.iter().map(|(_, n)| n).sum();
+    let named: i64 = stacks
+        .iter()
+        .filter(|(frames, _)| {
+            let names: Vec<&str> = frames.iter().map(|(name, _)| name.as_str()).collect();
+            names.starts_with(&["jit_hot_loop", "run", "main"])
+        })
+        .map(|(_, n)| n)
+        .sum();
+    say(&format!(
+        "agent-jit: {named} of {total} samples name jit_hot_loop ← run ← main"
+    ));
+    assert!(total > 50, "too few samples of the JIT: {total}");
+    assert!(
+        named * 10 >= total * 9,
+        "{named} of {total} samples name jit_hot_loop ← run ← main; some stacks: {:?}",
+        some_stacks(&p, target.pid())
+    );
+    let jit_mapping = p.mapping.iter().any(|m| string(&p, m.filename) == "[jit]");
+    assert!(jit_mapping, "JIT frames sit in the `[jit]` mapping");
 }
 
 /// The path of a program on `PATH`.
-fn which(program: &str) -> Result<PathBuf, String> {
+pub(crate) fn which(program: &str) -> Result<PathBuf, String> {
     std::env::var_os("PATH")
         .into_iter()
         .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())

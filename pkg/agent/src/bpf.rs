@@ -62,6 +62,8 @@ enum Stat {
     PhpCut = 17,
     RubyWalked = 18,
     RubyCut = 19,
+    V8Walked = 20,
+    V8Cut = 21,
 }
 
 /// Counters kept by the BPF program since it was loaded, summed over CPUs.
@@ -104,6 +106,10 @@ pub struct BpfStats {
     pub ruby_walks: u64,
     /// Of which the Ruby frame chain was cut (too deep, or a frame unreadable).
     pub ruby_walks_cut: u64,
+    /// Samples of V8 (Node.js) processes sent with their JavaScript frames.
+    pub v8_walks: u64,
+    /// Of which some JavaScript frames were left out (more than the program keeps).
+    pub v8_walks_cut: u64,
     /// Off-CPU intervals sent with their stack.
     pub off_cpu_samples: u64,
     /// Off-CPU intervals lost: their process was not told to the program yet, it had no user
@@ -215,6 +221,9 @@ pub(crate) const VM_PHP: u32 = 1;
 /// `enum vm_kind`: [`PyConfig::kind`] of a Ruby process (each thread's execution context, in
 /// static TLS; its frames an array).
 pub(crate) const VM_RUBY: u32 = 2;
+/// `enum vm_kind`: [`PyConfig::kind`] of a V8 process (Node.js): its JavaScript frames are
+/// native frames with frame pointers, read as the native walk passes them.
+pub(crate) const VM_V8: u32 = 3;
 /// `enum instr_mode`: the frame holds the instruction's index.
 pub(crate) const INSTR_INDEX: u32 = 0;
 /// `enum instr_mode`: the frame points into its code object's bytecode.
@@ -251,10 +260,13 @@ pub(crate) struct PyConfig {
     pub ec_stack: u32,
     pub ec_stack_size: u32,
     pub marker_indirect: u32,
+    pub code_end: u64,
+    pub code2_start: u64,
+    pub code2_end: u64,
 }
 
-// SAFETY: `PyConfig` is `repr(C)`: a u64 then twenty u32 (88 bytes, no padding), and every
-// bit pattern is a valid value.
+// SAFETY: `PyConfig` is `repr(C)`: a u64, twenty u32 and three u64 (112 bytes, no padding), and
+// every bit pattern is a valid value.
 unsafe impl aya::Pod for PyConfig {}
 
 /// One Python frame as the program read it (`struct py_frame`), innermost first.
@@ -772,6 +784,8 @@ impl Sampler {
             php_walks_cut: read(Stat::PhpCut)?,
             ruby_walks: read(Stat::RubyWalked)?,
             ruby_walks_cut: read(Stat::RubyCut)?,
+            v8_walks: read(Stat::V8Walked)?,
+            v8_walks_cut: read(Stat::V8Cut)?,
             off_cpu_samples: read(Stat::OffCpu)?,
             off_cpu_lost: read(Stat::OffCpuLost)?,
         })
@@ -1007,7 +1021,7 @@ mod tests {
 
     #[test]
     fn py_config_matches_the_c_struct() {
-        assert_eq!(std::mem::size_of::<PyConfig>(), 88);
+        assert_eq!(std::mem::size_of::<PyConfig>(), 112);
     }
 
     #[test]

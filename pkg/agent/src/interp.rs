@@ -115,6 +115,26 @@ pub(crate) trait Runtime {
         sampled: &[PyFrameSample],
         stats: &mut InterpreterStats,
     ) -> Vec<Vec<u64>>;
+
+    /// The user stack of a sample of `info` (`native` frames, leaf first) with its sampled
+    /// frames in place of the native frames that run them, and how many found no place. By
+    /// default each of [`Runtime::calls`] takes the place of the next native frame in the
+    /// evaluation loop.
+    fn place(
+        process: &mut Self::Process,
+        frames: &mut FrameTable,
+        info: &ProcessInfo,
+        native: Vec<u64>,
+        sampled: &[PyFrameSample],
+        stats: &mut InterpreterStats,
+    ) -> (Vec<u64>, usize) {
+        let calls = Self::calls(process, frames, sampled, stats);
+        place_calls(native, calls, |i, addr| {
+            // A return address is one past its call instruction.
+            let pc = if i == 0 { addr } else { addr.wrapping_sub(1) };
+            info.in_eval_loop(pc)
+        })
+    }
 }
 
 /// One runtime's side of the sampling thread: per process, what the BPF program was told and
@@ -167,14 +187,10 @@ impl<R: Runtime> Stacks<R> {
         };
         self.stats.stacks += 1;
         let mut frames = self.frames.lock().expect("frame table lock");
-        let calls = R::calls(process, &mut frames, sampled, &mut self.stats);
+        let (out, unplaced) =
+            R::place(process, &mut frames, info, native, sampled, &mut self.stats);
         self.stats.frames_held = frames.len() as u64;
         drop(frames);
-        let (out, unplaced) = place_calls(native, calls, |i, addr| {
-            // A return address is one past its call instruction.
-            let pc = if i == 0 { addr } else { addr.wrapping_sub(1) };
-            info.in_eval_loop(pc)
-        });
         self.stats.unplaced_frames += unplaced as u64;
         out
     }

@@ -63,6 +63,7 @@ mod python;
 mod ruby;
 mod runtimes;
 mod unwind;
+mod v8;
 
 use std::future::Future;
 use std::net::SocketAddr;

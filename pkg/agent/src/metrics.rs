@@ -380,7 +380,12 @@ impl Metrics {
              milliseconds): walked with frame pointers in the kernel.",
             &[(None, bpf.no_process as f64)],
         );
-        let RuntimeStats { python, php, ruby } = *self.runtimes.lock().expect("metrics lock");
+        let RuntimeStats {
+            python,
+            php,
+            ruby,
+            v8,
+        } = *self.runtimes.lock().expect("metrics lock");
         metric(
             "parca_agent_python_processes",
             "gauge",
@@ -433,7 +438,8 @@ impl Metrics {
                 python
                     .frames_held
                     .max(php.frames_held)
-                    .max(ruby.frames_held) as f64,
+                    .max(ruby.frames_held)
+                    .max(v8.frames_held) as f64,
             )],
         );
         metric(
@@ -517,6 +523,40 @@ impl Metrics {
             "Ruby frames for which no native rb_vm_exec frame was found in the stack: placed \
              below the last one found.",
             &[(None, ruby.unplaced_frames as f64)],
+        );
+        metric(
+            "parca_agent_v8_processes",
+            "gauge",
+            "Node.js (V8) processes whose JavaScript frames the BPF program reads.",
+            &[(None, v8.processes as f64)],
+        );
+        metric(
+            "parca_agent_v8_stacks_total",
+            "counter",
+            "Samples of Node.js (V8) processes sent with JavaScript frames, by whether all were \
+             kept or some left out (more than the program keeps).",
+            &[
+                (
+                    Some(("chain", "whole")),
+                    bpf.v8_walks.saturating_sub(bpf.v8_walks_cut) as f64,
+                ),
+                (Some(("chain", "cut")), bpf.v8_walks_cut as f64),
+            ],
+        );
+        metric(
+            "parca_agent_v8_frames_total",
+            "counter",
+            "JavaScript frames in samples, by whether their function could be read and named.",
+            &[
+                (
+                    Some(("function", "named")),
+                    v8.frames.saturating_sub(v8.unreadable_frames) as f64,
+                ),
+                (
+                    Some(("function", "unreadable")),
+                    v8.unreadable_frames as f64,
+                ),
+            ],
         );
         metric(
             "parca_agent_samples_lost_total",

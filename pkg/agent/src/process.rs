@@ -13,8 +13,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parca_symbolize::{
-    BuildId, DebugFileQuery, InterpreterRuntime, ObjectKey, PythonRuntime, find_debug_file,
-    read_debug_needs,
+    BuildId, DebugFileQuery, InterpreterRuntime, ObjectKey, PythonRuntime, V8Runtime,
+    find_debug_file, read_debug_needs,
 };
 use rustc_hash::FxHashMap;
 
@@ -52,6 +52,14 @@ impl ProcessInfo {
             .map(|(_, python)| ("python", python.version.as_str()))
             .or_else(|| self.php().map(|(_, php)| ("php", php.version.as_str())))
             .or_else(|| self.ruby().map(|(_, ruby)| ("ruby", ruby.version.as_str())))
+            .or_else(|| self.v8().map(|(_, v8)| ("node", v8.version.as_str())))
+    }
+
+    /// The V8 (Node.js) it runs, and the mapping of its executable.
+    pub fn v8(&self) -> Option<(&Mapping, &V8Runtime)> {
+        self.mappings
+            .iter()
+            .find_map(|m| Some((m, m.object.as_ref()?.v8.as_ref()?)))
     }
 
     /// The Ruby interpreter it runs, and the mapping of its code (`libruby`'s, or the
@@ -211,6 +219,8 @@ pub struct MappedObject {
     pub php: Option<InterpreterRuntime>,
     /// What it holds of a Ruby interpreter, when it is one (`libruby-3.X.so`, a static `ruby`).
     pub ruby: Option<InterpreterRuntime>,
+    /// What it holds of V8, when it is Node.js (`node`, `nodejs`).
+    pub v8: Option<V8Runtime>,
 }
 
 /// Processes seen, by pid.
@@ -534,6 +544,15 @@ impl ProcessTable {
                     .flatten()
             })
             .flatten();
+        let v8 = Path::new(path)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("node"))
+            .then(|| {
+                parca_symbolize::read_v8_runtime(&file, &opened_as)
+                    .ok()
+                    .flatten()
+            })
+            .flatten();
         let object = Arc::new(MappedObject {
             key,
             build_id,
@@ -544,6 +563,7 @@ impl ProcessTable {
             python,
             php,
             ruby,
+            v8,
         });
         self.objects.insert(id, Arc::downgrade(&object));
         Some(object)
@@ -590,6 +610,7 @@ fn vdso_object() -> Option<Arc<MappedObject>> {
             python: None,
             php: None,
             ruby: None,
+            v8: None,
         }))
     })
     .clone()

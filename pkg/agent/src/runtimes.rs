@@ -1,5 +1,5 @@
 //! The sampling thread's interpreters: each process goes to the runtime that recognizes it
-//! (CPython, PHP, Ruby), above the runtimes' modules and what they share (`interp.rs`).
+//! (CPython, PHP, Ruby, V8), above the runtimes' modules and what they share (`interp.rs`).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -10,6 +10,7 @@ use crate::php::PhpStacks;
 use crate::process::ProcessInfo;
 use crate::python::PythonStacks;
 use crate::ruby::RubyStacks;
+use crate::v8::V8Stacks;
 
 /// The counters of each runtime.
 #[derive(Debug, Clone, Copy, Default)]
@@ -20,6 +21,8 @@ pub struct RuntimeStats {
     pub php: InterpreterStats,
     /// Ruby's.
     pub ruby: InterpreterStats,
+    /// V8's (Node.js).
+    pub v8: InterpreterStats,
 }
 
 /// The sampling thread's interpreters: per process, the runtime that recognized it.
@@ -28,6 +31,7 @@ pub(crate) struct Interpreters {
     python: PythonStacks,
     php: PhpStacks,
     ruby: RubyStacks,
+    v8: V8Stacks,
 }
 
 impl Interpreters {
@@ -37,7 +41,8 @@ impl Interpreters {
         Interpreters {
             python: PythonStacks::new(proc_root.clone(), frames.clone()),
             php: PhpStacks::new(proc_root.clone(), frames.clone()),
-            ruby: RubyStacks::new(proc_root, frames),
+            ruby: RubyStacks::new(proc_root.clone(), frames.clone()),
+            v8: V8Stacks::new(proc_root, frames),
         }
     }
 
@@ -49,6 +54,7 @@ impl Interpreters {
             self.python.config_update(info),
             self.php.config_update(info),
             self.ruby.config_update(info),
+            self.v8.config_update(info),
         ];
         // A runtime that reads the process wins over one that stops (the process ran
         // another before an exec).
@@ -72,6 +78,8 @@ impl Interpreters {
             self.python.interleave(info, native, frames)
         } else if self.ruby.reads(info.pid) {
             self.ruby.interleave(info, native, frames)
+        } else if self.v8.reads(info.pid) {
+            self.v8.interleave(info, native, frames)
         } else {
             self.php.interleave(info, native, frames)
         }
@@ -82,6 +90,7 @@ impl Interpreters {
         self.python.trim(&alive);
         self.php.trim(&alive);
         self.ruby.trim(&alive);
+        self.v8.trim(&alive);
     }
 
     /// The counters so far.
@@ -90,6 +99,7 @@ impl Interpreters {
             python: self.python.stats(),
             php: self.php.stats(),
             ruby: self.ruby.stats(),
+            v8: self.v8.stats(),
         }
     }
 }

@@ -66,6 +66,7 @@ mod read_at;
 mod runtime;
 mod symbolizer;
 pub mod unwind;
+mod v8_runtime;
 
 pub use debugfile::{DebugFileQuery, build_id_path, find_debug_file};
 pub use demangle::demangle;
@@ -80,6 +81,7 @@ pub use runtime::{
     InterpreterRuntime, PythonRuntime, read_php_runtime, read_python_runtime, read_ruby_runtime,
 };
 pub use symbolizer::{ObjectKey, Options, Stats, Symbolizer};
+pub use v8_runtime::{V8Runtime, read_v8_runtime};
 
 /// One frame of a symbolized address. An address gives several when functions were inlined
 /// there: innermost first, the function they were inlined into last.

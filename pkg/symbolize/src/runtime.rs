@@ -81,10 +81,10 @@ impl InterpreterRuntime {
 
 /// An object's loadable segments: (file offset, virtual address, size in the file).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Segments(Vec<(u64, u64, u64)>);
+pub(crate) struct Segments(Vec<(u64, u64, u64)>);
 
 impl Segments {
-    fn of<'data>(obj: &impl Object<'data>) -> Segments {
+    pub(crate) fn of<'data>(obj: &impl Object<'data>) -> Segments {
         Segments(
             obj.segments()
                 .map(|s| {
@@ -95,7 +95,7 @@ impl Segments {
         )
     }
 
-    fn vaddr_of_file_offset(&self, offset: u64) -> Option<u64> {
+    pub(crate) fn vaddr_of_file_offset(&self, offset: u64) -> Option<u64> {
         self.0
             .iter()
             .find(|&&(start, _, size)| offset >= start && offset - start < size)
