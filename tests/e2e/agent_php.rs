@@ -66,12 +66,7 @@ fn show(frames: &[SampleFrame]) -> String {
 
 /// The line number of the first line of `program` that contains `text`.
 fn line_of(program_name: &str, text: &str) -> i64 {
-    let source = std::fs::read_to_string(program(program_name)).unwrap();
-    source
-        .lines()
-        .position(|l| l.contains(text))
-        .unwrap_or_else(|| panic!("no {text:?} in {program_name}")) as i64
-        + 1
+    crate::agent_python::line_in(&program(program_name), text)
 }
 
 /// The share of `pid`'s samples for which `ok` holds, at least `at_least` of them and at

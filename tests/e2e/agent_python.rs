@@ -127,14 +127,19 @@ fn some_samples(samples: &[(Vec<SampleFrame>, i64)]) -> String {
         .collect()
 }
 
-/// The line number of the first line of `program` that contains `text`.
-fn line_of(program_name: &str, text: &str) -> i64 {
-    let source = std::fs::read_to_string(program(program_name)).unwrap();
+/// The line number of the first line of the file `path` that contains `text`.
+pub(crate) fn line_in(path: &Path, text: &str) -> i64 {
+    let source = std::fs::read_to_string(path).unwrap();
     source
         .lines()
         .position(|l| l.contains(text))
-        .unwrap_or_else(|| panic!("no {text:?} in {program_name}")) as i64
+        .unwrap_or_else(|| panic!("no {text:?} in {}", path.display())) as i64
         + 1
+}
+
+/// The line number of the first line of `program` that contains `text`.
+fn line_of(program_name: &str, text: &str) -> i64 {
+    line_in(&program(program_name), text)
 }
 
 /// Checks the samples of a process running `chain.py`: the share whose Python frames are

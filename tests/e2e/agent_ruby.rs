@@ -22,12 +22,7 @@ fn program(name: &str) -> PathBuf {
 
 /// The line number of the first line of `program` that contains `text`.
 fn line_of(program_name: &str, text: &str) -> i64 {
-    let source = std::fs::read_to_string(program(program_name)).unwrap();
-    source
-        .lines()
-        .position(|l| l.contains(text))
-        .unwrap_or_else(|| panic!("no {text:?} in {program_name}")) as i64
-        + 1
+    crate::agent_python::line_in(&program(program_name), text)
 }
 
 /// Whether `test` can run here: BPF and Debian's Ruby (`apt-get install ruby`).

@@ -939,16 +939,22 @@ mod tests {
     /// A function, its script and their strings forged as Node 20 lays them out are named;
     /// forged pointers (nowhere, a cycle of cons strings, a string longer than its memory)
     /// end in bounded reads, never a hang or a panic.
-    #[test]
-    fn forged_functions_are_named_and_hostile_ones_bounded() {
+    /// The V8 of this machine's `/usr/bin/node` and its layout, when there is one.
+    fn nodes_v8() -> Option<(V8Runtime, Layout)> {
         let node = Path::new("/usr/bin/node");
-        let Ok(file) = std::fs::File::open(node) else {
-            return;
-        };
+        let file = std::fs::File::open(node).ok()?;
         let v8 = parca_symbolize::read_v8_runtime(&file, node)
             .unwrap()
             .unwrap();
         let layout = Layout::of(&v8).unwrap();
+        Some((v8, layout))
+    }
+
+    #[test]
+    fn forged_functions_are_named_and_hostile_ones_bounded() {
+        let Some((_, layout)) = nodes_v8() else {
+            return;
+        };
         let l = layout.clone();
         let mut forge = Forge(Vec::new(), Vec::new());
         let name = forge.string(&l, "forged_function");
@@ -1019,14 +1025,9 @@ mod tests {
 
     #[test]
     fn nodes_layout_is_read_from_its_constants() {
-        let node = Path::new("/usr/bin/node");
-        let Ok(file) = std::fs::File::open(node) else {
+        let Some((v8, layout)) = nodes_v8() else {
             return;
         };
-        let v8 = parca_symbolize::read_v8_runtime(&file, node)
-            .unwrap()
-            .unwrap();
-        let layout = Layout::of(&v8).unwrap();
         assert_eq!(layout.fp_function, -16);
         let config = bpf_config(&layout, (0x1000, 0x2000), (0, 0)).unwrap();
         assert_eq!(config.window_code, 48);
