@@ -26,6 +26,8 @@ const ANONYMOUS: &str = "(anonymous)";
 /// Functions (by `SharedFunctionInfo`) and scripts remembered per process.
 const MAX_FUNCTIONS_PER_PROCESS: usize = 16_384;
 const MAX_SCRIPTS_PER_PROCESS: usize = 4_096;
+/// Sampled frames whose names are remembered per process.
+const MAX_NAMED_PER_PROCESS: usize = 65_536;
 /// Longest name read, in characters; a longer one is cut.
 const MAX_NAME_CHARS: usize = 1024;
 /// Largest script source read to find its lines (8 MiB of two-byte text at most); a longer
@@ -443,7 +445,16 @@ pub(crate) struct Process {
     /// whose sources live outside V8's heap), and how many they hold.
     scripts: FxHashMap<u64, Option<Arc<Lines>>>,
     line_starts: usize,
+    /// The frames named for a sampled frame, by what was sampled and the function's
+    /// `SharedFunctionInfo` as read for this sample (a function whose address another took
+    /// since has another): a hot frame is sampled at the same pc again and again, and naming
+    /// it reads the code and its tables.
+    named: FxHashMap<SampledFrame, Arc<[u64]>>,
 }
+
+/// What identifies a sampled JavaScript frame's frames: function, its `SharedFunctionInfo`,
+/// bytecode array and offset, native address, and whether it was the leaf.
+type SampledFrame = (u64, u64, u64, u32, u64, bool);
 
 impl Process {
     /// The `SharedFunctionInfo` of the function tagged `function`, checked by its type.
@@ -603,6 +614,33 @@ impl Process {
         let Some(shared) = self.shared(f.code) else {
             return Vec::new();
         };
+        let key = (f.code, shared, f.fingerprint, f.marker, pc, leaf);
+        if let Some(named) = self.named.get(&key) {
+            stats.frames += named.len() as u64;
+            return named.to_vec();
+        }
+        let unreadable = stats.unreadable_frames;
+        let named = self.name_frames(frames, f, shared, pc, leaf, stats);
+        // What could not be read is read again (and counted again) next time.
+        if stats.unreadable_frames == unreadable {
+            if self.named.len() >= MAX_NAMED_PER_PROCESS {
+                self.named.clear();
+            }
+            self.named.insert(key, Arc::from(named.as_slice()));
+        }
+        named
+    }
+
+    /// [`Process::frames_of`], read.
+    fn name_frames(
+        &mut self,
+        frames: &mut FrameTable,
+        f: &PyFrameSample,
+        shared: u64,
+        pc: u64,
+        leaf: bool,
+        stats: &mut InterpreterStats,
+    ) -> Vec<u64> {
         // An interpreted frame: the offset of its bytecode (a return address's, or the one
         // saved at its last call or check for the leaf).
         if f.marker != 0
@@ -751,6 +789,7 @@ impl Runtime for V8 {
             functions: FxHashMap::default(),
             scripts: FxHashMap::default(),
             line_starts: 0,
+            named: FxHashMap::default(),
         };
         Some((process, config))
     }
@@ -974,6 +1013,7 @@ mod tests {
             functions: FxHashMap::default(),
             scripts: FxHashMap::default(),
             line_starts: 0,
+            named: FxHashMap::default(),
         };
         let mut frames = FrameTable::default();
         let mut stats = InterpreterStats::default();
