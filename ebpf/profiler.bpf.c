@@ -161,7 +161,11 @@ enum stat {
 	STAT_RUBY_CUT = 19,        // of which the Ruby frame chain was cut (depth or an unreadable frame)
 	STAT_V8_WALKED = 20,       // samples of a V8 (Node.js) process sent with its JavaScript frames
 	STAT_V8_CUT = 21,          // of which some JavaScript frames were left out (more than MAX_PY_FRAMES)
-	STAT_LEN = 22,
+	STAT_JVM_WALKED = 22,      // samples of a JVM process sent with its interpreted Java frames
+	STAT_JVM_CUT = 23,         // of which some interpreted frames were left out (more than MAX_PY_FRAMES)
+	STAT_JVM_STEPS = 24,       // frames of compiled Java code (or the VM's stubs) left by their size
+	STAT_JVM_LOST = 25,        // walks that ended at a frame in the code cache that no blob covers
+	STAT_LEN = 26,
 };
 
 struct count_key {
@@ -283,7 +287,16 @@ enum vm_kind {
 	VM_PHP = 1,          // the main thread's only: a global pointer (`executor_globals.current_execute_data`)
 	VM_RUBY = 2,         // per thread: the execution context in static TLS (`ruby_current_ec`), its control frames an array
 	VM_V8 = 3,           // V8 (Node.js): JavaScript frames are native frames with frame pointers, read during the walk
+	VM_HOTSPOT = 4,      // the JVM: compiled frames left by their code blob's frame size, interpreted ones read during the walk
 };
+
+// Code heaps of a JVM's code cache described (non-nmethods, profiled and non-profiled methods).
+#define HOTSPOT_HEAPS 3
+// Hops back through a code heap's segment map to a blob's first segment: each hop goes back up
+// to 254 segments (of 64 or 128 bytes), so 32 cover a blob of 500 KiB.
+#define HOTSPOT_SEGMAP_HOPS 32
+// A compiled frame larger than this many words is taken for a misread.
+#define HOTSPOT_MAX_FRAME_WORDS 65536
 
 // How a frame's instruction is sampled (`py_config.instr_mode`), in units from the start of its code.
 enum instr_mode {
@@ -325,8 +338,34 @@ struct py_config {
 	                        // interpreter's frames run there); V8's frame slots are `window_*`
 	                        // bytes into the V8_WINDOW_BYTES below the frame pointer
 	__u64 code2_start;      // V8: the copy of the builtins it maps beside its compiled code (0..0: none)
-	__u64 code2_end;
+	__u64 code2_end;        // HotSpot: `tss`..`code_end` is the interpreter's code
+	// V8 and HotSpot: a frame's slots (`window_code`, `window_marker`) are taken for its
+	// function's when their low bits (`slot_mask`) are `slot_tag`; frames of anonymous code are
+	// read too when `anon_frames` (V8's compiled code), else only those in the ranges above.
+	__u32 slot_mask;
+	__u32 slot_tag;
+	__u32 anon_frames;
+	__u32 pad;
+	// HotSpot: each code heap's memory (`heap_low`..`heap_high`, none when equal) and its segment
+	// map (a byte per segment of `1 << segment_shift` bytes: 0xff free, 0 a block's first
+	// segment, else how many segments back to hop), and where a CodeBlob (`blob_header` bytes
+	// into its block) keeps its frame's size in words (`blob_frame_size`, an int), the offset
+	// from its code's start where its frame is set up (`blob_frame_complete`: an int, or with
+	// BLOB_COMPLETE_SHORT a short), and its code's start (`blob_code`: a pointer, or with
+	// BLOB_CODE_OFFSET an int from the blob); the flags in `blob_flags`.
+	__u64 heap_low[HOTSPOT_HEAPS];
+	__u64 heap_high[HOTSPOT_HEAPS];
+	__u64 heap_segmap[HOTSPOT_HEAPS];
+	__u32 segment_shift;
+	__u32 blob_header;
+	__u32 blob_frame_size;
+	__u32 blob_frame_complete;
+	__u32 blob_code;
+	__u32 blob_flags;
 };
+
+#define BLOB_CODE_OFFSET 1
+#define BLOB_COMPLETE_SHORT 2
 
 // The bytes below a V8 frame's frame pointer read for its slots (function, context or frame
 // type marker, bytecode offset).
@@ -701,6 +740,144 @@ struct walk {
 	struct v8_fps *fps;  // the frames' frame pointers
 };
 
+// A frame's registers, in and out of `hotspot_step`, and its process.
+struct jvm_regs {
+	__u64 ip;
+	__u64 sp;
+	__u64 bp;
+	__u32 exact;
+	__u32 pid;
+};
+
+// `hotspot_step`: the address is in none of the JVM's code it knows; frame pointers may lead on.
+#define JVM_NOT_MINE 100
+
+// The first segment of the block of a code heap (`low`, its segment map `segmap`) holding
+// `at`, hopping back through the map; -1 when the segment is free or not found.
+static __always_inline __s64 hotspot_block(__u64 low, __u64 segmap, __u32 shift, __u64 at)
+{
+	__u64 seg = (at - low) >> shift;
+	for (int i = 0; i < HOTSPOT_SEGMAP_HOPS; i++) {
+		__u8 tag;
+		if (bpf_probe_read_user(&tag, 1, (void *)(segmap + seg)) != 0 || tag == 0xff)
+			return -1;
+		if (tag == 0)
+			return (__s64)seg;
+		if (tag > seg)
+			return -1;
+		seg -= tag;
+	}
+	return -1;
+}
+
+// Whether `addr` is in the JVM's code: its interpreter's or a code heap's.
+static __always_inline int hotspot_code(const struct py_config *c, __u64 addr)
+{
+	if (addr >= c->tss && addr < c->code_end)
+		return 1;
+	for (int i = 0; i < HOTSPOT_HEAPS; i++) {
+		if (addr >= c->heap_low[i] && addr < c->heap_high[i])
+			return 1;
+	}
+	return 0;
+}
+
+// Leaves a frame of the JVM's code at `r->ip` (`r->ip - 1` for a return address) for its
+// caller, in place. An interpreted frame keeps a frame pointer, and its caller's stack pointer
+// (before the interpreter extended it by the arguments) just below it; a compiled frame (or a
+// stub's) has no frame pointer but a fixed size, kept by its code blob, found through its code
+// heap's segment map. Returns 0 when it did, JVM_NOT_MINE, or how the walk ends. A global
+// function: the verifier checks it once, apart from the walk's paths.
+__attribute__((noinline)) int hotspot_step(struct jvm_regs *r)
+{
+	if (!r)
+		return WALK_NO_INFO;
+	__u32 pid = r->pid;
+	const struct py_config *c = bpf_map_lookup_elem(&py_configs, &pid);
+	if (!c || c->kind != VM_HOTSPOT)
+		return JVM_NOT_MINE;
+	__u64 at = r->exact ? r->ip : r->ip - 1;
+	if (at >= c->tss && at < c->code_end) {
+		// [bp - 8] the caller's stack pointer, [bp] its rbp, [bp + 8] the return address.
+		__u64 frame[3];
+		if (r->bp <= r->sp || (r->bp & 7) != 0 ||
+		    bpf_probe_read_user(frame, sizeof(frame), (void *)(r->bp - 8)) != 0)
+			return JVM_NOT_MINE;
+		if (frame[0] <= r->sp || frame[0] > r->bp + 16 + (1 << 20))
+			frame[0] = r->bp + 16;
+		r->sp = frame[0];
+		r->bp = frame[1];
+		r->ip = frame[2];
+		return 0;
+	}
+	__u64 low = 0, segmap = 0;
+	for (int i = 0; i < HOTSPOT_HEAPS; i++) {
+		if (at >= c->heap_low[i] && at < c->heap_high[i]) {
+			low = c->heap_low[i];
+			segmap = c->heap_segmap[i];
+		}
+	}
+	if (low == 0)
+		return JVM_NOT_MINE;
+	__u32 shift = c->segment_shift & 31;
+	__s64 seg = hotspot_block(low, segmap, shift, at);
+	if (seg < 0) {
+		bump(STAT_JVM_LOST);
+		return WALK_NO_INFO;
+	}
+	__u64 blob = low + ((__u64)seg << shift) + c->blob_header;
+	__s32 frame_size = 0, complete = 0;
+	__u64 code = 0;
+	if (bpf_probe_read_user(&frame_size, 4, (void *)(blob + c->blob_frame_size)) != 0 ||
+	    bpf_probe_read_user(&complete, 4, (void *)(blob + c->blob_frame_complete)) != 0)
+		return WALK_UNREADABLE;
+	if (c->blob_flags & BLOB_COMPLETE_SHORT)
+		complete = (__s16)complete;
+	if (c->blob_flags & BLOB_CODE_OFFSET) {
+		__s32 offset = 0;
+		if (bpf_probe_read_user(&offset, 4, (void *)(blob + c->blob_code)) != 0)
+			return WALK_UNREADABLE;
+		code = blob + offset;
+	} else if (bpf_probe_read_user(&code, 8, (void *)(blob + c->blob_code)) != 0) {
+		return WALK_UNREADABLE;
+	}
+	// Blobs without a frame of their own size (the call stub, adapters) keep frame pointers.
+	if (frame_size <= 0 || frame_size > HOTSPOT_MAX_FRAME_WORDS)
+		return JVM_NOT_MINE;
+	__u64 caller_sp = r->sp + 8 * (__u64)frame_size;
+	__u64 full[2];
+	if (bpf_probe_read_user(full, sizeof(full), (void *)(caller_sp - 16)) != 0)
+		return WALK_UNREADABLE;
+	bump(STAT_JVM_STEPS);
+	// The leaf may be in its prologue (before `frame_complete`, though a JDK 25 frame is often
+	// built before it) or its epilogue: the return address on top, or under the caller's
+	// rbp, or at the frame's end. A Java method's or stub's caller is the JVM's code; the
+	// first place holding an address of it wins, the built frame first once past the prologue.
+	if (r->exact) {
+		__u64 top[2];
+		if (bpf_probe_read_user(top, sizeof(top), (void *)r->sp) != 0)
+			return WALK_UNREADABLE;
+		int built = complete <= 0 || at >= code + complete;
+		if (!(built && hotspot_code(c, full[1]))) {
+			if (hotspot_code(c, top[0])) {
+				r->ip = top[0];
+				r->sp += 8;
+				return 0;
+			}
+			if (hotspot_code(c, top[1])) {
+				r->bp = top[0];
+				r->ip = top[1];
+				r->sp += 16;
+				return 0;
+			}
+		}
+	}
+	r->bp = full[0];
+	r->ip = full[1];
+	r->sp = caller_sp;
+	return 0;
+}
+
 // One frame-pointer step: the caller's rbp at [rbp], its return address at [rbp + 8]. Returns
 // 0 with the next registers set, else how the walk ends.
 static __always_inline __u32 fp_step(struct walk *w, __u64 *ip, __u64 *sp, __u64 *bp)
@@ -835,6 +1012,25 @@ static long walk_step(__u32 index, void *data)
 			}
 		}
 		stepped = 1;
+	}
+
+	// Code without rows may be a JVM's (which `hotspot_step` knows by the process). Asked for
+	// every process: a flag here made the verifier check each step twice.
+	if (!stepped) {
+		struct jvm_regs r = {
+			.ip = w->ip, .sp = w->sp, .bp = w->bp, .exact = w->exact, .pid = s->pid,
+		};
+		int end = hotspot_step(&r);
+		if (end == 0) {
+			ip = r.ip;
+			sp = r.sp;
+			bp = r.bp;
+			bp_known = 1;
+			stepped = 1;
+		} else if (end != JVM_NOT_MINE) {
+			w->end = end;
+			return 1;
+		}
 	}
 
 	if (!stepped) {
@@ -1048,6 +1244,8 @@ static long v8_step(__u32 index, void *data)
 	__u64 at = i == 0 ? ip : ip - 1;
 	const struct py_config *c = v->c;
 	if (!(at >= c->tss && at < c->code_end) && !(at >= c->code2_start && at < c->code2_end)) {
+		if (!c->anon_frames)
+			return 0;
 		struct mapping *m = find_mapping(v->maps, at);
 		if (m && m->object != 0)
 			return 0;
@@ -1055,9 +1253,11 @@ static long v8_step(__u32 index, void *data)
 	__u64 window[V8_WINDOW_BYTES / 8];
 	if (bpf_probe_read_user(window, sizeof(window), (void *)(fp - V8_WINDOW_BYTES)) != 0)
 		return 0;
+	// V8's heap objects are tagged 1; HotSpot's Method (both slots point at it) is aligned.
 	__u64 function = window[(c->window_code / 8) & 7];
 	__u64 context = window[(c->window_marker / 8) & 7];
-	if (!(function & 1) || !(context & 1))
+	if (function == 0 || (function & c->slot_mask) != c->slot_tag ||
+	    (context & c->slot_mask) != c->slot_tag)
 		return 0;
 	__u32 off = v->at + v->n * sizeof(struct py_frame);
 	asm volatile("" : "+r"(off));
@@ -1093,9 +1293,10 @@ static __always_inline __u32 walk_v8(struct stack_sample *s, struct proc_maps *m
 	}
 	s->py_end = v.cut ? PY_DEPTH : PY_COMPLETE;
 	if (s->kind == KIND_CPU) {
-		bump(STAT_V8_WALKED);
+		__u32 walked = c->kind == VM_HOTSPOT ? STAT_JVM_WALKED : STAT_V8_WALKED;
+		bump(walked);
 		if (v.cut)
-			bump(STAT_V8_CUT);
+			bump(walked + 1); // the matching STAT_*_CUT
 	}
 	return v.n * sizeof(struct py_frame);
 }
@@ -1217,7 +1418,7 @@ __attribute__((noinline)) int send_walked(int user_mode, __u64 ip, __u64 sp, __u
 	if (at > MAX_USER_FRAMES * 8)
 		return 0;
 	s->user_len = at;
-	if (vm && vm->kind == VM_V8)
+	if (vm && (vm->kind == VM_V8 || vm->kind == VM_HOTSPOT))
 		s->py_len = walk_v8(s, maps, vm, fps, at, w.n);
 	else
 		s->py_len = walk_interpreter(s, vm, at);

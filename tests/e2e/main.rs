@@ -8,6 +8,7 @@
 
 mod agent;
 mod agent_hostile;
+mod agent_java;
 mod agent_node;
 mod agent_off_cpu;
 mod agent_php;

@@ -64,6 +64,10 @@ enum Stat {
     RubyCut = 19,
     V8Walked = 20,
     V8Cut = 21,
+    JvmWalked = 22,
+    JvmCut = 23,
+    JvmSteps = 24,
+    JvmLost = 25,
 }
 
 /// Counters kept by the BPF program since it was loaded, summed over CPUs.
@@ -110,6 +114,14 @@ pub struct BpfStats {
     pub v8_walks: u64,
     /// Of which some JavaScript frames were left out (more than the program keeps).
     pub v8_walks_cut: u64,
+    /// Samples of JVM processes sent with interpreted Java frames.
+    pub jvm_walks: u64,
+    /// Of which some interpreted frames were left out (more than the program keeps).
+    pub jvm_walks_cut: u64,
+    /// Frames of the JVM's compiled code (or its stubs) left by their code blob's frame size.
+    pub jvm_compiled_steps: u64,
+    /// Walks that ended at an address of the JVM's code cache that no code blob covers.
+    pub jvm_lost: u64,
     /// Off-CPU intervals sent with their stack.
     pub off_cpu_samples: u64,
     /// Off-CPU intervals lost: their process was not told to the program yet, it had no user
@@ -224,6 +236,16 @@ pub(crate) const VM_RUBY: u32 = 2;
 /// `enum vm_kind`: [`PyConfig::kind`] of a V8 process (Node.js): its JavaScript frames are
 /// native frames with frame pointers, read as the native walk passes them.
 pub(crate) const VM_V8: u32 = 3;
+/// `enum vm_kind`: [`PyConfig::kind`] of a HotSpot JVM: its compiled frames are left by their
+/// code blob's size, its interpreted frames read below their frame pointers.
+pub(crate) const VM_HOTSPOT: u32 = 4;
+/// `HOTSPOT_HEAPS`: code heaps of a JVM's code cache the program is told.
+pub(crate) const HOTSPOT_HEAPS: usize = 3;
+/// `BLOB_CODE_OFFSET`: [`PyConfig::blob_code`] is an int offset from the blob (JDK 23+), not a
+/// pointer.
+pub(crate) const BLOB_CODE_OFFSET: u32 = 1;
+/// `BLOB_COMPLETE_SHORT`: [`PyConfig::blob_frame_complete`] is a 16-bit field (JDK 23+).
+pub(crate) const BLOB_COMPLETE_SHORT: u32 = 2;
 /// `enum instr_mode`: the frame holds the instruction's index.
 pub(crate) const INSTR_INDEX: u32 = 0;
 /// `enum instr_mode`: the frame points into its code object's bytecode.
@@ -263,10 +285,23 @@ pub(crate) struct PyConfig {
     pub code_end: u64,
     pub code2_start: u64,
     pub code2_end: u64,
+    pub slot_mask: u32,
+    pub slot_tag: u32,
+    pub anon_frames: u32,
+    pub pad: u32,
+    pub heap_low: [u64; HOTSPOT_HEAPS],
+    pub heap_high: [u64; HOTSPOT_HEAPS],
+    pub heap_segmap: [u64; HOTSPOT_HEAPS],
+    pub segment_shift: u32,
+    pub blob_header: u32,
+    pub blob_frame_size: u32,
+    pub blob_frame_complete: u32,
+    pub blob_code: u32,
+    pub blob_flags: u32,
 }
 
-// SAFETY: `PyConfig` is `repr(C)`: a u64, twenty u32 and three u64 (112 bytes, no padding), and
-// every bit pattern is a valid value.
+// SAFETY: `PyConfig` is `repr(C)`: a u64, twenty u32, three u64, four u32, nine u64 and six u32
+// (224 bytes, no padding), and every bit pattern is a valid value.
 unsafe impl aya::Pod for PyConfig {}
 
 /// One Python frame as the program read it (`struct py_frame`), innermost first.
@@ -786,6 +821,10 @@ impl Sampler {
             ruby_walks_cut: read(Stat::RubyCut)?,
             v8_walks: read(Stat::V8Walked)?,
             v8_walks_cut: read(Stat::V8Cut)?,
+            jvm_walks: read(Stat::JvmWalked)?,
+            jvm_walks_cut: read(Stat::JvmCut)?,
+            jvm_compiled_steps: read(Stat::JvmSteps)?,
+            jvm_lost: read(Stat::JvmLost)?,
             off_cpu_samples: read(Stat::OffCpu)?,
             off_cpu_lost: read(Stat::OffCpuLost)?,
         })
@@ -1021,7 +1060,7 @@ mod tests {
 
     #[test]
     fn py_config_matches_the_c_struct() {
-        assert_eq!(std::mem::size_of::<PyConfig>(), 112);
+        assert_eq!(std::mem::size_of::<PyConfig>(), 224);
     }
 
     #[test]

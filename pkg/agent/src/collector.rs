@@ -255,11 +255,12 @@ impl Collector {
             if let Some(config) = interpreters.config_update(&info) {
                 py_configs.push((sample.pid, config));
             }
-            let frames = if sample.python.is_empty() {
-                sample.user
-            } else {
-                interpreters.interleave(&info, sample.user, &sample.python)
-            };
+            let frames =
+                if sample.python.is_empty() && !interpreters.names_native_frames(sample.pid) {
+                    sample.user
+                } else {
+                    interpreters.interleave(&info, sample.user, &sample.python)
+                };
             let stack = DrainedStack {
                 pid: sample.pid,
                 user: Arc::from(frames),

@@ -13,6 +13,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use parca_symbolize::Frame;
 use rustc_hash::FxHashMap;
@@ -107,6 +108,12 @@ pub(crate) trait Runtime {
     /// BPF program is told.
     fn prepare(proc_root: &Path, info: &ProcessInfo) -> Option<(Self::Process, PyConfig)>;
 
+    /// Whether a process `prepare` did not recognize is worth preparing again later (while a
+    /// runtime sets up what its frames are read by), rather than only at its next read.
+    fn retry(_info: &ProcessInfo) -> bool {
+        false
+    }
+
     /// The sampled frames (innermost first), named into `frames`, as the frames of each native
     /// call of the evaluation loop, innermost call first (frames of no code left out).
     fn calls(
@@ -164,7 +171,7 @@ impl<R: Runtime> Stacks<R> {
     pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
         let proc_root = &self.proc_root;
         self.processes
-            .update(info, |info| R::prepare(proc_root, info))
+            .update(info, R::retry(info), |info| R::prepare(proc_root, info))
     }
 
     /// Whether it reads `pid`'s frames.
@@ -237,6 +244,8 @@ pub(crate) fn locate_state(
 struct Told<P> {
     told: FxHashMap<u32, u64>,
     processes: FxHashMap<u32, P>,
+    /// When processes to be prepared again were last tried.
+    tried: FxHashMap<u32, Instant>,
 }
 
 impl<P> Default for Told<P> {
@@ -244,30 +253,50 @@ impl<P> Default for Told<P> {
         Told {
             told: FxHashMap::default(),
             processes: FxHashMap::default(),
+            tried: FxHashMap::default(),
         }
     }
 }
+
+/// How long a process to be prepared again ([`Runtime::retry`]) waits between tries.
+const RETRY_INTERVAL: Duration = Duration::from_secs(2);
 
 impl<P> Told<P> {
     /// What the BPF program must be told of `info`'s frames, when that changed since it was
     /// last told (a new read of the process): `Some(Some(config))` to read them (`prepare`
     /// recognized the process), `Some(None)` to stop; `None` when nothing changed.
+    /// With `retry`, a process not recognized is tried again every [`RETRY_INTERVAL`].
     pub fn update(
         &mut self,
         info: &ProcessInfo,
+        retry: bool,
         prepare: impl FnOnce(&ProcessInfo) -> Option<(P, PyConfig)>,
     ) -> Option<Option<PyConfig>> {
         if self.told.get(&info.pid) == Some(&info.read_no) {
-            return None;
+            let due = retry
+                && !self.processes.contains_key(&info.pid)
+                && self
+                    .tried
+                    .get(&info.pid)
+                    .is_none_or(|at| at.elapsed() >= RETRY_INTERVAL);
+            if !due {
+                return None;
+            }
         }
         self.told.insert(info.pid, info.read_no);
         let had = self.processes.remove(&info.pid).is_some();
         match prepare(info) {
             Some((process, config)) => {
+                self.tried.remove(&info.pid);
                 self.processes.insert(info.pid, process);
                 Some(Some(config))
             }
-            None => had.then_some(None),
+            None => {
+                if retry {
+                    self.tried.insert(info.pid, Instant::now());
+                }
+                had.then_some(None)
+            }
         }
     }
 
@@ -290,6 +319,7 @@ impl<P> Told<P> {
     pub fn trim(&mut self, alive: impl Fn(u32) -> bool) {
         self.told.retain(|&pid, _| alive(pid));
         self.processes.retain(|&pid, _| alive(pid));
+        self.tried.retain(|&pid, _| alive(pid));
     }
 }
 

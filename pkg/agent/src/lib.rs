@@ -50,6 +50,7 @@ mod bpf;
 mod collector;
 mod debuginfod;
 mod error;
+mod hotspot;
 mod http;
 mod interp;
 mod metrics;

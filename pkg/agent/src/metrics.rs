@@ -385,6 +385,7 @@ impl Metrics {
             php,
             ruby,
             v8,
+            jvm,
         } = *self.runtimes.lock().expect("metrics lock");
         metric(
             "parca_agent_python_processes",
@@ -556,6 +557,49 @@ impl Metrics {
                     Some(("function", "unreadable")),
                     v8.unreadable_frames as f64,
                 ),
+            ],
+        );
+        metric(
+            "parca_agent_jvm_processes",
+            "gauge",
+            "JVM (HotSpot) processes whose Java frames the agent reads.",
+            &[(None, jvm.processes as f64)],
+        );
+        metric(
+            "parca_agent_jvm_stacks_total",
+            "counter",
+            "Samples of JVM processes sent with interpreted Java frames, by whether all were \
+             kept or some left out (more than the program keeps).",
+            &[
+                (
+                    Some(("chain", "whole")),
+                    bpf.jvm_walks.saturating_sub(bpf.jvm_walks_cut) as f64,
+                ),
+                (Some(("chain", "cut")), bpf.jvm_walks_cut as f64),
+            ],
+        );
+        metric(
+            "parca_agent_jvm_frames_total",
+            "counter",
+            "Java frames in samples (interpreted, compiled and inlined), by whether their \
+             method could be read and named.",
+            &[
+                (
+                    Some(("method", "named")),
+                    jvm.frames.saturating_sub(jvm.unreadable_frames) as f64,
+                ),
+                (Some(("method", "unreadable")), jvm.unreadable_frames as f64),
+            ],
+        );
+        metric(
+            "parca_agent_jvm_compiled_frames_total",
+            "counter",
+            "Frames of the JVM's compiled code and stubs the BPF program left by their code \
+             blob's frame size, and walks that ended at code cache memory no blob covers (a \
+             blob freed meanwhile, or a misread).",
+            &[
+                (Some(("step", "sized")), bpf.jvm_compiled_steps as f64),
+                (Some(("step", "lost")), bpf.jvm_lost as f64),
             ],
         );
         metric(

@@ -13,7 +13,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parca_symbolize::{
-    BuildId, DebugFileQuery, InterpreterRuntime, ObjectKey, PythonRuntime, V8Runtime,
+    BuildId, DebugFileQuery, InterpreterRuntime, JvmRuntime, ObjectKey, PythonRuntime, V8Runtime,
     find_debug_file, read_debug_needs,
 };
 use rustc_hash::FxHashMap;
@@ -53,6 +53,14 @@ impl ProcessInfo {
             .or_else(|| self.php().map(|(_, php)| ("php", php.version.as_str())))
             .or_else(|| self.ruby().map(|(_, ruby)| ("ruby", ruby.version.as_str())))
             .or_else(|| self.v8().map(|(_, v8)| ("node", v8.version.as_str())))
+            .or_else(|| self.jvm().map(|(_, jvm)| ("java", jvm.version.as_str())))
+    }
+
+    /// The HotSpot JVM it runs, and the mapping of its library.
+    pub fn jvm(&self) -> Option<(&Mapping, &JvmRuntime)> {
+        self.mappings
+            .iter()
+            .find_map(|m| Some((m, m.object.as_ref()?.jvm.as_ref()?)))
     }
 
     /// The V8 (Node.js) it runs, and the mapping of its executable.
@@ -221,6 +229,8 @@ pub struct MappedObject {
     pub ruby: Option<InterpreterRuntime>,
     /// What it holds of V8, when it is Node.js (`node`, `nodejs`).
     pub v8: Option<V8Runtime>,
+    /// What it holds of HotSpot, when it is the JVM's library (`libjvm.so`).
+    pub jvm: Option<JvmRuntime>,
 }
 
 /// Processes seen, by pid.
@@ -553,6 +563,15 @@ impl ProcessTable {
                     .flatten()
             })
             .flatten();
+        let jvm = Path::new(path)
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("libjvm"))
+            .then(|| {
+                parca_symbolize::read_jvm_runtime(&file, &opened_as)
+                    .ok()
+                    .flatten()
+            })
+            .flatten();
         let object = Arc::new(MappedObject {
             key,
             build_id,
@@ -564,6 +583,7 @@ impl ProcessTable {
             php,
             ruby,
             v8,
+            jvm,
         });
         self.objects.insert(id, Arc::downgrade(&object));
         Some(object)
@@ -611,6 +631,7 @@ fn vdso_object() -> Option<Arc<MappedObject>> {
             php: None,
             ruby: None,
             v8: None,
+            jvm: None,
         }))
     })
     .clone()

@@ -486,9 +486,7 @@ fn bpf_config(layout: &Layout, tls_offset: u32) -> PyConfig {
         ec_stack: layout.ec_stack,
         ec_stack_size: layout.ec_stack_size,
         marker_indirect: 1,
-        code_end: 0,
-        code2_start: 0,
-        code2_end: 0,
+        ..PyConfig::default()
     }
 }
 

@@ -1,10 +1,11 @@
 //! The sampling thread's interpreters: each process goes to the runtime that recognizes it
-//! (CPython, PHP, Ruby, V8), above the runtimes' modules and what they share (`interp.rs`).
+//! (CPython, PHP, Ruby, V8, HotSpot), above the runtimes' modules and what they share (`interp.rs`).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use crate::bpf::{PyConfig, PyFrameSample};
+use crate::hotspot::HotSpotStacks;
 use crate::interp::{FrameTable, InterpreterStats};
 use crate::php::PhpStacks;
 use crate::process::ProcessInfo;
@@ -23,6 +24,8 @@ pub struct RuntimeStats {
     pub ruby: InterpreterStats,
     /// V8's (Node.js).
     pub v8: InterpreterStats,
+    /// HotSpot's (the JVM).
+    pub jvm: InterpreterStats,
 }
 
 /// The sampling thread's interpreters: per process, the runtime that recognized it.
@@ -32,6 +35,7 @@ pub(crate) struct Interpreters {
     php: PhpStacks,
     ruby: RubyStacks,
     v8: V8Stacks,
+    jvm: HotSpotStacks,
 }
 
 impl Interpreters {
@@ -42,7 +46,8 @@ impl Interpreters {
             python: PythonStacks::new(proc_root.clone(), frames.clone()),
             php: PhpStacks::new(proc_root.clone(), frames.clone()),
             ruby: RubyStacks::new(proc_root.clone(), frames.clone()),
-            v8: V8Stacks::new(proc_root, frames),
+            v8: V8Stacks::new(proc_root.clone(), frames.clone()),
+            jvm: HotSpotStacks::new(proc_root, frames),
         }
     }
 
@@ -55,6 +60,7 @@ impl Interpreters {
             self.php.config_update(info),
             self.ruby.config_update(info),
             self.v8.config_update(info),
+            self.jvm.config_update(info),
         ];
         // A runtime that reads the process wins over one that stops (the process ran
         // another before an exec).
@@ -80,9 +86,17 @@ impl Interpreters {
             self.ruby.interleave(info, native, frames)
         } else if self.v8.reads(info.pid) {
             self.v8.interleave(info, native, frames)
+        } else if self.jvm.reads(info.pid) {
+            self.jvm.interleave(info, native, frames)
         } else {
             self.php.interleave(info, native, frames)
         }
+    }
+
+    /// Whether every sample of `pid` goes through [`Interpreters::interleave`], frames of its
+    /// runtime read or not: a JVM's compiled frames are named from their addresses alone.
+    pub fn names_native_frames(&self, pid: u32) -> bool {
+        self.jvm.reads(pid)
     }
 
     /// Forgets processes `alive` says are gone.
@@ -91,6 +105,7 @@ impl Interpreters {
         self.php.trim(&alive);
         self.ruby.trim(&alive);
         self.v8.trim(&alive);
+        self.jvm.trim(&alive);
     }
 
     /// The counters so far.
@@ -100,6 +115,7 @@ impl Interpreters {
             php: self.php.stats(),
             ruby: self.ruby.stats(),
             v8: self.v8.stats(),
+            jvm: self.jvm.stats(),
         }
     }
 }

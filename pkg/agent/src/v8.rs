@@ -858,6 +858,10 @@ fn bpf_config(
         code2_start: copy_start,
         code2_end: copy_end,
         kind: VM_V8,
+        // Heap objects are tagged 1; compiled code runs in anonymous memory.
+        slot_mask: 1,
+        slot_tag: 1,
+        anon_frames: 1,
         cframe_frame: PY_NO_CFRAME,
         window_len: WINDOW_BYTES as u32,
         window_code: Layout::window_offset(layout.fp_function)?,

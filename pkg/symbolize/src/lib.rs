@@ -61,6 +61,7 @@ mod demangle;
 mod dwarf_cache;
 mod elf;
 mod error;
+mod jvm_runtime;
 mod kallsyms;
 mod read_at;
 mod runtime;
@@ -76,6 +77,7 @@ pub use elf::{
     read_build_id, read_debug_needs,
 };
 pub use error::Error;
+pub use jvm_runtime::{JvmRuntime, read_jvm_runtime};
 pub use kallsyms::Kallsyms;
 pub use runtime::{
     InterpreterRuntime, PythonRuntime, read_php_runtime, read_python_runtime, read_ruby_runtime,
