@@ -163,6 +163,7 @@ fn agent_shows_java_frames_without_flags() {
                 0.6,
                 chain_shown,
             )
+            .inspect_err(|e| say(e))
         },
     );
 }

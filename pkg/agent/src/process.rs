@@ -284,6 +284,14 @@ impl ProcessTable {
     /// A process was announced (first sample, or first since exec): reads it now.
     pub fn announce(&mut self, pid: u32, comm: &str, window: u64) {
         let info = Arc::new(self.read(pid, comm));
+        // A process is announced again when a thread is sampled after its leader exited (the
+        // program forgets it then): what was read of it while it lived stays.
+        if let Some(entry) = self.entries.get_mut(&pid)
+            && !replaces(&info, &entry.info)
+        {
+            entry.last_sampled_window = window;
+            return;
+        }
         self.insert(pid, info, window);
     }
 
@@ -324,7 +332,7 @@ impl ProcessTable {
         }
         let comm = entry.info.comm.clone();
         let info = Arc::new(self.read(pid, &comm));
-        if !info.readable {
+        if !replaces(&info, &self.entries[&pid].info) {
             // Gone: keep what was known.
             return None;
         }
@@ -344,7 +352,7 @@ impl ProcessTable {
             entry.young = false;
             let comm = entry.info.comm.clone();
             let info = Arc::new(self.read(pid, &comm));
-            if !info.readable {
+            if !replaces(&info, &self.entries[&pid].info) {
                 return self.entries[&pid].info.clone();
             }
             self.insert(pid, Arc::clone(&info), window);
@@ -637,6 +645,12 @@ fn vdso_object() -> Option<Arc<MappedObject>> {
     .clone()
 }
 
+/// Whether a new read of a process replaces the one held: not when the process is gone, nor
+/// when it is exiting (its leader a zombie: `/proc/PID` readable, its memory map empty).
+fn replaces(new: &ProcessInfo, held: &ProcessInfo) -> bool {
+    new.readable && (held.mappings.is_empty() || !new.mappings.is_empty())
+}
+
 /// One executable line of `/proc/PID/maps`.
 #[derive(Debug, PartialEq, Eq)]
 struct MapsLine<'a> {
@@ -884,6 +898,24 @@ bogus line
         assert!(!table.is_young(0), "a process started at boot is not young");
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    #[test]
+    fn a_process_announced_again_once_gone_keeps_what_was_read() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut table = ProcessTable::new("/proc");
+        table.announce(pid, "sleep", 1);
+        assert!(table.get(pid, 1).readable);
+        let _ = child.kill();
+        let _ = child.wait();
+        table.announce(pid, "sleep", 2);
+        let info = table.get(pid, 2);
+        assert!(info.readable, "the reading of the living process stays");
+        assert!(!info.mappings.is_empty());
     }
 
     #[test]
