@@ -1636,7 +1636,7 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
     let t = targets();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let hot = start_target(&t.c_hot, 120.0, d);
+    let mut hot = start_target(&t.c_hot, 120.0, d);
     let (_ca, ca_file) = server_certificate(d);
     let web = write(
         d,
@@ -1726,6 +1726,7 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
         encode(query)
     ));
     // What the agent says of its pushes, for a failure's message.
+    let hot_pid = hot.pid();
     let push_state = || {
         let metrics = curl(d, &["-u", "ops:agent-pw", &agent_metrics]).body;
         let pushes: Vec<&str> = metrics
@@ -1754,8 +1755,10 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
             .filter(|l| l.starts_with("parca_agent_samples") || l.starts_with("parca_agent_bpf"))
             .take(20)
             .collect();
+        let target = std::fs::read_to_string(format!("/proc/{}/stat", hot_pid)).unwrap_or_default();
         format!(
-            "the agent's push metrics: {pushes:#?}\nits sample counters: {sampled:#?}\n\
+            "the target's /proc/PID/stat: {target}\n\
+             the agent's push metrics: {pushes:#?}\nits sample counters: {sampled:#?}\n\
              the server's series of node tls-node: {series}\n\
              its log's last lines (newest first): {tail:#?}"
         )
@@ -1766,6 +1769,7 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
         Duration::from_millis(500),
         || {
             agent.assert_running();
+            hot.assert_running();
             let got = curl(d, &["--cacert", &ca_arg, "-H", auth, &url]);
             if got.status == 200 && got.body.contains("hot_leaf") {
                 Ok(got.body)

@@ -176,7 +176,7 @@ fn rows(memory: &Memory, at: u64, entry: &EntryLayout) -> Option<Vec<Vec<u64>>> 
     }
     let mut out = Vec::new();
     for i in 0..MAX_TABLE_ENTRIES as u64 {
-        let bytes = memory.bytes(at + i * entry.stride, entry.stride as usize)?;
+        let bytes = memory.bytes(at.wrapping_add(i * entry.stride), entry.stride as usize)?;
         let column = |c: u64| {
             let c = c as usize;
             u64::from_ne_bytes(bytes[c..c + 8].try_into().expect("8 bytes"))
@@ -196,7 +196,7 @@ fn c_string(memory: &Memory, addr: u64) -> Option<String> {
     }
     let mut out = Vec::new();
     while out.len() < MAX_NAME_BYTES {
-        let chunk = memory.bytes(addr + out.len() as u64, 64)?;
+        let chunk = memory.bytes(addr.wrapping_add(out.len() as u64), 64)?;
         match chunk.iter().position(|&b| b == 0) {
             Some(end) => {
                 out.extend_from_slice(&chunk[..end]);
@@ -377,10 +377,13 @@ impl CodeCache {
             .filter(|&a| a != 0)
             .ok_or_else(|| unreadable("CodeCache::_heaps"))?;
         let len = memory
-            .u32(heaps_array + f(&["GrowableArrayBase::_len", "GenericGrowableArray::_len"])?)
+            .u32(heaps_array.wrapping_add(f(&[
+                "GrowableArrayBase::_len",
+                "GenericGrowableArray::_len",
+            ])?))
             .ok_or_else(|| unreadable("the code heaps' count"))?;
         let data = memory
-            .u64(heaps_array + f(&["GrowableArray<int>::_data"])?)
+            .u64(heaps_array.wrapping_add(f(&["GrowableArray<int>::_data"])?))
             .ok_or_else(|| unreadable("the code heaps"))?;
         if len == 0 || len as usize > HOTSPOT_HEAPS {
             return Err(format!("{len} code heaps"));
@@ -394,15 +397,15 @@ impl CodeCache {
         let mut cache = CodeCache::default();
         for i in 0..u64::from(len) {
             let heap = memory
-                .u64(data + 8 * i)
+                .u64(data.wrapping_add(8 * i))
                 .ok_or_else(|| unreadable("a code heap"))?;
             let read = |at: u64| {
                 memory
-                    .u64(heap + at)
+                    .u64(heap.wrapping_add(at))
                     .ok_or_else(|| unreadable("a code heap"))
             };
             let shift = memory
-                .u32(heap + shift_at)
+                .u32(heap.wrapping_add(shift_at))
                 .ok_or_else(|| unreadable("a code heap"))?;
             if !(4..=16).contains(&shift)
                 || (cache.segment_shift != 0 && shift != cache.segment_shift)
@@ -421,12 +424,12 @@ impl CodeCache {
             .filter(|&q| q != 0)
             .ok_or_else(|| unreadable("the interpreter"))?;
         let buffer = memory
-            .u64(queue + f(&["StubQueue::_stub_buffer"])?)
+            .u64(queue.wrapping_add(f(&["StubQueue::_stub_buffer"])?))
             .ok_or_else(|| unreadable("the interpreter"))?;
         let limit = memory
-            .u32(queue + f(&["StubQueue::_buffer_limit"])?)
+            .u32(queue.wrapping_add(f(&["StubQueue::_buffer_limit"])?))
             .ok_or_else(|| unreadable("the interpreter"))?;
-        cache.interpreter = (buffer, buffer + u64::from(limit));
+        cache.interpreter = (buffer, buffer.wrapping_add(u64::from(limit)));
         Ok(cache)
     }
 
@@ -504,7 +507,10 @@ impl Process {
         let shift = self.code.segment_shift;
         let mut segment = (pc - heap.low) >> shift;
         for _ in 0..MAX_SEGMAP_HOPS {
-            let tag = *self.memory.bytes(heap.segmap + segment, 1)?.first()?;
+            let tag = *self
+                .memory
+                .bytes(heap.segmap.wrapping_add(segment), 1)?
+                .first()?;
             match tag {
                 0xff => return None,
                 0 => return Some(heap.low + (segment << shift) + self.layout.heap_block),
@@ -526,11 +532,14 @@ impl Process {
     /// The code blob at `blob`.
     fn blob(&self, blob: u64) -> Option<Blob> {
         let l = &self.layout;
-        let name = c_string(&self.memory, self.memory.u64(blob + l.blob_name)?)?;
+        let name = c_string(
+            &self.memory,
+            self.memory.u64(blob.wrapping_add(l.blob_name))?,
+        )?;
         let code = if l.blob_code_is_offset {
-            blob.checked_add_signed(i64::from(self.i32_at(blob + l.blob_code)?))?
+            blob.checked_add_signed(i64::from(self.i32_at(blob.wrapping_add(l.blob_code))?))?
         } else {
-            self.memory.u64(blob + l.blob_code)?
+            self.memory.u64(blob.wrapping_add(l.blob_code))?
         };
         let nmethod = if name == "nmethod" || name == "native nmethod" {
             Some(self.nmethod(blob)?)
@@ -548,7 +557,8 @@ impl Process {
     fn nmethod(&self, blob: u64) -> Option<Nmethod> {
         let l = &self.layout;
         let m = &self.memory;
-        let offset = |at: u64| -> Option<u64> { u64::try_from(self.i32_at(blob + at)?).ok() };
+        let offset =
+            |at: u64| -> Option<u64> { u64::try_from(self.i32_at(blob.wrapping_add(at))?).ok() };
         let (pcs, scopes, metadata) = match &l.nmethod_scopes {
             NmethodScopes::InBlob {
                 metadata,
@@ -556,12 +566,12 @@ impl Process {
                 scopes_pcs,
                 dependencies,
             } => {
-                let scopes_begin = m.u64(blob + scopes_data)?;
-                let pcs = blob + offset(*scopes_pcs)?;
+                let scopes_begin = m.u64(blob.wrapping_add(*scopes_data))?;
+                let pcs = blob.wrapping_add(offset(*scopes_pcs)?);
                 (
-                    (pcs, blob + offset(*dependencies)?),
+                    (pcs, blob.wrapping_add(offset(*dependencies)?)),
                     (scopes_begin, pcs),
-                    blob + offset(*metadata)?,
+                    blob.wrapping_add(offset(*metadata)?),
                 )
             }
             NmethodScopes::Immutable {
@@ -571,18 +581,24 @@ impl Process {
                 scopes_data,
                 metadata,
             } => {
-                let data = m.u64(blob + data)?;
-                let end = data + offset(*data_size)?;
-                let (pcs, scopes) = (data + offset(*scopes_pcs)?, data + offset(*scopes_data)?);
+                let data = m.u64(blob.wrapping_add(*data))?;
+                let end = data.wrapping_add(offset(*data_size)?);
+                let (pcs, scopes) = (
+                    data.wrapping_add(offset(*scopes_pcs)?),
+                    data.wrapping_add(offset(*scopes_data)?),
+                );
                 let metadata = match metadata {
                     Metadata::Mutable {
                         data,
                         relocation_size,
-                    } => m.u64(blob + data)? + offset(*relocation_size)?,
+                    } => m
+                        .u64(blob.wrapping_add(*data))?
+                        .wrapping_add(offset(*relocation_size)?),
                     Metadata::AfterCode { offset } => {
-                        let code_end =
-                            blob + u64::try_from(self.i32_at(blob + l.blob_data)?).ok()?;
-                        code_end + u64::from(self.u16_at(blob + offset)?)
+                        let code_end = blob.wrapping_add(
+                            u64::try_from(self.i32_at(blob.wrapping_add(l.blob_data))?).ok()?,
+                        );
+                        code_end.wrapping_add(u64::from(self.u16_at(blob.wrapping_add(*offset))?))
                     }
                 };
                 ((pcs, scopes), (scopes, end), metadata)
@@ -606,7 +622,7 @@ impl Process {
             .filter(|&(pc, _)| pc != -1)
             .collect();
         Some(Nmethod {
-            method: m.u64(blob + l.nmethod_method)?,
+            method: m.u64(blob.wrapping_add(l.nmethod_method))?,
             pc_descs,
             scopes: m.bytes(scopes.0, scopes_len as usize)?,
             metadata,
@@ -616,10 +632,11 @@ impl Process {
     /// The Symbol at `symbol`, as text.
     fn symbol(&self, symbol: u64) -> Option<String> {
         let l = &self.layout;
-        let len = self.u16_at(symbol + l.symbol_length)?;
-        let bytes = self
-            .memory
-            .bytes(symbol + l.symbol_body, usize::from(len).min(MAX_NAME_BYTES))?;
+        let len = self.u16_at(symbol.wrapping_add(l.symbol_length))?;
+        let bytes = self.memory.bytes(
+            symbol.wrapping_add(l.symbol_body),
+            usize::from(len).min(MAX_NAME_BYTES),
+        )?;
         Some(String::from_utf8_lossy(&bytes).into_owned())
     }
 
@@ -630,7 +647,7 @@ impl Process {
         }
         let entry = self
             .memory
-            .u64(pool + self.layout.pool_size + 8 * u64::from(index))?;
+            .u64(pool.wrapping_add(self.layout.pool_size + 8 * u64::from(index)))?;
         self.symbol(entry & !1)
     }
 
@@ -653,29 +670,29 @@ impl Process {
         if method == 0 || method & 7 != 0 {
             return None;
         }
-        let constant_method = m.u64(method + l.method_const)?;
-        let pool = m.u64(constant_method + l.const_constants)?;
-        let holder = m.u64(pool + l.pool_holder)?;
-        let class = self.symbol(m.u64(holder + l.klass_name)?)?;
-        let name_index = self.u16_at(constant_method + l.const_name_index)?;
+        let constant_method = m.u64(method.wrapping_add(l.method_const))?;
+        let pool = m.u64(constant_method.wrapping_add(l.const_constants))?;
+        let holder = m.u64(pool.wrapping_add(l.pool_holder))?;
+        let class = self.symbol(m.u64(holder.wrapping_add(l.klass_name))?)?;
+        let name_index = self.u16_at(constant_method.wrapping_add(l.const_name_index))?;
         let method_name = self.pool_symbol(pool, name_index)?;
         let source_index = match (l.pool_source_file, l.klass_source_file) {
-            (Some(at), _) => self.u16_at(pool + at),
-            (None, Some(at)) => self.u16_at(holder + at),
+            (Some(at), _) => self.u16_at(pool.wrapping_add(at)),
+            (None, Some(at)) => self.u16_at(holder.wrapping_add(at)),
             (None, None) => None,
         };
         let source = source_index.and_then(|i| self.pool_symbol(pool, i));
-        let code_size = u64::from(self.u16_at(constant_method + l.const_code_size)?);
+        let code_size = u64::from(self.u16_at(constant_method.wrapping_add(l.const_code_size))?);
         let flags = if l.const_flags_wide {
-            m.u32(constant_method + l.const_flags)?
+            m.u32(constant_method.wrapping_add(l.const_flags))?
         } else {
-            u32::from(self.u16_at(constant_method + l.const_flags)?)
+            u32::from(self.u16_at(constant_method.wrapping_add(l.const_flags))?)
         };
-        let bytecode = constant_method + l.const_size;
+        let bytecode = constant_method.wrapping_add(l.const_size);
         // ConstMethod::_has_linenumber_table (JDK 8–20), ConstMethodFlags' first bit (21+).
         let lines = if flags & 1 != 0 {
-            m.bytes(bytecode + code_size, MAX_LINE_TABLE_BYTES)
-                .or_else(|| m.bytes(bytecode + code_size, 256))
+            m.bytes(bytecode.wrapping_add(code_size), MAX_LINE_TABLE_BYTES)
+                .or_else(|| m.bytes(bytecode.wrapping_add(code_size), 256))
                 .map(|table| line_table(&table, l.unsigned5_excluded))
                 .unwrap_or_default()
         } else {
@@ -769,7 +786,10 @@ impl Process {
             .map(|(index, bci)| {
                 let method = match index {
                     0 => 0,
-                    i => self.memory.u64(metadata + 8 * (i - 1)).unwrap_or(0),
+                    i => self
+                        .memory
+                        .u64(metadata.wrapping_add(8 * (i - 1)))
+                        .unwrap_or(0),
                 };
                 self.method_frame(frames, method, Some(bci), stats)
             })
@@ -1127,5 +1147,217 @@ mod tests {
         assert_eq!(scope_chain(&nmethod, 0x44, true, 0), vec![(2, 7), (1, 3)]);
         assert_eq!(scope_chain(&nmethod, 0x7c, true, 0), vec![(1, 3)]);
         assert_eq!(scope_chain(&nmethod, 0x90, true, 0), vec![(1, 3)]);
+    }
+
+    /// JDK 17's offsets of the fields `Layout::of` reads (from its `VMStructs`).
+    fn jdk17_structs() -> VmStructs {
+        let mut vm = VmStructs::default();
+        let fields: [(&str, u64, &str); 28] = [
+            ("CodeBlob::_name", 96, "const char*"),
+            ("CodeBlob::_frame_size", 28, "int"),
+            ("CodeBlob::_frame_complete_offset", 20, "int"),
+            ("CodeBlob::_code_begin", 32, "address"),
+            ("CodeBlob::_data_offset", 24, "int"),
+            ("CompiledMethod::_method", 112, "Method*"),
+            ("nmethod::_metadata_offset", 260, "int"),
+            ("CompiledMethod::_scopes_data_begin", 120, "address"),
+            ("nmethod::_scopes_pcs_offset", 268, "int"),
+            ("nmethod::_dependencies_offset", 272, "int"),
+            ("PcDesc::_pc_offset", 0, "int"),
+            ("PcDesc::_scope_decode_offset", 4, "int"),
+            ("Method::_constMethod", 8, "ConstMethod*"),
+            ("ConstMethod::_constants", 8, "ConstantPool*"),
+            ("ConstMethod::_flags", 28, "u2"),
+            ("ConstMethod::_code_size", 32, "u2"),
+            ("ConstMethod::_name_index", 34, "u2"),
+            ("ConstantPool::_pool_holder", 24, "InstanceKlass*"),
+            ("ConstantPool::_source_file_name_index", 54, "u2"),
+            ("Klass::_name", 24, "Symbol*"),
+            ("Symbol::_length", 4, "u2"),
+            ("Symbol::_body", 6, "u1"),
+            ("Abstract_VM_Version::_vm_major_version", 0, "int"),
+            ("CodeCache::_heaps", 0, "GrowableArray<CodeHeap*>*"),
+            ("CodeHeap::_memory", 8, "VirtualSpace"),
+            ("CodeHeap::_segmap", 120, "VirtualSpace"),
+            ("VirtualSpace::_low", 16, "char*"),
+            ("VirtualSpace::_high_boundary", 8, "char*"),
+        ];
+        for (name, offset, ty) in fields {
+            vm.fields.insert(name.to_owned(), (offset, ty.to_owned()));
+        }
+        for (ty, size) in [
+            ("HeapBlock", 16),
+            ("PcDesc", 16),
+            ("ConstMethod", 48),
+            ("ConstantPool", 72),
+        ] {
+            vm.sizes.insert(ty.to_owned(), size);
+        }
+        vm
+    }
+
+    /// Bytes forged in this process's memory (8-aligned), read back through `/proc/self/mem` as
+    /// a JVM's are.
+    #[derive(Default)]
+    struct Forge(Vec<Box<[u64]>>);
+
+    impl Forge {
+        /// `bytes` (at least `len` long, zero-padded), at an address of their own.
+        fn bytes(&mut self, bytes: &[u8], len: usize) -> u64 {
+            let mut words = vec![0u64; len.max(bytes.len()).div_ceil(8)];
+            for (i, b) in bytes.iter().enumerate() {
+                words[i / 8] |= u64::from(*b) << (8 * (i % 8));
+            }
+            let boxed = words.into_boxed_slice();
+            let at = boxed.as_ptr() as u64;
+            self.0.push(boxed);
+            at
+        }
+
+        /// A record of `len` bytes with each `(offset, value, width)` written.
+        fn record(&mut self, len: usize, fields: &[(usize, u64, usize)]) -> u64 {
+            let mut bytes = vec![0u8; len];
+            for &(at, value, width) in fields {
+                bytes[at..at + width].copy_from_slice(&value.to_le_bytes()[..width]);
+            }
+            self.bytes(&bytes, len)
+        }
+
+        fn symbol(&mut self, text: &str, length: u16) -> u64 {
+            let mut bytes = vec![0, 0, 0, 0];
+            bytes.extend_from_slice(&length.to_le_bytes());
+            bytes.extend_from_slice(text.as_bytes());
+            self.bytes(&bytes, 0)
+        }
+
+        /// A `Method*` of class `chain/Chain`, method `innerHot`, source `Chain.java`, four
+        /// bytes of bytecode and `line_table` after them (JDK 17's layout).
+        fn method(&mut self, class: u64, line_table: &[u8]) -> u64 {
+            let name = self.symbol("innerHot", 8);
+            let source = self.symbol("Chain.java", 10);
+            let klass = self.record(32, &[(24, class, 8)]);
+            let pool = self.record(
+                72 + 32,
+                &[
+                    (24, klass, 8),
+                    (54, 3, 2),
+                    (72 + 8, name, 8),
+                    (72 + 24, source, 8),
+                ],
+            );
+            let mut constant = vec![0u8; 48 + 4];
+            constant[8..16].copy_from_slice(&pool.to_le_bytes());
+            constant[28..30].copy_from_slice(&1u16.to_le_bytes());
+            constant[32..34].copy_from_slice(&4u16.to_le_bytes());
+            constant[34..36].copy_from_slice(&1u16.to_le_bytes());
+            constant.extend_from_slice(line_table);
+            let constant = self.bytes(&constant, 0);
+            self.record(16, &[(8, constant, 8)])
+        }
+    }
+
+    fn forged_process() -> Process {
+        Process {
+            memory: Memory::open(Path::new("/proc"), std::process::id()).unwrap(),
+            layout: Layout::of(&jdk17_structs(), (17, 0, 15, 6)).unwrap(),
+            code: CodeCache::default(),
+            methods: FxHashMap::default(),
+            named: FxHashMap::default(),
+        }
+    }
+
+    /// A method forged as JDK 17 lays it out is named with its package's path and the line
+    /// of a bytecode pointer; forged pointers (nowhere, unaligned, a name longer than any, a
+    /// line table without its end) end in bounded reads, an unreadable frame counted, never a
+    /// hang or a panic.
+    #[test]
+    fn forged_methods_are_named_and_hostile_ones_bounded() {
+        let mut forge = Forge::default();
+        let class = forge.symbol("chain/Chain", 11);
+        // (bci 0, line 7), (bci 2, line 9).
+        let method = forge.method(class, &[7, (2 << 3) | 2, 0]);
+        let mut p = forged_process();
+        let mut frames = FrameTable::default();
+        let mut stats = InterpreterStats::default();
+        let bytecode = p.method(method).unwrap().bytecode;
+        let named = p.interpreted(&mut frames, method, bytecode + 3, &mut stats);
+        let frame = frames
+            .get(crate::interp::frame_id(named[0]).unwrap())
+            .unwrap();
+        assert_eq!(frame.function, "chain.Chain.innerHot");
+        assert_eq!(frame.file.as_deref(), Some("chain/Chain.java"));
+        assert_eq!(frame.line, 9);
+        // A bytecode pointer outside the method: named, no line.
+        let named = p.interpreted(&mut frames, method, bytecode + 400, &mut stats);
+        assert_eq!(
+            frames
+                .get(crate::interp::frame_id(named[0]).unwrap())
+                .unwrap()
+                .line,
+            0
+        );
+        assert_eq!(stats.unreadable_frames, 0);
+
+        for hostile in [0x10, method + 1, u64::MAX - 7] {
+            let named = p.interpreted(&mut frames, hostile, 0, &mut stats);
+            let frame = frames
+                .get(crate::interp::frame_id(named[0]).unwrap())
+                .unwrap();
+            assert_eq!(frame.function, UNREADABLE_METHOD);
+        }
+        assert_eq!(stats.unreadable_frames, 3);
+        // A class name claiming 65,535 bytes: read up to MAX_NAME_BYTES.
+        let long = forge.symbol("chain/Long", u16::MAX);
+        let method = forge.method(long, &[7, 0]);
+        if let Some(m) = p.method(method) {
+            assert!(m.name.chars().count() <= MAX_NAME_BYTES + ".innerHot".len());
+        }
+        // A line table that never ends: bounded by what is read of it.
+        let method = forge.method(class, &[(1 << 3) | 1; 4096]);
+        let m = p.method(method).unwrap();
+        assert!(m.lines.len() <= MAX_LINE_TABLE_BYTES);
+    }
+
+    /// `v` in UNSIGNED5 (no excluded byte), as HotSpot's `CompressedWriteStream` writes it.
+    fn unsigned5(mut v: u32, out: &mut Vec<u8>) {
+        for _ in 0..4 {
+            if v < 192 {
+                out.push(v as u8);
+                return;
+            }
+            out.push((192 + (v - 192) % 64) as u8);
+            v = (v - 192) / 64;
+        }
+        out.push(v as u8);
+    }
+
+    #[test]
+    fn scope_chains_end_at_cycles_and_torn_streams() {
+        // A scope whose sender is itself, and one cut in the middle of a number.
+        let cycle = Nmethod {
+            method: 0,
+            pc_descs: vec![(0x40, 1), (0x80, 5)],
+            scopes: vec![0, 1, 2, 8, 0, 0xff],
+            metadata: 0,
+        };
+        assert_eq!(scope_chain(&cycle, 0x40, false, 0), vec![(2, 7)]);
+        assert_eq!(scope_chain(&cycle, 0x80, false, 0), vec![]);
+        // 200 scopes, each the sender of the next (deeper than any inlining).
+        let mut deep = vec![0u8];
+        let mut sender = 0;
+        for _ in 0..200 {
+            let at = deep.len() as u32;
+            for v in [sender, 1, 1] {
+                unsigned5(v, &mut deep);
+            }
+            sender = at;
+        }
+        let deep = Nmethod {
+            method: 0,
+            pc_descs: vec![(0x10, sender as i32)],
+            scopes: deep,
+            metadata: 0,
+        };
+        assert_eq!(scope_chain(&deep, 0x10, false, 0).len(), MAX_INLINE_DEPTH);
     }
 }
