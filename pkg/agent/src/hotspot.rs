@@ -17,6 +17,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use rustc_hash::FxHashMap;
 
@@ -36,8 +37,10 @@ const WINDOW_BYTES: i64 = 64;
 /// from JDK 8 to 25; not in `VMStructs`): the `Method*` and the bytecode pointer.
 const FRAME_METHOD_SLOT: i64 = -3;
 const FRAME_BCP_SLOT: i64 = -8;
-/// Entries read of a `VMStructs` table at most (JDK 17 has about 2,900 fields).
+/// Entries read of a `VMStructs` table at most (JDK 17 has about 2,900 fields), and how many
+/// are read at a time.
 const MAX_TABLE_ENTRIES: usize = 20_000;
+const TABLE_CHUNK: u64 = 64;
 /// Bytes of a name read at most (class, method, source file names; C strings of blob names).
 const MAX_NAME_BYTES: usize = 1024;
 /// Hops back through a segment map at most (as the BPF program's `HOTSPOT_SEGMAP_HOPS`, with room).
@@ -52,16 +55,19 @@ const MAX_LINE_TABLE_BYTES: usize = 1 << 16;
 /// Methods and named (blob, pc) kept per process before they are dropped and read again.
 const MAX_METHODS_PER_PROCESS: usize = 65_536;
 const MAX_NAMED_PER_PROCESS: usize = 65_536;
+/// How long a compiled pc's names are trusted before they are read again.
+const RENAME_INTERVAL: Duration = Duration::from_secs(10);
 /// A frame whose method could not be read.
 const UNREADABLE_METHOD: &str = "[jvm: unreadable method]";
+/// An interpreted frame whose method the BPF program did not read.
+const INTERPRETER_FRAME: &str = "[jvm] Interpreter";
 
 /// HotSpot's `VMStructs` tables as one process holds them: fields (`Type::_field` → offset, or
-/// address for a static, and the field's C type), type sizes and int constants.
+/// address for a static, and the field's C type) and type sizes (its constants are not needed).
 #[derive(Debug, Default)]
 pub(crate) struct VmStructs {
     fields: FxHashMap<String, (u64, String)>,
     sizes: FxHashMap<String, u64>,
-    ints: FxHashMap<String, i64>,
 }
 
 /// The layout of one of the `VMStructs` tables' entries: where each column is, and the stride.
@@ -84,6 +90,7 @@ impl VmStructs {
             Some((value(table)?, EntryLayout { stride, columns }))
         };
         let mut vm = VmStructs::default();
+        let mut strings = Strings::default();
         let (at, entry) = layout(
             "gHotSpotVMStructs",
             "StructEntry",
@@ -101,11 +108,11 @@ impl VmStructs {
                 continue;
             };
             let (Some(type_name), Some(field)) =
-                (c_string(memory, type_name), c_string(memory, field))
+                (strings.get(memory, type_name), strings.get(memory, field))
             else {
                 continue;
             };
-            let type_string = c_string(memory, type_string).unwrap_or_default();
+            let type_string = strings.get(memory, type_string).unwrap_or_default();
             let value = if is_static as u32 != 0 {
                 address
             } else {
@@ -118,21 +125,9 @@ impl VmStructs {
         let (at, entry) = layout("gHotSpotVMTypes", "TypeEntry", &["TypeName", "Size"])?;
         for row in rows(memory, at, &entry)? {
             if let [name, size] = row[..]
-                && let Some(name) = c_string(memory, name)
+                && let Some(name) = strings.get(memory, name)
             {
                 vm.sizes.insert(name, size);
-            }
-        }
-        let (at, entry) = layout(
-            "gHotSpotVMIntConstants",
-            "IntConstantEntry",
-            &["Name", "Value"],
-        )?;
-        for row in rows(memory, at, &entry)? {
-            if let [name, value] = row[..]
-                && let Some(name) = c_string(memory, name)
-            {
-                vm.ints.insert(name, i64::from(value as u32 as i32));
             }
         }
         Some(vm)
@@ -166,27 +161,48 @@ impl VmStructs {
 }
 
 /// Each entry of a `VMStructs` table at `at` (its columns, each read as a u64; an int column's
-/// upper half is the next field's), up to the entry whose first column is null.
+/// upper half is the next field's), up to the entry whose first column is null. Read
+/// [`TABLE_CHUNK`] entries at a time (one entry at a time where a chunk would cross the end of
+/// the table's memory).
 fn rows(memory: &Memory, at: u64, entry: &EntryLayout) -> Option<Vec<Vec<u64>>> {
-    if entry.stride == 0
-        || entry.stride > 1024
-        || entry.columns.iter().any(|&c| c + 8 > entry.stride)
-    {
+    let stride = entry.stride;
+    if stride == 0 || stride > 1024 || entry.columns.iter().any(|&c| c + 8 > stride) {
         return None;
     }
     let mut out = Vec::new();
-    for i in 0..MAX_TABLE_ENTRIES as u64 {
-        let bytes = memory.bytes(at.wrapping_add(i * entry.stride), entry.stride as usize)?;
-        let column = |c: u64| {
-            let c = c as usize;
-            u64::from_ne_bytes(bytes[c..c + 8].try_into().expect("8 bytes"))
+    let mut i = 0u64;
+    while i < MAX_TABLE_ENTRIES as u64 {
+        let start = at.wrapping_add(i * stride);
+        let (bytes, count) = match memory.bytes(start, (stride * TABLE_CHUNK) as usize) {
+            Some(bytes) => (bytes, TABLE_CHUNK),
+            None => (memory.bytes(start, stride as usize)?, 1),
         };
-        if column(entry.columns[0]) == 0 {
-            return Some(out);
+        for row in bytes.chunks_exact(stride as usize).take(count as usize) {
+            let column = |c: u64| {
+                let c = c as usize;
+                u64::from_ne_bytes(row[c..c + 8].try_into().expect("8 bytes"))
+            };
+            if column(entry.columns[0]) == 0 {
+                return Some(out);
+            }
+            out.push(entry.columns.iter().map(|&c| column(c)).collect());
         }
-        out.push(entry.columns.iter().map(|&c| column(c)).collect());
+        i += count;
     }
     None
+}
+
+/// C strings read once each (the tables name each type once per field).
+#[derive(Default)]
+struct Strings(FxHashMap<u64, Option<String>>);
+
+impl Strings {
+    fn get(&mut self, memory: &Memory, addr: u64) -> Option<String> {
+        self.0
+            .entry(addr)
+            .or_insert_with(|| c_string(memory, addr))
+            .clone()
+    }
 }
 
 /// The C string at `addr`, up to [`MAX_NAME_BYTES`].
@@ -499,6 +515,9 @@ pub(crate) struct Process {
     /// Frames named per (blob or method, pc or bytecode pointer, leaf): a hot frame is sampled
     /// at one pc again and again.
     named: FxHashMap<(u64, u64, bool), Arc<[u64]>>,
+    /// When `named` was last emptied: compiled code is freed and its memory reused for other
+    /// methods, so what a pc was named is read again every [`RENAME_INTERVAL`].
+    named_since: Instant,
 }
 
 impl Process {
@@ -947,6 +966,7 @@ impl Runtime for HotSpot {
             code,
             methods: FxHashMap::default(),
             named: FxHashMap::default(),
+            named_since: Instant::now(),
         };
         Some((process, config))
     }
@@ -1003,6 +1023,10 @@ impl Runtime for HotSpot {
             };
             match named {
                 Some(named) if !named.is_empty() => out.extend(named.iter()),
+                // An interpreter frame whose slots were not read (or not a method).
+                None if process.code.in_interpreter(at) => {
+                    out.push(frame_address(frames.intern(INTERPRETER_FRAME, "", 0)));
+                }
                 _ => out.push(pc),
             }
         }
@@ -1019,6 +1043,10 @@ impl Process {
         stats: &mut InterpreterStats,
         name: impl FnOnce(&mut Process, &mut InterpreterStats) -> Vec<u64>,
     ) -> Arc<[u64]> {
+        if self.named_since.elapsed() >= RENAME_INTERVAL {
+            self.named.clear();
+            self.named_since = Instant::now();
+        }
         if let Some(named) = self.named.get(&key) {
             stats.frames += named.len() as u64;
             return named.clone();
@@ -1263,6 +1291,7 @@ mod tests {
             code: CodeCache::default(),
             methods: FxHashMap::default(),
             named: FxHashMap::default(),
+            named_since: Instant::now(),
         }
     }
 

@@ -244,8 +244,8 @@ pub(crate) fn locate_state(
 struct Told<P> {
     told: FxHashMap<u32, u64>,
     processes: FxHashMap<u32, P>,
-    /// When processes to be prepared again were last tried.
-    tried: FxHashMap<u32, Instant>,
+    /// When processes to be prepared again were last tried, and how many times.
+    tried: FxHashMap<u32, (Instant, u32)>,
 }
 
 impl<P> Default for Told<P> {
@@ -258,14 +258,25 @@ impl<P> Default for Told<P> {
     }
 }
 
-/// How long a process to be prepared again ([`Runtime::retry`]) waits between tries.
+/// How long a process to be prepared again ([`Runtime::retry`]) waits before its second try;
+/// each try after it waits twice as long as the one before, up to [`RETRY_INTERVAL_MAX`] (a
+/// runtime that never becomes readable costs a read every few minutes, not every 2 seconds).
 const RETRY_INTERVAL: Duration = Duration::from_secs(2);
+const RETRY_INTERVAL_MAX: Duration = Duration::from_secs(300);
+
+/// How long to wait after the `tries`th try.
+fn retry_after(tries: u32) -> Duration {
+    RETRY_INTERVAL
+        .saturating_mul(1 << tries.saturating_sub(1).min(16))
+        .min(RETRY_INTERVAL_MAX)
+}
 
 impl<P> Told<P> {
     /// What the BPF program must be told of `info`'s frames, when that changed since it was
     /// last told (a new read of the process): `Some(Some(config))` to read them (`prepare`
     /// recognized the process), `Some(None)` to stop; `None` when nothing changed.
-    /// With `retry`, a process not recognized is tried again every [`RETRY_INTERVAL`].
+    /// With `retry`, a process not recognized is tried again, less and less often
+    /// ([`retry_after`]).
     pub fn update(
         &mut self,
         info: &ProcessInfo,
@@ -278,7 +289,7 @@ impl<P> Told<P> {
                 && self
                     .tried
                     .get(&info.pid)
-                    .is_none_or(|at| at.elapsed() >= RETRY_INTERVAL);
+                    .is_none_or(|&(at, tries)| at.elapsed() >= retry_after(tries));
             if !due {
                 return None;
             }
@@ -293,7 +304,8 @@ impl<P> Told<P> {
             }
             None => {
                 if retry {
-                    self.tried.insert(info.pid, Instant::now());
+                    let tries = self.tried.get(&info.pid).map_or(0, |&(_, n)| n);
+                    self.tried.insert(info.pid, (Instant::now(), tries + 1));
                 }
                 had.then_some(None)
             }
@@ -389,6 +401,15 @@ pub(crate) fn place_calls(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn retries_wait_longer_each_time_up_to_a_bound() {
+        assert_eq!(retry_after(1), Duration::from_secs(2));
+        assert_eq!(retry_after(2), Duration::from_secs(4));
+        assert_eq!(retry_after(5), Duration::from_secs(32));
+        assert_eq!(retry_after(9), RETRY_INTERVAL_MAX);
+        assert_eq!(retry_after(u32::MAX), RETRY_INTERVAL_MAX);
+    }
 
     #[test]
     fn frame_addresses_are_no_code_addresses() {
