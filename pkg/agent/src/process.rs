@@ -544,42 +544,26 @@ impl ProcessTable {
                 }
                 python
             });
-        let php = Path::new(path)
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().contains("php"))
-            .then(|| {
-                parca_symbolize::read_php_runtime(&file, &opened_as)
-                    .ok()
-                    .flatten()
-            })
-            .flatten();
-        let ruby = Path::new(path)
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().contains("ruby"))
-            .then(|| {
-                parca_symbolize::read_ruby_runtime(&file, &opened_as)
-                    .ok()
-                    .flatten()
-            })
-            .flatten();
-        let v8 = Path::new(path)
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("node"))
-            .then(|| {
-                parca_symbolize::read_v8_runtime(&file, &opened_as)
-                    .ok()
-                    .flatten()
-            })
-            .flatten();
-        let jvm = Path::new(path)
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with("libjvm"))
-            .then(|| {
-                parca_symbolize::read_jvm_runtime(&file, &opened_as)
-                    .ok()
-                    .flatten()
-            })
-            .flatten();
+        let php = runtime_in(
+            path,
+            |n| n.contains("php"),
+            || parca_symbolize::read_php_runtime(&file, &opened_as),
+        );
+        let ruby = runtime_in(
+            path,
+            |n| n.contains("ruby"),
+            || parca_symbolize::read_ruby_runtime(&file, &opened_as),
+        );
+        let v8 = runtime_in(
+            path,
+            |n| n.starts_with("node"),
+            || parca_symbolize::read_v8_runtime(&file, &opened_as),
+        );
+        let jvm = runtime_in(
+            path,
+            |n| n.starts_with("libjvm"),
+            || parca_symbolize::read_jvm_runtime(&file, &opened_as),
+        );
         let object = Arc::new(MappedObject {
             key,
             build_id,
@@ -643,6 +627,20 @@ fn vdso_object() -> Option<Arc<MappedObject>> {
         }))
     })
     .clone()
+}
+
+/// What `read` finds of a runtime in the object at `path`, when its file name passes `named`
+/// (only such objects are read for it); `None` when it holds none or cannot be read.
+fn runtime_in<T, E>(
+    path: &str,
+    named: impl Fn(&str) -> bool,
+    read: impl FnOnce() -> Result<Option<T>, E>,
+) -> Option<T> {
+    let name = Path::new(path).file_name()?.to_string_lossy();
+    if !named(&name) {
+        return None;
+    }
+    read().ok().flatten()
 }
 
 /// Whether a new read of a process replaces the one held: not when the process is gone, nor
