@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use parca_ingest::{ImportOptions, import, list_files};
-use parca_tsdb::{Db, Labels};
+use parca_tsdb::{Db, Labels, MatchOp, Matcher, NAME_LABEL, SUMMARY_RESOLUTIONS_MS};
 
 /// The store's default block duration: imports write blocks of it.
 const TWO_HOURS_MS: i64 = 2 * 3_600_000;
@@ -44,6 +44,9 @@ struct Weights {
     n_blocks: usize,
     pprof_gz_bytes: u64,
     n_files: usize,
+    /// The median time to merge each profile type whole, every type in turn (what a flame
+    /// graph of the set's whole range reads), with summaries where the store has them.
+    merge_all_ms: f64,
 }
 
 impl Weights {
@@ -123,13 +126,44 @@ fn weigh(set: &Path, targets: &[String], keep: Option<&Path>, block_duration_ms:
                 .or_default() += len;
         }
     }
-    w.n_series = db
+    let all_series = db
         .querier(i64::MIN, i64::MAX)
         .series(&[])
-        .expect("series listed")
-        .len() as u64;
+        .expect("series listed");
+    w.n_series = all_series.len() as u64;
+    w.merge_all_ms = time_merges(&db, &all_series);
     db.close().expect("closed");
     w
+}
+
+/// The median over 15 rounds of merging every profile type of `series` whole over the block's
+/// range, a type at a time, reading summaries of any resolution where they cover windows whole.
+fn time_merges(db: &Db, series: &[Labels]) -> f64 {
+    let mut names: Vec<&str> = series.iter().filter_map(|l| l.get(NAME_LABEL)).collect();
+    names.sort_unstable();
+    names.dedup();
+    let blocks = db.blocks();
+    let from = blocks.iter().map(|b| b.min_time_ms).min().expect("a block");
+    let to = blocks.iter().map(|b| b.max_time_ms).max().expect("a block");
+    let resolution = *SUMMARY_RESOLUTIONS_MS.last().expect("resolutions");
+    // The whole range in whole windows of a day, so that every summary level may be read.
+    let from = from.div_euclid(resolution) * resolution;
+    let to = (to.div_euclid(resolution) + 1) * resolution;
+    let mut rounds: Vec<f64> = (0..15)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            for name in &names {
+                let m = [Matcher::new(MatchOp::Equal, NAME_LABEL, *name).expect("valid matcher")];
+                db.querier(from, to)
+                    .with_summaries(resolution)
+                    .merge(&m)
+                    .expect("merged");
+            }
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    rounds.sort_by(f64::total_cmp);
+    rounds[rounds.len() / 2]
 }
 
 fn sorted_dirs(dir: &Path) -> Vec<String> {
@@ -177,6 +211,11 @@ fn main() {
     let keep6 = std::env::var_os("STORE_DIR_6H").map(PathBuf::from);
     let summarized = weigh(&set, &targets, keep6.as_deref(), 3 * TWO_HOURS_MS);
     println!("{}", summarized.row("all, 6h"));
+    println!(
+        "merge of each profile type over the whole set, every type in turn (median of 15): \
+         {:.2} ms in 2-hour blocks, {:.2} ms in the 6-hour block",
+        all.merge_all_ms, summarized.merge_all_ms
+    );
     println!(
         "all: {} series; bytes per sample by file kind after compaction (columns 6–9), their sum, \
          and the gzipped pprof the profiles came as; `all, 6h`: imported into a block of 6 hours, \
