@@ -27,6 +27,20 @@ struct Family {
     samples: Vec<Sample>,
 }
 
+/// A count of things (`all`) split in two by a label (`label`): those that were whole, named or
+/// read (`yes`) and the `some` that were not (`no`), as every runtime's stacks and frames are.
+fn split(
+    label: &'static str,
+    (yes, no): (&'static str, &'static str),
+    all: u64,
+    some: u64,
+) -> [Sample; 2] {
+    [
+        (Some((label, yes)), all.saturating_sub(some) as f64),
+        (Some((label, no)), some as f64),
+    ]
+}
+
 /// The figures of one scrape of `/metrics`, encoded by prometheus-client.
 #[derive(Debug)]
 struct Exposition(Vec<Family>);
@@ -398,28 +412,23 @@ impl Metrics {
             "counter",
             "Samples of Python threads sent with their Python frames, by whether the frame \
              chain was read whole or cut (too deep, or a frame unreadable).",
-            &[
-                (
-                    Some(("chain", "whole")),
-                    bpf.python_walks.saturating_sub(bpf.python_walks_cut) as f64,
-                ),
-                (Some(("chain", "cut")), bpf.python_walks_cut as f64),
-            ],
+            &split(
+                "chain",
+                ("whole", "cut"),
+                bpf.python_walks,
+                bpf.python_walks_cut,
+            ),
         );
         metric(
             "parca_agent_python_frames_total",
             "counter",
             "Python frames in samples, by whether their code object could be read and named.",
-            &[
-                (
-                    Some(("code", "named")),
-                    python.frames.saturating_sub(python.unreadable_frames) as f64,
-                ),
-                (
-                    Some(("code", "unreadable")),
-                    python.unreadable_frames as f64,
-                ),
-            ],
+            &split(
+                "code",
+                ("named", "unreadable"),
+                python.frames,
+                python.unreadable_frames,
+            ),
         );
         metric(
             "parca_agent_python_frames_unplaced_total",
@@ -432,15 +441,16 @@ impl Metrics {
         metric(
             "parca_agent_python_frame_names",
             "gauge",
-            "Distinct interpreted frames (function, file, line) held for naming, Python's and \
-             PHP's.",
+            "Distinct interpreted and JIT frames (function, file, line) held for naming, of \
+             every runtime (one table).",
             &[(
                 None,
                 python
                     .frames_held
                     .max(php.frames_held)
                     .max(ruby.frames_held)
-                    .max(v8.frames_held) as f64,
+                    .max(v8.frames_held)
+                    .max(jvm.frames_held) as f64,
             )],
         );
         metric(
@@ -454,13 +464,7 @@ impl Metrics {
             "counter",
             "Samples of PHP processes' main threads sent with their PHP frames, by whether the \
              frame chain was read whole or cut (too deep, or a frame unreadable).",
-            &[
-                (
-                    Some(("chain", "whole")),
-                    bpf.php_walks.saturating_sub(bpf.php_walks_cut) as f64,
-                ),
-                (Some(("chain", "cut")), bpf.php_walks_cut as f64),
-            ],
+            &split("chain", ("whole", "cut"), bpf.php_walks, bpf.php_walks_cut),
         );
         metric(
             "parca_agent_php_frames_total",
@@ -468,16 +472,12 @@ impl Metrics {
             "PHP frames in samples, by whether their function could be read and named \
              (unreadable: the process exited, or its memory held no function where a frame \
              pointed).",
-            &[
-                (
-                    Some(("function", "named")),
-                    php.frames.saturating_sub(php.unreadable_frames) as f64,
-                ),
-                (
-                    Some(("function", "unreadable")),
-                    php.unreadable_frames as f64,
-                ),
-            ],
+            &split(
+                "function",
+                ("named", "unreadable"),
+                php.frames,
+                php.unreadable_frames,
+            ),
         );
         metric(
             "parca_agent_php_frames_unplaced_total",
@@ -497,26 +497,24 @@ impl Metrics {
             "counter",
             "Samples of Ruby threads sent with their Ruby frames, by whether the frame chain \
              was read whole or cut (too deep, or a frame unreadable).",
-            &[
-                (
-                    Some(("chain", "whole")),
-                    bpf.ruby_walks.saturating_sub(bpf.ruby_walks_cut) as f64,
-                ),
-                (Some(("chain", "cut")), bpf.ruby_walks_cut as f64),
-            ],
+            &split(
+                "chain",
+                ("whole", "cut"),
+                bpf.ruby_walks,
+                bpf.ruby_walks_cut,
+            ),
         );
         metric(
             "parca_agent_ruby_frames_total",
             "counter",
             "Ruby frames in samples, by whether their instruction sequence could be read and \
              named.",
-            &[
-                (
-                    Some(("iseq", "named")),
-                    ruby.frames.saturating_sub(ruby.unreadable_frames) as f64,
-                ),
-                (Some(("iseq", "unreadable")), ruby.unreadable_frames as f64),
-            ],
+            &split(
+                "iseq",
+                ("named", "unreadable"),
+                ruby.frames,
+                ruby.unreadable_frames,
+            ),
         );
         metric(
             "parca_agent_ruby_frames_unplaced_total",
@@ -536,28 +534,18 @@ impl Metrics {
             "counter",
             "Samples of Node.js (V8) processes sent with JavaScript frames, by whether all were \
              kept or some left out (more than the program keeps).",
-            &[
-                (
-                    Some(("chain", "whole")),
-                    bpf.v8_walks.saturating_sub(bpf.v8_walks_cut) as f64,
-                ),
-                (Some(("chain", "cut")), bpf.v8_walks_cut as f64),
-            ],
+            &split("chain", ("whole", "cut"), bpf.v8_walks, bpf.v8_walks_cut),
         );
         metric(
             "parca_agent_v8_frames_total",
             "counter",
             "JavaScript frames in samples, by whether their function could be read and named.",
-            &[
-                (
-                    Some(("function", "named")),
-                    v8.frames.saturating_sub(v8.unreadable_frames) as f64,
-                ),
-                (
-                    Some(("function", "unreadable")),
-                    v8.unreadable_frames as f64,
-                ),
-            ],
+            &split(
+                "function",
+                ("named", "unreadable"),
+                v8.frames,
+                v8.unreadable_frames,
+            ),
         );
         metric(
             "parca_agent_jvm_processes",
@@ -570,26 +558,19 @@ impl Metrics {
             "counter",
             "Samples of JVM processes sent with interpreted Java frames, by whether all were \
              kept or some left out (more than the program keeps).",
-            &[
-                (
-                    Some(("chain", "whole")),
-                    bpf.jvm_walks.saturating_sub(bpf.jvm_walks_cut) as f64,
-                ),
-                (Some(("chain", "cut")), bpf.jvm_walks_cut as f64),
-            ],
+            &split("chain", ("whole", "cut"), bpf.jvm_walks, bpf.jvm_walks_cut),
         );
         metric(
             "parca_agent_jvm_frames_total",
             "counter",
             "Java frames in samples (interpreted, compiled and inlined), by whether their \
              method could be read and named.",
-            &[
-                (
-                    Some(("method", "named")),
-                    jvm.frames.saturating_sub(jvm.unreadable_frames) as f64,
-                ),
-                (Some(("method", "unreadable")), jvm.unreadable_frames as f64),
-            ],
+            &split(
+                "method",
+                ("named", "unreadable"),
+                jvm.frames,
+                jvm.unreadable_frames,
+            ),
         );
         metric(
             "parca_agent_jvm_compiled_frames_total",
