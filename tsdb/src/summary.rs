@@ -447,36 +447,55 @@ mod tests {
         );
     }
 
-    #[test]
-    fn levels_are_written_only_where_they_save_reading() {
-        let header = |t: i64| BlockProfile {
+    /// One profile's samples, a value of 3 for each stack of `stacks`, encoded.
+    fn encoded(stacks: impl Iterator<Item = u32>) -> Vec<u8> {
+        let mut samples = Samples::default();
+        for k in stacks {
+            samples.stacks.push(StackId(k));
+            samples.labels.push(LabelSetId::EMPTY);
+            samples.values.push(3);
+        }
+        let mut bytes = Vec::new();
+        encoding::encode_samples(&samples, &mut bytes);
+        bytes
+    }
+
+    /// A stored profile at `t` of `n_samples` pairs, encoded as `bytes`.
+    fn stored(t: i64, n_samples: u32, bytes: &[u8]) -> (BlockProfile, &[u8]) {
+        let header = BlockProfile {
             timestamp_ms: t,
             duration_nanos: 10,
             period: 1,
             capture_id: t as u64 + 1,
             merged: 1,
+            n_samples,
+            len: bytes.len() as u32,
             ..BlockProfile::default()
         };
-        let mut samples = Samples::default();
-        samples.stacks.push(StackId(1));
-        samples.labels.push(LabelSetId::EMPTY);
-        samples.values.push(3);
-        let mut bytes = Vec::new();
-        let total = encoding::encode_samples(&samples, &mut bytes);
-        let limits = IdLimits {
-            n_stacks: 2,
+        (header, bytes)
+    }
+
+    /// Ids up to `n_stacks` stacks and the empty label set.
+    fn stacks_up_to(n_stacks: u32) -> IdLimits {
+        IdLimits {
+            n_stacks,
             n_label_sets: 1,
-        };
+        }
+    }
+
+    #[test]
+    fn levels_are_written_only_where_they_save_reading() {
+        let bytes = encoded(1..2);
+        let total = 3;
+        let limits = stacks_up_to(2);
         let mut sums = StackSums::default();
         let every = |step: i64, n: i64| -> Vec<(BlockProfile, &[u8])> {
             (1..=n)
                 .map(|k| {
-                    let mut p = header(k * step);
+                    let (mut p, b) = stored(k * step, 1, &bytes);
                     p.total = total;
                     p.latest_total = total;
-                    p.n_samples = 1;
-                    p.len = bytes.len() as u32;
-                    (p, bytes.as_slice())
+                    (p, b)
                 })
                 .collect()
         };
@@ -515,57 +534,26 @@ mod tests {
                 .is_empty()
         );
         // The same pod with a thousand stacks a profile: its windows save enough reading.
-        let mut large = Samples::default();
-        for k in 0..1_000u32 {
-            large.stacks.push(StackId(k));
-            large.labels.push(LabelSetId::EMPTY);
-            large.values.push(3);
-        }
-        let mut large_bytes = Vec::new();
-        encoding::encode_samples(&large, &mut large_bytes);
+        let large = encoded(0..1_000);
         let pod: Vec<(BlockProfile, &[u8])> = (1..=108)
-            .map(|k| {
-                let mut p = header(k * 5_000);
-                p.n_samples = 1_000;
-                p.len = large_bytes.len() as u32;
-                (p, large_bytes.as_slice())
-            })
+            .map(|k| stored(k * 5_000, 1_000, &large))
             .collect();
-        let thousand = IdLimits {
-            n_stacks: 1_000,
-            n_label_sets: 1,
-        };
-        let levels = summarize(&pod, thousand, &mut sums).unwrap();
+        let levels = summarize(&pod, stacks_up_to(1_000), &mut sums).unwrap();
         assert_eq!(levels.len(), 1);
         assert_eq!(levels[0].resolution_ms, M5);
         // Every 10 s for two hours, each profile a stack of its own: no window sums fewer
         // pairs than its profiles hold, so no level saves reading.
-        let distinct: Vec<Vec<u8>> = (0..720u32)
-            .map(|k| {
-                let mut samples = Samples::default();
-                samples.stacks.push(StackId(k));
-                samples.labels.push(LabelSetId::EMPTY);
-                samples.values.push(3);
-                let mut b = Vec::new();
-                encoding::encode_samples(&samples, &mut b);
-                b
-            })
-            .collect();
+        let distinct: Vec<Vec<u8>> = (0..720u32).map(|k| encoded(k..k + 1)).collect();
         let profiles: Vec<(BlockProfile, &[u8])> = distinct
             .iter()
             .enumerate()
-            .map(|(k, b)| {
-                let mut p = header((k as i64 + 1) * 10_000);
-                p.n_samples = 1;
-                p.len = b.len() as u32;
-                (p, b.as_slice())
-            })
+            .map(|(k, b)| stored((k as i64 + 1) * 10_000, 1, b))
             .collect();
-        let wide = IdLimits {
-            n_stacks: 720,
-            n_label_sets: 1,
-        };
-        assert!(summarize(&profiles, wide, &mut sums).unwrap().is_empty());
+        assert!(
+            summarize(&profiles, stacks_up_to(720), &mut sums)
+                .unwrap()
+                .is_empty()
+        );
         // Every 30 minutes for 1 hour: nothing.
         assert!(
             summarize(&every(1_800_000, 2), limits, &mut sums)
