@@ -17,7 +17,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 
@@ -25,7 +25,9 @@ use crate::bpf::{
     BLOB_CODE_OFFSET, BLOB_COMPLETE_SHORT, HOTSPOT_HEAPS, PY_NO_CFRAME, PyConfig, PyFrameSample,
     VM_HOTSPOT,
 };
-use crate::interp::{FrameTable, InterpreterStats, Memory, Runtime, Stacks, frame_address};
+use crate::interp::{
+    FrameTable, InterpreterStats, Memory, NamedFrames, Runtime, Stacks, frame_address,
+};
 use crate::process::ProcessInfo;
 
 /// The JVMs' side of the sampling thread.
@@ -512,12 +514,10 @@ pub(crate) struct Process {
     layout: Layout,
     code: CodeCache,
     methods: FxHashMap<u64, Option<Arc<Method>>>,
-    /// Frames named per (blob or method, pc or bytecode pointer, leaf): a hot frame is sampled
-    /// at one pc again and again.
-    named: FxHashMap<(u64, u64, bool), Arc<[u64]>>,
-    /// When `named` was last emptied: compiled code is freed and its memory reused for other
-    /// methods, so what a pc was named is read again every [`RENAME_INTERVAL`].
-    named_since: Instant,
+    /// Frames named per (pc or method, 0 or bytecode pointer, leaf). Compiled code is freed
+    /// and its memory reused for other methods, so what a pc was named is read again every
+    /// [`RENAME_INTERVAL`].
+    named: NamedFrames<(u64, u64, bool)>,
 }
 
 impl Process {
@@ -965,8 +965,7 @@ impl Runtime for HotSpot {
             layout,
             code,
             methods: FxHashMap::default(),
-            named: FxHashMap::default(),
-            named_since: Instant::now(),
+            named: NamedFrames::new(MAX_NAMED_PER_PROCESS, Some(RENAME_INTERVAL)),
         };
         Some((process, config))
     }
@@ -1035,31 +1034,18 @@ impl Runtime for HotSpot {
 }
 
 impl Process {
-    /// The frames named for `key`, named by `name` the first time (what could not be read is
-    /// read again next time).
+    /// The frames named for `key`, named by `name` the first time ([`NamedFrames`]).
     fn cached(
         &mut self,
         key: (u64, u64, bool),
         stats: &mut InterpreterStats,
         name: impl FnOnce(&mut Process, &mut InterpreterStats) -> Vec<u64>,
     ) -> Arc<[u64]> {
-        if self.named_since.elapsed() >= RENAME_INTERVAL {
-            self.named.clear();
-            self.named_since = Instant::now();
-        }
-        if let Some(named) = self.named.get(&key) {
-            stats.frames += named.len() as u64;
-            return named.clone();
-        }
-        let unreadable = stats.unreadable_frames;
-        let named: Arc<[u64]> = Arc::from(name(self, stats));
-        if stats.unreadable_frames == unreadable {
-            if self.named.len() >= MAX_NAMED_PER_PROCESS {
-                self.named.clear();
-            }
-            self.named.insert(key, named.clone());
-        }
-        named
+        // Taken out while `name` reads the rest of the process.
+        let mut named = std::mem::replace(&mut self.named, NamedFrames::new(0, None));
+        let frames = named.get_or_name(key, stats, |stats| name(self, stats));
+        self.named = named;
+        frames
     }
 }
 
@@ -1290,8 +1276,7 @@ mod tests {
             layout: Layout::of(&jdk17_structs(), (17, 0, 15, 6)).unwrap(),
             code: CodeCache::default(),
             methods: FxHashMap::default(),
-            named: FxHashMap::default(),
-            named_since: Instant::now(),
+            named: NamedFrames::new(MAX_NAMED_PER_PROCESS, Some(RENAME_INTERVAL)),
         }
     }
 

@@ -80,6 +80,61 @@ impl FrameTable {
     }
 }
 
+/// The frames a JIT runtime's sampled frames were named as, per process, by what identifies a
+/// sampled frame (`K`): a hot frame is sampled at one place again and again, and naming it
+/// reads the process's code and tables. Bounded (emptied once it holds `max`), and emptied every
+/// `rename_every` where the runtime frees code and reuses its memory for other functions.
+#[derive(Debug)]
+pub(crate) struct NamedFrames<K> {
+    named: FxHashMap<K, Arc<[u64]>>,
+    max: usize,
+    rename_every: Option<Duration>,
+    since: Instant,
+}
+
+impl<K: std::hash::Hash + Eq> NamedFrames<K> {
+    /// Empty, holding at most `max` sampled frames' names, each trusted for `rename_every`
+    /// (`None`: until the process exits or the table fills).
+    pub fn new(max: usize, rename_every: Option<Duration>) -> Self {
+        NamedFrames {
+            named: FxHashMap::default(),
+            max,
+            rename_every,
+            since: Instant::now(),
+        }
+    }
+
+    /// The frames named for `key`, named by `name` the first time. What could not be read
+    /// (`name` counted unreadable frames) is not kept: it is read (and counted) again next time.
+    pub fn get_or_name(
+        &mut self,
+        key: K,
+        stats: &mut InterpreterStats,
+        name: impl FnOnce(&mut InterpreterStats) -> Vec<u64>,
+    ) -> Arc<[u64]> {
+        if self
+            .rename_every
+            .is_some_and(|every| self.since.elapsed() >= every)
+        {
+            self.named.clear();
+            self.since = Instant::now();
+        }
+        if let Some(named) = self.named.get(&key) {
+            stats.frames += named.len() as u64;
+            return named.clone();
+        }
+        let unreadable = stats.unreadable_frames;
+        let named: Arc<[u64]> = Arc::from(name(stats));
+        if stats.unreadable_frames == unreadable {
+            if self.named.len() >= self.max {
+                self.named.clear();
+            }
+            self.named.insert(key, named.clone());
+        }
+        named
+    }
+}
+
 /// Counters of one runtime's frames, for metrics.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct InterpreterStats {
@@ -409,6 +464,52 @@ mod tests {
         assert_eq!(retry_after(5), Duration::from_secs(32));
         assert_eq!(retry_after(9), RETRY_INTERVAL_MAX);
         assert_eq!(retry_after(u32::MAX), RETRY_INTERVAL_MAX);
+    }
+
+    #[test]
+    fn named_frames_are_kept_unless_unreadable_bounded_and_renamed() {
+        let mut stats = InterpreterStats::default();
+        let mut named = NamedFrames::new(2, None);
+        let mut reads = 0;
+        let name = |frames: Vec<u64>, unreadable: bool| {
+            move |stats: &mut InterpreterStats| {
+                stats.frames += frames.len() as u64;
+                stats.unreadable_frames += u64::from(unreadable);
+                frames
+            }
+        };
+        // Named once, then answered from the table (and counted each time).
+        assert_eq!(
+            &*named.get_or_name(1, &mut stats, name(vec![10, 11], false)),
+            [10, 11]
+        );
+        assert_eq!(
+            &*named.get_or_name(1, &mut stats, |_| {
+                reads += 1;
+                vec![]
+            }),
+            [10, 11]
+        );
+        assert_eq!((reads, stats.frames), (0, 4));
+        // What could not be read is read again.
+        named.get_or_name(2, &mut stats, name(vec![20], true));
+        assert_eq!(
+            &*named.get_or_name(2, &mut stats, name(vec![21], false)),
+            [21]
+        );
+        // Full at two: the third empties the table first.
+        named.get_or_name(3, &mut stats, name(vec![30], false));
+        assert_eq!(
+            &*named.get_or_name(1, &mut stats, name(vec![12], false)),
+            [12]
+        );
+        // Trusted only as long as asked.
+        let mut renamed = NamedFrames::new(8, Some(Duration::ZERO));
+        renamed.get_or_name(1, &mut stats, name(vec![10], false));
+        assert_eq!(
+            &*renamed.get_or_name(1, &mut stats, name(vec![13], false)),
+            [13]
+        );
     }
 
     #[test]

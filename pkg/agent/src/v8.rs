@@ -16,7 +16,9 @@ use parca_symbolize::V8Runtime;
 use rustc_hash::FxHashMap;
 
 use crate::bpf::{PY_NO_CFRAME, PyConfig, PyFrameSample, VM_V8};
-use crate::interp::{FrameTable, InterpreterStats, Memory, Runtime, Stacks, frame_address};
+use crate::interp::{
+    FrameTable, InterpreterStats, Memory, NamedFrames, Runtime, Stacks, frame_address,
+};
 use crate::process::ProcessInfo;
 
 /// The name of a frame whose function could not be read.
@@ -449,7 +451,7 @@ pub(crate) struct Process {
     /// `SharedFunctionInfo` as read for this sample (a function whose address another took
     /// since has another): a hot frame is sampled at the same pc again and again, and naming
     /// it reads the code and its tables.
-    named: FxHashMap<SampledFrame, Arc<[u64]>>,
+    named: NamedFrames<SampledFrame>,
 }
 
 /// What identifies a sampled JavaScript frame's frames: function, its `SharedFunctionInfo`,
@@ -615,20 +617,13 @@ impl Process {
             return Vec::new();
         };
         let key = (f.code, shared, f.fingerprint, f.marker, pc, leaf);
-        if let Some(named) = self.named.get(&key) {
-            stats.frames += named.len() as u64;
-            return named.to_vec();
-        }
-        let unreadable = stats.unreadable_frames;
-        let named = self.name_frames(frames, f, shared, pc, leaf, stats);
-        // What could not be read is read again (and counted again) next time.
-        if stats.unreadable_frames == unreadable {
-            if self.named.len() >= MAX_NAMED_PER_PROCESS {
-                self.named.clear();
-            }
-            self.named.insert(key, Arc::from(named.as_slice()));
-        }
-        named
+        // Taken out while the rest of the process is read.
+        let mut named = std::mem::replace(&mut self.named, NamedFrames::new(0, None));
+        let out = named.get_or_name(key, stats, |stats| {
+            self.name_frames(frames, f, shared, pc, leaf, stats)
+        });
+        self.named = named;
+        out.to_vec()
     }
 
     /// [`Process::frames_of`], read.
@@ -789,7 +784,7 @@ impl Runtime for V8 {
             functions: FxHashMap::default(),
             scripts: FxHashMap::default(),
             line_starts: 0,
-            named: FxHashMap::default(),
+            named: NamedFrames::new(MAX_NAMED_PER_PROCESS, None),
         };
         Some((process, config))
     }
@@ -1017,7 +1012,7 @@ mod tests {
             functions: FxHashMap::default(),
             scripts: FxHashMap::default(),
             line_starts: 0,
-            named: FxHashMap::default(),
+            named: NamedFrames::new(MAX_NAMED_PER_PROCESS, None),
         };
         let mut frames = FrameTable::default();
         let mut stats = InterpreterStats::default();
