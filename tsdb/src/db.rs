@@ -1167,6 +1167,12 @@ mod tests {
     }
 
     #[test]
+    fn a_store_written_in_format_2_opens_reads_whole_and_compacts_into_the_new_format() {
+        // Written by the build before format 3 (`tests/testdata/tsdb/README.md`).
+        opens_reads_whole_and_compacts_into_the_new_format("store-v2");
+    }
+
+    #[test]
     fn a_store_written_in_format_3_opens_reads_whole_and_compacts_into_the_new_format() {
         // Written by the build before format 4 (`tests/testdata/tsdb/README.md`).
         opens_reads_whole_and_compacts_into_the_new_format("store-v3");
