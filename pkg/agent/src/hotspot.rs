@@ -1008,15 +1008,23 @@ impl Runtime for HotSpot {
             let named = if process.code.in_interpreter(at) {
                 interpreted.get(&i).map(|f| {
                     let key = (f.code, f.fingerprint, false);
-                    process.cached(key, stats, |p, stats| {
-                        p.interpreted(frames, f.code, f.fingerprint, stats)
-                    })
+                    NamedFrames::in_owner(
+                        process,
+                        |p| &mut p.named,
+                        key,
+                        stats,
+                        |p, stats| p.interpreted(frames, f.code, f.fingerprint, stats),
+                    )
                 })
             } else if let Some(&heap) = process.code.heap_of(at) {
                 let key = (pc, 0, leaf);
-                Some(process.cached(key, stats, |p, stats| {
-                    p.compiled(frames, heap, pc, leaf, stats)
-                }))
+                Some(NamedFrames::in_owner(
+                    process,
+                    |p| &mut p.named,
+                    key,
+                    stats,
+                    |p, stats| p.compiled(frames, heap, pc, leaf, stats),
+                ))
             } else {
                 None
             };
@@ -1030,22 +1038,6 @@ impl Runtime for HotSpot {
             }
         }
         (out, unplaced)
-    }
-}
-
-impl Process {
-    /// The frames named for `key`, named by `name` the first time ([`NamedFrames`]).
-    fn cached(
-        &mut self,
-        key: (u64, u64, bool),
-        stats: &mut InterpreterStats,
-        name: impl FnOnce(&mut Process, &mut InterpreterStats) -> Vec<u64>,
-    ) -> Arc<[u64]> {
-        // Taken out while `name` reads the rest of the process.
-        let mut named = std::mem::replace(&mut self.named, NamedFrames::new(0, None));
-        let frames = named.get_or_name(key, stats, |stats| name(self, stats));
-        self.named = named;
-        frames
     }
 }
 

@@ -104,34 +104,39 @@ impl<K: std::hash::Hash + Eq> NamedFrames<K> {
         }
     }
 
-    /// The frames named for `key`, named by `name` the first time. What could not be read
-    /// (`name` counted unreadable frames) is not kept: it is read (and counted) again next time.
-    pub fn get_or_name(
-        &mut self,
+    /// The frames named for `key` in the table `table` finds in `owner`, named by `name` the
+    /// first time, which reads the rest of the owner (a process's memory and layout). What
+    /// could not be read (`name` counted unreadable frames) is not kept: it is read (and
+    /// counted) again next time.
+    pub fn in_owner<P>(
+        owner: &mut P,
+        table: impl Fn(&mut P) -> &mut Self,
         key: K,
         stats: &mut InterpreterStats,
-        name: impl FnOnce(&mut InterpreterStats) -> Vec<u64>,
+        name: impl FnOnce(&mut P, &mut InterpreterStats) -> Vec<u64>,
     ) -> Arc<[u64]> {
-        if self
+        let named = table(owner);
+        if named
             .rename_every
-            .is_some_and(|every| self.since.elapsed() >= every)
+            .is_some_and(|every| named.since.elapsed() >= every)
         {
-            self.named.clear();
-            self.since = Instant::now();
+            named.named.clear();
+            named.since = Instant::now();
         }
-        if let Some(named) = self.named.get(&key) {
-            stats.frames += named.len() as u64;
-            return named.clone();
+        if let Some(frames) = named.named.get(&key) {
+            stats.frames += frames.len() as u64;
+            return frames.clone();
         }
         let unreadable = stats.unreadable_frames;
-        let named: Arc<[u64]> = Arc::from(name(stats));
+        let frames: Arc<[u64]> = Arc::from(name(owner, stats));
         if stats.unreadable_frames == unreadable {
-            if self.named.len() >= self.max {
-                self.named.clear();
+            let named = table(owner);
+            if named.named.len() >= named.max {
+                named.named.clear();
             }
-            self.named.insert(key, named.clone());
+            named.named.insert(key, frames.clone());
         }
-        named
+        frames
     }
 }
 
@@ -466,6 +471,16 @@ mod tests {
         assert_eq!(retry_after(u32::MAX), RETRY_INTERVAL_MAX);
     }
 
+    /// The table's frames for `key`, the table its own owner.
+    fn get(
+        named: &mut NamedFrames<u32>,
+        key: u32,
+        stats: &mut InterpreterStats,
+        name: impl FnOnce(&mut InterpreterStats) -> Vec<u64>,
+    ) -> Arc<[u64]> {
+        NamedFrames::in_owner(named, |table| table, key, stats, |_, stats| name(stats))
+    }
+
     #[test]
     fn named_frames_are_kept_unless_unreadable_bounded_and_renamed() {
         let mut stats = InterpreterStats::default();
@@ -480,11 +495,11 @@ mod tests {
         };
         // Named once, then answered from the table (and counted each time).
         assert_eq!(
-            &*named.get_or_name(1, &mut stats, name(vec![10, 11], false)),
+            &*get(&mut named, 1, &mut stats, name(vec![10, 11], false)),
             [10, 11]
         );
         assert_eq!(
-            &*named.get_or_name(1, &mut stats, |_| {
+            &*get(&mut named, 1, &mut stats, |_| {
                 reads += 1;
                 vec![]
             }),
@@ -492,22 +507,22 @@ mod tests {
         );
         assert_eq!((reads, stats.frames), (0, 4));
         // What could not be read is read again.
-        named.get_or_name(2, &mut stats, name(vec![20], true));
+        get(&mut named, 2, &mut stats, name(vec![20], true));
         assert_eq!(
-            &*named.get_or_name(2, &mut stats, name(vec![21], false)),
+            &*get(&mut named, 2, &mut stats, name(vec![21], false)),
             [21]
         );
         // Full at two: the third empties the table first.
-        named.get_or_name(3, &mut stats, name(vec![30], false));
+        get(&mut named, 3, &mut stats, name(vec![30], false));
         assert_eq!(
-            &*named.get_or_name(1, &mut stats, name(vec![12], false)),
+            &*get(&mut named, 1, &mut stats, name(vec![12], false)),
             [12]
         );
         // Trusted only as long as asked.
         let mut renamed = NamedFrames::new(8, Some(Duration::ZERO));
-        renamed.get_or_name(1, &mut stats, name(vec![10], false));
+        get(&mut renamed, 1, &mut stats, name(vec![10], false));
         assert_eq!(
-            &*renamed.get_or_name(1, &mut stats, name(vec![13], false)),
+            &*get(&mut renamed, 1, &mut stats, name(vec![13], false)),
             [13]
         );
     }

@@ -617,13 +617,14 @@ impl Process {
             return Vec::new();
         };
         let key = (f.code, shared, f.fingerprint, f.marker, pc, leaf);
-        // Taken out while the rest of the process is read.
-        let mut named = std::mem::replace(&mut self.named, NamedFrames::new(0, None));
-        let out = named.get_or_name(key, stats, |stats| {
-            self.name_frames(frames, f, shared, pc, leaf, stats)
-        });
-        self.named = named;
-        out.to_vec()
+        NamedFrames::in_owner(
+            self,
+            |p| &mut p.named,
+            key,
+            stats,
+            |p, stats| p.name_frames(frames, f, shared, pc, leaf, stats),
+        )
+        .to_vec()
     }
 
     /// [`Process::frames_of`], read.
