@@ -56,8 +56,7 @@ const MIN_PROFILES_PER_WINDOW: usize = 4;
 /// block is short, while its summaries would cost bytes out of proportion: on five minutes of
 /// real 5-second scrapes (58 profiles a series, `tests/testdata/fleet`) they were 12% of the
 /// block (0.12 of 1.12 bytes a sample) and saved 15 ms over all 85 series read whole (0.17 ms
-/// a series, most of it decompressing the zstd frames the series share; `cargo bench -p
-/// parca-ingest --bench bytes_per_sample`). 120 is ten minutes of 5-second scrapes; the
+/// a series; `cargo bench -p parca-ingest --bench bytes_per_sample`). 120 is ten minutes of 5-second scrapes; the
 /// long-lived series that long reads are made of hold thousands.
 const MIN_PROFILES_SUMMARIZED: usize = 120;
 
