@@ -1,6 +1,21 @@
 //! `parca-agent`: the eBPF CPU profiler of the node. Flags (Parca agent's names) and wiring only;
 //! everything else is `parca_agent_runtime`.
 
+/// jemalloc: the sampling thread and the profile builder allocate and free small vectors all
+/// the time, and glibc's malloc spent ~15% of the agent's CPU on them (measured on #28's busy
+/// node; about 5% with jemalloc).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc reads its options from this symbol at start. Its defaults (an arena per 4 CPUs'
+/// worth of threads, freed pages kept 10 s) raised the agent's peak RSS from 83 to 114 MB on
+/// the busy node; two arenas and freed pages given back after a second held it at 89 MB.
+#[allow(non_upper_case_globals)]
+// SAFETY: jemalloc looks this symbol up by name and reads it as a NUL-terminated string; nothing
+// else defines it.
+#[unsafe(export_name = "malloc_conf")]
+pub static malloc_conf: &[u8] = b"narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
+
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;

@@ -14,6 +14,8 @@
 # WARMUP=150 lengthens the warm-up profile (seconds; under LOAD=mix the agent compiles ~100
 # unwind tables on a loaded machine for up to two minutes, which the default 10 s leaves in the
 # measurement).
+# PROFILE_AGENT=FILE records the agent itself during the measured seconds (perf at 4,999 Hz with
+# DWARF call graphs, into FILE.HZ) to see where its time goes; perf's own cost is not the agent's.
 # AGENT_HZ="19" limits the frequencies tried. AGENT_BIN runs that agent binary instead of
 # building this tree's (to compare builds), with AGENT_ARGS added to its flags; PERF=0 skips perf.
 # LOAD=go runs the Go program tests/targets/agent/hot.go instead (it keeps frame pointers: its stacks take the fast path,
@@ -97,6 +99,10 @@ for hz in ${AGENT_HZ:-19 99}; do
   curl -sf -o /dev/null "127.0.0.1:$port/debug/pprof/profile?seconds=${WARMUP:-10}"   # warm-up
   t0=$(cpu_ticks "$apid"); b0=$(bpf_ns); w0=$(date +%s.%N)
   end=$(( $(date +%s) + seconds ))
+  if [ -n "${PROFILE_AGENT:-}" ]; then
+    perf record -F 4999 --call-graph dwarf,16384 -q -o "$PROFILE_AGENT.$hz" -p "$apid" -- sleep "$seconds" 2>/dev/null &
+    pids+=($!)
+  fi
   while [ "$(date +%s)" -lt "$end" ]; do
     curl -sf -o "$tmp/profile.pb.gz" "127.0.0.1:$port/debug/pprof/profile?seconds=10"
   done

@@ -47,6 +47,8 @@ const TABLE_CHUNK: u64 = 64;
 const MAX_NAME_BYTES: usize = 1024;
 /// Hops back through a segment map at most (as the BPF program's `HOTSPOT_SEGMAP_HOPS`, with room).
 const MAX_SEGMAP_HOPS: usize = 256;
+/// Most code blobs kept read per process (each holds its `PcDesc`s and scopes: a few KiB).
+const MAX_BLOBS: usize = 1024;
 /// `PcDesc`s of an nmethod read at most, and bytes of its scopes.
 const MAX_PC_DESCS: usize = 1 << 16;
 const MAX_SCOPE_BYTES: usize = 1 << 20;
@@ -518,18 +520,31 @@ pub(crate) struct Process {
     /// and its memory reused for other methods, so what a pc was named is read again every
     /// [`RENAME_INTERVAL`].
     named: NamedFrames<(u64, u64, bool)>,
+    /// The code blobs read, by start, while `named`'s names stand (its generation
+    /// `blobs_generation`): a hot method's samples land on many pcs of one blob.
+    blobs: FxHashMap<u64, Arc<Blob>>,
+    blobs_generation: u64,
 }
 
 impl Process {
     /// The block start of `pc`'s code blob in `heap` (HotSpot's `CodeHeap::find_start`).
     fn blob_at(&self, heap: &CodeHeap, pc: u64) -> Option<u64> {
+        // The map is read a window at a time, ending at the segment looked up: a hop is at
+        // most 254 segments, so a blob of up to 256 segments is found with one read.
+        const WINDOW: u64 = 256;
         let shift = self.code.segment_shift;
         let mut segment = (pc - heap.low) >> shift;
+        let mut window = [0u8; WINDOW as usize];
+        // The segments `window` holds: `first..=last` (none yet).
+        let (mut first, mut last) = (1, 0);
         for _ in 0..MAX_SEGMAP_HOPS {
-            let tag = *self
-                .memory
-                .bytes(heap.segmap.wrapping_add(segment), 1)?
-                .first()?;
+            if !(first..=last).contains(&segment) {
+                (first, last) = (segment.saturating_sub(WINDOW - 1), segment);
+                let len = (last - first + 1) as usize;
+                self.memory
+                    .read_into(heap.segmap.wrapping_add(first), &mut window[..len])?;
+            }
+            let tag = window[(segment - first) as usize];
             match tag {
                 0xff => return None,
                 0 => return Some(heap.low + (segment << shift) + self.layout.heap_block),
@@ -544,8 +559,21 @@ impl Process {
     }
 
     fn u16_at(&self, addr: u64) -> Option<u16> {
-        let b = self.memory.bytes(addr, 2)?;
-        Some(u16::from_ne_bytes([b[0], b[1]]))
+        self.memory.u16(addr)
+    }
+
+    /// The code blob at `start`, read once while the names read from it stand.
+    fn cached_blob(&mut self, start: u64) -> Option<Arc<Blob>> {
+        if self.blobs_generation != self.named.generation() || self.blobs.len() >= MAX_BLOBS {
+            self.blobs.clear();
+            self.blobs_generation = self.named.generation();
+        }
+        if let Some(blob) = self.blobs.get(&start) {
+            return Some(blob.clone());
+        }
+        let blob = Arc::new(self.blob(start)?);
+        self.blobs.insert(start, blob.clone());
+        Some(blob)
     }
 
     /// The code blob at `blob`.
@@ -783,7 +811,7 @@ impl Process {
         let Some(start) = self.blob_at(&heap, at) else {
             return Vec::new();
         };
-        let Some(blob) = self.blob(start) else {
+        let Some(blob) = self.cached_blob(start) else {
             stats.unreadable_frames += 1;
             return vec![frame_address(frames.intern(UNREADABLE_METHOD, "", 0))];
         };
@@ -966,6 +994,8 @@ impl Runtime for HotSpot {
             code,
             methods: FxHashMap::default(),
             named: NamedFrames::new(MAX_NAMED_PER_PROCESS, Some(RENAME_INTERVAL)),
+            blobs: FxHashMap::default(),
+            blobs_generation: 0,
         };
         Some((process, config))
     }
@@ -1269,6 +1299,8 @@ mod tests {
             code: CodeCache::default(),
             methods: FxHashMap::default(),
             named: NamedFrames::new(MAX_NAMED_PER_PROCESS, Some(RENAME_INTERVAL)),
+            blobs: FxHashMap::default(),
+            blobs_generation: 0,
         }
     }
 

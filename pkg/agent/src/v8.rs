@@ -253,10 +253,10 @@ impl Heap {
     /// The instance type of the object tagged `object`.
     fn instance_type(&self, object: u64) -> Option<u16> {
         let map = self.field(object, self.layout.map)?;
-        let bytes = self
+        let instance_type = self
             .memory
-            .bytes((map & !1).checked_add(self.layout.instance_type)?, 2)?;
-        (map & 1 == 1).then(|| u16::from_ne_bytes([bytes[0], bytes[1]]))
+            .u16((map & !1).checked_add(self.layout.instance_type)?)?;
+        (map & 1 == 1).then_some(instance_type)
     }
 
     /// The text of the string tagged `object` (at most `max` characters), or `None` when it
@@ -459,13 +459,6 @@ pub(crate) struct Process {
 type SampledFrame = (u64, u64, u64, u32, u64, bool);
 
 impl Process {
-    /// The `SharedFunctionInfo` of the function tagged `function`, checked by its type.
-    fn shared(&self, function: u64) -> Option<u64> {
-        let heap = &self.heap;
-        let shared = heap.field(function, heap.layout.function_shared)?;
-        (heap.instance_type(shared)? == heap.layout.shared_type).then_some(shared)
-    }
-
     /// The function whose `SharedFunctionInfo` is `shared`, remembered.
     fn function(&mut self, shared: u64) -> Option<Arc<Function>> {
         if let Some(known) = self.functions.get(&shared) {
@@ -602,29 +595,45 @@ impl Process {
         frame_address(frames.intern(&function.name, &function.file, line))
     }
 
-    /// The frames (innermost first) of sampled JavaScript frame `f`, whose native address is
-    /// `pc` (`leaf`: the sampled instruction, else a return address); empty when its function
+    /// The `SharedFunctionInfo` field of each sampled frame's function, read together.
+    fn shared_of(&self, sampled: &[PyFrameSample]) -> Vec<Option<u64>> {
+        let offset = self.heap.layout.function_shared;
+        let addrs: Vec<Option<u64>> = sampled.iter().map(|f| Heap::at(f.code, offset)).collect();
+        self.heap.memory.u64s(&addrs)
+    }
+
+    /// The frames (innermost first) of sampled JavaScript frame `f`, whose function's
+    /// `SharedFunctionInfo` field holds `shared` (`shared_of`) and whose native address is
+    /// `pc` (`leaf`: the sampled instruction, else a return address); `None` when its function
     /// slot holds no JavaScript function.
     fn frames_of(
         &mut self,
         frames: &mut FrameTable,
         f: &PyFrameSample,
+        shared: Option<u64>,
         pc: u64,
         leaf: bool,
         stats: &mut InterpreterStats,
-    ) -> Vec<u64> {
-        let Some(shared) = self.shared(f.code) else {
-            return Vec::new();
-        };
+    ) -> Option<Arc<[u64]>> {
+        // A frame named before (a hot frame, nearly every sample) costs no read but its
+        // function's `SharedFunctionInfo` (read for every frame of the sample at once: see
+        // `shared_of`), whose type is checked before a frame is named by it.
+        let heap = &self.heap;
+        let shared = shared?;
         let key = (f.code, shared, f.fingerprint, f.marker, pc, leaf);
-        NamedFrames::in_owner(
+        if let Some(known) = self.named.known(&key, stats) {
+            return Some(known);
+        }
+        if heap.instance_type(shared)? != heap.layout.shared_type {
+            return None;
+        }
+        Some(NamedFrames::in_owner(
             self,
             |p| &mut p.named,
             key,
             stats,
             |p, stats| p.name_frames(frames, f, shared, pc, leaf, stats),
-        )
-        .to_vec()
+        ))
     }
 
     /// [`Process::frames_of`], read.
@@ -796,10 +805,13 @@ impl Runtime for V8 {
         sampled: &[PyFrameSample],
         stats: &mut InterpreterStats,
     ) -> Vec<Vec<u64>> {
+        let shared = process.shared_of(sampled);
         sampled
             .iter()
-            .map(|f| process.frames_of(frames, f, 0, false, stats))
+            .zip(shared)
+            .filter_map(|(f, shared)| process.frames_of(frames, f, shared, 0, false, stats))
             .filter(|call| !call.is_empty())
+            .map(|call| call.to_vec())
             .collect()
     }
 
@@ -813,9 +825,9 @@ impl Runtime for V8 {
         sampled: &[PyFrameSample],
         stats: &mut InterpreterStats,
     ) -> (Vec<u64>, usize) {
-        let mut at: FxHashMap<usize, Vec<u64>> = FxHashMap::default();
+        let mut at: FxHashMap<usize, Arc<[u64]>> = FxHashMap::default();
         let mut unplaced = 0;
-        for f in sampled {
+        for (f, shared) in sampled.iter().zip(process.shared_of(sampled)) {
             let Some((i, &pc)) = usize::try_from(f.index)
                 .ok()
                 .and_then(|i| Some((i, native.get(i)?)))
@@ -823,15 +835,18 @@ impl Runtime for V8 {
                 unplaced += 1;
                 continue;
             };
-            let named = process.frames_of(frames, f, pc, i == 0, stats);
-            if !named.is_empty() {
+            if let Some(named) = process
+                .frames_of(frames, f, shared, pc, i == 0, stats)
+                .filter(|named| !named.is_empty())
+            {
                 at.insert(i, named);
             }
         }
-        let mut out = Vec::with_capacity(native.len() + at.values().map(Vec::len).sum::<usize>());
+        let mut out =
+            Vec::with_capacity(native.len() + at.values().map(|named| named.len()).sum::<usize>());
         for (i, addr) in native.into_iter().enumerate() {
             match at.remove(&i) {
-                Some(named) => out.extend(named),
+                Some(named) => out.extend(named.iter()),
                 None => out.push(addr),
             }
         }
@@ -1017,29 +1032,30 @@ mod tests {
         };
         let mut frames = FrameTable::default();
         let mut stats = InterpreterStats::default();
-        let sample = |code: u64| PyFrameSample {
-            code,
-            fingerprint: 0,
-            index: 0,
-            marker: 0,
+        // The frames of a leaf frame of `function` at `pc`, read as a sample's are.
+        let name = |process: &mut Process,
+                    frames: &mut FrameTable,
+                    function: u64,
+                    pc: u64,
+                    stats: &mut InterpreterStats| {
+            let f = PyFrameSample {
+                code: function,
+                fingerprint: 0,
+                index: 0,
+                marker: 0,
+            };
+            let shared = process.shared_of(&[f])[0];
+            process.frames_of(frames, &f, shared, pc, true, stats)
         };
-        let named = process.frames_of(&mut frames, &sample(function), 0x1000, true, &mut stats);
+        let named = name(&mut process, &mut frames, function, 0x1000, &mut stats).unwrap();
         assert_eq!(named.len(), 1);
         let frame = frames.get(frame_id(named[0]).unwrap()).unwrap();
         assert_eq!(frame.function, "forged_function");
         assert_eq!(frame.file.as_deref(), Some("/srv/forged.js"));
         assert_eq!(process.line(script, 8), 2);
         // A pointer to nothing, and an untagged one: no function, the native frame stays.
-        assert!(
-            process
-                .frames_of(&mut frames, &sample(0x11), 0, true, &mut stats)
-                .is_empty()
-        );
-        assert!(
-            process
-                .frames_of(&mut frames, &sample(0), 0, true, &mut stats)
-                .is_empty()
-        );
+        assert!(name(&mut process, &mut frames, 0x11, 0, &mut stats).is_none());
+        assert!(name(&mut process, &mut frames, 0, 0, &mut stats).is_none());
         // A cons string whose parts are itself: bounded.
         let cons_map = forge.map(l.cons | l.one_byte);
         let cons = forge.object(vec![cons_map, 1 << 40, 0, 0]);
@@ -1055,7 +1071,7 @@ mod tests {
         let shared_long = forge.object(vec![shared_map, 0, long, 0, 0, 0, 0, 0]);
         let function_long = forge.object(vec![function_map, 0, 0, shared_long, 0, 0, 0, 0]);
         let before = stats.unreadable_frames;
-        let named = process.frames_of(&mut frames, &sample(function_long), 0, true, &mut stats);
+        let named = name(&mut process, &mut frames, function_long, 0, &mut stats).unwrap();
         assert_eq!(
             frames.get(frame_id(named[0]).unwrap()).unwrap().function,
             UNREADABLE_FUNCTION
