@@ -130,10 +130,11 @@ pub struct BpfStats {
 }
 
 /// `struct stack_sample`'s header: pid, tid, kernel_len, user_len, walk_end, py_len, py_end,
-/// flags (u32 each), value (u64), kind and a pad (u32 each), then 127 kernel frames; the user
-/// frames and Python frames follow.
-const SAMPLE_KERNEL_AT: usize = 48;
-const SAMPLE_DATA_AT: usize = SAMPLE_KERNEL_AT + 127 * 8;
+/// flags (u32 each), value (u64), kind and a pad (u32 each); the user frames, the Python
+/// frames and the kernel frames follow.
+const SAMPLE_DATA_AT: usize = 48;
+/// Most kernel frames in a sample (`MAX_STACK_DEPTH`).
+const MAX_KERNEL_FRAMES: usize = 127;
 
 /// Deepest user stack the program walks, in frames (`MAX_USER_FRAMES`).
 pub const MAX_USER_FRAMES: usize = 1024;
@@ -407,7 +408,7 @@ fn parse_sample(bytes: &[u8]) -> Option<WalkedSample> {
             .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
             .collect()
     };
-    let kernel_len = (u32_at(8)? as usize).min(127 * 8);
+    let kernel_len = (u32_at(8)? as usize).min(MAX_KERNEL_FRAMES * 8);
     let user_len = (u32_at(12)? as usize).min(MAX_USER_FRAMES * 8);
     let py_len = u32_at(20)? as usize;
     let flags = u32_at(28)?;
@@ -419,7 +420,6 @@ fn parse_sample(bytes: &[u8]) -> Option<WalkedSample> {
         2 => Some(OffCpuReason::Preempted),
         _ => return None,
     };
-    let kernel = u64s(bytes.get(SAMPLE_KERNEL_AT..SAMPLE_KERNEL_AT + kernel_len)?);
     let user = u64s(bytes.get(SAMPLE_DATA_AT..SAMPLE_DATA_AT + user_len)?);
     // `enum walk_end`.
     let end = match u32_at(16)? {
@@ -441,6 +441,9 @@ fn parse_sample(bytes: &[u8]) -> Option<WalkedSample> {
             marker: u32::from_ne_bytes(f[20..24].try_into().expect("4 bytes")),
         })
         .collect();
+    // The kernel frames follow the user and Python ones.
+    let kernel_at = at + py_len;
+    let kernel = u64s(bytes.get(kernel_at..kernel_at.checked_add(kernel_len)?)?);
     Some(WalkedSample {
         pid: u32_at(0)?,
         tid: u32_at(4)?,
@@ -847,9 +850,11 @@ pub(crate) const SAMPLE_POLL_INTERVAL: std::time::Duration = std::time::Duration
 /// instead (`parca_agent_samples_lost_total`).
 fn stack_samples_bytes(n_cpus: usize, frequency_hz: u64) -> u32 {
     let poll_ms = SAMPLE_POLL_INTERVAL.as_millis() as u64;
-    let per_poll =
-        n_cpus as u64 * frequency_hz * (SAMPLE_DATA_AT + MAX_USER_FRAMES * 8) as u64 * poll_ms
-            / 1000;
+    let per_poll = n_cpus as u64
+        * frequency_hz
+        * (SAMPLE_DATA_AT + MAX_USER_FRAMES * 8 + MAX_KERNEL_FRAMES * 8) as u64
+        * poll_ms
+        / 1000;
     (4 * per_poll).clamp(2 << 20, 64 << 20).next_power_of_two() as u32
 }
 
@@ -965,13 +970,14 @@ mod tests {
         bytes[20..24].copy_from_slice(&((python.len() * PY_FRAME_BYTES) as u32).to_ne_bytes());
         bytes[28..32].copy_from_slice(&flags.to_ne_bytes());
         bytes[32..40].copy_from_slice(&1u64.to_ne_bytes());
-        bytes[48..56].copy_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
         for f in user {
             bytes.extend_from_slice(&f.to_ne_bytes());
         }
         for p in python {
             bytes.extend_from_slice(p);
         }
+        bytes.extend_from_slice(&0xffff_ffff_8100_0000u64.to_ne_bytes());
+        bytes.extend_from_slice(&0u64.to_ne_bytes());
         bytes
     }
 
