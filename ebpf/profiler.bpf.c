@@ -384,8 +384,8 @@ struct v8_fps {
 // A sample with its user stack walked: mirrored by `parse_sample` in pkg/agent/src/bpf.rs. Only
 // the header and `user_len + py_len + kernel_len` bytes of `data` are sent: the kernel frames,
 // taken first into `kernel`, are copied after the others, so that a sample taken in user mode
-// (most of a busy program's) sends no room for them (the fixed 1 KiB of kernel frames the
-// header once held was a fifth of the program's time on a C program's samples).
+// (most of a busy program's) sends no room for them (the 1 KiB of kernel frames the header once
+// held took sending a C program's sample from about 0.9 to 1.6 µs, of 7.9).
 struct stack_sample {
 	__u32 pid;
 	__u32 tid;

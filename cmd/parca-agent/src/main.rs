@@ -7,8 +7,8 @@
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// jemalloc reads its options from this symbol at start. Its defaults (an arena per 4 CPUs'
-/// worth of threads, freed pages kept 10 s) raised the agent's peak RSS from 83 to 114 MB on
+/// jemalloc reads its options from this symbol at start. Its defaults (four arenas per CPU,
+/// freed pages kept 10 s) raised the agent's peak RSS from 83 to 114 MB on
 /// the busy node; two arenas and freed pages given back after a second held it at 89 MB.
 #[allow(non_upper_case_globals)]
 // SAFETY: jemalloc looks this symbol up by name and reads it as a NUL-terminated string; nothing
