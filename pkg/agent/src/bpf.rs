@@ -289,7 +289,7 @@ pub(crate) struct PyConfig {
     pub slot_mask: u32,
     pub slot_tag: u32,
     pub anon_frames: u32,
-    pub pad: u32,
+    pub function_aux: u32,
     pub heap_low: [u64; HOTSPOT_HEAPS],
     pub heap_high: [u64; HOTSPOT_HEAPS],
     pub heap_segmap: [u64; HOTSPOT_HEAPS],
@@ -316,10 +316,13 @@ pub(crate) struct PyFrameSample {
     pub index: i32,
     /// The frame's entry marker byte (`is_entry` in 3.11, `owner` in 3.12+).
     pub marker: u32,
+    /// V8: the word at `PyConfig::function_aux` from the function (its `SharedFunctionInfo`),
+    /// read in the program; 0 when not read or unreadable.
+    pub aux: u64,
 }
 
 /// `sizeof(struct py_frame)`.
-const PY_FRAME_BYTES: usize = 24;
+const PY_FRAME_BYTES: usize = 32;
 
 /// `stack_sample.flags`: the sampled address is in no mapping the program was told.
 const SAMPLE_UNKNOWN_ADDRESS: u32 = 1;
@@ -439,6 +442,7 @@ fn parse_sample(bytes: &[u8]) -> Option<WalkedSample> {
             fingerprint: u64::from_ne_bytes(f[8..16].try_into().expect("8 bytes")),
             index: i32::from_ne_bytes(f[16..20].try_into().expect("4 bytes")),
             marker: u32::from_ne_bytes(f[20..24].try_into().expect("4 bytes")),
+            aux: u64::from_ne_bytes(f[24..32].try_into().expect("8 bytes")),
         })
         .collect();
     // The kernel frames follow the user and Python ones.
@@ -1051,6 +1055,7 @@ mod tests {
         frame[8..16].copy_from_slice(&0xfeedu64.to_ne_bytes());
         frame[16..20].copy_from_slice(&(-1i32).to_ne_bytes());
         frame[20..24].copy_from_slice(&3u32.to_ne_bytes());
+        frame[24..32].copy_from_slice(&0x7f00_2001u64.to_ne_bytes());
         let s = parse_sample(&sample(&[0x5555], 1, 0, &[frame])).unwrap();
         assert_eq!(
             s.python,
@@ -1058,7 +1063,8 @@ mod tests {
                 code: 0x7f00_1000,
                 fingerprint: 0xfeed,
                 index: -1,
-                marker: 3
+                marker: 3,
+                aux: 0x7f00_2001,
             }]
         );
         assert_eq!(s.user, [0x5555]);

@@ -419,91 +419,14 @@ impl<P> Told<P> {
 #[derive(Debug)]
 pub(crate) struct Memory {
     file: File,
-    /// The process's id for `process_vm_readv`, which reads many places with one call: when
-    /// `proc_root` is this process's own `/proc` (another mount's ids may be another pid
-    /// namespace's).
-    pid: Option<libc::pid_t>,
 }
-
-/// Most places one `process_vm_readv` reads (Linux's `IOV_MAX`).
-const MAX_IOVECS: usize = 1024;
 
 impl Memory {
     /// Opens `/proc/PID/mem` (under `proc_root`).
     pub fn open(proc_root: &Path, pid: u32) -> std::io::Result<Memory> {
         Ok(Memory {
             file: File::open(proc_root.join(pid.to_string()).join("mem"))?,
-            pid: (proc_root == Path::new("/proc"))
-                .then(|| libc::pid_t::try_from(pid).ok())
-                .flatten(),
         })
-    }
-
-    /// The words at `addrs` (`None` where there is no address or it cannot be read), with
-    /// as few system calls as the addresses allow: a read of `/proc/PID/mem` costs a few
-    /// microseconds, most of them the call's, and a sample's JavaScript frames are many.
-    pub fn u64s(&self, addrs: &[Option<u64>]) -> Vec<Option<u64>> {
-        let wanted: Vec<(usize, u64)> = addrs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, a)| Some((i, (*a)?)))
-            .collect();
-        let mut out = vec![None; addrs.len()];
-        let mut next = 0;
-        while next < wanted.len() {
-            let batch = &wanted[next..wanted.len().min(next + MAX_IOVECS)];
-            let read = self.read_words(batch.iter().map(|&(_, addr)| addr));
-            for (&(i, _), word) in batch.iter().zip(&read) {
-                out[i] = Some(*word);
-            }
-            next += read.len();
-            // The call stops at the first place it cannot read: that one alone, then on.
-            if let Some(&(i, addr)) = wanted.get(next)
-                && read.len() < batch.len()
-            {
-                out[i] = self.u64(addr);
-                next += 1;
-            }
-        }
-        out
-    }
-
-    /// The words at `addrs` read with one `process_vm_readv`, up to the first that cannot be
-    /// read (none without the call: `read_words` then reads none, and each is read alone).
-    fn read_words(&self, addrs: impl ExactSizeIterator<Item = u64>) -> Vec<u64> {
-        let Some(pid) = self.pid else {
-            return Vec::new();
-        };
-        let mut words = vec![0u64; addrs.len()];
-        let local: Vec<libc::iovec> = words
-            .iter_mut()
-            .map(|word| libc::iovec {
-                iov_base: std::ptr::from_mut(word).cast(),
-                iov_len: 8,
-            })
-            .collect();
-        let remote: Vec<libc::iovec> = addrs
-            .map(|addr| libc::iovec {
-                iov_base: addr as usize as *mut libc::c_void,
-                iov_len: 8,
-            })
-            .collect();
-        // SAFETY: each local iovec points at one live, writable word of `words` (which is not
-        // touched until the call returns); the remote ones are only addresses in the other
-        // process, which the kernel checks.
-        let read = unsafe {
-            libc::process_vm_readv(
-                pid,
-                local.as_ptr(),
-                local.len() as libc::c_ulong,
-                remote.as_ptr(),
-                remote.len() as libc::c_ulong,
-                0,
-            )
-        };
-        // Whole iovecs only: the call never splits one.
-        words.truncate(usize::try_from(read).map_or(0, |bytes| bytes / 8));
-        words
     }
 
     /// `len` bytes at `addr`.
@@ -570,28 +493,6 @@ pub(crate) fn place_calls(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Many words read together, with an unreadable place among them and places with no
-    /// address: each readable one is read, with the call that reads many at once and without
-    /// it (`/proc` mounted elsewhere).
-    #[test]
-    fn words_are_read_together_around_unreadable_places() {
-        let words: Vec<u64> = (0..2000).map(|i| i * 7 + 1).collect();
-        let at = |i: usize| Some(words.as_ptr() as u64 + 8 * i as u64);
-        let mut addrs: Vec<Option<u64>> = (0..words.len()).map(at).collect();
-        addrs[3] = Some(0x10);
-        addrs[5] = None;
-        addrs[1500] = Some(u64::MAX - 3);
-        for proc_root in ["/proc", "/proc/self/.."] {
-            let memory = Memory::open(Path::new(proc_root), std::process::id()).unwrap();
-            let read = memory.u64s(&addrs);
-            assert_eq!(read.len(), addrs.len());
-            for (i, word) in read.iter().enumerate() {
-                let expected = (![3, 5, 1500].contains(&i)).then_some(words[i]);
-                assert_eq!(*word, expected, "word {i} under {proc_root}");
-            }
-        }
-    }
 
     #[test]
     fn retries_wait_longer_each_time_up_to_a_bound() {

@@ -595,11 +595,10 @@ impl Process {
         frame_address(frames.intern(&function.name, &function.file, line))
     }
 
-    /// The `SharedFunctionInfo` field of each sampled frame's function, read together.
-    fn shared_of(&self, sampled: &[PyFrameSample]) -> Vec<Option<u64>> {
-        let offset = self.heap.layout.function_shared;
-        let addrs: Vec<Option<u64>> = sampled.iter().map(|f| Heap::at(f.code, offset)).collect();
-        self.heap.memory.u64s(&addrs)
+    /// The `SharedFunctionInfo` field of a sampled frame's function, as the program read it
+    /// (`PyConfig::function_aux`): `None` when it could not.
+    fn shared_of(f: &PyFrameSample) -> Option<u64> {
+        (f.aux != 0).then_some(f.aux)
     }
 
     /// The frames (innermost first) of sampled JavaScript frame `f`, whose function's
@@ -615,9 +614,9 @@ impl Process {
         leaf: bool,
         stats: &mut InterpreterStats,
     ) -> Option<Arc<[u64]>> {
-        // A frame named before (a hot frame, nearly every sample) costs no read but its
-        // function's `SharedFunctionInfo` (read for every frame of the sample at once: see
-        // `shared_of`), whose type is checked before a frame is named by it.
+        // A frame named before (a hot frame, nearly every sample) costs no read: its
+        // function's `SharedFunctionInfo` came with the sample (`shared_of`), and its type is
+        // checked before a frame is named by it.
         let heap = &self.heap;
         let shared = shared?;
         let key = (f.code, shared, f.fingerprint, f.marker, pc, leaf);
@@ -805,11 +804,9 @@ impl Runtime for V8 {
         sampled: &[PyFrameSample],
         stats: &mut InterpreterStats,
     ) -> Vec<Vec<u64>> {
-        let shared = process.shared_of(sampled);
         sampled
             .iter()
-            .zip(shared)
-            .filter_map(|(f, shared)| process.frames_of(frames, f, shared, 0, false, stats))
+            .filter_map(|f| process.frames_of(frames, f, Process::shared_of(f), 0, false, stats))
             .filter(|call| !call.is_empty())
             .map(|call| call.to_vec())
             .collect()
@@ -827,7 +824,8 @@ impl Runtime for V8 {
     ) -> (Vec<u64>, usize) {
         let mut at: FxHashMap<usize, Arc<[u64]>> = FxHashMap::default();
         let mut unplaced = 0;
-        for (f, shared) in sampled.iter().zip(process.shared_of(sampled)) {
+        for f in sampled {
+            let shared = Process::shared_of(f);
             let Some((i, &pc)) = usize::try_from(f.index)
                 .ok()
                 .and_then(|i| Some((i, native.get(i)?)))
@@ -879,6 +877,11 @@ fn bpf_config(
         window_marker: Layout::window_offset(layout.fp_context)?,
         window_previous: Layout::window_offset(layout.fp_bytecode_array)?,
         window_instr: Layout::window_offset(layout.fp_bytecode_offset)?,
+        // The function's `SharedFunctionInfo`, read by the program for each frame: from the
+        // tagged address, the field's offset less the tag.
+        function_aux: u32::try_from(layout.function_shared.checked_sub(1)?)
+            .ok()
+            .filter(|&aux| aux != 0)?,
         ..PyConfig::default()
     })
 }
@@ -1038,14 +1041,18 @@ mod tests {
                     function: u64,
                     pc: u64,
                     stats: &mut InterpreterStats| {
+            // The program reads the function's `SharedFunctionInfo` field (0 when it cannot).
+            let aux = Heap::at(function, process.heap.layout.function_shared)
+                .and_then(|at| process.heap.memory.u64(at))
+                .unwrap_or(0);
             let f = PyFrameSample {
                 code: function,
                 fingerprint: 0,
                 index: 0,
                 marker: 0,
+                aux,
             };
-            let shared = process.shared_of(&[f])[0];
-            process.frames_of(frames, &f, shared, pc, true, stats)
+            process.frames_of(frames, &f, Process::shared_of(&f), pc, true, stats)
         };
         let named = name(&mut process, &mut frames, function, 0x1000, &mut stats).unwrap();
         assert_eq!(named.len(), 1);

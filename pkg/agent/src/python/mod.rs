@@ -305,6 +305,7 @@ mod tests {
             fingerprint: 0,
             index: 0,
             marker,
+            aux: 0,
         }
     }
 
