@@ -145,3 +145,94 @@ fn agent_refuses_hostile_unwind_info_in_bounded_memory_and_says_so() {
     // whole, it put this debug build of the agent at 176 MB; without it, 60-110 MB here.
     assert!(peak_kb < 150 * 1024, "peak RSS {peak_kb} kB");
 }
+
+/// `tests/targets/python-hostile/forged.c` built into `dir`: an executable that CPython's
+/// detection takes for a 3.11 (its name, `_PyRuntime`, `Py_Version`), whose thread states lead
+/// to forged frame chains (a cycle, unmapped code and callers, a chain of 10,000 frames of
+/// random words).
+fn forged_python(dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("targets/python-hostile/forged.c");
+    let bin = dir.join("python3.11-forged");
+    run(Command::new("gcc")
+        .args(["-O2", "-g0", "-rdynamic", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src))
+    .expect("gcc builds forged.c (apt-get install gcc)");
+    bin
+}
+
+#[test]
+fn agent_reads_forged_interpreter_memory_in_bounded_time_and_memory_and_says_so() {
+    let _exclusive = crate::support::exclusive();
+    let test = "agent_reads_forged_interpreter_memory_in_bounded_time_and_memory_and_says_so";
+    if !can_run(test) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = forged_python(dir.path());
+    let mut command = Command::new(&bin);
+    command.arg("120");
+    let forged = Process::start("python3.11-forged", command, &dir.path().join("forged.log"));
+    let mut agent = Agent::start(dir.path(), &[]);
+    let pid = forged.pid();
+
+    // The program reads the forged chains (cut: the cycle and the long chain never end) and the
+    // agent counts the code objects it cannot name.
+    let (cut, unreadable) = poll(
+        "the agent to read the forged Python frames, cut their chains and count what it cannot name",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            agent.process.assert_running();
+            let metrics = http_get(agent.addr, "/metrics", Duration::from_secs(10))?.text();
+            let cut = metric_value(&metrics, "parca_agent_python_stacks_total{chain=\"cut\"}");
+            let unreadable = metric_value(
+                &metrics,
+                "parca_agent_python_frames_total{code=\"unreadable\"}",
+            );
+            if cut >= 10.0 && unreadable >= 10.0 {
+                Ok((cut, unreadable))
+            } else {
+                Err(format!(
+                    "cut chains {cut}, unreadable code objects {unreadable}"
+                ))
+            }
+        },
+    );
+    // Its samples keep coming, each stack bounded: the native frames (a few) and at most the
+    // 96 Python frames a walk reads.
+    let p = agent.profile_with_samples(5, &[pid], 20);
+    let stacks = crate::agent::stacks_of(&p, pid);
+    let deepest = stacks
+        .iter()
+        .map(|(frames, _)| frames.len())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        (1..=96 + 32).contains(&deepest),
+        "deepest stack {deepest} frames: {:?}",
+        stacks.first()
+    );
+    // The forged samples still show where the native code runs.
+    assert!(
+        stacks.iter().any(|(frames, _)| frames
+            .iter()
+            .any(|(f, _)| f == "_PyEval_EvalFrameDefault")
+            || frames.iter().any(|(f, _)| f.starts_with("[python"))),
+        "no sample shows the evaluation loop or a Python frame: {:?}",
+        stacks.first()
+    );
+    agent.process.assert_running();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.process.pid())).unwrap();
+    let peak_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    say(&format!(
+        "forged interpreter memory: {cut} chains cut, {unreadable} code objects unreadable, \
+         deepest stack {deepest} frames; the agent's peak RSS {} MB",
+        peak_kb / 1024
+    ));
+    assert!(peak_kb < 150 * 1024, "peak RSS {peak_kb} kB");
+}
