@@ -1457,7 +1457,7 @@ __attribute__((noinline)) int send_walked(int user_mode, __u64 ip, __u64 sp, __u
 		len += kernel_len;
 	}
 	// No wakeup: nothing waits on this ring; userspace empties it on a timer
-	// (SAMPLE_POLL_INTERVAL), and a wakeup (an irq_work per sample) cost more than the copy.
+	// (`sample_poll_interval`), and a wakeup (an irq_work per sample) cost more than the copy.
 	if (bpf_ringbuf_output(&stack_samples, s, SAMPLE_HEADER_BYTES + len, BPF_RB_NO_WAKEUP) != 0) {
 		if (kind == KIND_CPU)
 			bump(STAT_SAMPLES_LOST);

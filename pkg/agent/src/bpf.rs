@@ -838,28 +838,29 @@ impl Sampler {
     }
 }
 
-/// How often the collector empties the ring buffer of walked samples (sized for four times what
-/// arrives meanwhile: [`stack_samples_bytes`]), loads compiled tables and tells again the
-/// processes whose samples say so (new processes are told as soon as they are announced). Each
-/// wakeup costs the agent tens of microseconds of scheduling
-/// whatever there is to do: at 100 ms that was half of its CPU on a busy node.
-pub(crate) const SAMPLE_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
+/// How often the collector empties the ring buffer of walked samples, loads compiled tables
+/// and tells again the processes whose samples say so (new processes are told as soon as they
+/// are announced): once a second, or four times with off-CPU profiling on (its samples come at
+/// the rate of context switches). Each wakeup costs the agent tens of microseconds of
+/// scheduling on a busy node, whatever there is to do: at 100 ms that was half of its CPU, at
+/// 250 ms a tenth. The ring buffer holds a second of the deepest stacks
+/// ([`stack_samples_bytes`]).
+pub(crate) fn sample_poll_interval(off_cpu: bool) -> std::time::Duration {
+    std::time::Duration::from_millis(if off_cpu { 250 } else { 1000 })
+}
 
-/// Size of the ring buffer of walked samples: four times what `n_cpus` at `frequency_hz` send
-/// between two reads of it ([`SAMPLE_POLL_INTERVAL`], 250 ms) when every stack is
-/// 1,024 frames deep (about 9 KiB a sample), as a power of two from 2 to 64 MiB (2 MiB holds
-/// five seconds of such samples from two CPUs at 19 Hz). Mapped into
-/// the agent, it counts in its RSS twice (the kernel maps the data pages twice), so it is not
-/// made larger than needed. A sample that does not fit is counted with frame-pointer stacks
-/// instead (`parca_agent_samples_lost_total`).
+/// Size of the ring buffer of walked samples: what `n_cpus` at `frequency_hz` send in a
+/// second (at least one [`sample_poll_interval`]) when every stack is 1,024 frames deep
+/// (about 9 KiB a sample; real stacks are a tenth of that), as a power of two from 2 to 64 MiB
+/// (2 MiB holds five seconds of such samples from two CPUs at 19 Hz). Mapped into the agent,
+/// it counts in its RSS twice (the kernel maps the data pages twice), so it is not made larger
+/// than needed. A sample that does not fit is counted with frame-pointer stacks instead
+/// (`parca_agent_samples_lost_total`).
 fn stack_samples_bytes(n_cpus: usize, frequency_hz: u64) -> u32 {
-    let poll_ms = SAMPLE_POLL_INTERVAL.as_millis() as u64;
-    let per_poll = n_cpus as u64
+    let per_second = n_cpus as u64
         * frequency_hz
-        * (SAMPLE_DATA_AT + MAX_USER_FRAMES * 8 + MAX_KERNEL_FRAMES * 8) as u64
-        * poll_ms
-        / 1000;
-    (4 * per_poll).clamp(2 << 20, 64 << 20).next_power_of_two() as u32
+        * (SAMPLE_DATA_AT + MAX_USER_FRAMES * 8 + MAX_KERNEL_FRAMES * 8) as u64;
+    per_second.clamp(2 << 20, 64 << 20).next_power_of_two() as u32
 }
 
 /// Chunks of `unwind_rows` that `table_bytes` hold (at least one).

@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
 use crate::Error;
-use crate::bpf::{DrainedStack, ProcEvents, PyConfig, RingRecord, SAMPLE_POLL_INTERVAL, Sampler};
+use crate::bpf::{DrainedStack, ProcEvents, PyConfig, RingRecord, Sampler, sample_poll_interval};
 use crate::interp::FrameTable;
 use crate::metrics::Metrics;
 use crate::process::{ProcessInfo, ProcessTable};
@@ -121,6 +121,7 @@ pub(crate) fn run(
     window_length: Duration,
     windows: tokio::sync::mpsc::Sender<RawProfile>,
 ) -> Result<(), Error> {
+    let poll_interval = sample_poll_interval(shared.off_cpu_threshold > 0.0);
     let mut collector = Collector {
         window: RawProfile::new(SystemTime::now()),
         deadline: Instant::now() + window_length,
@@ -142,7 +143,7 @@ pub(crate) fn run(
         let timeout = collector
             .deadline
             .saturating_duration_since(Instant::now())
-            .min(SAMPLE_POLL_INTERVAL);
+            .min(poll_interval);
         match commands.recv_timeout(timeout) {
             Ok(Command::Subscribe(reply)) => collector.subscribe(reply)?,
             Ok(Command::Finish(id, reply)) => collector.finish(id, reply)?,

@@ -251,7 +251,7 @@ impl<R: Runtime> Stacks<R> {
     pub fn config_update(&mut self, info: &ProcessInfo) -> Option<Option<PyConfig>> {
         let proc_root = &self.proc_root;
         self.processes
-            .update(info, R::retry(info), |info| R::prepare(proc_root, info))
+            .update(info, R::retry, |info| R::prepare(proc_root, info))
     }
 
     /// Whether it reads `pid`'s frames.
@@ -355,21 +355,22 @@ impl<P> Told<P> {
     /// What the BPF program must be told of `info`'s frames, when that changed since it was
     /// last told (a new read of the process): `Some(Some(config))` to read them (`prepare`
     /// recognized the process), `Some(None)` to stop; `None` when nothing changed.
-    /// With `retry`, a process not recognized is tried again, less and less often
-    /// ([`retry_after`]).
+    /// When `retry` says so of it, a process not recognized is tried again, less and less
+    /// often ([`retry_after`]). Called for every sample: `retry` (which may look through the
+    /// process's mappings) is asked only when a read of the process is not recognized.
     pub fn update(
         &mut self,
         info: &ProcessInfo,
-        retry: bool,
+        retry: impl FnOnce(&ProcessInfo) -> bool,
         prepare: impl FnOnce(&ProcessInfo) -> Option<(P, PyConfig)>,
     ) -> Option<Option<PyConfig>> {
         if self.told.get(&info.pid) == Some(&info.read_no) {
-            let due = retry
-                && !self.processes.contains_key(&info.pid)
+            // Only a process `retry` was true of (for this read) is in `tried`.
+            let due = !self.processes.contains_key(&info.pid)
                 && self
                     .tried
                     .get(&info.pid)
-                    .is_none_or(|&(at, tries)| at.elapsed() >= retry_after(tries));
+                    .is_some_and(|&(at, tries)| at.elapsed() >= retry_after(tries));
             if !due {
                 return None;
             }
@@ -383,9 +384,11 @@ impl<P> Told<P> {
                 Some(Some(config))
             }
             None => {
-                if retry {
+                if retry(info) {
                     let tries = self.tried.get(&info.pid).map_or(0, |&(_, n)| n);
                     self.tried.insert(info.pid, (Instant::now(), tries + 1));
+                } else {
+                    self.tried.remove(&info.pid);
                 }
                 had.then_some(None)
             }
