@@ -22,6 +22,16 @@ fn noise(len: usize, mut x: u32) -> Vec<u8> {
         .collect()
 }
 
+/// The peak RSS (`VmHWM`) of process `pid`, in kB.
+fn peak_rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// `tests/targets/agent/hot.c` built without frame pointers into `dir/name`, with `build_id`
 /// (hex): objects are known by their build id, so each forged one needs its own.
 fn hot(dir: &Path, name: &str, build_id: &str) -> PathBuf {
@@ -130,12 +140,7 @@ fn agent_refuses_hostile_unwind_info_in_bounded_memory_and_says_so() {
         assert!(n >= 20, "process {pid}: {n} samples");
     }
     agent.process.assert_running();
-    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.process.pid())).unwrap();
-    let peak_kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
+    let peak_kb = peak_rss_kb(agent.process.pid());
     say(&format!(
         "hostile objects: too_large {too_large}, malformed CFI entries {malformed}; the agent's \
          peak RSS {} MB",
@@ -223,12 +228,7 @@ fn agent_reads_forged_interpreter_memory_in_bounded_time_and_memory_and_says_so(
         stacks.first()
     );
     agent.process.assert_running();
-    let status = std::fs::read_to_string(format!("/proc/{}/status", agent.process.pid())).unwrap();
-    let peak_kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
+    let peak_kb = peak_rss_kb(agent.process.pid());
     say(&format!(
         "forged interpreter memory: {cut} chains cut, {unreadable} code objects unreadable, \
          deepest stack {deepest} frames; the agent's peak RSS {} MB",
