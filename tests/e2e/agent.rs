@@ -1224,6 +1224,16 @@ fn agent_unwinds_programs_without_frame_pointers_and_names_stripped_ones() {
 
     let checked = [&c, &c_fp, &rust, &c_debuglink, &c_mini, &gzip, &xz].map(|t| t.pid());
     let p = agent.profile_with_samples(5, &checked, 20);
+    // How the tables fared, for a failure's reader: a table evicted or reloaded shows here.
+    let metrics = http_get(agent.addr, "/metrics", Duration::from_secs(5))
+        .map(|r| r.text())
+        .unwrap_or_default();
+    for line in metrics
+        .lines()
+        .filter(|l| l.starts_with("parca_agent_unwind"))
+    {
+        say(line);
+    }
     assert_attributed(
         &p,
         "C -O2 -fomit-frame-pointer, stripped",
@@ -1636,7 +1646,8 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
     let t = targets();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mut hot = start_target(&t.c_hot, 120.0, d);
+    // Longer than every wait below together: it is killed when the test ends.
+    let mut hot = start_target(&t.c_hot, 600.0, d);
     let (_ca, ca_file) = server_certificate(d);
     let web = write(
         d,
@@ -1769,7 +1780,9 @@ fn agent_pushes_over_tls_with_a_token_and_guards_its_own_port() {
         Duration::from_millis(500),
         || {
             agent.assert_running();
-            hot.assert_running();
+            if let Some(status) = hot.exited() {
+                panic!("agent-c-hot exited ({status})\n{}", push_state());
+            }
             let got = curl(d, &["--cacert", &ca_arg, "-H", auth, &url]);
             if got.status == 200 && got.body.contains("hot_leaf") {
                 Ok(got.body)

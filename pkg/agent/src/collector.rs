@@ -7,7 +7,7 @@
 //! taken in between, whatever the window length.
 
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -37,6 +37,9 @@ pub(crate) enum Command {
     /// New processes were announced and read (`Shared::announced`): tell the program now,
     /// rather than at the next poll.
     Announced,
+    /// Unwind tables were compiled: load them now, rather than at the next poll, so that the
+    /// processes waiting for them are walked whole again at once.
+    TablesCompiled,
     /// Stop sampling: the thread returns, dropping (so detaching) the BPF programs.
     Stop,
 }
@@ -112,11 +115,13 @@ fn off_cpu_estimate(nanos: u64, threshold: f64) -> u64 {
     }
 }
 
-/// Runs until every command sender is gone. Finished windows go to `windows` (dropped when
-/// the receiver lags: the next one has the news).
+/// Runs until [`Command::Stop`] (or every command sender is gone). Finished windows go to
+/// `windows` (dropped when the receiver lags: the next one has the news). `wake` sends to
+/// `commands` (the unwind tables' threads say when a table is done).
 pub(crate) fn run(
     sampler: Sampler,
     commands: Receiver<Command>,
+    wake: Sender<Command>,
     shared: Arc<Shared>,
     window_length: Duration,
     windows: tokio::sync::mpsc::Sender<RawProfile>,
@@ -127,7 +132,9 @@ pub(crate) fn run(
         deadline: Instant::now() + window_length,
         requests: FxHashMap::default(),
         next_id: 0,
-        unwinder: Unwinder::new(sampler.table_chunks()),
+        unwinder: Unwinder::new(sampler.table_chunks(), move || {
+            wake.send(Command::TablesCompiled).ok();
+        }),
         interpreters: Interpreters::new("/proc", shared.interpreted_frames.clone()),
         pending: Pending::default(),
         sampler,
@@ -151,6 +158,12 @@ pub(crate) fn run(
                 collector.requests.remove(&id);
             }
             Ok(Command::Announced) => collector.read_samples(),
+            Ok(Command::TablesCompiled) => {
+                let Collector {
+                    unwinder, sampler, ..
+                } = &mut collector;
+                unwinder.load_compiled(sampler);
+            }
             // At the deadline the window's end, above, reads them.
             Err(RecvTimeoutError::Timeout) => {
                 if Instant::now() < collector.deadline {

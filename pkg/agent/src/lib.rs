@@ -386,12 +386,19 @@ fn start_sampling(config: &Config, local: std::net::SocketAddr) -> Result<Sampli
     let (window_tx, window_rx) = tokio::sync::mpsc::channel::<profile::RawProfile>(2);
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let thread_shared = shared.clone();
+    let wake = commands.clone();
     let window_length = config.profiling_duration;
     let thread = std::thread::Builder::new()
         .name("sampler".into())
         .spawn(move || {
-            let result =
-                collector::run(sampler, command_rx, thread_shared, window_length, window_tx);
+            let result = collector::run(
+                sampler,
+                command_rx,
+                wake,
+                thread_shared,
+                window_length,
+                window_tx,
+            );
             done_tx.send(result).ok();
         })
         .map_err(|e| Error::Stopped(format!("cannot start the sampling thread: {e}")))?;

@@ -586,7 +586,7 @@ impl ProcessTable {
 /// frames of every 64-bit process in it: the image is the same in all of them, so the agent's
 /// own copy is read once (`/proc/self/mem`) into an unnamed temporary file. `None` when that
 /// fails.
-fn vdso_object() -> Option<Arc<MappedObject>> {
+pub(crate) fn vdso_object() -> Option<Arc<MappedObject>> {
     static VDSO: std::sync::OnceLock<Option<Arc<MappedObject>>> = std::sync::OnceLock::new();
     VDSO.get_or_init(|| {
         use std::io::Write;

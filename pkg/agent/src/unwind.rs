@@ -32,6 +32,10 @@ use crate::bpf::{
 };
 use crate::process::{MappedObject, ProcessInfo};
 
+/// Compiled tables freed (after loading) before the heap is trimmed: smaller ones' memory is
+/// reused by the next compile.
+const TRIM_AFTER_BYTES: usize = 1 << 20;
+
 /// Deepest user stack of a frame-pointer walk in the kernel (its stack map's limit).
 pub const MAX_KERNEL_WALK_FRAMES: usize = 127;
 
@@ -137,6 +141,8 @@ pub(crate) struct Unwinder {
     processes: FxHashMap<u32, Told>,
     lazy: FxHashMap<ObjectKey, Lazy>,
     tick: u64,
+    /// Bytes of compiled tables freed since the heap was last trimmed.
+    untrimmed_bytes: usize,
     stats: UnwindStats,
 }
 
@@ -148,23 +154,26 @@ impl Unwinder {
     /// objects with up to [`LARGE_CFI_BYTES`] of CFI (`unwind-tables`), one for larger ones
     /// (`unwind-tables-large`, at nice 10: its seconds of CPU come mostly from idle time, not
     /// from the programs profiled), so that a small object never waits behind a large one.
-    /// The threads end when the manager is dropped.
-    pub fn new(budget_chunks: u32) -> Unwinder {
+    /// The threads end when the manager is dropped. Each table done calls `compiled`, which
+    /// should wake the caller to load it ([`Unwinder::load_compiled`]): a process waits for its
+    /// tables, its stacks cut at its first frame, until they are loaded.
+    pub fn new(budget_chunks: u32, compiled: impl Fn() + Send + Sync + 'static) -> Unwinder {
         let budget_rows = budget_chunks as usize * ROWS_PER_CHUNK;
         let limits = Limits {
             max_rows: budget_rows.min(Limits::default().max_rows),
             ..Limits::default()
         };
-        let (done_tx, compiled) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(compiled);
         let jobs = [
-            spawn_compiler("unwind-tables", 0, limits, done_tx.clone()),
-            spawn_compiler("unwind-tables-large", 10, limits, done_tx),
+            spawn_compiler("unwind-tables", 0, limits, done_tx.clone(), wake.clone()),
+            spawn_compiler("unwind-tables-large", 10, limits, done_tx, wake),
         ];
         Unwinder {
             limits,
             budget_chunks,
             jobs,
-            compiled,
+            compiled: done_rx,
             compiling: FxHashSet::default(),
             objects: FxHashMap::default(),
             failed: FxHashMap::default(),
@@ -173,6 +182,7 @@ impl Unwinder {
             processes: FxHashMap::default(),
             lazy: FxHashMap::default(),
             tick: 0,
+            untrimmed_bytes: 0,
             stats: UnwindStats {
                 table_budget_bytes: u64::from(budget_chunks) * CHUNK_BYTES,
                 ..UnwindStats::default()
@@ -319,6 +329,10 @@ impl Unwinder {
             self.compiling.remove(&compiled.object.key);
             self.stats.table_build_ns += compiled.took.as_nanos() as u64;
             let key = compiled.object.key.clone();
+            self.untrimmed_bytes += compiled
+                .table
+                .as_ref()
+                .map_or(0, |t| t.len() * size_of::<compact::CompactRow>());
             self.load(sampler, compiled);
             done.push(key);
         }
@@ -327,10 +341,15 @@ impl Unwinder {
         }
         // A table's rows were built on a compiling thread (in its malloc arena) and freed
         // here: give that memory back to the system, or the agent's RSS keeps every table's
-        // peak.
-        // SAFETY: malloc_trim only returns free heap memory to the system; it takes no pointer.
-        unsafe {
-            libc::malloc_trim(0);
+        // peak. Not for every small table: a trim walks the whole heap, and tables come one
+        // by one (a JVM's fifty objects as it starts), each loaded as soon as it is done.
+        if self.untrimmed_bytes >= TRIM_AFTER_BYTES {
+            self.untrimmed_bytes = 0;
+            // SAFETY: malloc_trim only returns free heap memory to the system; it takes no
+            // pointer.
+            unsafe {
+                libc::malloc_trim(0);
+            }
         }
         let waited: Vec<Arc<ProcessInfo>> = self
             .processes
@@ -730,12 +749,13 @@ impl Unwinder {
 const LARGE_CFI_BYTES: u64 = 4 << 20;
 
 /// Starts a thread that compiles the objects sent to it, smallest first, at nice value `nice`,
-/// and sends the tables to `done`; returns where to send objects.
+/// sends the tables to `done` and calls `wake` after each; returns where to send objects.
 fn spawn_compiler(
     name: &str,
     nice: i32,
     limits: Limits,
     done: std::sync::mpsc::Sender<Compiled>,
+    wake: Arc<dyn Fn() + Send + Sync>,
 ) -> std::sync::mpsc::Sender<Arc<MappedObject>> {
     let (jobs, job_rx) = std::sync::mpsc::channel::<Arc<MappedObject>>();
     let spawned = std::thread::Builder::new()
@@ -774,6 +794,7 @@ fn spawn_compiler(
                 if done.send(compiled).is_err() {
                     return;
                 }
+                wake();
             }
         });
     if let Err(e) = spawned {
@@ -869,8 +890,30 @@ mod tests {
     }
 
     #[test]
+    fn a_compiled_table_wakes_whoever_loads_it_once_it_can_be_taken() {
+        let object = crate::process::vdso_object().expect("the vDSO as an object");
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let (woken_tx, woken_rx) = std::sync::mpsc::channel();
+        let jobs = spawn_compiler(
+            "test-compiler",
+            0,
+            Limits::default(),
+            done_tx,
+            Arc::new(move || {
+                woken_tx.send(()).ok();
+            }),
+        );
+        jobs.send(object).unwrap();
+        woken_rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("woken when the table is done");
+        let compiled = done_rx.try_recv().expect("the table, there when woken");
+        assert!(compiled.table.is_ok_and(|t| !t.is_empty()));
+    }
+
+    #[test]
     fn freed_chunks_merge_with_their_neighbours() {
-        let mut u = Unwinder::new(100);
+        let mut u = Unwinder::new(100, || {});
         assert_eq!(u.free, [(0, 100)]);
         assert_eq!(u.stats().table_budget_bytes, 100 * CHUNK_BYTES);
         // Three tables' worth taken by hand, then given back out of order.
@@ -886,7 +929,7 @@ mod tests {
     /// A manager of `budget` chunks holding tables at `(first chunk, chunks, last used)`, keyed
     /// by inode 0, 1, …
     fn holding(budget: u32, tables: &[(u32, u32, u64)]) -> Unwinder {
-        let mut u = Unwinder::new(budget);
+        let mut u = Unwinder::new(budget, || {});
         u.free = vec![(0, budget)];
         for (inode, &(first, n, last_used)) in tables.iter().enumerate() {
             u.take(first, n);
@@ -915,7 +958,7 @@ mod tests {
 
     #[test]
     fn taken_chunks_leave_the_rest_of_their_run_free() {
-        let mut u = Unwinder::new(100);
+        let mut u = Unwinder::new(100, || {});
         u.take(0, 10);
         assert_eq!(u.free, [(10, 90)]);
         u.take(40, 10);
