@@ -1225,15 +1225,7 @@ fn agent_unwinds_programs_without_frame_pointers_and_names_stripped_ones() {
     let checked = [&c, &c_fp, &rust, &c_debuglink, &c_mini, &gzip, &xz].map(|t| t.pid());
     let p = agent.profile_with_samples(5, &checked, 20);
     // How the tables fared, for a failure's reader: a table evicted or reloaded shows here.
-    let metrics = http_get(agent.addr, "/metrics", Duration::from_secs(5))
-        .map(|r| r.text())
-        .unwrap_or_default();
-    for line in metrics
-        .lines()
-        .filter(|l| l.starts_with("parca_agent_unwind"))
-    {
-        say(line);
-    }
+    say(&agent.unwind_metrics());
     assert_attributed(
         &p,
         "C -O2 -fomit-frame-pointer, stripped",
