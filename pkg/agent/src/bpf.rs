@@ -184,6 +184,109 @@ struct RowChunk {
 struct ObjectTable {
     first_row: u32,
     n_rows: u32,
+    /// Where the table's [`PageIndex`] starts (a global row index), packed three to a row.
+    index_row: u32,
+    /// Pages the index covers (0: no index, the whole table is searched).
+    n_pages: u32,
+    base_pc: u32,
+    page_shift: u32,
+}
+
+/// Tables with fewer rows than this get no [`PageIndex`]: their whole search is as short as a
+/// page's.
+const MIN_INDEXED_ROWS: usize = 64;
+
+/// A table's page index (`index_row` of `struct object_table`): for each page of the object's
+/// code (`1 << shift` bytes from `base`, 4 KiB or more), how many rows start at or before the
+/// page's first byte. The program's binary search for an address then runs over the rows of its
+/// page only: a few steps in a few adjacent cache lines instead of ~20 spread over the table,
+/// each a cache and TLB miss at 19 Hz (~1.8 µs a search on #28's busy node). The page grows
+/// until the index takes at most a quarter as many entries as there are rows (≤ 1/12 of the
+/// table's bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PageIndex {
+    base: u32,
+    shift: u32,
+    /// `pages + 1` entries; empty when the table gets no index.
+    entries: Vec<u32>,
+}
+
+impl PageIndex {
+    /// The index of a table whose rows start at the addresses `pcs` yields (sorted, `n_rows`
+    /// of them; called twice).
+    pub fn new<I: Iterator<Item = u32>>(pcs: impl Fn() -> I, n_rows: usize) -> PageIndex {
+        let none = PageIndex {
+            base: 0,
+            shift: 0,
+            entries: Vec::new(),
+        };
+        let (Some(first), Some(last)) = (pcs().next(), pcs().last()) else {
+            return none;
+        };
+        if n_rows < MIN_INDEXED_ROWS {
+            return none;
+        }
+        let mut shift = 12;
+        let pages =
+            |shift: u32| (((last - (first & !((1u32 << shift) - 1))) >> shift) + 1) as usize;
+        while shift < 31 && pages(shift) + 1 > n_rows / 4 {
+            shift += 1;
+        }
+        let base = first & !((1u32 << shift) - 1);
+        let n_pages = pages(shift);
+        let mut entries = Vec::with_capacity(n_pages + 1);
+        let mut pcs = pcs().peekable();
+        let mut at_or_before = 0u32;
+        for page in 0..=n_pages as u64 {
+            let start = u64::from(base) + (page << shift);
+            while pcs.next_if(|&pc| u64::from(pc) <= start).is_some() {
+                at_or_before += 1;
+            }
+            entries.push(at_or_before);
+        }
+        PageIndex {
+            base,
+            shift,
+            entries,
+        }
+    }
+
+    /// Pages covered (0: none).
+    fn pages(&self) -> u32 {
+        self.entries.len().saturating_sub(1) as u32
+    }
+
+    /// Rows of `unwind_rows` the index takes after the table's own.
+    pub fn rows_taken(&self) -> usize {
+        self.entries.len().div_ceil(3)
+    }
+
+    /// The index packed three entries to an [`UnwindRow`], as the program reads it.
+    fn packed_rows(&self) -> impl Iterator<Item = UnwindRow> + '_ {
+        self.entries.chunks(3).map(|e| {
+            let word = |i: usize| e.get(i).copied().unwrap_or(0);
+            UnwindRow {
+                pc: word(0),
+                kind: word(1) as u8,
+                rbp_rule: (word(1) >> 8) as u8,
+                rbp_offset: (word(1) >> 16) as u16 as i16,
+                cfa_offset: word(2) as i32,
+            }
+        })
+    }
+
+    /// The rows `[lo, hi)` the program searches for `pc`, as it computes them (for tests).
+    #[cfg(test)]
+    fn range(&self, pc: u32, n_rows: u32) -> (u32, u32) {
+        if self.pages() == 0 || pc < self.base {
+            return (0, n_rows);
+        }
+        let page = ((pc - self.base) >> self.shift) as usize;
+        if page >= self.pages() as usize {
+            return (0, n_rows);
+        }
+        (self.entries[page], self.entries[page + 1])
+    }
 }
 
 /// `mapping.flags`: the object keeps frame pointers (`MAP_FP`).
@@ -211,7 +314,7 @@ struct ProcMaps {
 }
 
 // SAFETY: `UnwindRow`, `RowChunk`, `ObjectTable`, `MappingEntry` and `ProcMaps` are `repr(C)`
-// with fields laid out without padding (u32, u8, u8, i16, i32: 12 bytes; arrays of it; two u32;
+// with fields laid out without padding (u32, u8, u8, i16, i32: 12 bytes; arrays of it; six u32;
 // three u64 and two u32: 32 bytes; two u32 then an array of those), and every bit pattern is a
 // valid value.
 unsafe impl aya::Pod for UnwindRow {}
@@ -723,20 +826,23 @@ impl Sampler {
         self.table_chunks
     }
 
-    /// Loads the table `id` (never reused) into chunks from `first_chunk` on: `rows`, sorted.
+    /// Loads the table `id` (never reused) into chunks from `first_chunk` on: `rows`, sorted,
+    /// then their `index` (`PageIndex::new` of the same rows).
     pub fn load_table(
         &mut self,
         id: u32,
         first_chunk: u32,
         rows: impl ExactSizeIterator<Item = CompactRow>,
+        index: &PageIndex,
     ) -> Result<(), Error> {
         let n_rows = rows.len() as u32;
         let mut chunk = RowChunk {
             rows: [UnwindRow::default(); ROWS_PER_CHUNK],
         };
+        let total = n_rows as usize + index.rows_taken();
         // Encoded a chunk at a time: no second copy of a table of millions of rows.
-        let mut rows = rows.map(|r| UnwindRow::from(&r));
-        for i in 0..(n_rows as usize).div_ceil(ROWS_PER_CHUNK) {
+        let mut rows = rows.map(|r| UnwindRow::from(&r)).chain(index.packed_rows());
+        for i in 0..total.div_ceil(ROWS_PER_CHUNK) {
             for to in &mut chunk.rows {
                 *to = rows.next().unwrap_or_default();
             }
@@ -744,9 +850,14 @@ impl Sampler {
                 .set(first_chunk + i as u32, chunk, 0)
                 .map_err(map_error("unwind_rows"))?;
         }
+        let first_row = first_chunk * ROWS_PER_CHUNK as u32;
         let table = ObjectTable {
-            first_row: first_chunk * ROWS_PER_CHUNK as u32,
+            first_row,
             n_rows,
+            index_row: first_row + n_rows,
+            n_pages: index.pages(),
+            base_pc: index.base,
+            page_shift: index.shift,
         };
         self.unwind_objects
             .insert(id, table, 0)
@@ -951,6 +1062,73 @@ impl std::os::fd::AsRawFd for ProcEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The first row whose pc is above `pc`, searched over `[lo, hi)` as the program does.
+    fn upper_bound(pcs: &[u32], pc: u32, lo: u32, hi: u32) -> u32 {
+        lo + pcs[lo as usize..hi as usize].partition_point(|&p| p <= pc) as u32
+    }
+
+    #[test]
+    fn a_page_index_narrows_the_search_to_rows_that_hold_the_answer() {
+        // Rows every ~40 bytes from 0x1000 (dense code), then a gap, then sparse rows, as a
+        // real object's text and its hand-written stubs.
+        let mut pcs: Vec<u32> = (0..20_000u32).map(|i| 0x1000 + i * 40 + (i % 7)).collect();
+        pcs.extend((0..50u32).map(|i| 0x40_0000 + i * 0x3000));
+        let index = PageIndex::new(|| pcs.iter().copied(), pcs.len());
+        assert!(index.pages() > 0 && index.shift >= 12);
+        assert!(
+            index.entries.len() <= pcs.len() / 4,
+            "{} entries",
+            index.entries.len()
+        );
+        let n = pcs.len() as u32;
+        let mut widest = 0;
+        for pc in (0..0x50_0000u32)
+            .step_by(13)
+            .chain(pcs.iter().flat_map(|&p| [p - 1, p, p + 1]))
+        {
+            let (lo, hi) = index.range(pc, n);
+            assert_eq!(
+                upper_bound(&pcs, pc, lo, hi),
+                upper_bound(&pcs, pc, 0, n),
+                "pc {pc:#x}"
+            );
+            if pc >= pcs[0] && pc <= *pcs.last().unwrap() {
+                widest = widest.max(hi - lo);
+            }
+        }
+        // A page's rows, not the table's.
+        assert!(widest < 1_000, "{widest} rows searched");
+    }
+
+    #[test]
+    fn a_page_index_is_packed_three_entries_to_a_row() {
+        let pcs: Vec<u32> = (0..1_000u32).map(|i| 0x2000 + i * 16).collect();
+        let index = PageIndex::new(|| pcs.iter().copied(), pcs.len());
+        let rows: Vec<UnwindRow> = index.packed_rows().collect();
+        assert_eq!(rows.len(), index.rows_taken());
+        // Read back as the program does: the row's 12 bytes as three u32.
+        let bytes: Vec<u8> = rows
+            .iter()
+            .flat_map(|r| {
+                let mut b = Vec::with_capacity(12);
+                b.extend_from_slice(&r.pc.to_ne_bytes());
+                b.push(r.kind);
+                b.push(r.rbp_rule);
+                b.extend_from_slice(&r.rbp_offset.to_ne_bytes());
+                b.extend_from_slice(&r.cfa_offset.to_ne_bytes());
+                b
+            })
+            .collect();
+        let words: Vec<u32> = bytes
+            .chunks(4)
+            .map(|w| u32::from_ne_bytes(w.try_into().unwrap()))
+            .collect();
+        assert_eq!(&words[..index.entries.len()], &index.entries[..]);
+        // Small tables get none.
+        let small = PageIndex::new(|| pcs[..10].iter().copied(), 10);
+        assert_eq!((small.pages(), small.rows_taken()), (0, 0));
+    }
 
     #[test]
     fn event_layout_matches_the_c_struct() {

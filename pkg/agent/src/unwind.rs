@@ -27,8 +27,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::Error;
 use crate::bpf::{
-    MAP_FP, MAX_MAPPINGS, MAX_OBJECTS, MAX_PROCESSES, MappingEntry, ROWS_PER_CHUNK, Sampler,
-    UnwindRow,
+    MAP_FP, MAX_MAPPINGS, MAX_OBJECTS, MAX_PROCESSES, MappingEntry, PageIndex, ROWS_PER_CHUNK,
+    Sampler, UnwindRow,
 };
 use crate::process::{MappedObject, ProcessInfo};
 
@@ -405,7 +405,10 @@ impl Unwinder {
             }
         };
         self.stats.malformed_cfi += table.bad_fdes;
-        let n_chunks = table.len().div_ceil(ROWS_PER_CHUNK).max(1) as u32;
+        let index = PageIndex::new(|| table.rows().map(|r| r.pc), table.len());
+        let n_chunks = (table.len() + index.rows_taken())
+            .div_ceil(ROWS_PER_CHUNK)
+            .max(1) as u32;
         if n_chunks > self.budget_chunks {
             fail(self, true);
             return;
@@ -423,7 +426,7 @@ impl Unwinder {
         };
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1).max(1);
-        if let Err(e) = sampler.load_table(id, first_chunk, table.rows()) {
+        if let Err(e) = sampler.load_table(id, first_chunk, table.rows(), &index) {
             tracing::debug!(object = %object.opened_as.display(), error = %e, "cannot load an unwind table");
             self.release(first_chunk, n_chunks);
             fail(self, false);
