@@ -188,7 +188,9 @@ struct ObjectTable {
     index_row: u32,
     /// Pages the index covers (0: no index, the whole table is searched).
     n_pages: u32,
+    /// The first page's address (the object's virtual address, as the rows' pcs).
     base_pc: u32,
+    /// log2 of the page size.
     page_shift: u32,
 }
 
@@ -220,12 +222,14 @@ impl PageIndex {
             shift: 0,
             entries: Vec::new(),
         };
-        let (Some(first), Some(last)) = (pcs().next(), pcs().last()) else {
-            return none;
-        };
         if n_rows < MIN_INDEXED_ROWS {
             return none;
         }
+        let mut ends = pcs();
+        let Some(first) = ends.next() else {
+            return none;
+        };
+        let last = ends.last().unwrap_or(first);
         let mut shift = 12;
         let pages =
             |shift: u32| (((last - (first & !((1u32 << shift) - 1))) >> shift) + 1) as usize;
