@@ -16,6 +16,8 @@
 # measurement).
 # PROFILE_AGENT=FILE records the agent itself during the measured seconds (perf at 4,999 Hz with
 # DWARF call graphs, into FILE.HZ) to see where its time goes; perf's own cost is not the agent's.
+# METRICS=FILE saves the agent's /metrics at the end of the measured seconds (FILE.HZ): its
+# symbolizer's hits and misses, samples read, processes told, to explain a figure.
 # AGENT_HZ="19" limits the frequencies tried. AGENT_BIN runs that agent binary instead of
 # building this tree's (to compare builds), with AGENT_ARGS added to its flags; PERF=0 skips perf.
 # LOAD=go runs the Go program tests/targets/agent/hot.go instead (it keeps frame pointers: its stacks take the fast path,
@@ -108,6 +110,7 @@ for hz in ${AGENT_HZ:-19 99}; do
   done
   t1=$(cpu_ticks "$apid"); b1=$(bpf_ns); w1=$(date +%s.%N)
   hwm=$(hwm_kb "$apid")
+  if [ -n "${METRICS:-}" ]; then curl -sf -o "$METRICS.$hz" "127.0.0.1:$port/metrics" || true; fi
   kill -TERM "$apid"; wait "$apid" || true
   python3 - "$hz" "$t0" "$t1" "$w0" "$w1" "$hwm" "$b0" "$b1" "$tick" "$ncpu" <<'PY'
 import sys

@@ -1,6 +1,53 @@
 //! Demangling of Rust (legacy and v0) and C++ (Itanium) symbol names.
 
 use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+
+use rustc_hash::FxHashMap;
+
+/// Names an object's lookups gave and their demangled forms, kept so that a function sampled
+/// at many addresses is read and demangled once: each new address used to read its symbol's
+/// name from the file and demangle it (C++ names cost the most), half the agent's symbolizing.
+/// At most [`NameMemo::MAX`] names each; emptied when full.
+#[derive(Debug, Default)]
+pub(crate) struct NameMemo {
+    /// Symbol address → its name as stored (`None`: unreadable or empty).
+    symbols: Mutex<FxHashMap<u64, Option<Arc<str>>>>,
+    /// Mangled name → demangled.
+    demangled: Mutex<FxHashMap<Arc<str>, Arc<str>>>,
+}
+
+impl NameMemo {
+    const MAX: usize = 4096;
+
+    /// The name of the symbol at `address`, read by `read` the first time.
+    pub fn symbol(&self, address: u64, read: impl FnOnce() -> Option<String>) -> Option<Arc<str>> {
+        let mut symbols = self.symbols.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(name) = symbols.get(&address) {
+            return name.clone();
+        }
+        let name: Option<Arc<str>> = read().map(Arc::from);
+        if symbols.len() >= Self::MAX {
+            symbols.clear();
+        }
+        symbols.insert(address, name.clone());
+        name
+    }
+
+    /// [`demangle`] of `name`, remembered.
+    pub fn demangle(&self, name: &str) -> Arc<str> {
+        let mut demangled = self.demangled.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(text) = demangled.get(name) {
+            return text.clone();
+        }
+        let text: Arc<str> = Arc::from(demangle(name));
+        if demangled.len() >= Self::MAX {
+            demangled.clear();
+        }
+        demangled.insert(Arc::from(name), text.clone());
+        text
+    }
+}
 
 /// The human name of a symbol: Rust names without their hash (`core::fmt::write`), C++ names
 /// with their parameters (`ns::f(int)`), anything else as it is. Never fails: a name that does
@@ -39,7 +86,31 @@ fn is_rust_legacy(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::demangle;
+    use super::{NameMemo, demangle};
+
+    #[test]
+    fn a_name_memo_reads_and_demangles_each_name_once() {
+        let memo = NameMemo::default();
+        let mut reads = 0;
+        for _ in 0..3 {
+            let name = memo.symbol(0x1000, || {
+                reads += 1;
+                Some("_ZN4core3fmt5write17h0123456789abcdefE".to_owned())
+            });
+            assert_eq!(&*memo.demangle(&name.unwrap()), "core::fmt::write");
+        }
+        assert_eq!(reads, 1);
+        assert_eq!(memo.symbol(0x2000, || None), None);
+        assert_eq!(
+            memo.symbol(0x2000, || Some("x".to_owned())),
+            None,
+            "remembered as unreadable"
+        );
+        for i in 0..NameMemo::MAX as u64 + 1 {
+            memo.symbol(0x10_000 + i, || Some(format!("f{i}")));
+        }
+        assert!(memo.symbols.lock().unwrap().len() <= NameMemo::MAX);
+    }
 
     #[test]
     fn rust_legacy_loses_its_hash() {

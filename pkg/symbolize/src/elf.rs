@@ -14,8 +14,9 @@ use std::sync::Arc;
 use crate::read_at::read_cache;
 use object::{Object, ObjectSection, ObjectSegment, SegmentFlags};
 
+use crate::demangle::NameMemo;
 use crate::dwarf_cache::{CachedDwarf, DwarfCache};
-use crate::{Error, Frame, demangle};
+use crate::{Error, Frame};
 
 /// DWARF sections are copied out of the file into shared buffers that gimli reads.
 type Reader = gimli::EndianReader<gimli::RunTimeEndian, SectionBytes>;
@@ -241,6 +242,8 @@ pub struct ElfObject {
     dwarf_error: Option<Error>,
     dwarf_cache_error: Option<Error>,
     is_go: bool,
+    /// Symbols' names and demangled names already looked up.
+    name_memo: NameMemo,
 }
 
 /// DWARF larger than this (decompressed, all sections) is not loaded by [`ElfObject::open`]:
@@ -541,6 +544,7 @@ impl ElfObject {
             dwarf_error,
             dwarf_cache_error,
             is_go,
+            name_memo: NameMemo::default(),
         })
     }
 
@@ -640,21 +644,23 @@ impl ElfObject {
             return Vec::new();
         }
         let mut frames = self.dwarf_frames(vaddr);
-        let symbol = self.symbol_at(vaddr).and_then(|s| self.name_of(s));
+        let symbol = self
+            .symbol_at(vaddr)
+            .and_then(|s| self.name_memo.symbol(s.address, || self.name_of(s)));
         match (frames.last_mut(), symbol) {
             // The outermost frame is the function the symbol names. DWARF may name it without
             // its path (Rust generics have no linkage name: `write` for `core::fmt::write`):
             // the symbol's name is then the better one.
             (Some(outer), Some(sym)) => {
-                let demangled = demangle(&sym);
+                let demangled = self.name_memo.demangle(&sym);
                 if outer.system_name.is_empty() || demangled.ends_with(outer.function.as_str()) {
-                    outer.function = demangled.into_owned();
-                    outer.system_name = sym;
+                    outer.function = demangled.to_string();
+                    outer.system_name = sym.to_string();
                 }
             }
             (None, Some(sym)) => frames.push(Frame {
-                function: demangle(&sym).into_owned(),
-                system_name: sym,
+                function: self.name_memo.demangle(&sym).to_string(),
+                system_name: sym.to_string(),
                 file: None,
                 line: 0,
             }),
@@ -685,7 +691,7 @@ impl ElfObject {
                 .map(|l| (l.file.map(str::to_owned), l.line.unwrap_or(0)))
                 .unwrap_or((None, 0));
             out.push(Frame {
-                function: demangle(&system_name).into_owned(),
+                function: self.name_memo.demangle(&system_name).to_string(),
                 system_name,
                 file,
                 line,
