@@ -372,6 +372,9 @@ fn nanos_since_epoch(t: SystemTime) -> i64 {
         .unwrap_or(0)
 }
 
+/// A location's lines: (function id, line), innermost first.
+type Lines = Arc<[(u64, i64)]>;
+
 /// The agent's pprof: the shared builder, plus its own keys for mappings (per process) and
 /// locations (per mapping and address; per process for addresses in no mapping).
 struct Builder {
@@ -387,6 +390,10 @@ struct Builder {
     truncation_ids: FxHashMap<StackEnd, u64>,
     /// Interpreted frames (`interp::FrameTable` ids) → location id.
     interpreted_ids: FxHashMap<u32, u64>,
+    /// The lines (function id, line) of frames the symbolizer gave, by the address of its
+    /// answer (held here, so the address is not reused): an object's address sampled in
+    /// several processes is named once (each name costs three string lookups).
+    lines_of: FxHashMap<usize, (Arc<[Frame]>, Lines)>,
 }
 
 impl Default for Builder {
@@ -399,6 +406,7 @@ impl Default for Builder {
             location_ids: FxHashMap::default(),
             truncation_ids: FxHashMap::default(),
             interpreted_ids: FxHashMap::default(),
+            lines_of: FxHashMap::default(),
         }
     }
 }
@@ -413,15 +421,47 @@ impl Builder {
         )
     }
 
+    fn lines(&mut self, frames: &[Frame]) -> Vec<(u64, i64)> {
+        frames
+            .iter()
+            .map(|f| (self.function(f), i64::from(f.line)))
+            .collect()
+    }
+
     fn location(&mut self, mapping_id: u64, addr: u64, pid: u32, frames: &[Frame]) -> u64 {
         let key = (mapping_id, addr, if mapping_id == 0 { pid } else { 0 });
         if let Some(&id) = self.location_ids.get(&key) {
             return id;
         }
-        let lines = frames
-            .iter()
-            .map(|f| (self.function(f), i64::from(f.line)))
-            .collect::<Vec<_>>();
+        let lines = self.lines(frames);
+        self.add_location(key, frames, &lines)
+    }
+
+    /// [`Builder::location`] of frames the symbolizer gave, their lines named once per window.
+    fn symbolized_location(&mut self, mapping_id: u64, addr: u64, frames: Arc<[Frame]>) -> u64 {
+        let key = (mapping_id, addr, 0);
+        if let Some(&id) = self.location_ids.get(&key) {
+            return id;
+        }
+        let at = Arc::as_ptr(&frames).cast::<Frame>() as usize;
+        let lines = match self.lines_of.get(&at) {
+            Some((_, lines)) => lines.clone(),
+            None => {
+                let lines: Lines = Arc::from(self.lines(&frames));
+                self.lines_of.insert(at, (frames.clone(), lines.clone()));
+                lines
+            }
+        };
+        self.add_location(key, &frames, &lines)
+    }
+
+    fn add_location(
+        &mut self,
+        key: (u64, u64, u32),
+        frames: &[Frame],
+        lines: &[(u64, i64)],
+    ) -> u64 {
+        let (mapping_id, addr, _) = key;
         if mapping_id != 0 {
             let first = !self.mapping_seen[mapping_id as usize - 1];
             self.mapping_seen[mapping_id as usize - 1] = true;
@@ -438,7 +478,7 @@ impl Builder {
             // Lines come from DWARF, which also gave the inlined frames.
             m.has_inline_frames = m.has_line_numbers;
         }
-        let id = self.pprof.add_location(mapping_id, addr, &lines);
+        let id = self.pprof.add_location(mapping_id, addr, lines);
         self.location_ids.insert(key, id);
         id
     }
@@ -594,7 +634,7 @@ impl Builder {
             ),
             None => Arc::from(Vec::new()),
         };
-        self.location(mapping_id, addr, pid, &frames)
+        self.symbolized_location(mapping_id, addr, frames)
     }
 }
 
@@ -693,6 +733,57 @@ mod tests {
             .find(|l| s(l.key) == "off_cpu_reason")
             .map(|l| s(l.str));
         assert_eq!(reason, Some("wait"));
+    }
+
+    #[test]
+    fn an_address_of_one_object_in_two_processes_names_the_same_function() {
+        // libc's `getpid`, here and in this test's parent, at its own address in each.
+        let mut table = ProcessTable::new("/proc");
+        let (ours, parent) = (std::process::id(), std::os::unix::process::parent_id());
+        let (ours_info, parent_info) = (table.get(ours, 1), table.get(parent, 1));
+        let addr = libc::getpid as *const () as u64;
+        let (_, m) = ours_info.mapping_of(addr).expect("libc is mapped");
+        let offset = addr - m.start + m.offset;
+        let Some(theirs) = parent_info.mappings.iter().find(|p| {
+            p.path == m.path && p.offset <= offset && offset - p.offset < p.end - p.start
+        }) else {
+            return; // A parent without this libc (a static runner): nothing to compare.
+        };
+        let their_addr = theirs.start + (offset - theirs.offset);
+        let mut raw = RawProfile::new(SystemTime::UNIX_EPOCH);
+        let stack = |pid, at: u64| DrainedStack {
+            pid,
+            user: Arc::from(vec![at]),
+            kernel: Arc::from(vec![]),
+            count: 1,
+            off_cpu: None,
+            end: Some(StackEnd::Complete),
+        };
+        let processes: FxHashMap<u32, Arc<ProcessInfo>> =
+            [(ours, ours_info), (parent, parent_info)]
+                .into_iter()
+                .collect();
+        raw.add(&[stack(ours, addr), stack(parent, their_addr)], &processes);
+        let mut symbolizer = Symbolizer::new(Options::default());
+        let p = build(
+            &raw,
+            ProfileKind::Cpu,
+            &Filter::default(),
+            &mut symbolizer,
+            &options(),
+        );
+        let leaves: Vec<&proto::Location> = p
+            .sample
+            .iter()
+            .map(|x| &p.location[x.location_id[0] as usize - 1])
+            .collect();
+        assert_eq!(leaves.len(), 2);
+        assert_ne!(leaves[0].mapping_id, leaves[1].mapping_id);
+        assert!(!leaves[0].line.is_empty());
+        assert_eq!(leaves[0].line, leaves[1].line);
+        let name =
+            &p.string_table[p.function[leaves[0].line[0].function_id as usize - 1].name as usize];
+        assert!(name.contains("getpid"), "{name}");
     }
 
     #[test]
