@@ -842,13 +842,24 @@ fn agent_refuses_without_capabilities_or_btf() {
     std::fs::copy(agent_binary(), &bin).unwrap();
     let output = |command: &mut Command| {
         let started = Instant::now();
-        let mut child = command
+        command
             .arg("--http-address=127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        // The copy was written by this process: a child another test thread forked meanwhile
+        // holds the written descriptor until its own exec closes it, and running the copy
+        // fails with ETXTBSY for that moment (rust-lang/rust#114554). Tried again, briefly.
+        let mut tries = 0;
+        let mut child = loop {
+            match command.spawn() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                spawned => break spawned.unwrap(),
+            }
+        };
         let mut stderr = String::new();
         child
             .stderr
