@@ -8,7 +8,7 @@
 //! `pread`, which shares nothing.
 //!
 //! `ReadCache` also reads each string (a symbol's name) on its own, a system call or more per
-//! name: reading every symbol's name cost 17 ms for pyenv's `libpython3.11.so` (15,000
+//! name: reading every symbol's name cost 17 ms for pyenv's `libpython3.11.so` (16,700
 //! symbols) and 270 ms for `node` (185,000), each time a process mapped one. [`ObjectReader`]
 //! reads a string table whole the first time a name in it is asked for, and answers names
 //! from it.
@@ -20,8 +20,10 @@ use std::os::unix::fs::FileExt;
 
 use object::read::{ReadCache, ReadCacheOps, ReadRef};
 
-/// A string table larger than this is read a name at a time, as `ReadCache` does.
-const MAX_WHOLE_STRING_TABLE: u64 = 64 << 20;
+/// A string table larger than this is read a name at a time, as `ReadCache` does: a table is
+/// held while its object is looked into, and the agent's memory is meant to stay under 100 MB
+/// (Node.js's largest is 7.5 MB).
+const MAX_WHOLE_STRING_TABLE: u64 = 16 << 20;
 
 /// An object file read through a [`ReadCache`] at positions of its own ([`ReadAt`]), with
 /// names answered from string tables read whole.
