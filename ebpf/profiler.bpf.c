@@ -151,7 +151,7 @@ enum stat {
 	STAT_USER_UNREADABLE = 4,  // a user-mode sample whose user stack could not be read
 	STAT_COUNTS_FULL = 5,      // the counts map was full: the sample is lost
 	STAT_EVENTS_LOST = 6,      // the ring buffer was full: a new process was not announced
-	STAT_SAMPLES_LOST = 7,     // a walked sample did not fit in `stack_samples`: counted with frame pointers
+	STAT_SAMPLES_LOST = 7,     // a walked sample did not fit in `stack_samples`: sent (or counted) walked by frame pointers
 	STAT_WALKED = 8,           // samples sent with their user stack walked here
 	STAT_FP_WALKED = 9,        // of which some frames were left by their frame pointers (the fast path)
 	STAT_FP_FALLBACK = 10,     // frame-pointer steps that led outside every mapping, redone with the row
@@ -170,7 +170,9 @@ enum stat {
 	STAT_JVM_CUT = 23,         // of which some interpreted frames were left out (more than MAX_PY_FRAMES)
 	STAT_JVM_STEPS = 24,       // frames of compiled Java code (or the VM's stubs) left by their size
 	STAT_JVM_LOST = 25,        // walks that ended at a frame in the code cache that no blob covers
-	STAT_LEN = 26,
+	STAT_COUNTED = 26,         // samples recorded in `counts<half>` (the ring buffer was full): userspace drains those maps only when this moved
+	STAT_KERNEL_WALKED = 27,   // samples sent with a user stack the kernel walked by frame pointers (process not told yet)
+	STAT_LEN = 28,
 };
 
 struct count_key {
@@ -199,6 +201,7 @@ enum walk_end {
 #define SAMPLE_UNKNOWN_ADDRESS 1  // the sampled address is in no mapping userspace told: reread them
 #define SAMPLE_TABLE_MISSING 2    // a mapping's object has no table loaded (evicted, or failed)
 #define SAMPLE_FP 4               // some frames were left by their frame pointers
+#define SAMPLE_KERNEL_FP 8        // the user frames are the kernel's frame-pointer walk (`bpf_get_stack`): userspace judges how it ended
 
 // `stack_sample.kind`: what the sample's value counts.
 enum sample_kind {
@@ -534,11 +537,16 @@ struct {
 	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
 } stacks0 SEC(".maps"), stacks1 SEC(".maps");
 
+// Every counter in one value, so that userspace reads them all with one system call.
+struct stat_counters {
+	__u64 n[STAT_LEN];
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, STAT_LEN);
+	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct stat_counters);
 } stats SEC(".maps");
 
 struct {
@@ -563,9 +571,10 @@ struct {
 
 static __always_inline void bump(__u32 index)
 {
-	__u64 *value = bpf_map_lookup_elem(&stats, &index);
-	if (value)
-		*value += 1; // per-CPU: no other writer
+	__u32 zero = 0;
+	struct stat_counters *c = bpf_map_lookup_elem(&stats, &zero);
+	if (c && index < STAT_LEN)
+		c->n[index] += 1; // per-CPU: no other writer
 }
 
 static __always_inline void announce(__u32 pid)
@@ -1568,6 +1577,48 @@ static __always_inline int send_user_stack(void *ctx, __u32 pid, int user_mode, 
 	return send_walked(user_mode, ip, sp, bp);
 }
 
+// Sends a CPU sample with the user stack the kernel walks by frame pointers (at most
+// MAX_STACK_DEPTH frames) and its kernel stack: the first milliseconds of a process userspace
+// has not told yet, a kernel thread, a walk that could not start. Userspace judges where such a
+// walk can be trusted (`Unwinder::check_kernel_walk`). 1 when sent; 0 when the ring buffer is
+// full.
+static __always_inline int send_kernel_walked(void *ctx, __u32 pid, int user_mode)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct stack_sample *s = bpf_map_lookup_elem(&scratch, &cpu);
+	if (!s)
+		return 0;
+	s->pid = pid;
+	s->tid = (__u32)bpf_get_current_pid_tgid();
+	s->walk_end = WALK_COMPLETE; // not read: SAMPLE_KERNEL_FP
+	s->py_len = 0;
+	s->py_end = PY_NONE;
+	s->flags = SAMPLE_KERNEL_FP;
+	s->value = 1;
+	s->kind = KIND_CPU;
+	long u = bpf_get_stack(ctx, s->data, MAX_STACK_DEPTH * 8, BPF_F_USER_STACK);
+	if (u == -EFAULT && user_mode)
+		bump(STAT_USER_UNREADABLE);
+	__u64 user_len = u > 0 ? (__u64)u : 0;
+	asm volatile("" : "+r"(user_len));
+	if (user_len > MAX_STACK_DEPTH * 8)
+		return 0;
+	s->user_len = user_len;
+	long k = user_mode ? 0 : bpf_get_stack(ctx, s->kernel, sizeof(s->kernel), 0);
+	__u64 kernel_len = k > 0 ? (__u64)k : 0;
+	asm volatile("" : "+r"(kernel_len));
+	if (kernel_len > MAX_STACK_DEPTH * 8)
+		return 0;
+	s->kernel_len = kernel_len;
+	if (kernel_len > 0 && bpf_probe_read_kernel(&s->data[user_len], kernel_len, s->kernel) != 0)
+		return 0;
+	if (bpf_ringbuf_output(&stack_samples, s, SAMPLE_HEADER_BYTES + user_len + kernel_len,
+			       BPF_RB_NO_WAKEUP) != 0)
+		return 0;
+	bump(STAT_KERNEL_WALKED);
+	return 1;
+}
+
 SEC("perf_event")
 int profile_cpu(struct bpf_perf_event_data *ctx)
 {
@@ -1600,6 +1651,13 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	// announcement's lookup (a cold hash bucket, ~1.2 µs a sample at 19 Hz) is not needed.
 	if (send_user_stack(ctx, pid, user_mode, ip, sp, bp, KIND_CPU, 1))
 		return 0;
+	if (send_kernel_walked(ctx, pid, user_mode)) {
+		announce_if_new(pid);
+		return 0;
+	}
+	// The ring buffer is full: counted in the maps below, which userspace drains only when
+	// STAT_COUNTED moved (iterating them costs a system call or more per entry, and a scan of
+	// every bucket).
 
 	struct count_key key = {
 		.pid = pid,
@@ -1610,15 +1668,20 @@ int profile_cpu(struct bpf_perf_event_data *ctx)
 	__u64 *count = bpf_map_lookup_elem(counts, &key);
 	if (count) {
 		__sync_fetch_and_add(count, 1);
+		bump(STAT_COUNTED);
 	} else {
 		__u64 one = 1;
 		// BPF_NOEXIST: when two CPUs insert the same key at once, the loser adds instead.
-		if (bpf_map_update_elem(counts, &key, &one, BPF_NOEXIST) != 0) {
+		if (bpf_map_update_elem(counts, &key, &one, BPF_NOEXIST) == 0) {
+			bump(STAT_COUNTED);
+		} else {
 			count = bpf_map_lookup_elem(counts, &key);
-			if (count)
+			if (count) {
 				__sync_fetch_and_add(count, 1);
-			else
+				bump(STAT_COUNTED);
+			} else {
 				bump(STAT_COUNTS_FULL);
+			}
 		}
 	}
 

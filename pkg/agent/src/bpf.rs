@@ -68,7 +68,15 @@ enum Stat {
     JvmCut = 23,
     JvmSteps = 24,
     JvmLost = 25,
+    Counted = 26,
+    KernelWalked = 27,
 }
+
+/// `STAT_LEN`: the counters in the `stats` map's one value.
+const STAT_LEN: usize = 28;
+
+/// The `stats` map's value (`struct stat_counters`), one per CPU.
+type StatCounters = [u64; STAT_LEN];
 
 /// Counters kept by the BPF program since it was loaded, summed over CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -89,14 +97,15 @@ pub struct BpfStats {
     pub events_lost: u64,
     /// Samples sent with their user stack walked in the kernel with the unwind tables.
     pub stacks_walked: u64,
-    /// Walked samples that did not fit in the ring buffer: counted with frame pointers.
+    /// Walked samples that did not fit in the ring buffer: sent (or counted) walked by frame
+    /// pointers instead.
     pub samples_lost: u64,
     /// Of the walked samples, those with frames left by their frame pointers (the fast path).
     pub fp_walked: u64,
     /// Frame-pointer steps that led outside every mapping, redone with the unwind row.
     pub fp_fallbacks: u64,
-    /// Samples of processes whose mappings the program was not told yet: counted with
-    /// frame-pointer stacks.
+    /// Samples of processes whose mappings the program was not told yet: sent with the
+    /// kernel's frame-pointer walk.
     pub no_process: u64,
     /// Samples of Python threads sent with their Python frames.
     pub python_walks: u64,
@@ -127,6 +136,11 @@ pub struct BpfStats {
     /// Off-CPU intervals lost: their process was not told to the program yet, it had no user
     /// context, or the ring buffer was full.
     pub off_cpu_lost: u64,
+    /// Samples recorded in the counts maps because the ring buffer was full.
+    pub counted: u64,
+    /// Samples sent with the user stack the kernel walked by frame pointers (their process not
+    /// told yet, a kernel thread).
+    pub kernel_walked: u64,
 }
 
 /// `struct stack_sample`'s header: pid, tid, kernel_len, user_len, walk_end, py_len, py_end,
@@ -435,6 +449,8 @@ const PY_FRAME_BYTES: usize = 32;
 const SAMPLE_UNKNOWN_ADDRESS: u32 = 1;
 /// `stack_sample.flags`: a mapping's object had no table loaded.
 const SAMPLE_TABLE_MISSING: u32 = 2;
+/// `stack_sample.flags`: the user frames are the kernel's frame-pointer walk.
+const SAMPLE_KERNEL_FP: u32 = 8;
 
 /// Why a thread was off CPU (`enum sample_kind`'s off-CPU kinds): the `off_cpu_reason` label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -487,6 +503,9 @@ pub(crate) struct WalkedSample {
     pub unknown_address: bool,
     /// Some mapping's object had no table loaded (evicted): worth loading again.
     pub table_missing: bool,
+    /// The user frames are the kernel's frame-pointer walk (the program was not told the
+    /// process yet): `end` says nothing, the collector judges where the walk can be trusted.
+    pub kernel_walked: bool,
     /// The thread's Python frames, innermost first (none unless it runs CPython).
     pub python: Vec<PyFrameSample>,
 }
@@ -565,6 +584,7 @@ fn parse_sample(bytes: &[u8]) -> Option<WalkedSample> {
         end,
         unknown_address: flags & SAMPLE_UNKNOWN_ADDRESS != 0,
         table_missing: flags & SAMPLE_TABLE_MISSING != 0,
+        kernel_walked: flags & SAMPLE_KERNEL_FP != 0,
         python,
     })
 }
@@ -599,7 +619,9 @@ pub(crate) struct Sampler {
     half: Array<MapData, u32>,
     counts: [HashMap<MapData, CountKey, u64>; 2],
     stacks: [StackTraceMap<MapData>; 2],
-    stats: PerCpuArray<MapData, u64>,
+    stats: PerCpuArray<MapData, StatCounters>,
+    /// `Stat::Counted` at the last drain: the counts maps are read only when it moved.
+    counted_at_drain: u64,
     samples: RingBuf<MapData>,
     unwind_rows: Array<MapData, RowChunk>,
     unwind_objects: HashMap<MapData, u32, ObjectTable>,
@@ -746,6 +768,7 @@ impl Sampler {
                 table_chunks: table_chunks(table_bytes),
                 py_configs,
                 current: 0,
+                counted_at_drain: 0,
                 n_cpus: cpus.len(),
                 _ebpf: ebpf,
             },
@@ -759,8 +782,16 @@ impl Sampler {
     }
 
     /// Switches the program to the other half of the maps, then reads and clears the half it
-    /// was writing. Samples taken meanwhile go to the new half: none is lost.
+    /// was writing. Samples taken meanwhile go to the new half: none is lost. The maps hold
+    /// only samples the ring buffer had no room for: when the program counted none since the
+    /// last drain, nothing is switched or read (one system call). A sample counted while this
+    /// reads is drained the next time.
     pub fn drain(&mut self) -> Result<Vec<DrainedStack>, Error> {
+        let counted = self.stats()?.counted;
+        if counted == self.counted_at_drain {
+            return Ok(Vec::new());
+        }
+        self.counted_at_drain = counted;
         let old = self.current as usize;
         self.current ^= 1;
         self.half
@@ -915,40 +946,38 @@ impl Sampler {
 
     /// The program's counters so far.
     pub fn stats(&self) -> Result<BpfStats, Error> {
-        let read = |stat: Stat| -> Result<u64, Error> {
-            let values = self
-                .stats
-                .get(&(stat as u32), 0)
-                .map_err(map_error("stats"))?;
-            Ok(values.iter().sum())
-        };
+        let per_cpu = self.stats.get(&0, 0).map_err(map_error("stats"))?;
+        let read =
+            |stat: Stat| -> u64 { per_cpu.iter().map(|counters| counters[stat as usize]).sum() };
         Ok(BpfStats {
-            samples: read(Stat::Samples)?,
-            idle: read(Stat::Idle)?,
-            stack_collisions: read(Stat::StackCollision)?,
-            stack_errors: read(Stat::StackError)?,
-            user_stack_unreadable: read(Stat::UserUnreadable)?,
-            counts_full: read(Stat::CountsFull)?,
-            events_lost: read(Stat::EventsLost)?,
-            stacks_walked: read(Stat::Walked)?,
-            samples_lost: read(Stat::SamplesLost)?,
-            fp_walked: read(Stat::FpWalked)?,
-            fp_fallbacks: read(Stat::FpFallback)?,
-            no_process: read(Stat::NoProcess)?,
-            python_walks: read(Stat::PyWalked)?,
-            python_walks_cut: read(Stat::PyCut)?,
-            php_walks: read(Stat::PhpWalked)?,
-            php_walks_cut: read(Stat::PhpCut)?,
-            ruby_walks: read(Stat::RubyWalked)?,
-            ruby_walks_cut: read(Stat::RubyCut)?,
-            v8_walks: read(Stat::V8Walked)?,
-            v8_walks_cut: read(Stat::V8Cut)?,
-            jvm_walks: read(Stat::JvmWalked)?,
-            jvm_walks_cut: read(Stat::JvmCut)?,
-            jvm_compiled_steps: read(Stat::JvmSteps)?,
-            jvm_lost: read(Stat::JvmLost)?,
-            off_cpu_samples: read(Stat::OffCpu)?,
-            off_cpu_lost: read(Stat::OffCpuLost)?,
+            samples: read(Stat::Samples),
+            idle: read(Stat::Idle),
+            stack_collisions: read(Stat::StackCollision),
+            stack_errors: read(Stat::StackError),
+            user_stack_unreadable: read(Stat::UserUnreadable),
+            counts_full: read(Stat::CountsFull),
+            events_lost: read(Stat::EventsLost),
+            stacks_walked: read(Stat::Walked),
+            samples_lost: read(Stat::SamplesLost),
+            fp_walked: read(Stat::FpWalked),
+            fp_fallbacks: read(Stat::FpFallback),
+            no_process: read(Stat::NoProcess),
+            python_walks: read(Stat::PyWalked),
+            python_walks_cut: read(Stat::PyCut),
+            php_walks: read(Stat::PhpWalked),
+            php_walks_cut: read(Stat::PhpCut),
+            ruby_walks: read(Stat::RubyWalked),
+            ruby_walks_cut: read(Stat::RubyCut),
+            v8_walks: read(Stat::V8Walked),
+            v8_walks_cut: read(Stat::V8Cut),
+            jvm_walks: read(Stat::JvmWalked),
+            jvm_walks_cut: read(Stat::JvmCut),
+            jvm_compiled_steps: read(Stat::JvmSteps),
+            jvm_lost: read(Stat::JvmLost),
+            off_cpu_samples: read(Stat::OffCpu),
+            off_cpu_lost: read(Stat::OffCpuLost),
+            counted: read(Stat::Counted),
+            kernel_walked: read(Stat::KernelWalked),
         })
     }
 }
@@ -1192,6 +1221,19 @@ mod tests {
         }
         // An unknown walk end is refused.
         assert!(parse_sample(&sample(&[1], 9, 0, &[])).is_none());
+    }
+
+    #[test]
+    fn a_stack_the_kernel_walked_by_frame_pointers_says_so() {
+        let s = parse_sample(&sample(&[0x401000, 0x401234], 1, SAMPLE_KERNEL_FP, &[])).unwrap();
+        assert!(s.kernel_walked && !s.unknown_address && !s.table_missing);
+        assert_eq!(s.user, [0x401000, 0x401234]);
+        assert_eq!(s.kernel.len(), 2);
+        assert!(
+            !parse_sample(&sample(&[1], 1, SAMPLE_TABLE_MISSING, &[]))
+                .unwrap()
+                .kernel_walked
+        );
     }
 
     #[test]

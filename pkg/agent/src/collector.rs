@@ -265,6 +265,18 @@ impl Collector {
                 to_tell.insert(sample.pid, info.clone());
             }
             unwinder.sampled(sample.pid);
+            if sample.kernel_walked {
+                // Judged at the drain (`Unwinder::check_kernel_walk`); no interpreter frames.
+                pending.stacks.push(DrainedStack {
+                    pid: sample.pid,
+                    user: Arc::from(sample.user),
+                    kernel: Arc::from(sample.kernel),
+                    count: sample.value,
+                    off_cpu: None,
+                    end: None,
+                });
+                return;
+            }
             unwinder.count(sample.end);
             if let Some(config) = interpreters.config_update(&info) {
                 py_configs.push((sample.pid, config));

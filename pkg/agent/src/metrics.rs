@@ -228,9 +228,17 @@ impl Metrics {
             &[(None, bpf.counts_full as f64)],
         );
         metric(
+            "parca_agent_samples_counted_in_maps_total",
+            "counter",
+            "Samples the ring buffer had no room for, counted in the BPF maps with \
+             frame-pointer stacks instead.",
+            &[(None, bpf.counted as f64)],
+        );
+        metric(
             "parca_agent_map_drains_total",
             "counter",
-            "Times the BPF maps were switched and drained.",
+            "Times the samples so far were collected (the ring buffer read; the BPF maps \
+             switched and read when they hold samples).",
             &[(None, self.drains.load(Relaxed) as f64)],
         );
         metric(
@@ -586,8 +594,8 @@ impl Metrics {
         metric(
             "parca_agent_samples_lost_total",
             "counter",
-            "Walked samples that did not fit in the ring buffer (counted with frame-pointer \
-             stacks instead).",
+            "Walked samples that did not fit in the ring buffer (sent, or counted, with \
+             frame-pointer stacks instead).",
             &[(None, bpf.samples_lost as f64)],
         );
         metric(
