@@ -15,6 +15,7 @@
 //! was inlined into, so inlined methods show as frames of their own. Stubs and adapters are
 //! named `[jvm] NAME` after their blob.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +50,9 @@ const MAX_NAME_BYTES: usize = 1024;
 const MAX_SEGMAP_HOPS: usize = 256;
 /// Most code blobs kept read per process (each holds its `PcDesc`s and scopes: a few KiB).
 const MAX_BLOBS: usize = 1024;
+/// A blob's size believed at most (HotSpot's largest nmethods are a few hundred KiB): a larger
+/// `_size` is not trusted to place other pcs in it.
+const MAX_BLOB_BYTES: u64 = 16 << 20;
 /// `PcDesc`s of an nmethod read at most, and bytes of its scopes.
 const MAX_PC_DESCS: usize = 1 << 16;
 const MAX_SCOPE_BYTES: usize = 1 << 20;
@@ -241,6 +245,8 @@ pub(crate) struct Layout {
     blob_code: u64,
     blob_code_is_offset: bool,
     blob_data: u64,
+    /// `CodeBlob::_size` (bytes from the blob's start, header included), when exported.
+    blob_size: Option<u64>,
     heap_block: u64,
     // nmethod
     nmethod_method: u64,
@@ -341,6 +347,7 @@ impl Layout {
             blob_code: f(&["CodeBlob::_code_offset", "CodeBlob::_code_begin"])?,
             blob_code_is_offset,
             blob_data: f(&["CodeBlob::_data_offset"])?,
+            blob_size: f(&["CodeBlob::_size"]).ok(),
             heap_block: vm.size("HeapBlock")?,
             nmethod_method: f(&["nmethod::_method", "CompiledMethod::_method"])?,
             nmethod_scopes,
@@ -523,6 +530,9 @@ pub(crate) struct Process {
     /// The code blobs read, by start, while `named`'s names stand (its generation
     /// `blobs_generation`): a hot method's samples land on many pcs of one blob.
     blobs: FxHashMap<u64, Arc<Blob>>,
+    /// The same blobs' extents, start → end: a pc inside one is found without reading the
+    /// code heap's segment map again.
+    blob_extents: BTreeMap<u64, u64>,
     blobs_generation: u64,
 }
 
@@ -562,16 +572,34 @@ impl Process {
         self.memory.u16(addr)
     }
 
-    /// The code blob at `start`, read once while the names read from it stand.
-    fn cached_blob(&mut self, start: u64) -> Option<Arc<Blob>> {
+    /// Forgets the blobs read when the names read from them are dropped (or too many are held).
+    fn refresh_blobs(&mut self) {
         if self.blobs_generation != self.named.generation() || self.blobs.len() >= MAX_BLOBS {
             self.blobs.clear();
+            self.blob_extents.clear();
             self.blobs_generation = self.named.generation();
         }
+    }
+
+    /// The start of a blob read while the names stand that holds `pc`, if one does.
+    fn known_blob_at(&self, pc: u64) -> Option<u64> {
+        let (&start, &end) = self.blob_extents.range(..=pc).next_back()?;
+        (pc < end).then_some(start)
+    }
+
+    /// The code blob at `start`, read once while the names read from it stand.
+    fn cached_blob(&mut self, start: u64) -> Option<Arc<Blob>> {
+        self.refresh_blobs();
         if let Some(blob) = self.blobs.get(&start) {
             return Some(blob.clone());
         }
         let blob = Arc::new(self.blob(start)?);
+        if let Some(size) = self.layout.blob_size
+            && let Some(size) = self.i32_at(start.wrapping_add(size))
+            && let Ok(size @ 1..=MAX_BLOB_BYTES) = u64::try_from(size)
+        {
+            self.blob_extents.insert(start, start + size);
+        }
         self.blobs.insert(start, blob.clone());
         Some(blob)
     }
@@ -808,7 +836,8 @@ impl Process {
         stats: &mut InterpreterStats,
     ) -> Vec<u64> {
         let at = if leaf { pc } else { pc - 1 };
-        let Some(start) = self.blob_at(&heap, at) else {
+        self.refresh_blobs();
+        let Some(start) = self.known_blob_at(at).or_else(|| self.blob_at(&heap, at)) else {
             return Vec::new();
         };
         let Some(blob) = self.cached_blob(start) else {
@@ -995,6 +1024,7 @@ impl Runtime for HotSpot {
             methods: FxHashMap::default(),
             named: NamedFrames::new(MAX_NAMED_PER_PROCESS, Some(RENAME_INTERVAL)),
             blobs: FxHashMap::default(),
+            blob_extents: BTreeMap::new(),
             blobs_generation: 0,
         };
         Some((process, config))
@@ -1300,6 +1330,7 @@ mod tests {
             methods: FxHashMap::default(),
             named: NamedFrames::new(MAX_NAMED_PER_PROCESS, Some(RENAME_INTERVAL)),
             blobs: FxHashMap::default(),
+            blob_extents: BTreeMap::new(),
             blobs_generation: 0,
         }
     }
