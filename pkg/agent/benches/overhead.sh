@@ -16,8 +16,11 @@
 # measurement).
 # PROFILE_AGENT=FILE records the agent itself during the measured seconds (perf at 4,999 Hz with
 # DWARF call graphs, into FILE.HZ) to see where its time goes; perf's own cost is not the agent's.
-# METRICS=FILE saves the agent's /metrics at the end of the measured seconds (FILE.HZ): its
-# symbolizer's hits and misses, samples read, processes told, to explain a figure.
+# METRICS=FILE saves the agent's /metrics at the start and the end of the measured seconds
+# (FILE.HZ.start, FILE.HZ): its symbolizer's hits and misses, samples read, processes told,
+# tables compiled, to explain a figure (the difference is what the measured seconds did).
+# Commands run by hand on the machine during a run are new processes and binaries to the agent
+# (tables to compile, symbols to read): keep it alone while it measures.
 # AGENT_HZ="19" limits the frequencies tried. AGENT_BIN runs that agent binary instead of
 # building this tree's (to compare builds), with AGENT_ARGS added to its flags; PERF=0 skips perf.
 # LOAD=go runs the Go program tests/targets/agent/hot.go instead (it keeps frame pointers: its stacks take the fast path,
@@ -99,6 +102,7 @@ for hz in ${AGENT_HZ:-19 99}; do
     --log-level warn ${AGENT_ARGS:-} & apid=$!; pids+=($apid)
   for _ in $(seq 100); do curl -sf "127.0.0.1:$port/healthy" >/dev/null && break; sleep 0.1; done
   curl -sf -o /dev/null "127.0.0.1:$port/debug/pprof/profile?seconds=${WARMUP:-10}"   # warm-up
+  if [ -n "${METRICS:-}" ]; then curl -sf -o "$METRICS.$hz.start" "127.0.0.1:$port/metrics" || true; fi
   t0=$(cpu_ticks "$apid"); b0=$(bpf_ns); w0=$(date +%s.%N)
   end=$(( $(date +%s) + seconds ))
   # The kernel's own count of the agent's CPU time (all its threads, nanoseconds): ticks are
