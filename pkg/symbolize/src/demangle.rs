@@ -5,16 +5,21 @@ use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap;
 
+use crate::Frame;
+
 /// Names an object's lookups gave and their demangled forms, kept so that a function sampled
 /// at many addresses is read and demangled once: each new address used to read its symbol's
 /// name from the file and demangle it (C++ names cost the most), half the agent's symbolizing.
-/// At most [`NameMemo::MAX`] names each; emptied when full.
+/// Where DWARF names nothing, a symbol's frames are kept too, shared by all its addresses. At
+/// most [`NameMemo::MAX`] entries each; emptied when full.
 #[derive(Debug, Default)]
 pub(crate) struct NameMemo {
     /// Symbol address → its name as stored (`None`: unreadable or empty).
     symbols: Mutex<FxHashMap<u64, Option<Arc<str>>>>,
     /// Mangled name → demangled.
     demangled: Mutex<FxHashMap<Arc<str>, Arc<str>>>,
+    /// Symbol address → the frames every address of it gets where DWARF names nothing.
+    frames: Mutex<FxHashMap<u64, Option<Arc<[Frame]>>>>,
 }
 
 impl NameMemo {
@@ -32,6 +37,25 @@ impl NameMemo {
         }
         symbols.insert(address, name.clone());
         name
+    }
+
+    /// The frames of the symbol at `address` (where DWARF names nothing), built by `build`
+    /// the first time.
+    pub fn symbol_frames(
+        &self,
+        address: u64,
+        build: impl FnOnce() -> Option<Arc<[Frame]>>,
+    ) -> Option<Arc<[Frame]>> {
+        let mut frames = self.frames.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = frames.get(&address) {
+            return known.clone();
+        }
+        let built = build();
+        if frames.len() >= Self::MAX {
+            frames.clear();
+        }
+        frames.insert(address, built.clone());
+        built
     }
 
     /// [`demangle`] of `name`, remembered.

@@ -634,16 +634,45 @@ impl ElfObject {
     /// alone when DWARF has nothing there. Empty when nothing is known. Pass a return address
     /// minus one.
     pub fn symbolize(&self, vaddr: u64) -> Vec<Frame> {
-        // Outside code there is nothing to find; and DWARF places functions that the linker
-        // dropped at address 0, which must not match low addresses.
-        let in_code = self
-            .segments
-            .iter()
-            .any(|s| s.executable && vaddr >= s.vaddr && vaddr - s.vaddr < s.mem_size);
-        if !in_code {
+        if !self.in_code(vaddr) {
             return Vec::new();
         }
-        let mut frames = self.dwarf_frames(vaddr);
+        self.with_symbol(self.dwarf_frames(vaddr), vaddr)
+    }
+
+    /// [`ElfObject::symbolize`], shared; `None` when nothing is known. Where DWARF has nothing
+    /// at `vaddr` (a stripped object, code DWARF does not cover), every address of one symbol
+    /// gets the same frames, built once: what a caller keeps per frames (a profile's function
+    /// lines) is then done once a function, not once an address (the Rust compiler's samples
+    /// reach new addresses of `librustc_driver` all the time, mostly in functions named before).
+    pub fn symbolize_shared(&self, vaddr: u64) -> Option<Arc<[Frame]>> {
+        if !self.in_code(vaddr) {
+            return None;
+        }
+        let frames = self.dwarf_frames(vaddr);
+        if frames.is_empty() {
+            let sym = self.symbol_at(vaddr)?;
+            return self.name_memo.symbol_frames(sym.address, || {
+                let frames = self.with_symbol(Vec::new(), vaddr);
+                (!frames.is_empty()).then(|| Arc::from(frames))
+            });
+        }
+        let frames = self.with_symbol(frames, vaddr);
+        (!frames.is_empty()).then(|| Arc::from(frames))
+    }
+
+    /// Whether `vaddr` is in an executable segment. Outside code there is nothing to find; and
+    /// DWARF places functions that the linker dropped at address 0, which must not match low
+    /// addresses.
+    fn in_code(&self, vaddr: u64) -> bool {
+        self.segments
+            .iter()
+            .any(|s| s.executable && vaddr >= s.vaddr && vaddr - s.vaddr < s.mem_size)
+    }
+
+    /// `frames` (DWARF's at `vaddr`) with the symbol covering `vaddr` as the outermost
+    /// function's name, or as the only frame when DWARF had none.
+    fn with_symbol(&self, mut frames: Vec<Frame>, vaddr: u64) -> Vec<Frame> {
         let symbol = self
             .symbol_at(vaddr)
             .and_then(|s| self.name_memo.symbol(s.address, || self.name_of(s)));
@@ -1417,6 +1446,33 @@ mod tests {
         let frames = obj.symbolize(vaddr);
         assert_eq!(frames.len(), 1);
         assert!(frames[0].function.ends_with("outer_for_test") && frames[0].file.is_none());
+    }
+
+    #[test]
+    fn addresses_of_one_function_without_dwarf_share_their_frames() {
+        assert_eq!(outer_for_test(3), 10);
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let file = File::open(&exe).unwrap();
+        let addr = outer_for_test as *const () as u64;
+        let (start, _, offset) = self_mapping(addr);
+        // Without DWARF (over the budget): the symbol's frames, one allocation for all.
+        let stripped = ElfObject::read(&file, &exe, 1).unwrap();
+        let vaddr = stripped
+            .vaddr_of_file_offset(addr - start + offset)
+            .unwrap();
+        let first = stripped.symbolize_shared(vaddr).unwrap();
+        let second = stripped.symbolize_shared(vaddr + 1).unwrap();
+        assert!(Arc::ptr_eq(&first, &second));
+        assert_eq!(*first, *stripped.symbolize(vaddr + 1));
+        assert!(stripped.symbolize_shared(1).is_none());
+        // With DWARF, each address keeps its own lines.
+        let full = ElfObject::read(&file, &exe, u64::MAX).unwrap();
+        for d in 0..16 {
+            assert_eq!(
+                *full.symbolize_shared(vaddr + d).unwrap(),
+                *full.symbolize(vaddr + d)
+            );
+        }
     }
 
     #[test]

@@ -225,10 +225,10 @@ impl Symbolizer {
         let max = self.options.max_addresses_per_object;
         let slot = self.objects.get_mut(key).expect("prepare inserted it");
         let frames: Arc<[Frame]> = match &slot.object {
-            Loaded::Ok(object) => match object.vaddr_of_file_offset(file_offset) {
-                Some(vaddr) => Arc::from(object.symbolize(vaddr)),
-                None => self.empty.clone(),
-            },
+            Loaded::Ok(object) => object
+                .vaddr_of_file_offset(file_offset)
+                .and_then(|vaddr| object.symbolize_shared(vaddr))
+                .unwrap_or_else(|| self.empty.clone()),
             Loaded::Failed | Loaded::Unloaded => self.empty.clone(),
         };
         if slot.memo.len() >= max {
