@@ -587,9 +587,9 @@ impl Process {
         (pc < end).then_some(start)
     }
 
-    /// The code blob at `start`, read once while the names read from it stand.
+    /// The code blob at `start`, read once while the names read from it stand (its caller
+    /// calls [`Process::refresh_blobs`] first).
     fn cached_blob(&mut self, start: u64) -> Option<Arc<Blob>> {
-        self.refresh_blobs();
         if let Some(blob) = self.blobs.get(&start) {
             return Some(blob.clone());
         }
