@@ -88,10 +88,9 @@ else
   for _ in $(seq "$ncpu"); do "$tmp/hot" 100000 & pids+=($!); done
 fi
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hwm_kb() { awk '/^VmHWM/{print $2}' "/proc/$1/status"; }
 
-# What the measured seconds read runs no program: a program that starts is new to the agent
+# Reading the figures starts no program: a program that starts is new to the agent
 # (its unwind tables compiled, its symbols read, when a sample first lands in it), and the
 # measuring tools' own objects, compiled inside the measured seconds or not by the luck of
 # the first sample, moved the agent's figure by a quarter from run to run (perf stat and its
@@ -103,7 +102,9 @@ hwm_kb() { awk '/^VmHWM/{print $2}' "/proc/$1/status"; }
 cg=
 cg_make() { # puts process $1 in a cgroup of its own that counts CPU time; sets cg
   local base
-  for base in /sys/fs/cgroup/cpuacct /sys/fs/cgroup/cpu,cpuacct /sys/fs/cgroup; do
+  # cgroup v1's cpuacct, or v2 (alone, or beside v1 as `unified`), whose cpu.stat counts
+  # usage without the cpu controller.
+  for base in /sys/fs/cgroup/cpuacct /sys/fs/cgroup/cpu,cpuacct /sys/fs/cgroup/unified /sys/fs/cgroup; do
     if { [ -f "$base/cpuacct.usage" ] || [ -f "$base/cgroup.controllers" ]; } &&
       mkdir "$base/parca-agent-overhead.$$" 2>/dev/null; then
       cg="$base/parca-agent-overhead.$$"
@@ -171,7 +172,7 @@ for hz in ${AGENT_HZ:-19 99}; do
   # Nothing from here to the end of the measured seconds starts a program but curl (a
   # server's scrape, every 10 s) and perf (PROFILE_AGENT).
   ticks_of "$apid" t0; cg_ns c0; prog_ns "$apid" b0; w0=$EPOCHREALTIME
-  end=$(( ${EPOCHSECONDS} + seconds ))
+  end=$((EPOCHSECONDS + seconds))
   if [ -n "${PROFILE_AGENT:-}" ]; then
     perf record -F 4999 --call-graph dwarf,16384 -q -o "$PROFILE_AGENT.$hz" -p "$apid" -- sleep "$seconds" 2>/dev/null &
     pids+=($!)
@@ -200,9 +201,9 @@ done
 for mode in "-g" "--call-graph dwarf"; do
   # shellcheck disable=SC2086 # $mode is two words for dwarf
   perf record -F 19 -a $mode -q -o "$tmp/perf.data" -- sleep "$seconds" 2>/dev/null & ppid=$!; pids+=($ppid)
-  sleep 1; t0=$(cpu_ticks "$ppid"); w0=$(date +%s.%N)
+  sleep 1; ticks_of "$ppid" t0; w0=$(date +%s.%N)
   sleep $((seconds - 2))
-  t1=$(cpu_ticks "$ppid"); w1=$(date +%s.%N); hwm=$(hwm_kb "$ppid")
+  ticks_of "$ppid" t1; w1=$(date +%s.%N); hwm=$(hwm_kb "$ppid")
   wait "$ppid" || true
   python3 - "$t0" "$t1" "$w0" "$w1" "$hwm" "$tick" "$ncpu" "perf record -F 19 -a $mode" <<'PY'
 import sys
