@@ -296,7 +296,7 @@ struct py_frame {
 	__u64 fingerprint;   // of the code object's fields, to tell a reused address (py_fingerprint)
 	__s32 index;         // the instruction, in code units from the start of the bytecode
 	__u32 marker;        // the entry marker byte (is_entry in 3.11, owner in 3.12+), 0 in 3.10
-	__u64 aux;           // V8: the function's SharedFunctionInfo (`py_config.function_aux`); else 0
+	__u64 aux;           // V8: the function's SharedFunctionInfo (`py_config.function_aux`); Ruby: ep[-2]; else 0
 };
 _Static_assert(sizeof(struct py_frame) == 32, "parse_sample reads frames of 32 bytes");
 
@@ -352,7 +352,8 @@ struct py_config {
 	__u32 code_body;        // INSTR_IN_BODY: offset of the body pointer in the code
 	__u32 ec_stack;         // Ruby: offsets in the execution context of the VM stack
 	__u32 ec_stack_size;    // and of its size in words (the frames end at stack + 8 * size)
-	__u32 marker_indirect;  // 1: `window_marker` holds a pointer to the u32 marker (Ruby's ep → flags)
+	__u32 marker_indirect;  // 1: `window_marker` holds a pointer to the u32 marker (Ruby's ep → flags), and
+	                        // the word two before it (ep[-2]: the method entry, or a cref) goes to `aux`
 	__u64 code_end;         // V8: the end of the embedded builtins' code, which starts at `tss` (the
 	                        // interpreter's frames run there); V8's frame slots are `window_*`
 	                        // bytes into the V8_WINDOW_BYTES below the frame pointer
@@ -1236,11 +1237,16 @@ static long py_step(__u32 index, void *data)
 	__u32 marker_at = c->window_marker;
 	asm volatile("" : "+r"(marker_at));
 	__u32 marker = marker_at < PY_WINDOW_BYTES ? w->bytes[marker_at] : 0;
+	__u64 aux = 0;
 	if (c->marker_indirect) {
+		// Ruby: ep[-2] (the method entry, or a cref), ep[-1], ep[0] (the flags), in one read.
 		marker = 0;
 		__u64 at_ptr = py_window_u64(w, marker_at);
-		if (at_ptr)
-			bpf_probe_read_user(&marker, sizeof(marker), (void *)at_ptr);
+		__u64 env[3];
+		if (at_ptr > 16 && bpf_probe_read_user(env, sizeof(env), (void *)(at_ptr - 16)) == 0) {
+			marker = (__u32)env[2];
+			aux = env[0];
+		}
 	}
 	__u32 off = walk->at + walk->n * sizeof(struct py_frame);
 	asm volatile("" : "+r"(off));
@@ -1265,7 +1271,7 @@ static long py_step(__u32 index, void *data)
 	__u32 shift = c->instr_shift & 7;
 	f->index = c->instr_mode == INSTR_INDEX ? (__s32)instr : (__s32)((__s64)(instr - base) >> shift);
 	f->marker = marker;
-	f->aux = 0;
+	f->aux = aux;
 	walk->n++;
 	walk->frame = c->frame_stride ? frame + c->frame_stride : py_window_u64(w, c->window_previous);
 	return 0;

@@ -53,17 +53,24 @@ fn is_ruby(f: &SampleFrame) -> bool {
     f.mapping.is_empty() && f.file.ends_with(".rb")
 }
 
-/// Whether a sample of `chain.rb` shows inner_hot ← middle_step ← outer_loop ← <main> of
-/// chain.rb with the lines of the calls, placed among native frames: the VM's own frames below
-/// <main>, and no `rb_vm_exec` frame left where Ruby frames should be.
+/// Whether a sample of `chain.rb` shows Jobs::Hot.inner_hot ← Worker#middle_step ←
+/// Object#outer_loop ← <main> of chain.rb (methods named with their classes, as Ruby 3.4's
+/// backtraces name them) with the lines of the calls, placed among native frames: the VM's own
+/// frames below <main>, and no `rb_vm_exec` frame left where Ruby frames should be.
 fn chain_shown(frames: &[SampleFrame]) -> bool {
     let ruby: Vec<&SampleFrame> = frames.iter().filter(|f| is_ruby(f)).collect();
     let names: Vec<&str> = ruby.iter().map(|f| f.function.as_str()).collect();
-    let inner = line_of("chain.rb", "def inner_hot")..=line_of("chain.rb", "i += 1") + 2;
+    let inner = line_of("chain.rb", "def self.inner_hot")..=line_of("chain.rb", "i += 1") + 2;
     let main = frames.iter().position(|f| f.function == "<main>");
-    names == ["inner_hot", "middle_step", "outer_loop", "<main>"]
+    names
+        == [
+            "Jobs::Hot.inner_hot",
+            "Worker#middle_step",
+            "Object#outer_loop",
+            "<main>",
+        ]
         && inner.contains(&ruby[0].line)
-        && ruby[1].line == line_of("chain.rb", "    inner_hot(n)")
+        && ruby[1].line == line_of("chain.rb", "Jobs::Hot.inner_hot(n)")
         && ruby[2].line == line_of("chain.rb", "worker.middle_step(20000)")
         && ruby[3].line == line_of("chain.rb", "outer_loop(ARGV")
         && main.is_some_and(|m| frames[m + 1..].iter().any(|f| !f.mapping.is_empty()))
@@ -121,7 +128,8 @@ fn agent_shows_ruby_frames_with_files_and_lines() {
 }
 
 /// Ruby code called back from a C method: the block's frames sit above the native frames that
-/// called it (`rb_yield`, `rb_ary_each`), which sit above the Ruby method that called `each`.
+/// called it (`rb_yield`, `rb_ary_each`), which sit above the Ruby method that called `each`;
+/// a block is named after its method's class, as the method is (`block in Object#via_each`).
 #[test]
 fn agent_places_ruby_blocks_above_the_c_methods_that_call_them() {
     let _exclusive = crate::support::exclusive();
@@ -139,17 +147,17 @@ fn agent_places_ruby_blocks_above_the_c_methods_that_call_them() {
             .map(|f| f.function.as_str())
             .collect();
         let outer = [
-            "hash_leaf",
-            "block in via_each",
-            "via_each",
-            "run",
+            "Object#hash_leaf",
+            "block in Object#via_each",
+            "Object#via_each",
+            "Object#run",
             "<main>",
         ];
         let at = |name: &str| frames.iter().position(|f| f.function == name);
         ruby.ends_with(&outer)
             && ruby.len() <= outer.len() + 1
-            && at("block in via_each")
-                .zip(at("via_each"))
+            && at("block in Object#via_each")
+                .zip(at("Object#via_each"))
                 .is_some_and(|(block, caller)| {
                     frames[block + 1..caller]
                         .iter()

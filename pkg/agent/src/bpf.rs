@@ -438,7 +438,8 @@ pub(crate) struct PyFrameSample {
     /// The frame's entry marker byte (`is_entry` in 3.11, `owner` in 3.12+).
     pub marker: u32,
     /// V8: the word at `PyConfig::function_aux` from the function (its `SharedFunctionInfo`),
-    /// read in the program; 0 when not read or unreadable.
+    /// read in the program; Ruby (`PyConfig::marker_indirect`): the frame's `ep[-2]`, its method
+    /// entry or a cref; 0 when not read or unreadable.
     pub aux: u64,
 }
 

@@ -3,8 +3,9 @@
 //! execution context is `ruby_current_ec`, a thread-local in libruby's static TLS block (found
 //! here once per process, [`find_tls_offset`]), and its control frames are an array from the
 //! current one to the end of the thread's VM stack, each naming its instruction sequence, the
-//! instruction it runs and its environment's flags. Here each (iseq, pc) becomes a named frame
-//! (the iseq's label, as Ruby's backtraces name it: `inner_hot`, `block in run`, `<main>`; its
+//! instruction it runs, its environment's flags and its method entry. Here each (iseq, pc)
+//! becomes a named frame (the iseq's label qualified by its method's class as Ruby 3.4's
+//! backtraces name it: `Worker#inner_hot`, `Worker.build`, `block in Worker#run`, `<main>`; its
 //! file; the line of the pc), and the Ruby frames take the place of the native `rb_vm_exec`
 //! frames that run them, split where Ruby entered the VM from C again (`VM_FRAME_FLAG_FINISH`).
 //! The facts used are in `ebpf/ruby.md`.
@@ -22,9 +23,13 @@ use crate::process::ProcessInfo;
 
 /// The name of a frame whose instruction sequence could not be read.
 const UNREADABLE_ISEQ: &str = "[ruby: unreadable iseq]";
-/// Instruction sequences remembered per process, and (iseq, pc) lines.
+/// Instruction sequences remembered per process, (iseq, pc, method entry) lines, and methods'
+/// classes.
 const MAX_ISEQS_PER_PROCESS: usize = 16_384;
 const MAX_LINES_PER_PROCESS: usize = 65_536;
+const MAX_METHODS_PER_PROCESS: usize = 16_384;
+/// Most instance variables of a class looked through for its name.
+const MAX_CLASS_IVARS: u64 = 256;
 /// Longest label or path read, in bytes; a longer one is cut.
 const MAX_STRING_BYTES: u64 = 1024;
 /// Bytes below the main thread's thread pointer searched for its execution context (libruby's
@@ -43,9 +48,20 @@ const FRAME_MAGIC_DUMMY: u32 = 0x7999_0001;
 const T_MASK: u64 = 0x1f;
 const T_STRING: u64 = 0x05;
 const T_ARRAY: u64 = 0x07;
-/// `T_IMEMO`, and `imemo_iseq` of `enum imemo_type`.
+/// `T_IMEMO`, and `imemo_ment` and `imemo_iseq` of `enum imemo_type`.
 const T_IMEMO: u64 = 0x1a;
+const IMEMO_MENT: u64 = 6;
 const IMEMO_ISEQ: u64 = 7;
+/// `T_CLASS`, `T_MODULE`, and `FL_SINGLETON` (`FL_USER0`): a class's flags.
+const T_CLASS: u64 = 0x02;
+const T_MODULE: u64 = 0x03;
+const FL_SINGLETON: u64 = 0x1000;
+/// A method definition's type (its first 4 bits) and `VM_METHOD_TYPE_ISEQ`: defined in Ruby.
+const METHOD_TYPE_MASK: u32 = 0xf;
+const METHOD_TYPE_ISEQ: u32 = 0;
+/// An `st_table` entry (hash, key, record), and the hash of a deleted one.
+const ST_ENTRY_BYTES: u64 = 24;
+const ST_DELETED_HASH: u64 = u64::MAX;
 
 /// Where a Ruby version keeps what the agent reads, in bytes from the start of each structure;
 /// from the version's headers (`vm_core.h`, `iseq.h`, `include/ruby/internal/core/*.h`), as
@@ -79,8 +95,22 @@ struct Layout {
     body_insns_info: u64,
     body_insns_info_size: u64,
     body_succ_index_table: u64,
+    /// `rb_iseq_constant_body.local_iseq`: the method (or top level) a block is in.
+    body_local_iseq: u64,
     /// `sizeof(struct iseq_insn_info_entry)`, whose `line_no` comes first.
     insn_info_size: u64,
+    /// `RBasic.klass`: an object's class (a class's: its singleton class).
+    basic_klass: u64,
+    /// `rb_method_entry_t.def` and `.owner`; `rb_method_definition_t.body.iseq.iseqptr`.
+    me_def: u64,
+    me_owner: u64,
+    def_iseq: u64,
+    /// `RClass.ptr` (its `rb_classext_t`) and `rb_classext_t.iv_tbl` (an `st_table` from ivar id
+    /// to value).
+    class_ext: u64,
+    ext_iv_tbl: u64,
+    /// `st_table.entries_start`, `.entries_bound` and `.entries`, three words in a row.
+    st_entries_start: u64,
     /// `RString`: the no-embed flag, the embedded length's bits, where embedded text starts,
     /// and a heap string's `len` and `ptr`.
     string_noembed: u64,
@@ -120,7 +150,15 @@ const RUBY_3_1: Layout = Layout {
     body_insns_info: 120,
     body_insns_info_size: 136,
     body_succ_index_table: 144,
+    body_local_iseq: 176,
     insn_info_size: 12,
+    basic_klass: 8,
+    me_def: 16,
+    me_owner: 32,
+    def_iseq: 8,
+    class_ext: 24,
+    ext_iv_tbl: 8,
+    st_entries_start: 32,
     string_noembed: 0x2000,
     string_embed_len_mask: 0x7c000,
     string_embed_len_shift: 14,
@@ -164,6 +202,9 @@ struct Iseq {
     path: String,
     first_line: u32,
     fingerprint: u64,
+    /// The iseq of the method (or top level, class body) it is in: its own address, unless a
+    /// block.
+    local_iseq: u64,
     iseq_size: u32,
     insns_info: u64,
     insns_info_size: u32,
@@ -179,7 +220,8 @@ impl Iseq {
             return None;
         }
         let body = memory.u64(addr + u64::from(layout.iseq_body))?;
-        let bytes = memory.bytes(body, layout.body_succ_index_table as usize + 8)?;
+        let len = layout.body_succ_index_table.max(layout.body_local_iseq) + 8;
+        let bytes = memory.bytes(body, len as usize)?;
         let at = |off: u64| -> Option<u64> {
             Some(u64::from_ne_bytes(
                 bytes.get(off as usize..off as usize + 8)?.try_into().ok()?,
@@ -194,6 +236,7 @@ impl Iseq {
             path,
             first_line,
             fingerprint: fingerprint(body, flags),
+            local_iseq: at(layout.body_local_iseq)?,
             iseq_size: at(layout.body_iseq_size)? as u32,
             insns_info: at(layout.body_insns_info)?,
             insns_info_size: at(layout.body_insns_info_size)? as u32,
@@ -285,6 +328,106 @@ fn read_path(memory: &Memory, layout: &Layout, addr: u64) -> Option<String> {
     read_string(memory, layout, first)
 }
 
+/// How this process's classes keep their names: the ids of the `__classpath__` and
+/// `__attached__` instance variables. They are dynamic ids (their values differ between builds
+/// and with what the VM interned first), learnt from class `Object`, whose name is known, and
+/// its singleton class, which is attached to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ClassIvars {
+    classpath: u64,
+    attached: u64,
+}
+
+impl ClassIvars {
+    /// Learns the ids from class `Object`, kept at `root_class` (`rb_cObject`); `None` when its
+    /// name or singleton class cannot be read.
+    fn learn(memory: &Memory, layout: &Layout, root_class: u64) -> Option<ClassIvars> {
+        let object = memory.u64(root_class).filter(|&o| o != 0)?;
+        let (classpath, _) = class_ivars(memory, layout, object)?
+            .into_iter()
+            .find(|&(_, value)| read_string(memory, layout, value).as_deref() == Some("Object"))?;
+        let singleton = memory.u64(object + layout.basic_klass)?;
+        let (attached, _) = class_ivars(memory, layout, singleton)?
+            .into_iter()
+            .find(|&(_, value)| value == object)?;
+        Some(ClassIvars {
+            classpath,
+            attached,
+        })
+    }
+
+    /// What a method of method entry `me` is named after, as Ruby 3.4's backtraces qualify it:
+    /// `Worker#` for an instance method of `Worker` (or of a module), `Worker.` for a singleton
+    /// method of the class. `None` when `me` is not the entry of a method defined in Ruby by
+    /// `iseq` (a cref, a freed entry, a forged pointer), or its class has no name (anonymous).
+    fn qualifier(self, memory: &Memory, layout: &Layout, me: u64, iseq: u64) -> Option<String> {
+        if me == 0 || !me.is_multiple_of(8) {
+            return None;
+        }
+        let flags = memory.u64(me)?;
+        if flags & T_MASK != T_IMEMO || (flags >> 12) & 0xf != IMEMO_MENT {
+            return None;
+        }
+        let def = memory.u64(me + layout.me_def)?;
+        if memory.u32(def)? & METHOD_TYPE_MASK != METHOD_TYPE_ISEQ
+            || memory.u64(def + layout.def_iseq)? != iseq
+        {
+            return None;
+        }
+        let owner = memory.u64(me + layout.me_owner)?;
+        let owner_flags = memory.u64(owner)?;
+        if owner_flags & T_MASK == T_CLASS && owner_flags & FL_SINGLETON != 0 {
+            let attached = class_ivar(memory, layout, owner, self.attached)?;
+            Some(format!("{}.", self.class_path(memory, layout, attached)?))
+        } else {
+            Some(format!("{}#", self.class_path(memory, layout, owner)?))
+        }
+    }
+
+    /// A named class's or module's path (`Worker`, `Jobs::Worker`).
+    fn class_path(self, memory: &Memory, layout: &Layout, class: u64) -> Option<String> {
+        let flags = memory.u64(class)?;
+        if !matches!(flags & T_MASK, T_CLASS | T_MODULE) {
+            return None;
+        }
+        let path = class_ivar(memory, layout, class, self.classpath)?;
+        read_string(memory, layout, path)
+    }
+}
+
+/// A class's instance variables, as (id, value): the live entries of its `iv_tbl`, at most
+/// [`MAX_CLASS_IVARS`].
+fn class_ivars(memory: &Memory, layout: &Layout, class: u64) -> Option<Vec<(u64, u64)>> {
+    let ext = memory.u64(class + layout.class_ext).filter(|&e| e != 0)?;
+    let table = memory.u64(ext + layout.ext_iv_tbl).filter(|&t| t != 0)?;
+    let header = memory.array::<24>(table + layout.st_entries_start)?;
+    let (start, bound, entries) = (word(&header, 0), word(&header, 1), word(&header, 2));
+    let n = bound.checked_sub(start)?.min(MAX_CLASS_IVARS);
+    let bytes = memory.bytes(
+        entries.checked_add(start.checked_mul(ST_ENTRY_BYTES)?)?,
+        (n * ST_ENTRY_BYTES) as usize,
+    )?;
+    Some(
+        bytes
+            .chunks_exact(ST_ENTRY_BYTES as usize)
+            .filter(|e| word(e, 0) != ST_DELETED_HASH)
+            .map(|e| (word(e, 1), word(e, 2)))
+            .collect(),
+    )
+}
+
+/// The `i`th word of `bytes`.
+fn word(bytes: &[u8], i: usize) -> u64 {
+    u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+}
+
+/// The value of a class's instance variable `id`.
+fn class_ivar(memory: &Memory, layout: &Layout, class: u64, id: u64) -> Option<u64> {
+    class_ivars(memory, layout, class)?
+        .into_iter()
+        .find_map(|(key, value)| (key == id).then_some(value))
+}
+
 /// A sampled frame, named: its frame id, or `None` for a frame of no Ruby code (a C method's,
 /// the VM's placeholders), and whether it began a native call of the VM.
 type Named = (Option<u32>, bool);
@@ -294,29 +437,25 @@ type Named = (Option<u32>, bool);
 pub(crate) struct Process {
     layout: &'static Layout,
     memory: Memory,
+    /// How its classes keep their names; `None` when that could not be learnt (frames are then
+    /// named by their labels alone).
+    class_ivars: Option<ClassIvars>,
     iseqs: FxHashMap<u64, Option<Arc<Iseq>>>,
-    lines: FxHashMap<(u64, u64, i32), u32>,
+    /// Frame ids by (iseq, fingerprint, instruction, method entry).
+    lines: FxHashMap<(u64, u64, i32, u64), u32>,
+    /// Qualifiers (`Worker#`) by (method entry, the method's iseq).
+    methods: FxHashMap<(u64, u64), Option<Arc<str>>>,
 }
 
 impl Process {
-    /// The frame id of a sampled Ruby frame (`None`: no Ruby code).
-    fn name(
-        &mut self,
-        frames: &mut FrameTable,
-        f: &PyFrameSample,
-        stats: &mut InterpreterStats,
-    ) -> Named {
-        let finish = f.marker & FRAME_FINISH != 0;
+    /// The instruction sequence of a sampled frame of Ruby code, read (or remembered) when its
+    /// fingerprint matches; `None` for a frame of no Ruby code or an unreadable one.
+    fn iseq(&mut self, f: &PyFrameSample) -> Option<Arc<Iseq>> {
         if f.code == 0
             || f.marker & FRAME_CFRAME != 0
             || f.marker & FRAME_MAGIC_MASK == FRAME_MAGIC_DUMMY
         {
-            return (None, finish);
-        }
-        stats.frames += 1;
-        let key = (f.code, f.fingerprint, f.index);
-        if let Some(&id) = self.lines.get(&key) {
-            return (Some(id), finish);
+            return None;
         }
         let fresh = |iseq: &Option<Arc<Iseq>>| {
             iseq.as_ref()
@@ -329,21 +468,98 @@ impl Process {
             let iseq = Iseq::read(&self.memory, self.layout, f.code).map(Arc::new);
             self.iseqs.insert(f.code, iseq);
         }
-        let id = match &self.iseqs[&f.code] {
-            Some(iseq) if iseq.fingerprint == f.fingerprint => {
-                let line = iseq.line(&self.memory, self.layout, f.index);
-                frames.intern(&iseq.label, &iseq.path, line)
-            }
-            _ => {
-                stats.unreadable_frames += 1;
-                return (Some(frames.intern(UNREADABLE_ISEQ, "", 0)), finish);
-            }
-        };
-        if self.lines.len() >= MAX_LINES_PER_PROCESS {
-            self.lines.clear();
+        self.iseqs[&f.code]
+            .clone()
+            .filter(|iseq| iseq.fingerprint == f.fingerprint)
+    }
+
+    /// The qualifier of the method whose entry is `me` and whose iseq is `method_iseq`.
+    fn qualifier(&mut self, me: u64, method_iseq: u64) -> Option<Arc<str>> {
+        let ids = self.class_ivars?;
+        if me == 0 {
+            return None;
         }
-        self.lines.insert(key, id);
-        (Some(id), finish)
+        if let Some(q) = self.methods.get(&(me, method_iseq)) {
+            return q.clone();
+        }
+        if self.methods.len() >= MAX_METHODS_PER_PROCESS {
+            self.methods.clear();
+        }
+        let q = ids
+            .qualifier(&self.memory, self.layout, me, method_iseq)
+            .map(Arc::from);
+        self.methods.insert((me, method_iseq), q.clone());
+        q
+    }
+
+    /// Names the sampled Ruby frames, innermost first. A method's frame carries its own method
+    /// entry; a block's is that of the frame further out running the method the block is in.
+    fn name_all(
+        &mut self,
+        frames: &mut FrameTable,
+        sampled: &[PyFrameSample],
+        stats: &mut InterpreterStats,
+    ) -> Vec<Named> {
+        let iseqs: Vec<Option<Arc<Iseq>>> = sampled.iter().map(|f| self.iseq(f)).collect();
+        let mut named = Vec::with_capacity(sampled.len());
+        for (i, f) in sampled.iter().enumerate() {
+            let finish = f.marker & FRAME_FINISH != 0;
+            if f.code == 0
+                || f.marker & FRAME_CFRAME != 0
+                || f.marker & FRAME_MAGIC_MASK == FRAME_MAGIC_DUMMY
+            {
+                named.push((None, finish));
+                continue;
+            }
+            stats.frames += 1;
+            let Some(iseq) = &iseqs[i] else {
+                stats.unreadable_frames += 1;
+                named.push((Some(frames.intern(UNREADABLE_ISEQ, "", 0)), finish));
+                continue;
+            };
+            // The frame running the method this frame's code is in: itself, or for a block
+            // the nearest caller running the block's method.
+            let home = if iseq.local_iseq == f.code {
+                Some(i)
+            } else {
+                (i + 1..sampled.len()).find(|&j| sampled[j].code == iseq.local_iseq)
+            };
+            let me = home.map_or(0, |h| sampled[h].aux);
+            let key = (f.code, f.fingerprint, f.index, me);
+            if let Some(&id) = self.lines.get(&key) {
+                named.push((Some(id), finish));
+                continue;
+            }
+            let method = home.and_then(|h| Some((sampled[h].code, iseqs[h].as_ref()?)));
+            let label = match method {
+                Some((method_iseq, method)) => match self.qualifier(me, method_iseq) {
+                    Some(q) => qualified_label(&iseq.label, &method.label, &q),
+                    None => iseq.label.clone(),
+                },
+                None => iseq.label.clone(),
+            };
+            let line = iseq.line(&self.memory, self.layout, f.index);
+            let id = frames.intern(&label, &iseq.path, line);
+            if self.lines.len() >= MAX_LINES_PER_PROCESS {
+                self.lines.clear();
+            }
+            self.lines.insert(key, id);
+            named.push((Some(id), finish));
+        }
+        named
+    }
+}
+
+/// `label` (a method's, or a block's in it: `block in run`, `block (2 levels) in run`) with
+/// the method's name `method` qualified by its class (`qualifier`: `Worker#`), as Ruby 3.4
+/// labels them: `Worker#run`, `block in Worker#run`. A label of another form is kept.
+fn qualified_label(label: &str, method: &str, qualifier: &str) -> String {
+    if label == method {
+        return format!("{qualifier}{method}");
+    }
+    match label.strip_suffix(method) {
+        Some(head) if head.ends_with(" in ") => format!("{head}{qualifier}{method}"),
+        _ => label.to_owned(),
     }
 }
 
@@ -384,11 +600,24 @@ impl Runtime for Ruby {
             );
             return None;
         };
+        let class_ivars = ruby.root_class.and_then(|root| {
+            let root = root.checked_add(vm_ptr.checked_sub(ruby.state)?)?;
+            ClassIvars::learn(&memory, layout, root)
+        });
+        if class_ivars.is_none() {
+            tracing::debug!(
+                pid = info.pid,
+                version = %ruby.version,
+                "Ruby frames without their classes: class Object's name was not found"
+            );
+        }
         let process = Process {
             layout,
             memory,
+            class_ivars,
             iseqs: FxHashMap::default(),
             lines: FxHashMap::default(),
+            methods: FxHashMap::default(),
         };
         Some((process, bpf_config(layout, tls_offset)))
     }
@@ -399,11 +628,7 @@ impl Runtime for Ruby {
         sampled: &[PyFrameSample],
         stats: &mut InterpreterStats,
     ) -> Vec<Vec<u64>> {
-        let named: Vec<Named> = sampled
-            .iter()
-            .map(|f| process.name(frames, f, stats))
-            .collect();
-        split_into_calls(&named)
+        split_into_calls(&process.name_all(frames, sampled, stats))
     }
 }
 
@@ -523,6 +748,137 @@ mod tests {
         );
         assert_eq!((c.frame_stride, c.kind, c.tsd_offset), (64, VM_RUBY, 0x48));
         assert!(c.window_len <= PY_WINDOW_BYTES);
+    }
+
+    #[test]
+    fn labels_are_qualified_as_ruby_3_4_names_them() {
+        assert_eq!(qualified_label("run", "run", "Worker#"), "Worker#run");
+        assert_eq!(
+            qualified_label("block in run", "run", "Worker#"),
+            "block in Worker#run"
+        );
+        assert_eq!(
+            qualified_label("block (2 levels) in build", "build", "Jobs::Hot."),
+            "block (2 levels) in Jobs::Hot.build"
+        );
+        // Not a label of the method's: kept.
+        assert_eq!(qualified_label("<main>", "run", "Worker#"), "<main>");
+        assert_eq!(
+            qualified_label("block in rerun", "run", "W#"),
+            "block in rerun"
+        );
+    }
+
+    /// A Ruby 3.1 `String` of up to 16 bytes, embedded.
+    fn forged_string(text: &[u8]) -> Box<[u64; 4]> {
+        let layout = &RUBY_3_1;
+        let mut s = Box::new([0u64; 4]);
+        s[0] = T_STRING | ((text.len() as u64) << layout.string_embed_len_shift);
+        let mut bytes = [0u8; 16];
+        bytes[..text.len()].copy_from_slice(text);
+        s[2] = u64::from_ne_bytes(bytes[..8].try_into().unwrap());
+        s[3] = u64::from_ne_bytes(bytes[8..].try_into().unwrap());
+        s
+    }
+
+    /// A Ruby 3.1 class: RBasic (flags, klass), super, ext → {iv_index_tbl, iv_tbl → an
+    /// `st_table` of two entries, the first deleted and the second live}.
+    struct ForgedClass {
+        object: Box<[u64; 4]>,
+        _ext: Box<[u64; 2]>,
+        table: Box<[u64; 7]>,
+        _entries: Box<[u64; 6]>,
+    }
+
+    impl ForgedClass {
+        fn addr(&self) -> u64 {
+            self.object.as_ptr() as u64
+        }
+    }
+
+    fn forged_class(flags: u64, ivars: [(u64, u64); 2]) -> ForgedClass {
+        let entries = Box::new([
+            ST_DELETED_HASH,
+            ivars[0].0,
+            ivars[0].1,
+            1,
+            ivars[1].0,
+            ivars[1].1,
+        ]);
+        let table = Box::new([0, 0, 2, 0, 0, 2, entries.as_ptr() as u64]);
+        let ext = Box::new([0, table.as_ptr() as u64]);
+        let object = Box::new([flags, 0, 0, ext.as_ptr() as u64]);
+        ForgedClass {
+            object,
+            _ext: ext,
+            table,
+            _entries: entries,
+        }
+    }
+
+    /// Classes, their ivar tables, a method entry and its definition forged in this process's
+    /// own memory as Ruby 3.1 lays them out: the ids are learnt from `Object`, and an entry is
+    /// believed only for the iseq its definition names.
+    #[test]
+    fn methods_are_named_after_their_classes_and_forged_entries_are_not() {
+        let memory = Memory::open(Path::new("/proc"), std::process::id()).unwrap();
+        let layout = &RUBY_3_1;
+        let (classpath, attached) = (3841u64, 3089u64);
+        let object_name = forged_string(b"Object");
+        let mut object = forged_class(T_CLASS, [(7, 7), (classpath, object_name.as_ptr() as u64)]);
+        let object_singleton =
+            forged_class(T_CLASS | FL_SINGLETON, [(9, 9), (attached, object.addr())]);
+        object.object[1] = object_singleton.addr();
+        let root = [object.addr()];
+        let ids = ClassIvars::learn(&memory, layout, root.as_ptr() as u64).unwrap();
+        assert_eq!(
+            ids,
+            ClassIvars {
+                classpath,
+                attached
+            }
+        );
+
+        let hot_name = forged_string(b"Jobs::Hot");
+        // The deleted entry holds the id too, with another value: it is not read.
+        let hot = forged_class(
+            T_MODULE,
+            [
+                (classpath, object_name.as_ptr() as u64),
+                (classpath, hot_name.as_ptr() as u64),
+            ],
+        );
+        let hot_singleton = forged_class(T_CLASS | FL_SINGLETON, [(1, 1), (attached, hot.addr())]);
+        let iseq = 0x1234_5678u64;
+        let def = [u64::from(METHOD_TYPE_ISEQ) | (1 << 5), iseq];
+        let entry = |owner: &ForgedClass| {
+            [
+                T_IMEMO | (IMEMO_MENT << 12),
+                0,
+                def.as_ptr() as u64,
+                0,
+                owner.addr(),
+            ]
+        };
+        let (on_object, on_hot) = (entry(&object), entry(&hot_singleton));
+        let q = |me: &[u64; 5], iseq| ids.qualifier(&memory, layout, me.as_ptr() as u64, iseq);
+        assert_eq!(q(&on_object, iseq).as_deref(), Some("Object#"));
+        assert_eq!(q(&on_hot, iseq).as_deref(), Some("Jobs::Hot."));
+        // An entry of another method (a freed one reused) is not believed.
+        assert_eq!(q(&on_object, iseq + 8), None);
+        // Nor a cref, a C method's entry, or a pointer to garbage.
+        let mut cref = on_object;
+        cref[0] = T_IMEMO | (1 << 12);
+        assert_eq!(q(&cref, iseq), None);
+        let cfunc_def = [1u64, iseq];
+        let mut cfunc = on_object;
+        cfunc[2] = cfunc_def.as_ptr() as u64;
+        assert_eq!(q(&cfunc, iseq), None);
+        assert_eq!(ids.qualifier(&memory, layout, 0x10, iseq), None);
+        // An iv table whose entries start past the address space: refused, no overflow.
+        let mut huge = forged_class(T_CLASS, [(0, 0), (classpath, hot_name.as_ptr() as u64)]);
+        (huge.table[4], huge.table[5]) = (1 << 60, (1 << 60) + 2);
+        assert_eq!(ids.class_path(&memory, layout, huge.addr()), None);
     }
 
     /// A string, an array and a succinct index table forged in this process's own memory,

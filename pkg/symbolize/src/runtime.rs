@@ -64,6 +64,9 @@ pub struct InterpreterRuntime {
     /// PHP's `execute_ex`, Ruby's `rb_vm_exec`: a native frame here is running interpreted
     /// frames.
     pub eval_loop: Vec<Range<u64>>,
+    /// Ruby's `rb_cObject`, where the VM keeps class `Object`: the one class whose name and
+    /// singleton are known, from which a reader learns how classes keep theirs.
+    pub root_class: Option<u64>,
     segments: Segments,
 }
 
@@ -219,6 +222,7 @@ pub fn read_php_runtime(file: &File, path: &Path) -> Result<Option<InterpreterRu
         major_minor,
         state: executor_globals,
         eval_loop,
+        root_class: None,
         segments: Segments::of(&obj),
     }))
 }
@@ -228,11 +232,12 @@ pub fn read_php_runtime(file: &File, path: &Path) -> Result<Option<InterpreterRu
 pub fn read_ruby_runtime(file: &File, path: &Path) -> Result<Option<InterpreterRuntime>, Error> {
     let cache = read_cache(file);
     let obj = object::File::parse(&cache).map_err(|source| elf_error(path, source))?;
-    let (mut vm, mut version_at, mut tls_ec) = (None, None, false);
+    let (mut vm, mut version_at, mut tls_ec, mut root_class) = (None, None, false, None);
     let mut eval_loop = Vec::new();
     for symbol in obj.dynamic_symbols().filter(|s| !s.is_undefined()) {
         match symbol.name().unwrap_or("") {
             "ruby_current_vm_ptr" => vm = Some(symbol.address()),
+            "rb_cObject" => root_class = Some(symbol.address()),
             "ruby_version" => version_at = Some(symbol.address()),
             "ruby_current_ec" => tls_ec = symbol.kind() == object::SymbolKind::Tls,
             "rb_vm_exec" => {
@@ -262,6 +267,7 @@ pub fn read_ruby_runtime(file: &File, path: &Path) -> Result<Option<InterpreterR
         major_minor,
         state: vm,
         eval_loop,
+        root_class,
         segments: Segments::of(&obj),
     }))
 }

@@ -1,19 +1,24 @@
-# A known call chain for the agent's Ruby frame tests: outer_loop → Worker#middle_step →
-# inner_hot, with nearly all the time in inner_hot. Runs for ARGV[0] seconds.
+# A known call chain for the agent's Ruby frame tests: Object#outer_loop → Worker#middle_step →
+# Jobs::Hot.inner_hot (a singleton method of a nested module), with nearly all the time in
+# inner_hot. Runs for ARGV[0] seconds.
 
-def inner_hot(n)
-  total = 0
-  i = 0
-  while i < n
-    total += i * i
-    i += 1
+module Jobs
+  module Hot
+    def self.inner_hot(n)
+      total = 0
+      i = 0
+      while i < n
+        total += i * i
+        i += 1
+      end
+      total
+    end
   end
-  total
 end
 
 class Worker
   def middle_step(n)
-    inner_hot(n)
+    Jobs::Hot.inner_hot(n)
   end
 end
 
