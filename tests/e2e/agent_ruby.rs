@@ -128,8 +128,9 @@ fn agent_shows_ruby_frames_with_files_and_lines() {
 }
 
 /// Ruby code called back from a C method: the block's frames sit above the native frames that
-/// called it (`rb_yield`, `rb_ary_each`), which sit above the Ruby method that called `each`;
-/// a block is named after its method's class, as the method is (`block in Object#via_each`).
+/// called it (`rb_yield`, `rb_ary_each`), which sit above the C method's own frame (`Array#each`)
+/// and the Ruby method that called it; a block is named after its method's class, as the
+/// method is (`block in Object#via_each`).
 #[test]
 fn agent_places_ruby_blocks_above_the_c_methods_that_call_them() {
     let _exclusive = crate::support::exclusive();
@@ -157,11 +158,14 @@ fn agent_places_ruby_blocks_above_the_c_methods_that_call_them() {
         ruby.ends_with(&outer)
             && ruby.len() <= outer.len() + 1
             && at("block in Object#via_each")
+                .zip(at("Array#each"))
                 .zip(at("Object#via_each"))
-                .is_some_and(|(block, caller)| {
-                    frames[block + 1..caller]
-                        .iter()
-                        .any(|f| !f.mapping.is_empty())
+                .is_some_and(|((block, each), caller)| {
+                    block < each
+                        && each + 1 == caller
+                        && frames[block + 1..each]
+                            .iter()
+                            .any(|f| !f.mapping.is_empty())
                 })
             && !frames.iter().any(|f| f.function == "rb_vm_exec")
     };

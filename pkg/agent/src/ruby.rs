@@ -21,6 +21,15 @@ use crate::interp::{
 };
 use crate::process::ProcessInfo;
 
+mod layout;
+mod methods;
+
+use layout::{
+    IMEMO_ISEQ, Layout, METHOD_TYPE_CFUNC, METHOD_TYPE_ISEQ, T_IMEMO, T_MASK, read_path,
+    read_string,
+};
+use methods::{ClassIvars, MethodEntry, SymbolNames};
+
 /// The name of a frame whose instruction sequence could not be read.
 const UNREADABLE_ISEQ: &str = "[ruby: unreadable iseq]";
 /// Instruction sequences remembered per process, (iseq, pc, method entry) lines, and methods'
@@ -28,10 +37,6 @@ const UNREADABLE_ISEQ: &str = "[ruby: unreadable iseq]";
 const MAX_ISEQS_PER_PROCESS: usize = 16_384;
 const MAX_LINES_PER_PROCESS: usize = 65_536;
 const MAX_METHODS_PER_PROCESS: usize = 16_384;
-/// Most instance variables of a class looked through for its name.
-const MAX_CLASS_IVARS: u64 = 256;
-/// Longest label or path read, in bytes; a longer one is cut.
-const MAX_STRING_BYTES: u64 = 1024;
 /// Bytes below the main thread's thread pointer searched for its execution context (libruby's
 /// static TLS block lies there, among the other initially loaded objects' blocks).
 const TLS_SEARCH_BYTES: u64 = 64 * 1024;
@@ -43,144 +48,6 @@ const FRAME_CFRAME: u32 = 0x0080;
 /// `VM_FRAME_MAGIC_MASK` and `VM_FRAME_MAGIC_DUMMY`: the VM's own placeholder frames.
 const FRAME_MAGIC_MASK: u32 = 0x7fff_0001;
 const FRAME_MAGIC_DUMMY: u32 = 0x7999_0001;
-
-/// `RUBY_T_MASK`, `T_STRING`, `T_ARRAY`.
-const T_MASK: u64 = 0x1f;
-const T_STRING: u64 = 0x05;
-const T_ARRAY: u64 = 0x07;
-/// `T_IMEMO`, and `imemo_ment` and `imemo_iseq` of `enum imemo_type`.
-const T_IMEMO: u64 = 0x1a;
-const IMEMO_MENT: u64 = 6;
-const IMEMO_ISEQ: u64 = 7;
-/// `T_CLASS`, `T_MODULE`, and `FL_SINGLETON` (`FL_USER0`): a class's flags.
-const T_CLASS: u64 = 0x02;
-const T_MODULE: u64 = 0x03;
-const FL_SINGLETON: u64 = 0x1000;
-/// A method definition's type (its first 4 bits) and `VM_METHOD_TYPE_ISEQ`: defined in Ruby.
-const METHOD_TYPE_MASK: u32 = 0xf;
-const METHOD_TYPE_ISEQ: u32 = 0;
-/// An `st_table` entry (hash, key, record), and the hash of a deleted one.
-const ST_ENTRY_BYTES: u64 = 24;
-const ST_DELETED_HASH: u64 = u64::MAX;
-
-/// Where a Ruby version keeps what the agent reads, in bytes from the start of each structure;
-/// from the version's headers (`vm_core.h`, `iseq.h`, `include/ruby/internal/core/*.h`), as
-/// `ebpf/ruby.md` shows.
-#[derive(Debug, PartialEq, Eq)]
-struct Layout {
-    /// `rb_vm_t.ractor.main_thread`; `rb_thread_t.ec` and `.thread_id` (its pthread_t: the
-    /// thread pointer).
-    vm_main_thread: u64,
-    thread_ec: u64,
-    thread_id: u64,
-    /// `rb_execution_context_t.vm_stack`, `.vm_stack_size` (words), `.cfp`.
-    ec_stack: u32,
-    ec_stack_size: u32,
-    ec_cfp: u32,
-    /// `sizeof(rb_control_frame_t)`, and its `pc`, `iseq` and `ep`.
-    cfp_size: u32,
-    cfp_pc: u32,
-    cfp_iseq: u32,
-    cfp_ep: u32,
-    /// `rb_iseq_t.body`.
-    iseq_body: u32,
-    /// `rb_iseq_constant_body`: `iseq_size`, `iseq_encoded`, `location.pathobj`,
-    /// `location.label`, `location.first_lineno`, `insns_info.body`, `.size`,
-    /// `.succ_index_table`.
-    body_iseq_size: u64,
-    body_iseq_encoded: u32,
-    body_pathobj: u64,
-    body_label: u64,
-    body_first_lineno: u64,
-    body_insns_info: u64,
-    body_insns_info_size: u64,
-    body_succ_index_table: u64,
-    /// `rb_iseq_constant_body.local_iseq`: the method (or top level) a block is in.
-    body_local_iseq: u64,
-    /// `sizeof(struct iseq_insn_info_entry)`, whose `line_no` comes first.
-    insn_info_size: u64,
-    /// `RBasic.klass`: an object's class (a class's: its singleton class).
-    basic_klass: u64,
-    /// `rb_method_entry_t.def` and `.owner`; `rb_method_definition_t.body.iseq.iseqptr`.
-    me_def: u64,
-    me_owner: u64,
-    def_iseq: u64,
-    /// `RClass.ptr` (its `rb_classext_t`) and `rb_classext_t.iv_tbl` (an `st_table` from ivar id
-    /// to value).
-    class_ext: u64,
-    ext_iv_tbl: u64,
-    /// `st_table.entries_start`, `.entries_bound` and `.entries`, three words in a row.
-    st_entries_start: u64,
-    /// `RString`: the no-embed flag, the embedded length's bits, where embedded text starts,
-    /// and a heap string's `len` and `ptr`.
-    string_noembed: u64,
-    string_embed_len_mask: u64,
-    string_embed_len_shift: u32,
-    string_embed: u64,
-    string_heap_len: u64,
-    string_heap_ptr: u64,
-    /// `RArray`: the embed flag, the embedded length's bits, where embedded elements start,
-    /// and a heap array's `ptr`.
-    array_embed: u64,
-    array_embed_len_mask: u64,
-    array_embed_len_shift: u32,
-    array_embedded: u64,
-    array_heap_ptr: u64,
-}
-
-/// Ruby 3.1 on x86_64 (Debian 12's `libruby-3.1`): `offsetof` against its source built with
-/// Debian's `config.h` (`ebpf/ruby-probe/`).
-const RUBY_3_1: Layout = Layout {
-    vm_main_thread: 40,
-    thread_ec: 40,
-    thread_id: 80,
-    ec_stack: 0,
-    ec_stack_size: 8,
-    ec_cfp: 16,
-    cfp_size: 64,
-    cfp_pc: 0,
-    cfp_iseq: 16,
-    cfp_ep: 32,
-    iseq_body: 16,
-    body_iseq_size: 4,
-    body_iseq_encoded: 8,
-    body_pathobj: 64,
-    body_label: 80,
-    body_first_lineno: 88,
-    body_insns_info: 120,
-    body_insns_info_size: 136,
-    body_succ_index_table: 144,
-    body_local_iseq: 176,
-    insn_info_size: 12,
-    basic_klass: 8,
-    me_def: 16,
-    me_owner: 32,
-    def_iseq: 8,
-    class_ext: 24,
-    ext_iv_tbl: 8,
-    st_entries_start: 32,
-    string_noembed: 0x2000,
-    string_embed_len_mask: 0x7c000,
-    string_embed_len_shift: 14,
-    string_embed: 16,
-    string_heap_len: 16,
-    string_heap_ptr: 24,
-    array_embed: 0x2000,
-    array_embed_len_mask: 0x18000,
-    array_embed_len_shift: 15,
-    array_embedded: 16,
-    array_heap_ptr: 32,
-};
-
-impl Layout {
-    /// The layout of Ruby `major.minor`, when known.
-    fn of(major_minor: (u8, u8)) -> Option<&'static Layout> {
-        match major_minor {
-            (3, 1) => Some(&RUBY_3_1),
-            _ => None,
-        }
-    }
-}
 
 /// What tells one instruction sequence from another that later took its address: its body
 /// pointer and its flags, combined as the BPF program does (`py_fingerprint`).
@@ -290,144 +157,6 @@ fn succ_index_lookup(memory: &Memory, table: u64, x: u64) -> Option<u64> {
     Some(rank + small_rank + u64::from(bits.count_ones()))
 }
 
-/// A `String`'s text, cut at [`MAX_STRING_BYTES`].
-fn read_string(memory: &Memory, layout: &Layout, addr: u64) -> Option<String> {
-    let flags = memory.u64(addr)?;
-    if flags & T_MASK != T_STRING {
-        return None;
-    }
-    let (ptr, len) = if flags & layout.string_noembed != 0 {
-        (
-            memory.u64(addr + layout.string_heap_ptr)?,
-            memory.u64(addr + layout.string_heap_len)?,
-        )
-    } else {
-        (
-            addr + layout.string_embed,
-            (flags & layout.string_embed_len_mask) >> layout.string_embed_len_shift,
-        )
-    };
-    let bytes = memory.bytes(ptr, len.min(MAX_STRING_BYTES) as usize)?;
-    Some(String::from_utf8_lossy(&bytes).into_owned())
-}
-
-/// An iseq's path: its `pathobj`, a `String`, or an `Array` `[path, realpath]`.
-fn read_path(memory: &Memory, layout: &Layout, addr: u64) -> Option<String> {
-    let flags = memory.u64(addr)?;
-    if flags & T_MASK != T_ARRAY {
-        return read_string(memory, layout, addr);
-    }
-    let first = if flags & layout.array_embed != 0 {
-        if (flags & layout.array_embed_len_mask) >> layout.array_embed_len_shift == 0 {
-            return None;
-        }
-        memory.u64(addr + layout.array_embedded)?
-    } else {
-        memory.u64(memory.u64(addr + layout.array_heap_ptr)?)?
-    };
-    read_string(memory, layout, first)
-}
-
-/// How this process's classes keep their names: the ids of the `__classpath__` and
-/// `__attached__` instance variables. They are dynamic ids (their values differ between builds
-/// and with what the VM interned first), learnt from class `Object`, whose name is known, and
-/// its singleton class, which is attached to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ClassIvars {
-    classpath: u64,
-    attached: u64,
-}
-
-impl ClassIvars {
-    /// Learns the ids from class `Object`, kept at `root_class` (`rb_cObject`); `None` when its
-    /// name or singleton class cannot be read.
-    fn learn(memory: &Memory, layout: &Layout, root_class: u64) -> Option<ClassIvars> {
-        let object = memory.u64(root_class).filter(|&o| o != 0)?;
-        let (classpath, _) = class_ivars(memory, layout, object)?
-            .into_iter()
-            .find(|&(_, value)| read_string(memory, layout, value).as_deref() == Some("Object"))?;
-        let singleton = memory.u64(object + layout.basic_klass)?;
-        let (attached, _) = class_ivars(memory, layout, singleton)?
-            .into_iter()
-            .find(|&(_, value)| value == object)?;
-        Some(ClassIvars {
-            classpath,
-            attached,
-        })
-    }
-
-    /// What a method of method entry `me` is named after, as Ruby 3.4's backtraces qualify it:
-    /// `Worker#` for an instance method of `Worker` (or of a module), `Worker.` for a singleton
-    /// method of the class. `None` when `me` is not the entry of a method defined in Ruby by
-    /// `iseq` (a cref, a freed entry, a forged pointer), or its class has no name (anonymous).
-    fn qualifier(self, memory: &Memory, layout: &Layout, me: u64, iseq: u64) -> Option<String> {
-        if me == 0 || !me.is_multiple_of(8) {
-            return None;
-        }
-        let flags = memory.u64(me)?;
-        if flags & T_MASK != T_IMEMO || (flags >> 12) & 0xf != IMEMO_MENT {
-            return None;
-        }
-        let def = memory.u64(me + layout.me_def)?;
-        if memory.u32(def)? & METHOD_TYPE_MASK != METHOD_TYPE_ISEQ
-            || memory.u64(def + layout.def_iseq)? != iseq
-        {
-            return None;
-        }
-        let owner = memory.u64(me + layout.me_owner)?;
-        let owner_flags = memory.u64(owner)?;
-        if owner_flags & T_MASK == T_CLASS && owner_flags & FL_SINGLETON != 0 {
-            let attached = class_ivar(memory, layout, owner, self.attached)?;
-            Some(format!("{}.", self.class_path(memory, layout, attached)?))
-        } else {
-            Some(format!("{}#", self.class_path(memory, layout, owner)?))
-        }
-    }
-
-    /// A named class's or module's path (`Worker`, `Jobs::Worker`).
-    fn class_path(self, memory: &Memory, layout: &Layout, class: u64) -> Option<String> {
-        let flags = memory.u64(class)?;
-        if !matches!(flags & T_MASK, T_CLASS | T_MODULE) {
-            return None;
-        }
-        let path = class_ivar(memory, layout, class, self.classpath)?;
-        read_string(memory, layout, path)
-    }
-}
-
-/// A class's instance variables, as (id, value): the live entries of its `iv_tbl`, at most
-/// [`MAX_CLASS_IVARS`].
-fn class_ivars(memory: &Memory, layout: &Layout, class: u64) -> Option<Vec<(u64, u64)>> {
-    let ext = memory.u64(class + layout.class_ext).filter(|&e| e != 0)?;
-    let table = memory.u64(ext + layout.ext_iv_tbl).filter(|&t| t != 0)?;
-    let header = memory.array::<24>(table + layout.st_entries_start)?;
-    let (start, bound, entries) = (word(&header, 0), word(&header, 1), word(&header, 2));
-    let n = bound.checked_sub(start)?.min(MAX_CLASS_IVARS);
-    let bytes = memory.bytes(
-        entries.checked_add(start.checked_mul(ST_ENTRY_BYTES)?)?,
-        (n * ST_ENTRY_BYTES) as usize,
-    )?;
-    Some(
-        bytes
-            .chunks_exact(ST_ENTRY_BYTES as usize)
-            .filter(|e| word(e, 0) != ST_DELETED_HASH)
-            .map(|e| (word(e, 1), word(e, 2)))
-            .collect(),
-    )
-}
-
-/// The `i`th word of `bytes`.
-fn word(bytes: &[u8], i: usize) -> u64 {
-    u64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
-}
-
-/// The value of a class's instance variable `id`.
-fn class_ivar(memory: &Memory, layout: &Layout, class: u64, id: u64) -> Option<u64> {
-    class_ivars(memory, layout, class)?
-        .into_iter()
-        .find_map(|(key, value)| (key == id).then_some(value))
-}
-
 /// A sampled frame, named: its frame id, or `None` for a frame of no Ruby code (a C method's,
 /// the VM's placeholders), and whether it began a native call of the VM.
 type Named = (Option<u32>, bool);
@@ -440,11 +169,15 @@ pub(crate) struct Process {
     /// How its classes keep their names; `None` when that could not be learnt (frames are then
     /// named by their labels alone).
     class_ivars: Option<ClassIvars>,
+    /// Its table of symbol names; `None` when not found (C methods' frames are then left out).
+    symbol_names: Option<SymbolNames>,
     iseqs: FxHashMap<u64, Option<Arc<Iseq>>>,
     /// Frame ids by (iseq, fingerprint, instruction, method entry).
     lines: FxHashMap<(u64, u64, i32, u64), u32>,
     /// Qualifiers (`Worker#`) by (method entry, the method's iseq).
     methods: FxHashMap<(u64, u64), Option<Arc<str>>>,
+    /// C methods' frame ids by method entry.
+    c_methods: FxHashMap<u64, Option<u32>>,
 }
 
 impl Process {
@@ -473,7 +206,8 @@ impl Process {
             .filter(|iseq| iseq.fingerprint == f.fingerprint)
     }
 
-    /// The qualifier of the method whose entry is `me` and whose iseq is `method_iseq`.
+    /// The qualifier of the method whose entry is `me` and whose iseq is `method_iseq`: `None`
+    /// unless the entry is that method's (not a cref, nor an entry freed and reused).
     fn qualifier(&mut self, me: u64, method_iseq: u64) -> Option<Arc<str>> {
         let ids = self.class_ivars?;
         if me == 0 {
@@ -485,11 +219,35 @@ impl Process {
         if self.methods.len() >= MAX_METHODS_PER_PROCESS {
             self.methods.clear();
         }
-        let q = ids
-            .qualifier(&self.memory, self.layout, me, method_iseq)
+        let q = MethodEntry::read(&self.memory, self.layout, me)
+            .filter(|e| e.kind == METHOD_TYPE_ISEQ && e.body == method_iseq)
+            .and_then(|e| ids.qualifier(&self.memory, self.layout, e.owner))
             .map(Arc::from);
         self.methods.insert((me, method_iseq), q.clone());
         q
+    }
+
+    /// The frame id of a C method's frame (`Array#each`, `Integer#times`) from its method
+    /// entry `me`; `None` when the entry or its name cannot be read. An entry is remembered
+    /// by its address: a C method's lives as long as the method.
+    fn c_method(&mut self, frames: &mut FrameTable, me: u64) -> Option<u32> {
+        let (ids, names) = (self.class_ivars?, self.symbol_names?);
+        if let Some(&id) = self.c_methods.get(&me) {
+            return id;
+        }
+        if self.c_methods.len() >= MAX_METHODS_PER_PROCESS {
+            self.c_methods.clear();
+        }
+        let (memory, layout) = (&self.memory, self.layout);
+        let id = MethodEntry::read(memory, layout, me)
+            .filter(|e| e.kind == METHOD_TYPE_CFUNC)
+            .and_then(|e| {
+                let name = names.name(memory, layout, e.original_id)?;
+                let q = ids.qualifier(memory, layout, e.owner).unwrap_or_default();
+                Some(frames.intern(&format!("{q}{name}"), "", 0))
+            });
+        self.c_methods.insert(me, id);
+        id
     }
 
     /// Names the sampled Ruby frames, innermost first. A method's frame carries its own method
@@ -504,10 +262,11 @@ impl Process {
         let mut named = Vec::with_capacity(sampled.len());
         for (i, f) in sampled.iter().enumerate() {
             let finish = f.marker & FRAME_FINISH != 0;
-            if f.code == 0
-                || f.marker & FRAME_CFRAME != 0
-                || f.marker & FRAME_MAGIC_MASK == FRAME_MAGIC_DUMMY
-            {
+            if f.marker & FRAME_CFRAME != 0 {
+                named.push((self.c_method(frames, f.aux), finish));
+                continue;
+            }
+            if f.code == 0 || f.marker & FRAME_MAGIC_MASK == FRAME_MAGIC_DUMMY {
                 named.push((None, finish));
                 continue;
             }
@@ -600,24 +359,35 @@ impl Runtime for Ruby {
             );
             return None;
         };
-        let class_ivars = ruby.root_class.and_then(|root| {
-            let root = root.checked_add(vm_ptr.checked_sub(ruby.state)?)?;
-            ClassIvars::learn(&memory, layout, root)
-        });
-        if class_ivars.is_none() {
+        // Where the object's addresses are in the process.
+        let bias = vm_ptr.wrapping_sub(ruby.state);
+        let class_ivars = ruby
+            .root_class
+            .and_then(|root| ClassIvars::learn(&memory, layout, root.wrapping_add(bias)));
+        let symbol_names = class_ivars
+            .zip(ruby.data_section.clone())
+            .and_then(|(ids, data)| {
+                let data = data.start.wrapping_add(bias)..data.end.wrapping_add(bias);
+                SymbolNames::find(&memory, layout, data, ids)
+            });
+        if symbol_names.is_none() {
             tracing::debug!(
                 pid = info.pid,
                 version = %ruby.version,
-                "Ruby frames without their classes: class Object's name was not found"
+                classes = class_ivars.is_some(),
+                "Ruby frames without C methods (or classes): class Object's name or the table \
+                 of symbol names was not found"
             );
         }
         let process = Process {
             layout,
             memory,
             class_ivars,
+            symbol_names,
             iseqs: FxHashMap::default(),
             lines: FxHashMap::default(),
             methods: FxHashMap::default(),
+            c_methods: FxHashMap::default(),
         };
         Some((process, bpf_config(layout, tls_offset)))
     }
@@ -717,6 +487,7 @@ fn bpf_config(layout: &Layout, tls_offset: u32) -> PyConfig {
 
 #[cfg(test)]
 mod tests {
+    use super::layout::{MAX_STRING_BYTES, RUBY_3_1, T_ARRAY, T_STRING};
     use super::*;
 
     #[test]
@@ -767,118 +538,6 @@ mod tests {
             qualified_label("block in rerun", "run", "W#"),
             "block in rerun"
         );
-    }
-
-    /// A Ruby 3.1 `String` of up to 16 bytes, embedded.
-    fn forged_string(text: &[u8]) -> Box<[u64; 4]> {
-        let layout = &RUBY_3_1;
-        let mut s = Box::new([0u64; 4]);
-        s[0] = T_STRING | ((text.len() as u64) << layout.string_embed_len_shift);
-        let mut bytes = [0u8; 16];
-        bytes[..text.len()].copy_from_slice(text);
-        s[2] = u64::from_ne_bytes(bytes[..8].try_into().unwrap());
-        s[3] = u64::from_ne_bytes(bytes[8..].try_into().unwrap());
-        s
-    }
-
-    /// A Ruby 3.1 class: RBasic (flags, klass), super, ext → {iv_index_tbl, iv_tbl → an
-    /// `st_table` of two entries, the first deleted and the second live}.
-    struct ForgedClass {
-        object: Box<[u64; 4]>,
-        _ext: Box<[u64; 2]>,
-        table: Box<[u64; 7]>,
-        _entries: Box<[u64; 6]>,
-    }
-
-    impl ForgedClass {
-        fn addr(&self) -> u64 {
-            self.object.as_ptr() as u64
-        }
-    }
-
-    fn forged_class(flags: u64, ivars: [(u64, u64); 2]) -> ForgedClass {
-        let entries = Box::new([
-            ST_DELETED_HASH,
-            ivars[0].0,
-            ivars[0].1,
-            1,
-            ivars[1].0,
-            ivars[1].1,
-        ]);
-        let table = Box::new([0, 0, 2, 0, 0, 2, entries.as_ptr() as u64]);
-        let ext = Box::new([0, table.as_ptr() as u64]);
-        let object = Box::new([flags, 0, 0, ext.as_ptr() as u64]);
-        ForgedClass {
-            object,
-            _ext: ext,
-            table,
-            _entries: entries,
-        }
-    }
-
-    /// Classes, their ivar tables, a method entry and its definition forged in this process's
-    /// own memory as Ruby 3.1 lays them out: the ids are learnt from `Object`, and an entry is
-    /// believed only for the iseq its definition names.
-    #[test]
-    fn methods_are_named_after_their_classes_and_forged_entries_are_not() {
-        let memory = Memory::open(Path::new("/proc"), std::process::id()).unwrap();
-        let layout = &RUBY_3_1;
-        let (classpath, attached) = (3841u64, 3089u64);
-        let object_name = forged_string(b"Object");
-        let mut object = forged_class(T_CLASS, [(7, 7), (classpath, object_name.as_ptr() as u64)]);
-        let object_singleton =
-            forged_class(T_CLASS | FL_SINGLETON, [(9, 9), (attached, object.addr())]);
-        object.object[1] = object_singleton.addr();
-        let root = [object.addr()];
-        let ids = ClassIvars::learn(&memory, layout, root.as_ptr() as u64).unwrap();
-        assert_eq!(
-            ids,
-            ClassIvars {
-                classpath,
-                attached
-            }
-        );
-
-        let hot_name = forged_string(b"Jobs::Hot");
-        // The deleted entry holds the id too, with another value: it is not read.
-        let hot = forged_class(
-            T_MODULE,
-            [
-                (classpath, object_name.as_ptr() as u64),
-                (classpath, hot_name.as_ptr() as u64),
-            ],
-        );
-        let hot_singleton = forged_class(T_CLASS | FL_SINGLETON, [(1, 1), (attached, hot.addr())]);
-        let iseq = 0x1234_5678u64;
-        let def = [u64::from(METHOD_TYPE_ISEQ) | (1 << 5), iseq];
-        let entry = |owner: &ForgedClass| {
-            [
-                T_IMEMO | (IMEMO_MENT << 12),
-                0,
-                def.as_ptr() as u64,
-                0,
-                owner.addr(),
-            ]
-        };
-        let (on_object, on_hot) = (entry(&object), entry(&hot_singleton));
-        let q = |me: &[u64; 5], iseq| ids.qualifier(&memory, layout, me.as_ptr() as u64, iseq);
-        assert_eq!(q(&on_object, iseq).as_deref(), Some("Object#"));
-        assert_eq!(q(&on_hot, iseq).as_deref(), Some("Jobs::Hot."));
-        // An entry of another method (a freed one reused) is not believed.
-        assert_eq!(q(&on_object, iseq + 8), None);
-        // Nor a cref, a C method's entry, or a pointer to garbage.
-        let mut cref = on_object;
-        cref[0] = T_IMEMO | (1 << 12);
-        assert_eq!(q(&cref, iseq), None);
-        let cfunc_def = [1u64, iseq];
-        let mut cfunc = on_object;
-        cfunc[2] = cfunc_def.as_ptr() as u64;
-        assert_eq!(q(&cfunc, iseq), None);
-        assert_eq!(ids.qualifier(&memory, layout, 0x10, iseq), None);
-        // An iv table whose entries start past the address space: refused, no overflow.
-        let mut huge = forged_class(T_CLASS, [(0, 0), (classpath, hot_name.as_ptr() as u64)]);
-        (huge.table[4], huge.table[5]) = (1 << 60, (1 << 60) + 2);
-        assert_eq!(ids.class_path(&memory, layout, huge.addr()), None);
     }
 
     /// A string, an array and a succinct index table forged in this process's own memory,

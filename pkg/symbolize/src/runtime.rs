@@ -67,6 +67,9 @@ pub struct InterpreterRuntime {
     /// Ruby's `rb_cObject`, where the VM keeps class `Object`: the one class whose name and
     /// singleton are known, from which a reader learns how classes keep theirs.
     pub root_class: Option<u64>,
+    /// The object's `.data` section (initialized writable data): Ruby keeps its table of
+    /// symbol names there (`ruby_global_symbols`, not exported).
+    pub data_section: Option<Range<u64>>,
     segments: Segments,
 }
 
@@ -223,6 +226,7 @@ pub fn read_php_runtime(file: &File, path: &Path) -> Result<Option<InterpreterRu
         state: executor_globals,
         eval_loop,
         root_class: None,
+        data_section: None,
         segments: Segments::of(&obj),
     }))
 }
@@ -268,6 +272,9 @@ pub fn read_ruby_runtime(file: &File, path: &Path) -> Result<Option<InterpreterR
         state: vm,
         eval_loop,
         root_class,
+        data_section: obj
+            .section_by_name(".data")
+            .map(|s| s.address()..s.address() + s.size()),
         segments: Segments::of(&obj),
     }))
 }
