@@ -24,10 +24,7 @@ use crate::process::ProcessInfo;
 mod layout;
 mod methods;
 
-use layout::{
-    IMEMO_ISEQ, Layout, METHOD_TYPE_CFUNC, METHOD_TYPE_ISEQ, T_IMEMO, T_MASK, read_path,
-    read_string,
-};
+use layout::{IMEMO_ISEQ, Layout, METHOD_TYPE_CFUNC, T_IMEMO, T_MASK, read_path, read_string};
 use methods::{ClassIvars, MethodEntry, SymbolNames};
 
 /// The name of a frame whose instruction sequence could not be read.
@@ -184,10 +181,7 @@ impl Process {
     /// The instruction sequence of a sampled frame of Ruby code, read (or remembered) when its
     /// fingerprint matches; `None` for a frame of no Ruby code or an unreadable one.
     fn iseq(&mut self, f: &PyFrameSample) -> Option<Arc<Iseq>> {
-        if f.code == 0
-            || f.marker & FRAME_CFRAME != 0
-            || f.marker & FRAME_MAGIC_MASK == FRAME_MAGIC_DUMMY
-        {
+        if !runs_ruby_code(f) {
             return None;
         }
         let fresh = |iseq: &Option<Arc<Iseq>>| {
@@ -220,7 +214,7 @@ impl Process {
             self.methods.clear();
         }
         let q = MethodEntry::read(&self.memory, self.layout, me)
-            .filter(|e| e.kind == METHOD_TYPE_ISEQ && e.body == method_iseq)
+            .filter(|e| e.defines(method_iseq))
             .and_then(|e| ids.qualifier(&self.memory, self.layout, e.owner))
             .map(Arc::from);
         self.methods.insert((me, method_iseq), q.clone());
@@ -266,7 +260,7 @@ impl Process {
                 named.push((self.c_method(frames, f.aux), finish));
                 continue;
             }
-            if f.code == 0 || f.marker & FRAME_MAGIC_MASK == FRAME_MAGIC_DUMMY {
+            if !runs_ruby_code(f) {
                 named.push((None, finish));
                 continue;
             }
@@ -307,6 +301,12 @@ impl Process {
         }
         named
     }
+}
+
+/// Whether a sampled frame runs Ruby code: it has an iseq, and is neither a C method's frame
+/// nor one of the VM's placeholders.
+fn runs_ruby_code(f: &PyFrameSample) -> bool {
+    f.code != 0 && f.marker & FRAME_CFRAME == 0 && f.marker & FRAME_MAGIC_MASK != FRAME_MAGIC_DUMMY
 }
 
 /// `label` (a method's, or a block's in it: `block in run`, `block (2 levels) in run`) with

@@ -104,7 +104,8 @@ pub(super) struct Layout {
 }
 
 /// Ruby 3.1 on x86_64 (Debian 12's `libruby-3.1`): `offsetof` against its source built with
-/// Debian's `config.h` (`ebpf/ruby-probe/`).
+/// Debian's `config.h` (`ebpf/ruby-probe/build.sh`); the method entry's, class's, `st_table`'s
+/// and symbol table's offsets read off a live Debian `ruby3.1` (`ebpf/ruby-probe/classes.rb`).
 pub(super) const RUBY_3_1: Layout = Layout {
     vm_main_thread: 40,
     thread_ec: 40,

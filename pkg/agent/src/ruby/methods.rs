@@ -6,9 +6,9 @@
 use std::ops::Range;
 
 use super::layout::{
-    FL_SINGLETON, ID_SCOPE_SHIFT, IMEMO_MENT, LAST_OP_ID, Layout, METHOD_TYPE_MASK,
-    ST_DELETED_HASH, ST_ENTRY_BYTES, SYMBOLS_PER_PAGE, T_CLASS, T_IMEMO, T_MASK, T_MODULE,
-    array_element, read_string, word,
+    FL_SINGLETON, ID_SCOPE_SHIFT, IMEMO_MENT, LAST_OP_ID, Layout, METHOD_TYPE_ISEQ,
+    METHOD_TYPE_MASK, ST_DELETED_HASH, ST_ENTRY_BYTES, SYMBOLS_PER_PAGE, T_CLASS, T_IMEMO, T_MASK,
+    T_MODULE, array_element, read_string, word,
 };
 use crate::interp::Memory;
 
@@ -51,6 +51,12 @@ impl MethodEntry {
             original_id: memory.u64(def + layout.def_original_id)?,
             owner: memory.u64(me + layout.me_owner)?,
         })
+    }
+
+    /// Whether it is the entry of the method defined in Ruby by `iseq`: what tells a frame's
+    /// own entry from a cref, a C method's entry, or an entry freed and reused since.
+    pub(super) fn defines(&self, iseq: u64) -> bool {
+        self.kind == METHOD_TYPE_ISEQ && self.body == iseq
     }
 }
 
@@ -242,8 +248,8 @@ mod tests {
     }
 
     /// Classes, their ivar tables, a method entry and its definition forged in this process's
-    /// own memory as Ruby 3.1 lays them out: the ids are learnt from `Object`, and an entry is
-    /// believed only for the iseq its definition names.
+    /// own memory as Ruby 3.1 lays them out: the ids are learnt from `Object`, classes are
+    /// named by them, and an entry is read whole, or not at all from what is no entry.
     #[test]
     fn methods_are_named_after_their_classes_and_forged_entries_are_not() {
         let memory = Memory::open(Path::new("/proc"), std::process::id()).unwrap();
@@ -304,6 +310,14 @@ mod tests {
                 owner: hot_singleton.addr(),
             })
         );
+        // A C method's entry defines no iseq; an iseq method's defines its own and no other
+        // (an entry freed and reused for another method).
+        assert!(!read(&me).unwrap().defines(iseq));
+        let iseq_def = [u64::from(METHOD_TYPE_ISEQ), iseq, 0, 0, 3009];
+        let mut iseq_me = me;
+        iseq_me[2] = iseq_def.as_ptr() as u64;
+        assert!(read(&iseq_me).unwrap().defines(iseq));
+        assert!(!read(&iseq_me).unwrap().defines(iseq + 8));
         // A cref, or a pointer to garbage: none.
         let mut cref = me;
         cref[0] = T_IMEMO | (1 << 12);
