@@ -246,7 +246,7 @@ impl Pprof {
         let mut location_mapping_ids: Vec<u64> = Vec::new();
         // Every column sized once: growing them as they fill cost more than this first pass.
         let sizes = Sizes::scan(raw);
-        p.strings.reserve(sizes.string_bytes);
+        let mut string_bytes: Vec<u8> = Vec::with_capacity(sizes.string_bytes);
         p.string_ends.reserve(sizes.strings);
         p.mappings.reserve(sizes.mappings);
         p.functions.reserve(sizes.functions);
@@ -332,14 +332,8 @@ impl Pprof {
                         ));
                     }
                     let (bytes, _) = r.bytes().map_err(|f| protobuf(&place("string"), f))?;
-                    // Producers are not all careful with symbol names: one bad byte should not
-                    // cost the whole profile, so invalid UTF-8 is replaced, not refused.
-                    // std's validation is word-at-a-time for ASCII; the lossy path is not.
-                    match std::str::from_utf8(bytes) {
-                        Ok(text) => p.strings.push_str(text),
-                        Err(_) => p.strings.push_str(&String::from_utf8_lossy(bytes)),
-                    }
-                    p.string_ends.push(p.strings.len() as u32);
+                    string_bytes.extend_from_slice(bytes);
+                    p.string_ends.push(string_bytes.len() as u32);
                 }
                 7..=10 | 12 | 14 => {
                     let name = match number {
@@ -376,6 +370,7 @@ impl Pprof {
                 _ => r.skip(wire).map_err(|f| protobuf("top level", f))?,
             }
         }
+        p.strings = string_table_text(string_bytes, &mut p.string_ends);
         if p.string_ends.is_empty() {
             p.string_ends.push(0);
         }
@@ -670,6 +665,29 @@ impl Pprof {
             default_sample_type: h.default_sample_type,
         }
     }
+}
+
+/// The string table's bytes, end to end, as text; `ends[i]` is where string `i` ends.
+///
+/// Producers are not all careful with symbol names: one bad byte should not cost the whole
+/// profile, so invalid UTF-8 is replaced, not refused (moving the ends that follow). All
+/// strings are checked at once, which is several times faster than one check each for short
+/// names: valid strings end to end are valid, and when every end falls on a character
+/// boundary of valid text, each string between two ends is valid too.
+fn string_table_text(bytes: Vec<u8>, ends: &mut [u32]) -> String {
+    let bytes = match String::from_utf8(bytes) {
+        Ok(text) if ends.iter().all(|&end| text.is_char_boundary(end as usize)) => return text,
+        Ok(text) => text.into_bytes(),
+        Err(e) => e.into_bytes(),
+    };
+    let mut text = String::with_capacity(bytes.len());
+    let mut start = 0usize;
+    for end in ends.iter_mut() {
+        text.push_str(&String::from_utf8_lossy(&bytes[start..*end as usize]));
+        start = *end as usize;
+        *end = text.len() as u32;
+    }
+    text
 }
 
 /// How many entries of each table a message holds, counted by a first pass over its top-level
@@ -1036,6 +1054,30 @@ mod tests {
         raw[at] = 0xff;
         let pprof = decode(&raw, &DecodeOptions::default()).expect("lenient");
         assert_eq!(pprof.string(3), "\u{fffd}ain");
+    }
+
+    #[test]
+    fn a_character_split_across_two_strings_is_invalid_in_both() {
+        // "é" is C3 A9: each string holds half of it, so the table end to end is valid
+        // ("xéy") while neither string is.
+        let mut p = minimal();
+        p.string_table
+            .extend(["x\u{e9}y".to_owned(), "after".to_owned()]);
+        let mut raw = p.encode_to_vec();
+        let at = raw
+            .windows(4)
+            .position(|w| w == "x\u{e9}y".as_bytes())
+            .expect("string");
+        // The string's length byte is right before it: split it into "x\xC3" and "\xA9y" by
+        // turning the 4-byte string into a 2-byte one followed by another 2-byte string.
+        assert_eq!(raw[at - 1], 4, "a 4-byte string");
+        raw[at - 1] = 2;
+        raw.splice(at + 2..at + 2, [0x32, 2]); // field 6, wire type 2: 0x32; length 2
+        let pprof = decode(&raw, &DecodeOptions::default()).expect("lenient");
+        let n = pprof.n_strings();
+        assert_eq!(pprof.string(n as i64 - 3), "x\u{fffd}");
+        assert_eq!(pprof.string(n as i64 - 2), "\u{fffd}y");
+        assert_eq!(pprof.string(n as i64 - 1), "after");
     }
 
     #[test]

@@ -115,8 +115,10 @@ impl<'a> Reader<'a> {
         Ok((number, (key & 7) as u8))
     }
 
-    /// Reads a length-delimited payload; returns it and its absolute offset.
-    #[inline]
+    /// Reads a length-delimited payload; returns it and its absolute offset. Always inlined:
+    /// returned through memory, the slice was read back as one wide load that could not take
+    /// its parts from the narrow stores just made (a store-forwarding stall per message).
+    #[inline(always)]
     pub fn bytes(&mut self) -> Result<(&'a [u8], usize), Fault> {
         let len = self.varint()?;
         let start = self.pos;
@@ -185,7 +187,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads an embedded message field, checking its wire type.
-    #[inline]
+    #[inline(always)]
     pub fn message(&mut self, wire: u8, field: &str) -> Result<Reader<'a>, Fault> {
         if wire != LEN {
             return Err(self.fault(format!(
