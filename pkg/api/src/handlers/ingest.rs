@@ -72,16 +72,20 @@ pub(crate) async fn write_batch(
     let n_samples: usize = batch.iter().map(|s| s.profile.samples.len()).sum();
     let n_profiles = batch.len();
     let stored = |e: parca_tsdb::Error| ApiError::from_store("cannot store the profile", &e);
-    // On the blocking pool: appends wait for the head's lock and the WAL's (held while records
-    // are handed to the operating system), which must not stall an async worker. When the head
-    // takes the whole batch, the wait for the fsync then holds no thread: the store's sync
-    // thread syncs every waiting commit at once and wakes this task.
-    let written = tokio::task::spawn_blocking(move || match db.try_write_synced(&batch) {
+    // Here on the async worker when the head is free and takes the whole batch: no thread
+    // switch, and the wait for the fsync holds no thread (the store's sync thread syncs every
+    // waiting commit at once and wakes this task). Otherwise on the blocking pool, where a
+    // wait for the head's lock (a query or a cut may hold it for seconds), or a write of
+    // profiles into blocks of their own, stalls no connection.
+    let written = match db.try_write_synced(&batch) {
         Some(deferred) => Ok(deferred),
-        None => Err(db.write(&batch, Durability::Synced)),
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("write task failed: {e}")))?;
+        None => tokio::task::spawn_blocking(move || match db.try_write_synced(&batch) {
+            Some(deferred) => Ok(deferred),
+            None => Err(db.write(&batch, Durability::Synced)),
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("write task failed: {e}")))?,
+    };
     let outcome = match written {
         Ok(deferred) => {
             let (outcome, commit) = deferred.map_err(stored)?;
