@@ -125,6 +125,9 @@ pub struct Api {
     pub(crate) requests: Arc<tokio::sync::Semaphore>,
     /// Queries being evaluated ([`Options::max_concurrent_queries`]).
     pub(crate) queries: Arc<tokio::sync::Semaphore>,
+    /// Held by a push appending on an async worker: pushes that find the head busy with
+    /// another push wait here as tasks, not on the head's lock as threads.
+    pub(crate) appending: tokio::sync::Mutex<()>,
 }
 
 impl Api {
@@ -134,6 +137,7 @@ impl Api {
         Api {
             requests: Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_requests)),
             queries: Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_queries)),
+            appending: tokio::sync::Mutex::new(()),
             options,
             store: OnceLock::new(),
             engine: OnceLock::new(),

@@ -74,10 +74,19 @@ pub(crate) async fn write_batch(
     let stored = |e: parca_tsdb::Error| ApiError::from_store("cannot store the profile", &e);
     // Here on the async worker when the head is free and takes the whole batch: no thread
     // switch, and the wait for the fsync holds no thread (the store's sync thread syncs every
-    // waiting commit at once and wakes this task). Otherwise on the blocking pool, where a
+    // waiting commit at once and wakes this task). The WAL's lock is held meanwhile only to
+    // copy records into its buffer, or, once per 128 MiB segment, to sync the segment it
+    // closes: a stall of milliseconds a few times a minute at most. Otherwise on the blocking pool, where a
     // wait for the head's lock (a query or a cut may hold it for seconds), or a write of
     // profiles into blocks of their own, stalls no connection.
-    let written = match db.try_write_synced(&batch) {
+    // One push at a time appends here: the other pushes wait as tasks, so a worker whose push
+    // finds the head busy with its neighbour's moves on to other connections' work instead of
+    // handing the push to a thread of the blocking pool (a thread wake-up and switch each).
+    let on_worker = {
+        let _one_at_a_time = api.appending.lock().await;
+        db.try_write_synced(&batch)
+    };
+    let written = match on_worker {
         Some(deferred) => Ok(deferred),
         None => tokio::task::spawn_blocking(move || match db.try_write_synced(&batch) {
             Some(deferred) => Ok(deferred),
