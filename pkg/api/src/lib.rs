@@ -9,8 +9,11 @@
 //!
 //! - Only this crate sees hyper, HTTP and JSON envelopes; the store, the query engine and the
 //!   scrapers know nothing of them. The server binary wires them together through [`Control`].
-//! - The store is synchronous: every call into it runs on tokio's blocking pool, and no lock is
-//!   held across an `.await`.
+//! - The store is synchronous: every call into it that may wait for a lock held for long (a
+//!   query's, a cut's) runs on tokio's blocking pool, and no lock of the store is held across
+//!   an `.await`. The exception is a push that the head takes at once, appended on the async
+//!   worker under `try_hold` (`handlers/ingest.rs`): it waits at most for the WAL's buffer to
+//!   be handed to the operating system, or, once per segment, for the segment's sync.
 //! - The status code of an error is decided in one place, [`ErrorType`]'s mapping.
 //! - Until the store has replayed its WAL ([`Api::set_store`]), data endpoints answer 503 and
 //!   `/-/ready` says why; `/-/healthy` answers at once.

@@ -58,9 +58,11 @@ pub trait Sink: Send + Sync {
     /// retention) and nobody holds the head now: returns what was stored and a [`Commit`] that
     /// resolves once it is on disk (or with the error that leaves none of it stored). `None`
     /// otherwise, and then nothing was stored: the caller calls [`Sink::write`]. Appends may
-    /// wait for the WAL's lock (held while records are written out), so call this on a
-    /// blocking thread; an async caller then awaits the commit, which holds no thread while the
-    /// store syncs every waiting commit with one fsync.
+    /// wait for the WAL's lock, which its sync thread holds while it hands buffered records to
+    /// the operating system (briefly) and while it syncs a full segment it closes (once per
+    /// segment): an async caller may call this on its worker if such a stall is acceptable,
+    /// and then awaits the commit, which holds no thread while the store syncs every waiting
+    /// commit with one fsync.
     fn try_write_synced(
         &self,
         batch: &[Series],

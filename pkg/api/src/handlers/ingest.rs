@@ -31,7 +31,7 @@ pub(crate) fn content_decoded<'a>(api: &Api, call: &'a Call) -> Result<Cow<'a, [
     }
 }
 
-/// Stores a batch on the blocking pool; refusals become a 400 when nothing was stored, and
+/// Stores a batch ([`write_batch`]); refusals become a 400 when nothing was stored, and
 /// warnings otherwise.
 async fn store(
     api: &Arc<Api>,
@@ -61,7 +61,8 @@ async fn store(
     Ok(response)
 }
 
-/// Writes a batch on the blocking pool, within the push limits, counted in the metrics.
+/// Writes a batch within the push limits, counted in the metrics: appended on the async
+/// worker when the head is free, on the blocking pool when it is not.
 pub(crate) async fn write_batch(
     api: &Arc<Api>,
     protocol: &'static str,
@@ -72,16 +73,17 @@ pub(crate) async fn write_batch(
     let n_samples: usize = batch.iter().map(|s| s.profile.samples.len()).sum();
     let n_profiles = batch.len();
     let stored = |e: parca_tsdb::Error| ApiError::from_store("cannot store the profile", &e);
-    // Here on the async worker when the head is free and takes the whole batch: no thread
-    // switch, and the wait for the fsync holds no thread (the store's sync thread syncs every
-    // waiting commit at once and wakes this task). The WAL's lock is held meanwhile only to
-    // copy records into its buffer, or, once per 128 MiB segment, to sync the segment it
-    // closes: a stall of milliseconds a few times a minute at most. Otherwise on the blocking pool, where a
-    // wait for the head's lock (a query or a cut may hold it for seconds), or a write of
-    // profiles into blocks of their own, stalls no connection.
-    // One push at a time appends here: the other pushes wait as tasks, so a worker whose push
-    // finds the head busy with its neighbour's moves on to other connections' work instead of
-    // handing the push to a thread of the blocking pool (a thread wake-up and switch each).
+    // On the async worker when the head is free and takes the whole batch: no thread switch,
+    // and the wait for the fsync holds no thread (the store's sync thread syncs every waiting
+    // commit at once and wakes this task). Meanwhile the WAL's lock is waited for only while
+    // the sync thread hands the log's buffer to the operating system (a write of a few
+    // kilobytes under this load) and, once per 128 MiB segment, while the segment it closes
+    // is synced. One push at a time appends here: the others wait as tasks, so a worker whose
+    // push finds the head busy with its neighbour's goes on with other connections' work
+    // rather than handing the push to the blocking pool (a thread wake-up and switch each).
+    // Otherwise on the blocking pool, where a wait for the head's lock (a query or a cut may
+    // hold it for seconds), or a write of profiles into blocks of their own, stalls no
+    // connection.
     let on_worker = {
         let _one_at_a_time = api.appending.lock().await;
         db.try_write_synced(&batch)
