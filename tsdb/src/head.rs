@@ -1,8 +1,6 @@
 //! The head: the newest profiles, in memory, as compact encoded columns over one set of
 //! interned tables; and the cut that moves its oldest part into a block.
 
-use std::sync::Arc;
-
 use parca_profile::{Extractor, Importer, Meta, Profile, Samples, Tables};
 use roaring::RoaringBitmap;
 use rustc_hash::FxHashMap;
@@ -107,7 +105,12 @@ pub(crate) struct Head {
     /// Bumped each time a cut replaces the head (renumbering its series and tables): a query
     /// that reads the head between holds of its lock starts again when it changed.
     pub generation: u64,
-    importer: CachedImporter,
+    /// Memos of the tables appended from, kept for the next appends: the profiles of one pprof
+    /// share tables (one per sample type, or one per sample-label set after ingest's split),
+    /// and a decoder that keeps its tables from push to push has its symbols and stacks
+    /// translated from the memo, one lookup each, with no hashing into the head's tables.
+    /// A cut makes a new head, and with it new memos.
+    importer: Importer,
 }
 
 /// Running figures of a head's profiles.
@@ -133,18 +136,6 @@ impl HeadTotals {
     }
 }
 
-/// The importer of the last appended profile's tables, kept for the next append: the profiles
-/// of one pprof (one per sample type, or one per sample-label set after ingest's split) share
-/// tables, and the memo makes their stacks one lookup each instead of a remap.
-#[derive(Default)]
-struct CachedImporter(Option<(Arc<Tables>, Importer)>);
-
-impl std::fmt::Debug for CachedImporter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CachedImporter")
-    }
-}
-
 impl Head {
     pub fn new(min_valid_ms: i64) -> Self {
         Head {
@@ -158,15 +149,7 @@ impl Head {
     /// Interns `profile`'s stacks and labels into the head's tables; returns its samples in
     /// the head's ids.
     pub fn import(&mut self, profile: &Profile) -> Samples {
-        let cached = &mut self.importer.0;
-        if !cached
-            .as_ref()
-            .is_some_and(|(source, _)| Arc::ptr_eq(source, &profile.tables))
-        {
-            *cached = Some((Arc::clone(&profile.tables), Importer::new()));
-        }
-        let (_, importer) = cached.as_mut().expect("set above");
-        importer.import(&mut self.tables, profile)
+        self.importer.import(&mut self.tables, profile)
     }
 
     /// Adds a profile to a series in time order (it may be older than the series' last,

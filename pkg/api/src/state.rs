@@ -128,6 +128,8 @@ pub struct Api {
     /// Held by a push appending on an async worker: pushes that find the head busy with
     /// another push wait here as tasks, not on the head's lock as threads.
     pub(crate) appending: tokio::sync::Mutex<()>,
+    /// Tables that pushes are decoded into, reused from push to push.
+    pub(crate) decoders: parca_ingest::TablesPool,
 }
 
 impl Api {
@@ -138,6 +140,7 @@ impl Api {
             requests: Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_requests)),
             queries: Arc::new(tokio::sync::Semaphore::new(options.max_concurrent_queries)),
             appending: tokio::sync::Mutex::new(()),
+            decoders: parca_ingest::TablesPool::new(),
             options,
             store: OnceLock::new(),
             engine: OnceLock::new(),

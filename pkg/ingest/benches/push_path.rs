@@ -6,7 +6,9 @@
 //! included): the least of nine rounds, the one least disturbed by other work, and their median.
 //! It asserts nothing about time.
 //!
-//! Run: `cargo bench -p parca-ingest --bench push_path` (`-- --pushes N`, default 2,000 a round).
+//! Run: `cargo bench -p parca-ingest --bench push_path` (`-- --pushes N`, default 2,000 a round;
+//! `--fresh-tables` decodes each push into tables of its own, as the server did before it kept
+//! its decoders' tables from push to push).
 
 #![allow(clippy::print_stdout)] // A bench binary: its figures are its output.
 #![allow(
@@ -26,6 +28,10 @@ fn main() {
     if let Some(i) = args.iter().position(|a| a == "--pushes") {
         pushes = args[i + 1].parse().expect("--pushes N");
     }
+    // The server decodes into tables kept from push to push (`parca_ingest::TablesPool`), as
+    // here by default; with this flag each push gets fresh tables, as before that pool.
+    let fresh_tables = args.iter().any(|a| a == "--fresh-tables");
+    let mut kept: Option<std::sync::Arc<parca_profile::Tables>> = None;
     let body = std::fs::read(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../tests/testdata/pprof/prometheus/prometheus-cpu.pb.gz"
@@ -69,7 +75,15 @@ fn main() {
             let t1 = thread_cpu();
             let pprof = parca_pprof::Pprof::parse(&raw).expect("parses");
             let t2 = thread_cpu();
-            let profiles = parca_profile::from_pprof(&pprof).expect("normalizes");
+            let profiles = if fresh_tables {
+                parca_profile::from_pprof(&pprof).expect("normalizes")
+            } else {
+                let mut tables = kept.take().unwrap_or_default();
+                let profiles =
+                    parca_profile::from_pprof_into(&pprof, &mut tables).expect("normalizes");
+                drop(tables);
+                profiles
+            };
             let t3 = thread_cpu();
             let target =
                 Labels::new([("job", "bench"), ("instance", &format!("i-{n}"))]).expect("labels");
@@ -81,10 +95,15 @@ fn main() {
                     .append(&s.labels, s.timestamp_ms, &s.profile)
                     .expect("append");
             }
+            let tables = std::sync::Arc::clone(&batch[0].profile.tables);
+            drop(batch);
+            if !fresh_tables {
+                kept = Some(tables);
+            }
             let t45 = thread_cpu();
             appender.commit().expect("commit");
             let t5 = thread_cpu();
-            drop((raw, pprof, batch));
+            drop((raw, pprof));
             let t6 = thread_cpu();
             for (slot, (a, b)) in t.iter_mut().zip([
                 (t0, t1),

@@ -39,6 +39,7 @@ mod import;
 mod otlp;
 pub mod parca_arrow;
 mod pyroscope;
+mod reuse;
 mod series;
 mod sink;
 
@@ -47,5 +48,6 @@ pub use import::{BadFile, ImportOptions, ImportReport, import, list_files};
 pub use otlp::{decode_export_request, export_request_series, export_response, rpc_status};
 pub use parca_tsdb::{DEFAULT_SPAN_LABELS, set_span_labels, span_labels};
 pub use pyroscope::{IngestBody, LegacyIngest, decode_push_request, legacy_ingest};
+pub use reuse::TablesPool;
 pub use series::{Series, profile_type_name, to_series};
 pub use sink::{Durability, Sink, WriteOutcome};

@@ -77,10 +77,12 @@ pub use granularity::{Granularity, aggregate, clean_path, with_granularity};
 pub use growth::{growth, is_cumulative};
 pub use hide::FrameHider;
 pub use merge::{DiffMode, Extractor, Importer, Merger, apply_diff_mode, diff, merge};
-pub use normalize::{decode, from_pprof, normalize_into, pick_sample_type, select_sample_type};
+pub use normalize::{
+    decode, from_pprof, from_pprof_into, normalize_into, pick_sample_type, select_sample_type,
+};
 pub use profile::{CaptureDurations, Meta, Profile, Samples, ValueType};
 pub use sandwich::{Sandwich, sandwich};
 pub use spans::{SampleSpans, SpansBuilder};
 pub use split::{LabelGroup, split_by_string_labels};
-pub use tables::Tables;
+pub use tables::{Tables, TablesIdentity};
 pub use top::{TopRow, TopTable};

@@ -14,16 +14,17 @@ use crate::Error;
 use crate::profile::{Meta, Profile, Samples};
 use crate::tables::{
     Function, FunctionId, Label, LabelSetId, LabelValue, Line, LocationId, Mapping, MappingId,
-    StackId, StringId, Tables,
+    StackId, StringId, Tables, TablesIdentity,
 };
 
 /// Not yet remapped.
 const UNSET: u32 = u32::MAX;
 
-/// Memoized translation of ids from one source table into the destination tables. The source is
-/// owned (`Arc`, for profiles) or borrowed (`&Tables`, for a store's head behind a lock).
-struct Remap<S: Deref<Target = Tables> + Clone> {
-    source: S,
+/// What a remap has learnt: for each id of the source tables, its id in the destination, or
+/// `UNSET`. Kept apart from the source so that it can outlive one borrow of it
+/// ([`Importer`] keeps it between imports of tables that only grew meanwhile).
+#[derive(Debug, Default)]
+struct Memo {
     strings: Vec<u32>,
     mappings: Vec<u32>,
     functions: Vec<u32>,
@@ -34,43 +35,50 @@ struct Remap<S: Deref<Target = Tables> + Clone> {
     lines: Vec<Line>,
 }
 
+impl Memo {
+    /// Grows every column to the size of `source`'s table: ids new in `source` start unset.
+    fn cover(&mut self, source: &Tables) {
+        let grow = |v: &mut Vec<u32>, n: usize| {
+            if v.len() < n {
+                v.resize(n, UNSET);
+            }
+        };
+        grow(&mut self.strings, source.n_strings());
+        grow(&mut self.mappings, source.n_mappings());
+        grow(&mut self.functions, source.n_functions());
+        grow(&mut self.locations, source.n_locations());
+        grow(&mut self.stacks, source.n_stacks());
+        grow(&mut self.label_sets, source.n_label_sets());
+    }
+}
+
+/// Memoized translation of ids from one source table into the destination tables. The source is
+/// owned (`Arc`, for profiles) or borrowed (`&Tables`, for a store's head behind a lock).
+struct Remap<S: Deref<Target = Tables> + Clone> {
+    source: S,
+    memo: Memo,
+}
+
 impl<S: Deref<Target = Tables> + Clone> Remap<S> {
     fn new(source: S) -> Self {
-        Remap {
-            strings: vec![UNSET; source.n_strings()],
-            mappings: vec![UNSET; source.n_mappings()],
-            functions: vec![UNSET; source.n_functions()],
-            locations: vec![UNSET; source.n_locations()],
-            stacks: vec![UNSET; source.n_stacks()],
-            label_sets: vec![UNSET; source.n_label_sets()],
-            lines: Vec::new(),
-            source,
-        }
+        Remap::with_memo(source, Memo::default())
+    }
+
+    /// A remap of `source` that starts from `memo`, learnt over the same tables (or over these
+    /// tables before they grew by appends: ids seen before mean the same).
+    fn with_memo(source: S, mut memo: Memo) -> Self {
+        memo.cover(&source);
+        Remap { source, memo }
     }
 
     /// The same memo over `source`, which must be the tables this memo was made for, grown
     /// since only by appends (ids already seen mean the same).
     fn rebind<T: Deref<Target = Tables> + Clone>(self, source: T) -> Remap<T> {
-        let grow = |mut v: Vec<u32>, n: usize| {
-            if v.len() < n {
-                v.resize(n, UNSET);
-            }
-            v
-        };
-        Remap {
-            strings: grow(self.strings, source.n_strings()),
-            mappings: grow(self.mappings, source.n_mappings()),
-            functions: grow(self.functions, source.n_functions()),
-            locations: grow(self.locations, source.n_locations()),
-            stacks: grow(self.stacks, source.n_stacks()),
-            label_sets: grow(self.label_sets, source.n_label_sets()),
-            lines: self.lines,
-            source,
-        }
+        Remap::with_memo(source, self.memo)
     }
 
     fn string(&mut self, dst: &mut Tables, id: StringId) -> StringId {
-        let slot = &mut self.strings[id.idx()];
+        let slot = &mut self.memo.strings[id.idx()];
         if *slot == UNSET {
             *slot = dst.intern_string(self.source.string(id)).0;
         }
@@ -78,11 +86,11 @@ impl<S: Deref<Target = Tables> + Clone> Remap<S> {
     }
 
     fn mapping(&mut self, dst: &mut Tables, id: MappingId) -> MappingId {
-        if self.mappings[id.idx()] == UNSET {
+        if self.memo.mappings[id.idx()] == UNSET {
             let m = self.source.mapping(id).clone();
             let file = self.string(dst, m.file);
             let build_id = self.string(dst, m.build_id);
-            self.mappings[id.idx()] = dst
+            self.memo.mappings[id.idx()] = dst
                 .intern_mapping(Mapping {
                     file,
                     build_id,
@@ -90,11 +98,11 @@ impl<S: Deref<Target = Tables> + Clone> Remap<S> {
                 })
                 .0;
         }
-        MappingId(self.mappings[id.idx()])
+        MappingId(self.memo.mappings[id.idx()])
     }
 
     fn function(&mut self, dst: &mut Tables, id: FunctionId) -> FunctionId {
-        if self.functions[id.idx()] == UNSET {
+        if self.memo.functions[id.idx()] == UNSET {
             let f = *self.source.function(id);
             let function = Function {
                 name: self.string(dst, f.name),
@@ -102,16 +110,16 @@ impl<S: Deref<Target = Tables> + Clone> Remap<S> {
                 filename: self.string(dst, f.filename),
                 start_line: f.start_line,
             };
-            self.functions[id.idx()] = dst.intern_function(function).0;
+            self.memo.functions[id.idx()] = dst.intern_function(function).0;
         }
-        FunctionId(self.functions[id.idx()])
+        FunctionId(self.memo.functions[id.idx()])
     }
 
     fn location(&mut self, dst: &mut Tables, id: LocationId) -> LocationId {
-        if self.locations[id.idx()] == UNSET {
+        if self.memo.locations[id.idx()] == UNSET {
             // Indexed rather than iterated: the source stays unborrowed (no `Arc` clone, an
             // atomic add and sub per location) while functions are remapped.
-            let mut lines = std::mem::take(&mut self.lines);
+            let mut lines = std::mem::take(&mut self.memo.lines);
             lines.clear();
             for i in 0..self.source.lines(id).len() {
                 let l = self.source.lines(id)[i];
@@ -122,16 +130,16 @@ impl<S: Deref<Target = Tables> + Clone> Remap<S> {
             }
             let address = self.source.location_address(id);
             let mapping = address.mapping.map(|m| self.mapping(dst, m));
-            self.locations[id.idx()] = dst
+            self.memo.locations[id.idx()] = dst
                 .intern_location_lines(mapping, address.address, &lines)
                 .0;
-            self.lines = lines;
+            self.memo.lines = lines;
         }
-        LocationId(self.locations[id.idx()])
+        LocationId(self.memo.locations[id.idx()])
     }
 
     fn stack(&mut self, dst: &mut Tables, id: StackId, frames: &mut Vec<LocationId>) -> StackId {
-        let slot = self.stacks[id.idx()];
+        let slot = self.memo.stacks[id.idx()];
         if slot != UNSET {
             return StackId(slot);
         }
@@ -142,7 +150,7 @@ impl<S: Deref<Target = Tables> + Clone> Remap<S> {
             frames.push(mapped);
         }
         let mapped = dst.intern_stack(frames);
-        self.stacks[id.idx()] = mapped.0;
+        self.memo.stacks[id.idx()] = mapped.0;
         mapped
     }
 
@@ -165,7 +173,7 @@ impl<S: Deref<Target = Tables> + Clone> Remap<S> {
         if id == LabelSetId::EMPTY {
             return id;
         }
-        if self.label_sets[id.idx()] == UNSET {
+        if self.memo.label_sets[id.idx()] == UNSET {
             let source = self.source.clone();
             let labels = source
                 .label_set(id)
@@ -181,19 +189,26 @@ impl<S: Deref<Target = Tables> + Clone> Remap<S> {
                     },
                 })
                 .collect();
-            self.label_sets[id.idx()] = dst.intern_label_set(labels).0;
+            self.memo.label_sets[id.idx()] = dst.intern_label_set(labels).0;
         }
-        LabelSetId(self.label_sets[id.idx()])
+        LabelSetId(self.memo.label_sets[id.idx()])
     }
 }
 
 /// Copies profiles into a shared set of tables (a store's head, a merge result), so that from
-/// then on they combine by id. Remaps are memoized per source tables: importing many profiles
-/// that share tables translates each symbol and stack once. Drop the importer to free the memos.
-#[derive(Default)]
+/// then on they combine by id. Remaps are memoized per source tables and destination, by the
+/// tables' identity ([`Tables::identity`]), and hold no reference to either: importing many
+/// profiles that share tables translates each symbol and stack once, and so does importing
+/// profiles of tables that grew between imports (a decoder's tables kept from one push to the
+/// next), without keeping those tables alive. Drop the importer to free the memos.
+#[derive(Debug, Default)]
 pub struct Importer {
-    remaps: Vec<Remap<Arc<Tables>>>,
+    /// (source, destination, memo), the most recently used last; at most [`MEMOS`].
+    memos: Vec<(TablesIdentity, TablesIdentity, Memo)>,
 }
+
+/// Memos an [`Importer`] keeps: enough for a few decoders pushing into one head by turns.
+const MEMOS: usize = 8;
 
 impl Importer {
     /// An importer with no memos.
@@ -201,24 +216,26 @@ impl Importer {
         Importer::default()
     }
 
-    fn remap_for(&mut self, source: &Arc<Tables>) -> &mut Remap<Arc<Tables>> {
-        match self
-            .remaps
-            .iter()
-            .position(|r| Arc::ptr_eq(&r.source, source))
-        {
-            Some(i) => &mut self.remaps[i],
-            None => {
-                self.remaps.push(Remap::new(Arc::clone(source)));
-                self.remaps.last_mut().expect("just pushed")
-            }
-        }
-    }
-
     /// The samples of `profile` with their stacks and labels interned in `dst`.
     pub fn import(&mut self, dst: &mut Tables, profile: &Profile) -> Samples {
-        self.remap_for(&profile.tables)
-            .samples(dst, &profile.samples)
+        let key = (profile.tables.identity(), dst.identity());
+        let memo = match self
+            .memos
+            .iter()
+            .position(|(source, into, _)| (*source, *into) == key)
+        {
+            Some(i) => self.memos.remove(i).2,
+            None => {
+                if self.memos.len() >= MEMOS {
+                    self.memos.remove(0);
+                }
+                Memo::default()
+            }
+        };
+        let mut remap = Remap::with_memo(&*profile.tables, memo);
+        let samples = remap.samples(dst, &profile.samples);
+        self.memos.push((key.0, key.1, remap.memo));
+        samples
     }
 }
 
@@ -535,6 +552,48 @@ pub fn apply_diff_mode(mut profile: Profile, mode: DiffMode) -> Profile {
 mod tests {
     use super::*;
     use crate::test_support::{folded, profile};
+
+    #[test]
+    fn an_importer_remembers_tables_that_grew_between_imports() {
+        let first = profile(&[("main;work;leaf", 3)]);
+        let mut head = Tables::new();
+        let mut importer = Importer::new();
+        let leaf = importer.import(&mut head, &first).stacks[0];
+        // The same tables grow (a decoder's, kept from one push to the next) and are imported
+        // again: ids seen before come from the memo, new ones are added.
+        let Profile {
+            mut tables, meta, ..
+        } = first;
+        let identity = tables.identity();
+        let grown = Arc::get_mut(&mut tables).expect("unshared");
+        let samples = Samples {
+            stacks: vec![
+                crate::test_support::intern_folded(grown, "main;work;other"),
+                crate::test_support::intern_folded(grown, "main;work;leaf"),
+            ],
+            labels: vec![LabelSetId::EMPTY; 2],
+            values: vec![5, 7],
+            ..Samples::default()
+        };
+        assert_eq!(tables.identity(), identity, "growing keeps the identity");
+        let second = Profile {
+            tables,
+            meta,
+            samples,
+        };
+        let imported = importer.import(&mut head, &second);
+        assert_eq!(imported.stacks[1], leaf);
+        let head = Arc::new(head);
+        let in_head = Profile {
+            tables: Arc::clone(&head),
+            meta: second.meta.clone(),
+            samples: imported,
+        };
+        assert_eq!(folded(&in_head), folded(&second));
+        // A copy grows apart from the original: it is other tables to an importer.
+        assert_ne!((*second.tables).clone().identity(), identity);
+        assert_ne!((*head).clone().identity(), head.identity());
+    }
 
     #[test]
     fn merge_adds_equal_stacks_across_tables() {

@@ -41,6 +41,31 @@ pub fn from_pprof(pprof: &Pprof) -> Result<Vec<Profile>, crate::Error> {
         .collect())
 }
 
+/// [`from_pprof`] into `tables`, kept by the caller from one pprof to the next (a decoder of
+/// pushes): symbols and stacks seen before are looked up, not built again, and an
+/// [`crate::Importer`] that has imported from these tables before translates them from its
+/// memo, without hashing them again. Tables shared with other holders (profiles of an earlier
+/// pprof still alive) are not touched: fresh ones take their place in `tables`. The returned
+/// profiles share `tables`; the caller bounds their growth by replacing them when they are large.
+pub fn from_pprof_into(
+    pprof: &Pprof,
+    tables: &mut Arc<Tables>,
+) -> Result<Vec<Profile>, crate::Error> {
+    if Arc::get_mut(tables).is_none() {
+        *tables = Arc::new(Tables::new());
+    }
+    let owned = Arc::get_mut(tables).expect("unshared: just checked or made");
+    let parts = normalize_into(pprof, owned)?;
+    Ok(parts
+        .into_iter()
+        .map(|(meta, samples)| Profile {
+            tables: Arc::clone(tables),
+            meta,
+            samples,
+        })
+        .collect())
+}
+
 /// Normalizes a validated pprof into `tables`, which it shares with whatever they already hold:
 /// one (meta, samples) per sample type, ids in `tables`.
 ///

@@ -274,6 +274,32 @@ fn hash_str(s: &str) -> u64 {
 }
 type Map<K, V> = IndexMap<K, V, FxBuildHasher>;
 
+/// Which tables ids belong to: new for every [`Tables`] made or cloned, kept while it grows.
+/// Tables only grow, so an id read from tables of one identity means the same thing later:
+/// what lets an [`crate::Importer`] keep its memo of a source between imports without holding
+/// the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TablesIdentity(u64);
+
+/// The identity field of [`Tables`]: a clone gets a new one, as it grows apart from the original.
+#[derive(Debug)]
+struct Identity(TablesIdentity);
+
+impl Identity {
+    fn fresh() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Identity(TablesIdentity(
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        ))
+    }
+}
+
+impl Clone for Identity {
+    fn clone(&self) -> Self {
+        Identity::fresh()
+    }
+}
+
 /// The interned symbols and stacks that profiles point into.
 ///
 /// Tables only grow; ids stay valid for the tables' life. Many profiles can share one `Tables`
@@ -291,6 +317,7 @@ pub struct Tables {
     /// Stack ids, hashed by their frames (the hash is recomputed from the arena on growth).
     stack_index: HashTable<u32>,
     label_sets: Set<Box<[Label]>>,
+    identity: Identity,
 }
 
 impl Default for Tables {
@@ -304,6 +331,7 @@ impl Default for Tables {
             stack_starts: vec![0, 0],
             stack_index: HashTable::new(),
             label_sets: Set::default(),
+            identity: Identity::fresh(),
         };
         let empty = hash_frames(&[]);
         tables.stack_index.insert_unique(empty, 0, |_| empty);
@@ -320,6 +348,11 @@ impl Tables {
     /// Empty tables (holding only the empty string, the empty stack and the empty label set).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// These tables' identity: the same for as long as they live and grow, another for a clone.
+    pub fn identity(&self) -> TablesIdentity {
+        self.identity.0
     }
 
     /// Interns a string.

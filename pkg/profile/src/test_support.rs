@@ -3,26 +3,14 @@
 use std::sync::Arc;
 
 use crate::profile::{Meta, Profile, Samples, ValueType};
-use crate::tables::{Function, LabelSetId, Line, StringId, Tables};
+use crate::tables::{Function, LabelSetId, Line, StackId, StringId, Tables};
 
 /// A CPU profile from `("main;work;leaf", value)` pairs (root first), all in fresh tables.
 pub fn profile(stacks: &[(&str, i64)]) -> Profile {
     let mut tables = Tables::new();
     let mut samples = Samples::default();
     for &(folded, value) in stacks {
-        let mut frames = Vec::new();
-        for name in folded.split(';').rev() {
-            let name = tables.intern_string(name);
-            let function = tables.intern_function(Function {
-                name,
-                system_name: name,
-                filename: StringId::EMPTY,
-                start_line: 0,
-            });
-            let location = tables.intern_location(None, 0, vec![Line { function, line: 1 }].into());
-            frames.push(location);
-        }
-        samples.stacks.push(tables.intern_stack(&frames));
+        samples.stacks.push(intern_folded(&mut tables, folded));
         samples.labels.push(LabelSetId::EMPTY);
         samples.values.push(value);
     }
@@ -40,6 +28,23 @@ pub fn profile(stacks: &[(&str, i64)]) -> Profile {
         },
         samples,
     }
+}
+
+/// Interns the stack `"main;work;leaf"` (root first) into `tables`, each frame a function of
+/// that name at line 1.
+pub fn intern_folded(tables: &mut Tables, folded: &str) -> StackId {
+    let mut frames = Vec::new();
+    for name in folded.split(';').rev() {
+        let name = tables.intern_string(name);
+        let function = tables.intern_function(Function {
+            name,
+            system_name: name,
+            filename: StringId::EMPTY,
+            start_line: 0,
+        });
+        frames.push(tables.intern_location(None, 0, vec![Line { function, line: 1 }].into()));
+    }
+    tables.intern_stack(&frames)
 }
 
 /// The folded text of a profile, for compact assertions.

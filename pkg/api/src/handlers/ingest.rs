@@ -62,7 +62,8 @@ async fn store(
 }
 
 /// Writes a batch within the push limits, counted in the metrics: appended on the async
-/// worker when the head is free, on the blocking pool when it is not.
+/// worker when the head is free, on the blocking pool when it is not. Its tables then go back
+/// to the decoders ([`parca_ingest::TablesPool`]) for the next pushes.
 pub(crate) async fn write_batch(
     api: &Arc<Api>,
     protocol: &'static str,
@@ -88,8 +89,19 @@ pub(crate) async fn write_batch(
         let _one_at_a_time = api.appending.lock().await;
         db.try_write_synced(&batch)
     };
+    // The batch's tables go back to the decoders once the batch is appended: the next push
+    // is decoded into them while this one waits for the disk.
+    let mut tables: Vec<Arc<parca_profile::Tables>> = Vec::new();
+    for s in &batch {
+        if !tables.iter().any(|t| Arc::ptr_eq(t, &s.profile.tables)) {
+            tables.push(Arc::clone(&s.profile.tables));
+        }
+    }
     let written = match on_worker {
-        Some(deferred) => Ok(deferred),
+        Some(deferred) => {
+            drop(batch);
+            Ok(deferred)
+        }
         None => tokio::task::spawn_blocking(move || match db.try_write_synced(&batch) {
             Some(deferred) => Ok(deferred),
             None => Err(db.write(&batch, Durability::Synced)),
@@ -97,6 +109,9 @@ pub(crate) async fn write_batch(
         .await
         .map_err(|e| ApiError::internal(format!("write task failed: {e}")))?,
     };
+    for t in tables {
+        api.decoders.recycle(t);
+    }
     let outcome = match written {
         Ok(deferred) => {
             let (outcome, commit) = deferred.map_err(stored)?;
@@ -251,7 +266,9 @@ pub(crate) async fn write(api: &Arc<Api>, call: Call) -> Result<Response<Body>, 
             "the request body is empty; send a pprof profile",
         ));
     }
-    let profiles = parca_profile::decode(&body, &api.options.decode)
+    let profiles = api
+        .decoders
+        .decode(&body, &api.options.decode)
         .map_err(|e| ApiError::bad_data(format!("invalid pprof body: {e}")))?;
     let batch = parca_ingest::to_series(name, &labels, profiles, now_ms())
         .map_err(|e| ApiError::bad_data(e.to_string()))?;

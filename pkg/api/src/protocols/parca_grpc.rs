@@ -1042,7 +1042,8 @@ impl ps::profile_store_service_server::ProfileStoreService for ParcaProfileStore
                     Status::invalid_argument(format!("series {i}: invalid labels: {e}"))
                 })?;
             for (j, sample) in series.samples.iter().enumerate() {
-                let profiles = parca_profile::decode(&sample.raw_profile, &self.api.options.decode)
+                let profiles = (self.api.decoders)
+                    .decode(&sample.raw_profile, &self.api.options.decode)
                     .map_err(|e| {
                         Status::invalid_argument(format!(
                             "series {i}, sample {j}: invalid pprof: {e}"
