@@ -5,7 +5,9 @@
 //! (`process_cpu:samples:count:cpu:nanoseconds:delta`) in `__name__`, and the lot is handed to a
 //! [`Sink`] that stores it durably. The store implements [`Sink`]; tests and tools may use others.
 //! [`import`] takes the same path from saved files into complete blocks of a store's directory
-//! (`parca import`), so imported series are named exactly as pushed ones.
+//! (`parca import`), so imported series are named exactly as pushed ones. [`TablesPool`] decodes
+//! pushes into tables kept from one push to the next, which the store's head imports from
+//! memory of what each id became.
 //!
 //! # Design constraints
 //!
