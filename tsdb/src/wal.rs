@@ -10,10 +10,16 @@
 //! the same fsync, and a commit that finds its records already synced returns at once.
 //! A buffered commit only flushes the buffer to the operating system; the store's sync thread
 //! fsyncs such records within its interval.
+//!
+//! Space ahead of the records is written with zeros a chunk at a time (`PREALLOCATE_BYTES`),
+//! so that a commit's fdatasync writes the records and nothing else: a file that grew would
+//! have its new size written too (on ext4 a second write and wait; with a journal, a journal
+//! commit). A closed segment is cut back to its last record. Replay reads zeros where a record
+//! should start as the end of the segment's records.
 
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -25,6 +31,10 @@ pub const SEGMENT_BYTES: u64 = 128 << 20;
 
 /// Largest record accepted on replay: a length above it is damage, not data.
 const MAX_RECORD_BYTES: u32 = 1 << 30;
+
+/// Zeros written ahead of the records at a time: a commit finds its records' space in the file
+/// (see the module's doc), and a new chunk is needed about once per thousand pushes.
+const PREALLOCATE_BYTES: u64 = 1 << 20;
 
 const HEADER_BYTES: usize = 8;
 
@@ -101,13 +111,19 @@ pub fn replay(
                 }
                 Err(fault) => fault,
             };
+            let zeros_from =
+                |from: usize| rest.get(from..).is_none_or(|r| r.iter().all(|&b| b == 0));
+            if matches!(fault, RecordFault::ZeroLength) && zeros_from(0) {
+                // Space written ahead of the records (or allocated by the file system) and
+                // never used: the segment's records end here.
+                break;
+            }
             let torn = match fault {
                 RecordFault::Truncated => true,
-                // A bad checksum on a record that ends exactly at the end of the file is a write
-                // the crash interrupted; so is a tail of zeros (space allocated, never written).
-                RecordFault::Checksum { end } => end == rest.len(),
-                RecordFault::ZeroLength => rest.iter().all(|&b| b == 0),
-                RecordFault::TooLong(_) => false,
+                // A bad checksum on a record followed by nothing but zeros (or by the end of
+                // the file) is a write the crash interrupted.
+                RecordFault::Checksum { end } => zeros_from(end),
+                RecordFault::ZeroLength | RecordFault::TooLong(_) => false,
             };
             if torn && is_last {
                 cut_torn_tail(&path, pos, rest.len())?;
@@ -228,6 +244,30 @@ struct Segment {
     index: u64,
     path: PathBuf,
     file: File,
+    /// Bytes the file holds as far as this writer knows: its records, then zeros written ahead.
+    /// Only where zeros are written next depends on it, never where records go.
+    allocated: u64,
+}
+
+impl Segment {
+    /// Writes zeros ahead of the records up to a whole chunk past `end`, unless the file holds
+    /// that much already. Zeros go only past `records_end`, where no record is.
+    fn preallocate(&mut self, records_end: u64, end: u64) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+        if end <= self.allocated {
+            return Ok(());
+        }
+        let target = end.div_ceil(PREALLOCATE_BYTES) * PREALLOCATE_BYTES;
+        let mut at = self.allocated.max(records_end);
+        while at < target {
+            let n = (target - at).min(ZEROS.len() as u64);
+            self.file.write_all_at(&ZEROS[..n as usize], at)?;
+            at += n;
+            self.allocated = at;
+        }
+        Ok(())
+    }
 }
 
 /// Why the log stopped taking records: which records are lost, where the segment's good part
@@ -330,19 +370,26 @@ impl Writer {
         if self.buf.is_empty() {
             return Ok(());
         }
+        use std::os::unix::fs::FileExt;
+        let at = self.flushed.len;
+        let end = at + self.buf.len() as u64;
         #[cfg(test)]
         if let Some((Fault::Write, kind)) = self.fault {
             self.fault = None;
             let half = self.buf.len() / 2;
-            let _ = self.segment.file.write_all(&self.buf[..half]);
+            let _ = self.segment.file.write_all_at(&self.buf[..half], at);
             let (seq, len) = (self.flushed.seq + 1, self.flushed.len);
             return Err(self.fail(n_errors, "cannot write WAL segment", kind.into(), seq, len));
         }
-        match self.segment.file.write_all(&self.buf) {
+        let written = self
+            .segment
+            .preallocate(at, end)
+            .and_then(|()| self.segment.file.write_all_at(&self.buf, at));
+        match written {
             Ok(()) => {
                 self.flushed = Position {
                     seq: self.written,
-                    len: self.flushed.len + self.buf.len() as u64,
+                    len: end,
                 };
                 self.buf.clear();
                 Ok(())
@@ -362,7 +409,13 @@ impl Writer {
     /// behind once everything in it is on disk.
     fn roll(&mut self, n_errors: &AtomicU64) -> Result<(), Error> {
         self.write_buffer(n_errors)?;
-        if let Err(e) = self.segment.file.sync_data() {
+        // The zeros written ahead go: a closed segment ends with its last record. (Replay
+        // would stop at them anyway, should the cut not reach the disk.)
+        let file = &self.segment.file;
+        let closed = file
+            .set_len(self.flushed.len)
+            .and_then(|()| file.sync_all());
+        if let Err(e) = closed {
             let (seq, len) = (self.durable.seq + 1, self.durable.len);
             return Err(self.fail(n_errors, "cannot sync WAL segment", e, seq, len));
         }
@@ -478,16 +531,22 @@ fn create_segment(
     index: u64,
 ) -> Result<Segment, (std::io::Error, &'static str, PathBuf)> {
     let path = segment_path(dir, index);
+    // Written at offsets, not appended: zeros are written ahead of the records.
     let file = OpenOptions::new()
         .create_new(true)
-        .append(true)
+        .write(true)
         .open(&path)
         .map_err(|e| (e, "cannot create WAL segment", path.clone()))?;
     // The new name must survive a crash too.
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| (e, "cannot sync WAL directory", dir.to_owned()))?;
-    Ok(Segment { index, path, file })
+    Ok(Segment {
+        index,
+        path,
+        file,
+        allocated: 0,
+    })
 }
 
 impl Wal {
@@ -597,14 +656,23 @@ impl Wal {
         Ok(())
     }
 
-    /// Bytes in all segments on disk (what is buffered and not yet written is not counted).
+    /// Bytes of records in all segments on disk: what is buffered and not yet written is not
+    /// counted, nor are the zeros written ahead of the current segment's records (at most
+    /// `PREALLOCATE_BYTES` more on disk).
     pub fn size_bytes(&self) -> u64 {
-        let dir = self.writer().dir.clone();
+        let (dir, current, records) = {
+            let w = self.writer();
+            (w.dir.clone(), w.segment.index, w.flushed.len)
+        };
         segments(&dir)
             .unwrap_or_default()
             .into_iter()
-            .filter_map(|i| fs::metadata(segment_path(&dir, i)).ok())
-            .map(|m| m.len())
+            .filter_map(|i| {
+                if i == current {
+                    return Some(records);
+                }
+                fs::metadata(segment_path(&dir, i)).ok().map(|m| m.len())
+            })
             .sum()
     }
 
@@ -740,6 +808,9 @@ impl Wal {
             .file
             .set_len(failure.good_len)
             .and_then(|()| w.segment.file.sync_all());
+        if cut.is_ok() {
+            w.segment.allocated = failure.good_len;
+        }
         if let Err(source) = cut {
             let path = w.segment.path.clone();
             return Err(w.note_failure(
@@ -1035,26 +1106,72 @@ mod tests {
 
     #[test]
     fn a_torn_last_record_is_cut_off() {
+        // Torn two ways: the file cut short inside the record, and the record's end never
+        // written over the zeros ahead of it.
+        for cut_short in [true, false] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let wal = Wal::open(dir.path()).expect("open");
+            let seq = wal
+                .write(b"kept")
+                .and_then(|_| wal.write(b"torn record"))
+                .expect("write");
+            wal.sync_through(seq).expect("sync");
+            let path = segment_path(dir.path(), 0);
+            let records_end = (2 * HEADER_BYTES + 4 + 11) as u64;
+            let file = OpenOptions::new().write(true).open(&path).expect("open");
+            if cut_short {
+                file.set_len(records_end - 3).expect("truncate");
+            } else {
+                use std::os::unix::fs::FileExt;
+                assert!(fs::metadata(&path).expect("meta").len() > records_end);
+                file.write_all_at(&[0; 3], records_end - 3).expect("zero");
+            }
+            assert_eq!(records(dir.path()).expect("replay"), vec![b"kept".to_vec()]);
+            assert_eq!(
+                fs::metadata(&path).expect("meta").len(),
+                (HEADER_BYTES + 4) as u64,
+                "torn bytes removed (cut short: {cut_short})"
+            );
+        }
+    }
+
+    #[test]
+    fn zeros_written_ahead_end_a_segment_quietly_and_a_closed_segment_is_cut_to_its_records() {
         let dir = tempfile::tempdir().expect("tempdir");
         let wal = Wal::open(dir.path()).expect("open");
-        let seq = wal
-            .write(b"kept")
-            .and_then(|_| wal.write(b"torn record"))
-            .expect("write");
+        let seq = wal.write(b"one").expect("write");
         wal.sync_through(seq).expect("sync");
-        let path = segment_path(dir.path(), 0);
-        let len = fs::metadata(&path).expect("meta").len();
-        OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .expect("open")
-            .set_len(len - 3)
-            .expect("truncate");
-        assert_eq!(records(dir.path()).expect("replay"), vec![b"kept".to_vec()]);
+        let first = segment_path(dir.path(), 0);
         assert_eq!(
-            fs::metadata(&path).expect("meta").len(),
-            (HEADER_BYTES + 4) as u64,
-            "torn bytes removed"
+            fs::metadata(&first).expect("meta").len(),
+            PREALLOCATE_BYTES,
+            "zeros written ahead"
+        );
+        assert_eq!(wal.size_bytes(), (HEADER_BYTES + 3) as u64, "records only");
+        wal.cut_segment().expect("roll");
+        assert_eq!(
+            fs::metadata(&first).expect("meta").len(),
+            (HEADER_BYTES + 3) as u64,
+            "a closed segment ends with its last record"
+        );
+        let seq = wal.write(b"two").expect("write");
+        wal.sync_through(seq).expect("sync");
+        drop(wal);
+        // A crash leaves the zeros of the last segment; reopened, that segment is no longer
+        // the last, and replay reads on past it.
+        let wal = Wal::open(dir.path()).expect("reopen");
+        let seq = wal.write(b"three").expect("write");
+        wal.sync_through(seq).expect("sync");
+        assert_eq!(
+            records(dir.path()).expect("replay"),
+            vec![b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]
+        );
+        assert_eq!(
+            fs::metadata(segment_path(dir.path(), 1))
+                .expect("meta")
+                .len(),
+            PREALLOCATE_BYTES,
+            "zeros are not cut by replay"
         );
     }
 
