@@ -51,7 +51,9 @@ pub fn decompress<'a>(
         .filter(|&n| n <= limit && n >= bytes.len() / 2);
     let capacity = trailer_size.map_or(bytes.len().saturating_mul(4).min(limit), |n| n + 1);
     let mut out = Vec::with_capacity(capacity);
-    let reader = flate2::read::MultiGzDecoder::new(bytes);
+    // The buffered reader over the slice itself: `read::MultiGzDecoder` would copy the input
+    // through a 32 KiB buffer of its own, allocated for each body.
+    let reader = flate2::bufread::MultiGzDecoder::new(bytes);
     // Read one byte past the limit: getting it proves the input is too large, without ever
     // holding more than `limit + 1` bytes.
     let mut bounded = reader.take(limit as u64 + 1);
