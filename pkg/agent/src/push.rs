@@ -325,7 +325,8 @@ mod tests {
             })
             .unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The pusher runs once this test awaits it (one thread): it finds five windows and a
+        // closed channel, keeps two, tries the oldest, fails and stops.
         drop(tx);
         task.await.unwrap();
         assert_eq!(metrics.push_pending.load(Relaxed), 2);

@@ -5,6 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
+import { isDeepStrictEqual } from 'node:util';
 import { join } from 'node:path';
 import { startServer, profileTimeMs, until, REPO } from '../lib/server.mjs';
 import { launch, openPage, canvasStats } from '../lib/browser.mjs';
@@ -259,9 +260,8 @@ test('clicking a frame zooms, the breadcrumb follows, reset goes back', async ()
   await page.mouse.click(box.x + 4, box.y + ROW * 1.5);
   await page.waitForFunction(() => document.querySelectorAll('.breadcrumb .crumb').length === 2);
   await until(() => new URL(page.url()).searchParams.get('focus'), 5000, 'focus in the URL');
-  await page.waitForTimeout(300); // the zoom animation
-  const after = await canvasStats(page);
-  assert.notDeepEqual(after, before, 'the canvas did not change on zoom');
+  // The zoom animates: wait for the canvas to change, up to a bound.
+  await until(async () => !isDeepStrictEqual(await canvasStats(page), before), 5000, 'the canvas to change on zoom');
   // Deeper still.
   await page.mouse.click(box.x + 4, box.y + ROW * 2.5);
   await page.waitForFunction(() => document.querySelectorAll('.breadcrumb .crumb').length === 3);
@@ -315,7 +315,7 @@ test('the table sorts, filters, and a click focuses the graph', async () => {
 test('bottom-up view and hiding frames rebuild the graph', async () => {
   await page.goto(explorerUrl({ query: `${CPU}{job="go"}`, view: 'icicle' }));
   await drawnIcicle();
-  await page.waitForSelector('.profile-panel[data-complete="true"], .profile-panel [data-complete="true"]', { state: 'attached' }).catch(() => {});
+  await page.waitForSelector('.profile-panel[data-complete="true"], .profile-panel [data-complete="true"]', { state: 'attached' });
   const framesBefore = Number((await page.textContent('.profile-summary')).match(/([\d,]+) frames/)[1].replace(/,/g, ''));
   const topRow = async () => (await page.$$eval('table.functions tbody tr:first-child td', (td) => td.map((t) => t.textContent))).join('|');
   await page.click('.segmented button[data-view="both"]');
