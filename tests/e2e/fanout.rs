@@ -262,9 +262,30 @@ fn a_querier_over_two_shards_and_their_bucket_answers_as_one_server_holding_ever
             }
         },
     );
-    // The targets stop: from now on the data is fixed.
+    // The targets stop. The data is fixed once each shard has seen every endpoint down: a
+    // scrape under way at the stop has ended then, stored or failed, and every later one fails.
     drop(targets);
-    std::thread::sleep(Duration::from_secs(10));
+    poll(
+        "each shard to see its stopped targets down",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            for shard in &shards {
+                let data = shard.api("/api/v1/targets")?;
+                for target in data["activeTargets"].as_array().ok_or("no activeTargets")? {
+                    for p in target["profiles"].as_array().ok_or("no profiles[]")? {
+                        if p["health"] != "down" {
+                            return Err(format!(
+                                "{} {}: {}",
+                                target["scrapeUrl"], p["name"], p["health"]
+                            ));
+                        }
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
     crate::agent::say(&format!(
         "fan-out: {} targets, blocks shipped after {:.0} s",
         addresses.len(),

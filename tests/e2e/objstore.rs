@@ -175,7 +175,15 @@ fn blocks_are_shipped_to_the_bucket_once_with_external_labels() {
     };
     let before: Vec<_> = shipped.iter().map(|n| modified(n)).collect();
     let server = restart_shipping(work.path());
-    std::thread::sleep(Duration::from_secs(3));
+    poll(
+        "the restarted shipper's first pass over the blocks",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || match metric(&server, "parca_shipper_dir_syncs_total") {
+            n if n >= 1.0 => Ok(()),
+            n => Err(format!("{n} passes")),
+        },
+    );
     assert_eq!(metric(&server, "parca_shipper_uploaded_blocks_total"), 0.0);
     let after: Vec<_> = shipped.iter().map(|n| modified(n)).collect();
     assert_eq!(before, after, "a shipped block was uploaded again");

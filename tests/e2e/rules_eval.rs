@@ -525,21 +525,33 @@ fn alerts_keep_their_for_clock_across_a_restart() {
         Duration::from_millis(200),
         || active_at(&server, "HeapHeld"),
     );
-    // Pending a few seconds before the stop; ALERTS_FOR_STATE holds when it became active.
+    // Pending a few seconds before the stop (the scenario: the time the restart must give
+    // back); ALERTS_FOR_STATE holds when it became active, once an evaluation has written it.
     std::thread::sleep(Duration::from_secs(6));
-    let federated = server
-        .get(&format!(
-            "/federate?match[]={}",
-            encode(r#"{__name__="ALERTS_FOR_STATE"}"#)
-        ))
-        .unwrap()
-        .text();
     let seconds = first_active.as_second().to_string();
-    assert!(
-        federated.lines().any(|l| l.starts_with("ALERTS_FOR_STATE{")
-            && l.contains("HeapHeld")
-            && l.contains(&format!(" {seconds}"))),
-        "ALERTS_FOR_STATE of {seconds} not federated:\n{federated}"
+    poll(
+        "ALERTS_FOR_STATE to be federated",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let federated = server
+                .get(&format!(
+                    "/federate?match[]={}",
+                    encode(r#"{__name__="ALERTS_FOR_STATE"}"#)
+                ))?
+                .text();
+            if federated.lines().any(|l| {
+                l.starts_with("ALERTS_FOR_STATE{")
+                    && l.contains("HeapHeld")
+                    && l.contains(&format!(" {seconds}"))
+            }) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "ALERTS_FOR_STATE of {seconds} not federated:\n{federated}"
+                ))
+            }
+        },
     );
     drop(server);
     std::thread::sleep(Duration::from_secs(2));

@@ -44,6 +44,9 @@ pub struct ShipperMetrics {
     pub pending_blocks: Gauge,
     /// How long the oldest block not yet in the bucket has waited, in seconds.
     pub lag_seconds: Gauge<f64, AtomicU64>,
+    /// Passes over the local blocks made (each uploads what the bucket lacks): that the
+    /// shipper runs, even when it has nothing to do. Thanos' shipper counts the same.
+    pub dir_syncs: Counter,
 }
 
 impl ShipperMetrics {
@@ -74,6 +77,11 @@ impl ShipperMetrics {
             "parca_shipper_lag_seconds",
             "How long the oldest block not yet in the object store has waited",
             m.lag_seconds.clone(),
+        );
+        registry.register(
+            "parca_shipper_dir_syncs",
+            "Passes over the local blocks, each uploading what the object store does not hold yet",
+            m.dir_syncs.clone(),
         );
         m
     }
@@ -208,6 +216,7 @@ impl Shipper {
             .max()
             .unwrap_or_default();
         self.metrics.lag_seconds.set(lag.as_secs_f64());
+        self.metrics.dir_syncs.inc();
         shipped_now
     }
 
