@@ -1,5 +1,5 @@
 """Two Python threads with their own chains (worker_a → spin_a, worker_b → spin_b) while the
-main thread waits. Runs for argv[1] seconds."""
+main thread waits. Runs for argv[1] seconds; says `ready` once the threads run."""
 import sys
 import threading
 import time
@@ -36,5 +36,6 @@ threads = [
 ]
 for t in threads:
     t.start()
+print("ready", flush=True)
 for t in threads:
     t.join()
