@@ -577,9 +577,20 @@ fn agent_keeps_processes_that_exit_within_the_window() {
             Duration::from_secs(60),
         )
     });
-    // Let the request begin, then run short programs one after another: each is gone long
-    // before the window ends.
-    std::thread::sleep(Duration::from_millis(300));
+    // Once the request's window has begun, run short programs one after another: each is
+    // gone long before the window ends.
+    poll(
+        "the profile request's window to begin",
+        Duration::from_secs(10),
+        Duration::from_millis(20),
+        || {
+            let metrics = http_get(addr, "/metrics", Duration::from_secs(5))?.text();
+            match metric_value(&metrics, "parca_agent_profile_requests_open") {
+                open if open >= 1.0 => Ok(()),
+                open => Err(format!("{open} requests open")),
+            }
+        },
+    );
     let mut pids = Vec::new();
     for _ in 0..5 {
         let mut child = Command::new(&t.c_hot)

@@ -156,6 +156,7 @@ pub(crate) fn run(
             Ok(Command::Finish(id, reply)) => collector.finish(id, reply)?,
             Ok(Command::Cancel(id)) => {
                 collector.requests.remove(&id);
+                collector.count_requests();
             }
             Ok(Command::Announced) => collector.read_samples(),
             Ok(Command::TablesCompiled) => {
@@ -416,7 +417,13 @@ impl Collector {
         if reply.send(id).is_err() {
             self.requests.remove(&id);
         }
+        self.count_requests();
         Ok(())
+    }
+
+    /// Publishes how many requests are open ([`Metrics::profile_requests_open`]).
+    fn count_requests(&self) {
+        (self.shared.metrics.profile_requests_open).store(self.requests.len() as u64, Relaxed);
     }
 
     /// Ends request `id` (after a drain) and sends its samples.
@@ -426,6 +433,7 @@ impl Collector {
             raw.end = SystemTime::now();
             reply.send(raw).ok();
         }
+        self.count_requests();
         Ok(())
     }
 }

@@ -91,6 +91,8 @@ pub(crate) struct Metrics {
     last_window_samples: AtomicU64,
     last_window_ns: AtomicU64,
     pub profiles_served: AtomicU64,
+    /// Profile requests whose window is open (sampling for them has begun).
+    pub profile_requests_open: AtomicU64,
     pub pushes: AtomicU64,
     pub push_failures: AtomicU64,
     /// Windows given up: refused by the server, or the oldest beyond the pending limit.
@@ -736,6 +738,12 @@ impl Metrics {
             "counter",
             "Profiles served at /debug/pprof/profile.",
             &[(None, self.profiles_served.load(Relaxed) as f64)],
+        );
+        metric(
+            "parca_agent_profile_requests_open",
+            "gauge",
+            "Requests at /debug/pprof/profile and /debug/pprof/off_cpu whose window has begun and not yet ended.",
+            &[(None, self.profile_requests_open.load(Relaxed) as f64)],
         );
         metric(
             "parca_agent_pushes_total",
