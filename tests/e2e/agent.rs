@@ -1497,20 +1497,7 @@ fn agent_unwinds_threads_dlopened_libraries_signal_handlers_and_cpp_exceptions()
     let mut command = Command::new(&t.c_dlopen);
     command.arg(&t.c_dlopen_lib).arg("1.5").arg("60");
     let mut dl = Process::start("agent-c-dlopen", command, &log);
-    poll(
-        "the library to be loaded",
-        Duration::from_secs(20),
-        Duration::from_millis(50),
-        || {
-            dl.assert_running();
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if text.contains("loaded") {
-                Ok(())
-            } else {
-                Err(text)
-            }
-        },
-    );
+    dl.wait_for_output("loaded");
     // Five busy threads share two CPUs with whatever else runs: a window with the 20 samples
     // of each process that the checks below need. The library's mapping is found within a
     // second of its first sample outside the known ones, so a window that began as it was

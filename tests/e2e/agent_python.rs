@@ -12,7 +12,7 @@ use std::time::Duration;
 use parca_pprof::proto;
 
 use crate::agent::{Agent, can_run, label, say, string};
-use crate::server_harness::{Process, poll};
+use crate::server_harness::Process;
 
 /// Debian's interpreter: stripped, no frame pointers, libpython linked in.
 const PYTHON: &str = "/usr/bin/python3.11";
@@ -25,39 +25,15 @@ fn program(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// How `start` names a program's process, and its log.
-fn label_of(python: &str, name: &str) -> String {
-    format!(
-        "{} {name}",
-        Path::new(python).file_name().unwrap().to_string_lossy()
-    )
-}
-
 /// Starts `python program seconds`.
 fn start(python: &str, name: &str, seconds: f64, dir: &Path) -> Process {
     let mut command = Command::new(python);
     command.arg(program(name)).arg(seconds.to_string());
-    let label = label_of(python, name);
-    Process::start(&label, command, &dir.join(format!("{label}.log")))
-}
-
-/// Waits until a program `start` ran says it has reached its loop (a `ready` line).
-fn wait_ready(process: &mut Process, python: &str, name: &str, dir: &Path) {
-    let log = dir.join(format!("{}.log", label_of(python, name)));
-    poll(
-        &format!("{name} to reach its loop"),
-        Duration::from_secs(30),
-        Duration::from_millis(50),
-        || {
-            process.assert_running();
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if text.contains("ready") {
-                Ok(())
-            } else {
-                Err(text)
-            }
-        },
+    let label = format!(
+        "{} {name}",
+        Path::new(python).file_name().unwrap().to_string_lossy()
     );
+    Process::start(&label, command, &dir.join(format!("{label}.log")))
 }
 
 /// One frame of a sample, leaf first (inlined frames expanded).
@@ -320,8 +296,8 @@ fn agent_places_c_extension_frames_under_python_callers_and_reads_each_thread() 
     let mut compress = start(PYTHON, "compress.py", 60.0, dir.path());
     let mut threads = start(PYTHON, "threads.py", 60.0, dir.path());
     let agent = Agent::start(dir.path(), &[]);
-    wait_ready(&mut compress, PYTHON, "compress.py", dir.path());
-    wait_ready(&mut threads, PYTHON, "threads.py", dir.path());
+    compress.wait_for_output("ready");
+    threads.wait_for_output("ready");
     // A window with the 15 samples of each program checked below, taken again if the machine
     // was too busy for them.
     let p = agent.profile_with_samples(6, &[compress.pid(), threads.pid()], 15);

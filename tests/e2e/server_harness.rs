@@ -211,6 +211,22 @@ impl Process {
         self.child.try_wait().ok().flatten()
     }
 
+    /// Waits until its output says `text` (a program's "ready" or "loaded"), up to 30 s;
+    /// panics if it exits first.
+    pub fn wait_for_output(&mut self, text: &str) {
+        let what = format!("{} to say `{text}`", self.name);
+        poll(
+            &what,
+            Duration::from_secs(30),
+            Duration::from_millis(50),
+            || {
+                self.assert_running();
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                if log.contains(text) { Ok(()) } else { Err(log) }
+            },
+        );
+    }
+
     /// The last lines of its log.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
